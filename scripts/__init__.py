@@ -1,0 +1,1 @@
+"""linumpy pipeline scripts (console entry points ``linum-*``)."""
