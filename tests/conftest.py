@@ -1,4 +1,4 @@
-"""Shared pytest configuration: the ``gpu`` marker skips cleanly on machines without a usable GPU."""
+"""Shared pytest configuration: `gpu` tests skip cleanly on machines without a usable GPU."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 @functools.cache
 def gpu_missing_reason() -> str | None:
-    """Say why GPU tests cannot run here, or return None when cupy, nvCOMP and a device are usable."""
+    """Say why GPU tests cannot run here; None when cupy, nvCOMP and a device are usable."""
     try:
         import cupy
     except ImportError as exc:

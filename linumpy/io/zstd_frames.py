@@ -1,0 +1,275 @@
+"""Validation of zstd frames on the CPU, shared by the CPU and GPU readers.
+
+A chunk's bytes are walked header by header (RFC 8878): frame header, block headers, optional
+checksum. This is cheap (a few Python operations per 128 KiB block) and catches what a decoder may
+silently get wrong: truncation, garbage, trailing bytes, a second frame, a missing or wrong content
+size. The GPU decoder (nvCOMP) must only ever see frames that passed :func:`inspect_zstd_chunk`
+with :attr:`ZstdFrameInfo.gpu_decodable` true; everything else valid goes to
+:func:`decode_zstd_cpu`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numcodecs import Zstd
+
+from linumpy.errors import ChunkDecodeError
+
+__all__ = ["ZstdFrameInfo", "decode_zstd_cpu", "inspect_zstd_chunk"]
+
+ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE_MAGIC_MASK = 0xFFFFFFF0
+_SKIPPABLE_MAGIC = 0x184D2A50
+_MAX_BLOCK_SIZE = 128 * 1024
+_FCS_FIELD_SIZES = (0, 2, 4, 8)
+_DICT_ID_FIELD_SIZES = (0, 1, 2, 4)
+_BLOCK_RLE = 1
+_BLOCK_RESERVED = 3
+
+BytesLike = bytes | bytearray | memoryview | np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class ZstdFrameInfo:
+    """What the headers of one chunk's zstd data declare.
+
+    Attributes
+    ----------
+    content_size
+        Decompressed size declared by the frame header of a single-frame chunk; None when the
+        header omits it or the chunk holds several frames.
+    checksum
+        The stored 32-bit content checksum (low 32 bits of XXH64, seed 0) of a single-frame chunk,
+        or None.
+    n_frames
+        Number of zstd data frames (skippable frames are not counted).
+    n_skippable
+        Number of skippable frames.
+    """
+
+    content_size: int | None
+    checksum: int | None
+    n_frames: int
+    n_skippable: int
+
+    @property
+    def gpu_decodable(self) -> bool:
+        """True when nvCOMP can decode the chunk: one data frame, nothing else, size declared."""
+        return self.n_frames == 1 and self.n_skippable == 0 and self.content_size is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    end: int
+    content_size: int | None
+    checksum: int | None
+
+
+def _as_bytes_view(data: BytesLike) -> memoryview:
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise TypeError("zstd chunk data must be a contiguous buffer")
+    return view.cast("B")
+
+
+def _read_frame(view: memoryview, start: int) -> _Frame:
+    """Walk the zstd frame that starts at ``start`` (after its magic number); raise ValueError."""
+    size = len(view)
+    pos = start + 4
+    if pos >= size:
+        raise ValueError(f"frame header truncated at byte {pos}")
+    descriptor = view[pos]
+    pos += 1
+    if descriptor & 0x08:
+        raise ValueError("reserved bit set in the frame header descriptor")
+    single_segment = bool(descriptor & 0x20)
+    has_checksum = bool(descriptor & 0x04)
+    dict_id_size = _DICT_ID_FIELD_SIZES[descriptor & 0x03]
+    fcs_flag = descriptor >> 6
+    fcs_size = 1 if (fcs_flag == 0 and single_segment) else _FCS_FIELD_SIZES[fcs_flag]
+    header_end = pos + (0 if single_segment else 1) + dict_id_size + fcs_size
+    if header_end > size:
+        raise ValueError(f"frame header truncated: needs {header_end} bytes, chunk has {size}")
+    if not single_segment:
+        pos += 1  # window descriptor
+    if dict_id_size and int.from_bytes(view[pos : pos + dict_id_size], "little") != 0:
+        raise ValueError("frame needs a zstd dictionary, which zarr chunks never use")
+    pos += dict_id_size
+    content_size = None
+    if fcs_size:
+        content_size = int.from_bytes(view[pos : pos + fcs_size], "little")
+        if fcs_size == 2:
+            content_size += 256
+    pos = header_end
+    while True:
+        if pos + 3 > size:
+            raise ValueError(f"block header truncated at byte {pos} (chunk has {size} bytes)")
+        header = int.from_bytes(view[pos : pos + 3], "little")
+        last = header & 1
+        block_type = (header >> 1) & 3
+        block_size = header >> 3
+        if block_type == _BLOCK_RESERVED:
+            raise ValueError(f"reserved block type at byte {pos}")
+        if block_size > _MAX_BLOCK_SIZE:
+            raise ValueError(f"block at byte {pos} declares {block_size} bytes, over 128 KiB")
+        pos += 3 + (1 if block_type == _BLOCK_RLE else block_size)
+        if pos > size:
+            raise ValueError(f"block data truncated: needs {pos} bytes, chunk has {size}")
+        if last:
+            break
+    checksum = None
+    if has_checksum:
+        if pos + 4 > size:
+            raise ValueError("content checksum truncated")
+        checksum = int.from_bytes(view[pos : pos + 4], "little")
+        pos += 4
+    return _Frame(end=pos, content_size=content_size, checksum=checksum)
+
+
+def inspect_zstd_chunk(
+    data: BytesLike, *, key: str, expected_size: int | None = None
+) -> ZstdFrameInfo:
+    """Check that ``data`` is well-formed zstd and say what its headers declare.
+
+    Parameters
+    ----------
+    data
+        The chunk's compressed bytes (host memory).
+    key
+        The chunk's name, used in error messages.
+    expected_size
+        The chunk's decompressed size in bytes; a single frame declaring another size is rejected.
+
+    Returns
+    -------
+    ZstdFrameInfo
+        The frame count, declared content size and stored checksum.
+
+    Raises
+    ------
+    ChunkDecodeError
+        For empty input, a bad magic number, truncated headers or blocks, reserved bits or block
+        types, bytes after the last frame, or a declared size other than ``expected_size``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from numcodecs import Zstd
+    >>> frame = Zstd(level=3).encode(np.zeros(1000, dtype=np.uint16))
+    >>> info = inspect_zstd_chunk(frame, key="c/0", expected_size=2000)
+    >>> info.content_size, info.gpu_decodable
+    (2000, True)
+    """
+    view = _as_bytes_view(data)
+    size = len(view)
+    if size == 0:
+        raise ChunkDecodeError(key, "empty chunk: zero bytes stored")
+    pos = 0
+    frames: list[_Frame] = []
+    n_skippable = 0
+    try:
+        while pos < size:
+            if pos + 4 > size:
+                raise ValueError(f"{size - pos} trailing bytes after the last frame")
+            magic = int.from_bytes(view[pos : pos + 4], "little")
+            if magic == ZSTD_MAGIC:
+                frame = _read_frame(view, pos)
+                frames.append(frame)
+                pos = frame.end
+            elif magic & _SKIPPABLE_MAGIC_MASK == _SKIPPABLE_MAGIC:
+                if pos + 8 > size:
+                    raise ValueError("skippable frame header truncated")
+                pos += 8 + int.from_bytes(view[pos + 4 : pos + 8], "little")
+                if pos > size:
+                    raise ValueError("skippable frame truncated")
+                n_skippable += 1
+            elif not frames and not n_skippable:
+                raise ValueError(f"not zstd data: bad magic number 0x{magic:08X}")
+            else:
+                raise ValueError(f"garbage after the last frame at byte {pos}")
+    except ValueError as exc:
+        raise ChunkDecodeError(key, str(exc)) from None
+    if not frames:
+        raise ChunkDecodeError(key, "no zstd data frame, only skippable frames")
+    single = frames[0] if len(frames) == 1 else None
+    content_size = single.content_size if single else None
+    if content_size is not None and expected_size is not None and content_size != expected_size:
+        raise ChunkDecodeError(
+            key,
+            f"frame declares {content_size} decompressed bytes, the chunk holds {expected_size}",
+        )
+    return ZstdFrameInfo(
+        content_size=content_size,
+        checksum=single.checksum if single else None,
+        n_frames=len(frames),
+        n_skippable=n_skippable,
+    )
+
+
+_ZSTD = Zstd()
+
+
+def decode_zstd_cpu(
+    data: BytesLike,
+    *,
+    key: str,
+    out: np.ndarray | None = None,
+    expected_size: int | None = None,
+) -> np.ndarray:
+    """Validate and decode one zstd chunk on the CPU with numcodecs (libzstd).
+
+    The chunk is first checked with :func:`inspect_zstd_chunk`; libzstd then decodes every valid
+    layout (several frames, skippable frames, no declared size) and verifies stored checksums.
+
+    Parameters
+    ----------
+    data
+        The chunk's compressed bytes.
+    key
+        The chunk's name, used in error messages.
+    out
+        A 1-D uint8 array to decode into; its size is the expected decompressed size.
+    expected_size
+        The decompressed size when ``out`` is not given.
+
+    Returns
+    -------
+    numpy.ndarray
+        The decompressed bytes (``out`` when given), 1-D uint8.
+
+    Raises
+    ------
+    ChunkDecodeError
+        When the frames are malformed, libzstd rejects the data, or it decodes to another size than
+        expected.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from numcodecs import Zstd
+    >>> data = np.arange(6, dtype=np.uint8)
+    >>> decode_zstd_cpu(Zstd().encode(data), key="c/0", expected_size=6)
+    array([0, 1, 2, 3, 4, 5], dtype=uint8)
+    """
+    if out is not None:
+        expected_size = out.nbytes
+    info = inspect_zstd_chunk(data, key=key, expected_size=expected_size)
+    # With a verified declared size libzstd fills ``out`` exactly; otherwise the decoded length is
+    # only known after decoding, so decode into a buffer of its own and check it.
+    direct = out is not None and info.content_size is not None
+    try:
+        decoded = _ZSTD.decode(data, out=out if direct else None)
+    except (RuntimeError, ValueError) as exc:
+        raise ChunkDecodeError(key, f"zstd decode failed: {exc}") from None
+    result = np.frombuffer(decoded, dtype=np.uint8)
+    if expected_size is not None and result.nbytes != expected_size:
+        raise ChunkDecodeError(
+            key, f"decoded to {result.nbytes} bytes, the chunk holds {expected_size}"
+        )
+    if out is None:
+        return result
+    if not direct:
+        out[...] = result
+    return out
