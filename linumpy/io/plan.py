@@ -1,0 +1,382 @@
+"""The read plan shared by the CPU and GPU readers.
+
+A read is planned once: which chunk files (or which byte ranges inside shards) cover a region,
+and where each decoded chunk lands in the output. The CPU reader (:mod:`linumpy.io.reader`) and the
+GPU reader (:mod:`linumpy.gpu.zarr_io`) then differ only in how they fetch, decode and scatter.
+
+Layouts planned here: zarr v3 ``bytes`` + ``zstd``; zarr v3 sharding with inner ``bytes`` + ``zstd``
+(the shard index is read and its crc32c checked while planning); zarr v2 with a ``zstd`` compressor
+and no filters. Anything else raises :class:`UnsupportedLayoutError` so that callers fall back to
+zarr itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import google_crc32c
+import numpy as np
+import zarr
+from numcodecs import Zstd
+from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
+from zarr.storage import LocalStore
+
+from linumpy.errors import ChunkDecodeError, LinumpyError
+
+__all__ = [
+    "ChunkRead",
+    "ReadPlan",
+    "UnsupportedLayoutError",
+    "chunk_view",
+    "fill_missing",
+    "parse_region",
+    "plan_read",
+    "scatter_chunk",
+]
+
+Region = tuple[slice, ...]
+_EMPTY_INNER_CHUNK = 2**64 - 1
+_SHARD_INDEX_ENTRY = np.dtype("<u8")
+
+
+class UnsupportedLayoutError(LinumpyError):
+    """The array's store or codec chain is not one the batched readers plan; use zarr instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRead:
+    """One chunk to fetch, decode and scatter.
+
+    Attributes
+    ----------
+    key
+        The chunk's file path (with the inner chunk's coordinates for sharded arrays), used in
+        error messages.
+    path
+        The file holding the compressed bytes.
+    offset
+        Byte offset of the compressed bytes in the file.
+    nbytes
+        Number of compressed bytes, or -1 for the whole file (unsharded chunks, size unknown until
+        read).
+    out_sel
+        Where the chunk's part of the region lands in the output.
+    chunk_sel
+        Which part of the decoded chunk is kept.
+    """
+
+    key: str
+    path: str
+    offset: int
+    nbytes: int
+    out_sel: Region
+    chunk_sel: Region
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """Everything a reader needs to produce ``array[region]``.
+
+    Attributes
+    ----------
+    source
+        The array's location, for messages.
+    shape
+        Shape of the output (the region's shape).
+    dtype
+        Output dtype, equal to the dtype zarr returns.
+    stored_dtype
+        Dtype of the decoded bytes, with their stored byte order.
+    chunk_shape
+        Shape of a decoded chunk (the inner chunk of sharded arrays).
+    order
+        Memory order of decoded chunks (zarr v2 arrays may be ``"F"``).
+    fill_value
+        Value of elements whose chunk is not stored.
+    reads
+        Chunks to fetch; an unsharded chunk whose file is missing reads as ``fill_value``.
+    missing
+        Chunks known at plan time not to be stored (empty entries of shard indexes, missing
+        shards).
+    """
+
+    source: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    stored_dtype: np.dtype
+    chunk_shape: tuple[int, ...]
+    order: Literal["C", "F"]
+    fill_value: np.generic
+    reads: tuple[ChunkRead, ...]
+    missing: tuple[ChunkRead, ...]
+
+    @property
+    def chunk_nbytes(self) -> int:
+        """Size in bytes of one decoded chunk."""
+        return math.prod(self.chunk_shape) * self.stored_dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes of the output."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    root: str
+    grid_shape: tuple[int, ...]  # chunks, or shards when sharded
+    chunk_shape: tuple[int, ...]  # decoded (inner) chunks
+    stored_dtype: np.dtype
+    order: Literal["C", "F"]
+    shard_index_location: Literal["start", "end"] | None  # None: not sharded
+    shard_index_crc32c: bool
+
+
+def parse_region(
+    region: slice | Sequence[slice] | None, shape: Sequence[int], source: str = "array"
+) -> Region:
+    """Check a region against an array's shape and return one slice per dimension.
+
+    Parameters
+    ----------
+    region
+        A slice or a tuple of slices (step 1); missing trailing dimensions are read whole;
+        negative bounds count from the end, as in Python.
+    shape
+        The array's shape.
+    source
+        The array's name for error messages.
+
+    Returns
+    -------
+    tuple of slice
+        Slices with explicit, non-negative ``start <= stop`` bounds.
+
+    Raises
+    ------
+    LinumpyError
+        When the region has too many dimensions, a non-slice entry, a step other than 1, or
+        bounds outside the array.
+
+    Examples
+    --------
+    >>> parse_region((slice(2, None),), (10, 20))
+    (slice(2, 10, None), slice(0, 20, None))
+    """
+    if region is None:
+        region = ()
+    elif isinstance(region, slice):
+        region = (region,)
+    region = tuple(region)
+    if len(region) > len(shape):
+        raise LinumpyError(
+            f"{source}: region {region} has {len(region)} dimensions, the array {len(shape)}"
+        )
+    parsed = []
+    for axis, (sel, size) in enumerate(itertools.zip_longest(region, shape)):
+        sel = slice(None) if sel is None else sel
+        if not isinstance(sel, slice) or sel.step not in (None, 1):
+            raise LinumpyError(
+                f"{source}: region entry {sel!r} on axis {axis} must be a slice with step 1"
+            )
+        start = 0 if sel.start is None else sel.start + (size if sel.start < 0 else 0)
+        stop = size if sel.stop is None else sel.stop + (size if sel.stop < 0 else 0)
+        if not 0 <= start <= stop <= size:
+            raise LinumpyError(
+                f"{source}: region {region} is out of bounds on axis {axis} "
+                f"({sel.start}:{sel.stop} for size {size}; array shape {tuple(shape)})"
+            )
+        parsed.append(slice(start, stop))
+    return tuple(parsed)
+
+
+def _parse_layout(array: zarr.Array) -> _Layout:
+    store = array.store
+    if not isinstance(store, LocalStore):
+        raise UnsupportedLayoutError(f"store {type(store).__name__} is not a local directory")
+    root = os.path.join(str(store.root), array.path)
+    metadata = array.metadata
+    dtype = np.dtype(array.dtype)
+    if metadata.zarr_format == 2:
+        if metadata.filters or not isinstance(metadata.compressor, Zstd):
+            raise UnsupportedLayoutError(
+                f"zarr v2 filters {metadata.filters} / compressor {metadata.compressor} "
+                "are not a plain zstd compressor"
+            )
+        chunks = tuple(array.chunks)
+        return _Layout(root, chunks, chunks, dtype, metadata.order, None, False)
+    codecs = metadata.codecs
+    sharding = None
+    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
+        sharding = codecs[0]
+        codecs = sharding.codecs
+        index_codecs = sharding.index_codecs
+        if not (
+            isinstance(index_codecs[0], BytesCodec)
+            and index_codecs[0].endian in (None, "little")
+            and index_codecs[1:] in ((), (Crc32cCodec(),))
+        ):
+            raise UnsupportedLayoutError(f"shard index codecs {index_codecs} are not bytes+crc32c")
+    if not (
+        len(codecs) == 2 and isinstance(codecs[0], BytesCodec) and isinstance(codecs[1], ZstdCodec)
+    ):
+        raise UnsupportedLayoutError(f"codec chain {codecs} is not bytes+zstd")
+    endian = codecs[0].endian
+    stored = dtype if endian is None else dtype.newbyteorder("<" if endian == "little" else ">")
+    if sharding is None:
+        chunks = tuple(array.chunks)
+        return _Layout(root, chunks, chunks, stored, "C", None, False)
+    return _Layout(
+        root,
+        tuple(array.shards),
+        tuple(sharding.chunk_shape),
+        stored,
+        "C",
+        sharding.index_location.value
+        if hasattr(sharding.index_location, "value")
+        else sharding.index_location,
+        len(sharding.index_codecs) == 2,
+    )
+
+
+def _blocks(region: Region, block: tuple[int, ...]) -> Iterator[tuple[tuple[int, ...], Region]]:
+    """Yield (block coordinates, the block's part of the region in array coordinates)."""
+    ranges = [range(s.start // b, -(-s.stop // b)) for s, b in zip(region, block, strict=True)]
+    for coords in itertools.product(*ranges):
+        yield (
+            coords,
+            tuple(
+                slice(max(s.start, c * b), min(s.stop, (c + 1) * b))
+                for s, c, b in zip(region, coords, block, strict=True)
+            ),
+        )
+
+
+def _selections(part: Region, origin: Sequence[int], region: Region) -> tuple[Region, Region]:
+    """Selections in the output and in the block for ``part``, a piece of a block at ``origin``."""
+    out_sel = tuple(slice(p.start - r.start, p.stop - r.start) for p, r in zip(part, region))
+    block_sel = tuple(slice(p.start - o, p.stop - o) for p, o in zip(part, origin))
+    return out_sel, block_sel
+
+
+def _read_shard_index(path: str, key: str, layout: _Layout, n_chunks: int) -> np.ndarray | None:
+    """Read and check a shard's index: (n_chunks, 2) of (offset, nbytes), or None when absent."""
+    index_nbytes = n_chunks * 16 + (4 if layout.shard_index_crc32c else 0)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size < index_nbytes:
+            raise ChunkDecodeError(key, f"shard of {size} bytes is shorter than its index")
+        offset = 0 if layout.shard_index_location == "start" else size - index_nbytes
+        raw = os.pread(fd, index_nbytes, offset)
+    finally:
+        os.close(fd)
+    if layout.shard_index_crc32c:
+        stored = int.from_bytes(raw[-4:], "little")
+        if google_crc32c.value(raw[:-4]) != stored:
+            raise ChunkDecodeError(key, "shard index crc32c checksum mismatch")
+    index = np.frombuffer(raw, dtype=_SHARD_INDEX_ENTRY, count=n_chunks * 2).reshape(n_chunks, 2)
+    present = index[:, 0] != _EMPTY_INNER_CHUNK
+    if np.any(index[present].sum(axis=1) > size):
+        raise ChunkDecodeError(key, "shard index points past the end of the shard")
+    return index
+
+
+def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) -> ReadPlan:
+    """Plan the batched read of ``array[region]``.
+
+    Parameters
+    ----------
+    array
+        A zarr array on a local store.
+    region
+        The part to read (see :func:`parse_region`); the whole array by default.
+
+    Returns
+    -------
+    ReadPlan
+        The chunks to read and where each lands.
+
+    Raises
+    ------
+    UnsupportedLayoutError
+        When the store or codec chain is not one of the planned layouts.
+    ChunkDecodeError
+        When a shard index is corrupt.
+    LinumpyError
+        When the region is invalid.
+    """
+    layout = _parse_layout(array)
+    source = layout.root
+    region = parse_region(region, array.shape, source)
+    metadata = array.metadata
+    fill = metadata.fill_value
+    dtype = np.dtype(array.dtype)
+    fill_value = np.zeros((), dtype)[()] if fill is None else np.asarray(fill, dtype)[()]
+    reads: list[ChunkRead] = []
+    missing: list[ChunkRead] = []
+    if layout.shard_index_location is None:
+        for coords, part in _blocks(region, layout.grid_shape):
+            origin = [c * b for c, b in zip(coords, layout.grid_shape)]
+            out_sel, chunk_sel = _selections(part, origin, region)
+            path = os.path.join(layout.root, metadata.encode_chunk_key(coords))
+            reads.append(ChunkRead(path, path, 0, -1, out_sel, chunk_sel))
+    else:
+        per_shard = tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape))
+        n_inner = math.prod(per_shard)
+        shards = list(_blocks(region, layout.grid_shape))
+        paths = [os.path.join(layout.root, metadata.encode_chunk_key(c)) for c, _ in shards]
+        with ThreadPoolExecutor(min(16, max(1, len(paths)))) as pool:
+            indexes = list(pool.map(lambda p: _read_shard_index(p, p, layout, n_inner), paths))
+        for (coords, shard_part), path, index in zip(shards, paths, indexes, strict=True):
+            shard_origin = [c * s for c, s in zip(coords, layout.grid_shape)]
+            local = tuple(slice(p.start - o, p.stop - o) for p, o in zip(shard_part, shard_origin))
+            for inner, inner_local in _blocks(local, layout.chunk_shape):
+                part = tuple(
+                    slice(s.start + o, s.stop + o) for s, o in zip(inner_local, shard_origin)
+                )
+                origin = [o + i * c for o, i, c in zip(shard_origin, inner, layout.chunk_shape)]
+                out_sel, chunk_sel = _selections(part, origin, region)
+                key = f"{path} [inner chunk {','.join(map(str, inner))}]"
+                entry = None if index is None else index[np.ravel_multi_index(inner, per_shard)]
+                if entry is None or entry[0] == _EMPTY_INNER_CHUNK:
+                    missing.append(ChunkRead(key, path, 0, 0, out_sel, chunk_sel))
+                else:
+                    reads.append(
+                        ChunkRead(key, path, int(entry[0]), int(entry[1]), out_sel, chunk_sel)
+                    )
+    return ReadPlan(
+        source=source,
+        shape=tuple(s.stop - s.start for s in region),
+        dtype=dtype,
+        stored_dtype=layout.stored_dtype,
+        chunk_shape=layout.chunk_shape,
+        order=layout.order,
+        fill_value=fill_value,
+        reads=tuple(reads),
+        missing=tuple(missing),
+    )
+
+
+def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
+    """View a decoded chunk's bytes (1-D uint8, numpy or cupy) as the chunk's array."""
+    return buffer.view(plan.stored_dtype).reshape(plan.chunk_shape, order=plan.order)
+
+
+def scatter_chunk(out: Any, plan: ReadPlan, read: ChunkRead, buffer: Any) -> None:
+    """Copy the kept part of a decoded chunk into the output (numpy or cupy arrays alike)."""
+    out[read.out_sel] = chunk_view(buffer, plan)[read.chunk_sel]
+
+
+def fill_missing(out: Any, plan: ReadPlan, read: ChunkRead) -> None:
+    """Set the output elements of a chunk that is not stored to the fill value."""
+    out[read.out_sel] = plan.fill_value
