@@ -91,6 +91,16 @@ def _level_factor(shape: tuple[int, ...], level: int) -> tuple[int, ...]:
     return tuple(factors)
 
 
+def _open_node(path: str | os.PathLike[str]) -> zarr.Array | zarr.Group:
+    path = Path(path)
+    if not path.exists():
+        raise LinumpyError(f"{path}: no such file or directory")
+    try:
+        return zarr.open(store=LocalStore(path, read_only=True), mode="r")
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError, ValueError) as exc:
+        raise LinumpyError(f"{path}: not a zarr array or OME-Zarr image ({exc})") from None
+
+
 def open_array(path: str | os.PathLike[str], level: int = 0) -> zarr.Array:
     """Open an OME-Zarr image's multiscale level, or a plain zarr array, read-only.
 
@@ -111,17 +121,15 @@ def open_array(path: str | os.PathLike[str], level: int = 0) -> zarr.Array:
     LinumpyError
         When the path does not exist, is not zarr, or has no such level.
     """
-    path = Path(path)
-    if not path.exists():
-        raise LinumpyError(f"{path}: no such file or directory")
-    try:
-        node = zarr.open(store=LocalStore(path, read_only=True), mode="r")
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError, ValueError) as exc:
-        raise LinumpyError(f"{path}: not a zarr array or OME-Zarr image ({exc})") from None
+    node = _open_node(path)
     if isinstance(node, zarr.Array):
         if level != 0:
             raise LinumpyError(f"{path}: a plain zarr array has only level 0, not level {level}")
         return node
+    return _level_array(node, path, level)
+
+
+def _level_array(node: zarr.Group, path: str | os.PathLike[str], level: int) -> zarr.Array:
     paths = multiscale_dataset_paths(node, path)
     if not 0 <= level < len(paths):
         raise LinumpyError(
@@ -193,8 +201,10 @@ def read_omezarr(
     >>> array.shape, voxel_size
     ((4, 8, 8), (10.0, 2.5, 2.5))
     """
-    array = open_array(path, level)
-    group = zarr.open_group(store=LocalStore(path, read_only=True), mode="r")
+    group = _open_node(path)
+    if isinstance(group, zarr.Array):
+        raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
+    array = _level_array(group, path, level)
     multiscale = _multiscale(group, path)
     scale = _scale(multiscale["datasets"][level].get("coordinateTransformations", []))
     if scale is None:
