@@ -1,0 +1,205 @@
+"""XXH64 (seed 0) of many device buffers at once, as a CuPy RawKernel.
+
+zstd's frame checksum is the low 32 bits of XXH64 of the decompressed content, and nvCOMP neither
+verifies nor writes it. XXH64 consumes its input in 32-byte stripes, one 8-byte word per lane into
+four independent accumulators, each step depending on the previous one: inside one buffer the four
+lanes are the only parallelism. The kernel therefore gives every buffer a group of four threads
+(one per lane, reading 32 contiguous bytes per stripe together) and keeps many loads in flight per
+thread so that long buffers are not held back by memory latency. Lane 0 then merges the four
+accumulators, hashes the tail of fewer than 32 bytes and applies the final avalanche.
+
+cupy is imported inside the functions: importing this module touches no GPU library.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import cupy
+
+__all__ = ["xxh64_batch"]
+
+_THREADS_PER_BLOCK = 128
+_LANES = 4
+
+# Every buffer must start 8-byte aligned: the kernel reads whole 8-byte words.
+_ALIGNMENT = 8
+
+_SOURCE = r"""
+#define XXH_P1 0x9E3779B185EBCA87ULL
+#define XXH_P2 0xC2B2AE3D27D4EB4FULL
+#define XXH_P3 0x165667B19E3779F9ULL
+#define XXH_P4 0x85EBCA77C2B2AE63ULL
+#define XXH_P5 0x27D4EB2F165667C5ULL
+#define XXH_UNROLL 16
+
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u64 xxh_rotl(u64 x, int r) { return (x << r) | (x >> (64 - r)); }
+
+__device__ __forceinline__ u64 xxh_round(u64 acc, u64 input) {
+    acc += input * XXH_P2;
+    acc = xxh_rotl(acc, 31);
+    return acc * XXH_P1;
+}
+
+__device__ __forceinline__ u64 xxh_merge_round(u64 acc, u64 val) {
+    acc ^= xxh_round(0, val);
+    return acc * XXH_P1 + XXH_P4;
+}
+
+extern "C" __global__ void xxh64_batch(const unsigned char* __restrict__ base,
+                                       const long long* __restrict__ offsets,
+                                       const long long* __restrict__ sizes,
+                                       u64* __restrict__ out,
+                                       const int n) {
+    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long item = tid >> 2;
+    const int lane = (int)(tid & 3);
+    const bool active = item < n;
+    // Inactive threads run with an empty buffer so that every thread of the warp reaches the
+    // shuffles below.
+    const long long len = active ? sizes[item] : 0;
+    const unsigned char* p = active ? base + offsets[item] : base;
+    const u64* words = (const u64*)p;
+    const long long stripes = len >> 5;
+
+    u64 acc = lane == 0 ? XXH_P1 + XXH_P2 : lane == 1 ? XXH_P2 : lane == 2 ? 0ULL : 0ULL - XXH_P1;
+    u64 cur[XXH_UNROLL];
+    u64 nxt[XXH_UNROLL];
+#pragma unroll
+    for (int u = 0; u < XXH_UNROLL; ++u) {
+        cur[u] = u < stripes ? __ldg(words + 4LL * u + lane) : 0ULL;
+    }
+    for (long long s = 0; s < stripes; s += XXH_UNROLL) {
+        // Issue the next group's loads before hashing this group: latency hides behind the math.
+#pragma unroll
+        for (int u = 0; u < XXH_UNROLL; ++u) {
+            const long long t = s + XXH_UNROLL + u;
+            nxt[u] = t < stripes ? __ldg(words + 4LL * t + lane) : 0ULL;
+        }
+#pragma unroll
+        for (int u = 0; u < XXH_UNROLL; ++u) {
+            if (s + u < stripes) acc = xxh_round(acc, cur[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < XXH_UNROLL; ++u) cur[u] = nxt[u];
+    }
+
+    const u64 v1 = __shfl_sync(0xffffffffu, acc, 0, 4);
+    const u64 v2 = __shfl_sync(0xffffffffu, acc, 1, 4);
+    const u64 v3 = __shfl_sync(0xffffffffu, acc, 2, 4);
+    const u64 v4 = __shfl_sync(0xffffffffu, acc, 3, 4);
+    if (!active || lane != 0) return;
+
+    u64 h;
+    if (stripes > 0) {
+        h = xxh_rotl(v1, 1) + xxh_rotl(v2, 7) + xxh_rotl(v3, 12) + xxh_rotl(v4, 18);
+        h = xxh_merge_round(h, v1);
+        h = xxh_merge_round(h, v2);
+        h = xxh_merge_round(h, v3);
+        h = xxh_merge_round(h, v4);
+    } else {
+        h = XXH_P5;
+    }
+    h += (u64)len;
+
+    long long pos = stripes << 5;
+    for (; pos + 8 <= len; pos += 8) {
+        h ^= xxh_round(0, *(const u64*)(p + pos));
+        h = xxh_rotl(h, 27) * XXH_P1 + XXH_P4;
+    }
+    if (pos + 4 <= len) {
+        h ^= (u64)(*(const unsigned int*)(p + pos)) * XXH_P1;
+        h = xxh_rotl(h, 23) * XXH_P2 + XXH_P3;
+        pos += 4;
+    }
+    for (; pos < len; ++pos) {
+        h ^= (u64)p[pos] * XXH_P5;
+        h = xxh_rotl(h, 11) * XXH_P1;
+    }
+    h ^= h >> 33;
+    h *= XXH_P2;
+    h ^= h >> 29;
+    h *= XXH_P3;
+    h ^= h >> 32;
+    out[item] = h;
+}
+"""
+
+
+@functools.cache
+def _kernel() -> cupy.RawKernel:
+    import cupy
+
+    return cupy.RawKernel(_SOURCE, "xxh64_batch", options=("--std=c++17",))
+
+
+def xxh64_batch(
+    buffer: cupy.ndarray,
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+    *,
+    stream: cupy.cuda.Stream,
+) -> cupy.ndarray:
+    """Hash ``buffer[offsets[i] : offsets[i] + sizes[i]]`` for every i with XXH64, seed 0.
+
+    The work is queued on ``stream`` and not waited for.
+
+    Parameters
+    ----------
+    buffer
+        A 1-D uint8 device array holding every input.
+    offsets, sizes
+        Where each input starts in ``buffer`` and how many bytes it has. Each input must start at
+        a device address that is a multiple of 8.
+    stream
+        The CuPy stream the kernel runs on; read the result after this stream's work is done.
+
+    Returns
+    -------
+    cupy.ndarray
+        One uint64 hash per input (zstd stores the low 32 bits as a frame's checksum).
+
+    Raises
+    ------
+    ValueError
+        When the lists differ in length, an input lies outside ``buffer`` or is misaligned.
+    """
+    import cupy
+
+    n = len(offsets)
+    if len(sizes) != n:
+        raise ValueError(f"{n} offsets but {len(sizes)} sizes")
+    offsets_host = np.asarray(offsets, dtype=np.int64).reshape(n)
+    sizes_host = np.asarray(sizes, dtype=np.int64).reshape(n)
+    if n and (
+        offsets_host.min() < 0
+        or sizes_host.min() < 0
+        or (offsets_host + sizes_host).max() > buffer.nbytes
+    ):
+        raise ValueError("an input lies outside the buffer")
+    misaligned = np.flatnonzero((buffer.data.ptr + offsets_host) % _ALIGNMENT)
+    if misaligned.size:
+        raise ValueError(
+            f"input {int(misaligned[0])} does not start at a multiple of {_ALIGNMENT} bytes"
+        )
+    with stream:
+        hashes = cupy.empty(n, dtype=np.uint64)
+        if n == 0:
+            return hashes
+        offsets_dev = cupy.asarray(offsets_host)
+        sizes_dev = cupy.asarray(sizes_host)
+        threads = n * _LANES
+        blocks = (threads + _THREADS_PER_BLOCK - 1) // _THREADS_PER_BLOCK
+        _kernel()(
+            (blocks,),
+            (_THREADS_PER_BLOCK,),
+            (buffer, offsets_dev, sizes_dev, hashes, np.int32(n)),
+        )
+    return hashes

@@ -1,0 +1,629 @@
+"""zarr's ``zstd`` codec, decoded and encoded on the GPU with nvCOMP.
+
+:class:`NvcompZstdCodec` is a drop-in implementation of zarr's ``zstd`` codec: it writes the same
+JSON metadata and standard zstd frames, so arrays stay readable by every zarr implementation. Inside
+zarr's codec pipeline it decodes a whole batch of chunks with one batched nvCOMP call, which is
+where zarr's own codec (libzstd on the CPU, one chunk at a time, then a copy to the GPU) is slow.
+It follows the API of zarr-python's unmerged GPU zstd codec (zarr-python PR #2863).
+
+Use it by registering it and routing zarr's ``zstd`` through it while opening arrays::
+
+    import zarr
+    from linumpy.gpu.nvcomp_zstd import gpu_zstd_config, register_nvcomp_zstd
+
+    if register_nvcomp_zstd():
+        with zarr.config.enable_gpu(), zarr.config.set(gpu_zstd_config()):
+            volume = zarr.open_array("volume.zarr")[...]  # a cupy array, decoded by nvCOMP
+
+nvCOMP is not handed anything it could get wrong (see ../shared/GPU-FACTS.md): every chunk is
+first walked on the CPU by :func:`linumpy.io.zstd_frames.inspect_zstd_chunk`. Malformed chunks
+raise :class:`~linumpy.errors.ChunkDecodeError`; valid chunks that nvCOMP cannot decode (several
+frames, skippable frames, no declared content size) are decoded by libzstd on the CPU; stored
+content checksums, which nvCOMP ignores, are verified on the GPU with an XXH64 kernel.
+
+Importing this module imports neither cupy's GPU libraries nor nVCOMP and touches no device; that
+happens on the first decode or encode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+from numcodecs import Zstd
+from zarr.abc.codec import BytesBytesCodec
+from zarr.codecs.zstd import parse_checksum, parse_zstd_level
+from zarr.core.buffer import gpu as gpu_buffer
+from zarr.core.common import parse_named_configuration
+from zarr.core.dtype.common import HasItemSize
+from zarr.registry import fully_qualified_name, register_codec
+
+from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+from linumpy.gpu._xxhash import xxh64_batch
+from linumpy.io.zstd_frames import decode_zstd_cpu, inspect_zstd_chunk
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    import cupy
+    from nvidia import nvcomp
+    from zarr.core.array_spec import ArraySpec
+    from zarr.core.buffer import Buffer, BufferPrototype
+    from zarr.core.common import JSON
+
+__all__ = [
+    "BATCH_SIZE_ENV",
+    "DEFAULT_BATCH_SIZE",
+    "NvcompZstdCodec",
+    "gpu_zstd_config",
+    "register_nvcomp_zstd",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 1024
+"""Chunks per codec call under :func:`gpu_zstd_config` (zarr's own default is 1)."""
+
+BATCH_SIZE_ENV = "LINUMPY_NVCOMP_BATCH_SIZE"
+"""Environment variable that overrides :data:`DEFAULT_BATCH_SIZE`."""
+
+# nvCOMP's required alignment for compressed and decompressed buffers (and a multiple of the
+# 8 bytes the XXH64 kernel needs).
+_ALIGNMENT = 16
+_CHECKSUM_FLAG = 0x04  # Content_Checksum_flag: bit 2 of a zstd frame header descriptor
+_DESCRIPTOR_OFFSET = 4  # the descriptor byte follows the 4-byte magic number
+_CHECKSUM_BYTES = 4
+
+
+@dataclass(frozen=True)
+class NvcompZstdCodec(BytesBytesCodec):
+    """zstd compression on the GPU with nvCOMP, as zarr's ``zstd`` codec.
+
+    Metadata, parameters and the stored bytes are those of :class:`zarr.codecs.ZstdCodec`.
+    ``is_fixed_size`` is False: compressed sizes depend on the data, and True would let zarr
+    accept this codec as a shard-index codec.
+
+    Parameters
+    ----------
+    level
+        The zstd level written to the metadata (at most 22). nvCOMP ignores it when encoding: its
+        frames have about the compression ratio of libzstd at level 3, whatever the level.
+    checksum
+        Whether encoded frames carry zstd's content checksum. Decoding verifies any checksum a
+        frame carries, whatever this flag says.
+    """
+
+    is_fixed_size = False
+
+    level: int = 0
+    checksum: bool = False
+
+    def __init__(self, *, level: int = 0, checksum: bool = False) -> None:
+        object.__setattr__(self, "level", parse_zstd_level(level))
+        object.__setattr__(self, "checksum", parse_checksum(checksum))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, JSON]) -> Self:
+        """Build the codec from zarr's JSON form of the ``zstd`` codec."""
+        _, configuration = parse_named_configuration(data, "zstd")
+        return cls(**configuration)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, JSON]:
+        """The JSON form of zarr's ``zstd`` codec with this level and checksum flag."""
+        return {"name": "zstd", "configuration": {"level": self.level, "checksum": self.checksum}}
+
+    def compute_encoded_size(self, input_byte_length: int, chunk_spec: ArraySpec) -> int:
+        raise NotImplementedError
+
+    async def decode(
+        self, chunks_and_specs: Iterable[tuple[Buffer | None, ArraySpec]]
+    ) -> Iterable[Buffer | None]:
+        """Decode a batch of zstd chunks; ``None`` entries stay ``None``.
+
+        Raises
+        ------
+        ChunkDecodeError
+            For a malformed chunk, a declared size other than the chunk's, or a checksum mismatch.
+            zarr does not tell a codec the chunk's key: the error names the chunk by its place in
+            the batch, its shape and its data type.
+        """
+        items = list(chunks_and_specs)
+        present = [i for i, (chunk, _) in enumerate(items) if chunk is not None]
+        results: list[Buffer | None] = [None] * len(items)
+        if present:
+            keys = [_chunk_key(i, len(items), items[i][1]) for i in present]
+            decoded = await _decode_batch(
+                [items[i][0] for i in present],  # type: ignore[misc]
+                [items[i][1] for i in present],
+                keys,
+            )
+            for i, buffer in zip(present, decoded, strict=True):
+                results[i] = buffer
+        return results
+
+    async def encode(
+        self, chunks_and_specs: Iterable[tuple[Buffer | None, ArraySpec]]
+    ) -> Iterable[Buffer | None]:
+        """Encode a batch of chunks into standard zstd frames; ``None`` entries stay ``None``."""
+        items = list(chunks_and_specs)
+        present = [i for i, (chunk, _) in enumerate(items) if chunk is not None]
+        results: list[Buffer | None] = [None] * len(items)
+        if present:
+            keys = [_chunk_key(i, len(items), items[i][1]) for i in present]
+            encoded = await _encode_batch(
+                [items[i][0] for i in present],  # type: ignore[misc]
+                [items[i][1] for i in present],
+                keys,
+                level=self.level,
+                checksum=self.checksum,
+            )
+            for i, buffer in zip(present, encoded, strict=True):
+                results[i] = buffer
+        return results
+
+    async def _decode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
+        (decoded,) = await self.decode([(chunk_bytes, chunk_spec)])
+        return cast("Buffer", decoded)
+
+    async def _encode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer | None:
+        (encoded,) = await self.encode([(chunk_bytes, chunk_spec)])
+        return encoded
+
+
+def register_nvcomp_zstd() -> bool:
+    """Register :class:`NvcompZstdCodec` with zarr as an implementation of ``zstd``.
+
+    Registration alone changes nothing: zarr uses the class only where its config names it (see
+    :func:`gpu_zstd_config`). Calling this again is harmless.
+
+    Returns
+    -------
+    bool
+        True when registered; False, without raising, when cupy, nvCOMP (``nvidia.nvcomp``) or a
+        CUDA device is missing (the reason is logged at debug level).
+    """
+    reason = _unavailable_reason()
+    if reason is not None:
+        logger.debug("nvCOMP zstd codec not registered: %s", reason)
+        return False
+    register_codec("zstd", NvcompZstdCodec)
+    return True
+
+
+def gpu_zstd_config(*, batch_size: int | None = None) -> dict[str, str | int]:
+    """The zarr config overrides that route the ``zstd`` codec through nvCOMP.
+
+    Apply them with ``zarr.config.set(gpu_zstd_config())`` (dotted keys: a nested
+    ``{"codecs": {...}}`` would replace zarr's whole codec table) after
+    :func:`register_nvcomp_zstd` returned True, and open arrays inside that context: zarr fixes an
+    array's codecs when it opens it. Add ``zarr.config.enable_gpu()`` to get cupy arrays.
+
+    Parameters
+    ----------
+    batch_size
+        Chunks handed to one codec call (one nvCOMP batch). Default: the environment variable
+        ``LINUMPY_NVCOMP_BATCH_SIZE``, else :data:`DEFAULT_BATCH_SIZE`.
+
+    Returns
+    -------
+    dict
+        ``{"codecs.zstd": ..., "codec_pipeline.batch_size": ...}``.
+
+    Raises
+    ------
+    ValueError
+        When the batch size is not a positive integer.
+    """
+    if batch_size is None:
+        batch_size = int(os.environ.get(BATCH_SIZE_ENV, DEFAULT_BATCH_SIZE))
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return {
+        "codecs.zstd": fully_qualified_name(NvcompZstdCodec),
+        "codec_pipeline.batch_size": batch_size,
+    }
+
+
+def _unavailable_reason() -> str | None:
+    """Why the codec cannot run here (cupy, nvCOMP or a CUDA device missing), or None."""
+    try:
+        import cupy
+    except ImportError as exc:
+        return f"cupy is not installed ({exc})"
+    try:
+        import nvidia.nvcomp  # noqa: F401
+    except ImportError as exc:
+        return f"nvidia-nvcomp is not installed ({exc})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except Exception as exc:  # cupy raises several CUDA error types when no driver is present
+        return f"no usable CUDA device ({exc})"
+    return None
+
+
+# --- helpers shared by decode and encode ------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _GpuContext:
+    """What one thread uses on one device: a CuPy stream and the nvCOMP codec bound to it."""
+
+    device_id: int
+    stream: cupy.cuda.Stream
+    codec: nvcomp.Codec
+    max_compressed_sizes: dict[int, int] = field(default_factory=dict)
+
+
+_thread_state = threading.local()
+
+
+def _gpu_context() -> _GpuContext:
+    """The calling thread's stream and nvCOMP codec on its current CuPy device (made once)."""
+    try:
+        import cupy
+        from nvidia import nvcomp
+    except ImportError as exc:
+        raise GPUUnavailableError(f"the nvCOMP zstd codec needs cupy and nvCOMP: {exc}") from exc
+    device_id = cupy.cuda.runtime.getDevice()
+    contexts: dict[int, _GpuContext] = _thread_state.__dict__.setdefault("contexts", {})
+    context = contexts.get(device_id)
+    if context is None:
+        with cupy.cuda.Device(device_id):
+            # A blocking stream: it waits for work on the legacy default stream, where zarr and
+            # cupy copy chunk bytes to the device before this codec sees them.
+            stream = cupy.cuda.Stream(non_blocking=False)
+            codec = nvcomp.Codec(
+                algorithm="Zstd",
+                bitstream_kind=nvcomp.BitstreamKind.RAW,
+                device_id=device_id,
+                cuda_stream=stream.ptr,
+            )
+        context = contexts[device_id] = _GpuContext(device_id, stream, codec)
+    return context
+
+
+async def _stream_done(stream: cupy.cuda.Stream) -> None:
+    """Wait, off the event loop, for the work queued so far on ``stream``."""
+    event = stream.record()
+    await asyncio.to_thread(event.synchronize)
+
+
+def _synchronize_on_error(stream: cupy.cuda.Stream) -> None:
+    """Let queued copies finish before their buffers go back to the memory pools."""
+    try:
+        stream.synchronize()
+    except Exception:  # the original error is the one to report
+        logger.exception("synchronizing the nvCOMP stream after an error failed")
+
+
+def _chunk_key(index: int, count: int, spec: ArraySpec) -> str:
+    dtype = spec.dtype.to_native_dtype()
+    return f"batch item {index} of {count} (chunk shape {spec.shape}, dtype {dtype})"
+
+
+def _expected_nbytes(spec: ArraySpec) -> int | None:
+    """The decoded size of a chunk of a fixed-size data type, or None (e.g. variable strings)."""
+    if not isinstance(spec.dtype, HasItemSize):
+        return None
+    return math.prod(spec.shape) * spec.dtype.item_size
+
+
+def _layout(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Aligned offsets of buffers of ``sizes`` packed one after another, and their total."""
+    offsets = []
+    position = 0
+    for size in sizes:
+        offsets.append(position)
+        position += -(-size // _ALIGNMENT) * _ALIGNMENT
+    return offsets, position
+
+
+def _is_on_device(array: Any) -> bool:
+    return hasattr(array, "__cuda_array_interface__")
+
+
+def _is_gpu_prototype(prototype: BufferPrototype) -> bool:
+    return issubclass(prototype.buffer, gpu_buffer.Buffer)
+
+
+def _pinned_empty(nbytes: int) -> np.ndarray:
+    """An uninitialised 1-D uint8 array in page-locked host memory (CuPy's pinned pool)."""
+    import cupy
+
+    memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
+    return np.frombuffer(memory, dtype=np.uint8, count=nbytes)
+
+
+def _memcpy_async(dst: int, src: int, nbytes: int, stream: cupy.cuda.Stream) -> None:
+    """Queue a copy between any two addresses (unified addressing picks the direction)."""
+    import cupy
+
+    if nbytes:
+        cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, cupy.cuda.runtime.memcpyDefault, stream.ptr)
+
+
+def _device_pointer(array: Any) -> int:
+    import cupy
+
+    return int(cupy.asarray(array).data.ptr)
+
+
+def _wrap(prototype: BufferPrototype, array: Any) -> Buffer:
+    """A 1-D uint8 array (host or device) as a buffer of ``prototype``, moved if it must be."""
+    import cupy
+
+    if _is_gpu_prototype(prototype):
+        return prototype.buffer.from_array_like(cupy.asarray(array))
+    if _is_on_device(array):
+        array = cupy.asnumpy(array)
+    return prototype.buffer.from_array_like(array)
+
+
+def _gather_host_copies(
+    arrays: Sequence[Any], offsets: Sequence[int], total: int, stream: cupy.cuda.Stream
+) -> tuple[np.ndarray, bool]:
+    """Copy every chunk into one pinned host buffer at ``offsets``.
+
+    Host chunks are copied at once; device chunks are queued on ``stream``. Returns the buffer and
+    whether device copies are pending.
+    """
+    staging = _pinned_empty(total)
+    pending = False
+    for array, offset in zip(arrays, offsets, strict=True):
+        if _is_on_device(array):
+            _memcpy_async(
+                staging.ctypes.data + offset, _device_pointer(array), array.nbytes, stream
+            )
+            pending = True
+        else:
+            staging[offset : offset + array.nbytes] = np.asarray(array).view(np.uint8)
+    return staging, pending
+
+
+def _set_checksum(frame: np.ndarray, checksum: int) -> None:
+    """Make the single zstd frame ``frame[:-4]`` carry ``checksum`` in its last four bytes.
+
+    ``frame`` is a 1-D uint8 array: a frame without a checksum followed by four spare bytes. The
+    frame header descriptor gains the Content_Checksum_flag and the checksum (the low 32 bits of
+    XXH64 of the content) is stored little-endian after the last block (RFC 8878, section 3.1.1).
+    """
+    frame[_DESCRIPTOR_OFFSET] |= _CHECKSUM_FLAG
+    frame[-_CHECKSUM_BYTES:] = np.frombuffer(
+        (checksum & 0xFFFFFFFF).to_bytes(_CHECKSUM_BYTES, "little"), dtype=np.uint8
+    )
+
+
+# --- decode -----------------------------------------------------------------------------------
+
+
+async def _decode_batch(
+    chunks: Sequence[Buffer], specs: Sequence[ArraySpec], keys: Sequence[str]
+) -> list[Buffer]:
+    import cupy
+    from nvidia import nvcomp
+
+    context = _gpu_context()
+    stream = context.stream
+    arrays = [chunk.as_array_like() for chunk in chunks]
+    sizes = [int(array.nbytes) for array in arrays]
+    in_offsets, in_total = _layout(sizes)
+    staging, pending = _gather_host_copies(arrays, in_offsets, in_total, stream)
+    try:
+        if pending:
+            await _stream_done(stream)
+        # Validate everything before nvCOMP sees anything.
+        infos = [
+            inspect_zstd_chunk(
+                staging[offset : offset + size], key=key, expected_size=_expected_nbytes(spec)
+            )
+            for offset, size, key, spec in zip(in_offsets, sizes, keys, specs, strict=True)
+        ]
+    except BaseException:
+        _synchronize_on_error(stream)
+        raise
+
+    on_gpu = [i for i, info in enumerate(infos) if info.gpu_decodable and info.content_size]
+    on_cpu = sorted(set(range(len(chunks))) - set(on_gpu))
+    out_sizes = [infos[i].content_size or 0 for i in on_gpu]
+    out_offsets, out_total = _layout(out_sizes)
+    checked = [k for k, i in enumerate(on_gpu) if infos[i].checksum is not None]
+    to_device = [_is_gpu_prototype(specs[i].prototype) for i in on_gpu]
+    try:
+        with stream:
+            device_in = cupy.empty(max(in_total, 1), dtype=np.uint8)
+            device_out = cupy.empty(max(out_total, 1), dtype=np.uint8)
+            if on_gpu:
+                _memcpy_async(device_in.data.ptr, staging.ctypes.data, in_total, stream)
+                sources = nvcomp.as_arrays(
+                    device_in,
+                    [in_offsets[i] for i in on_gpu],
+                    [sizes[i] for i in on_gpu],
+                    stream.ptr,
+                )
+                targets = nvcomp.as_arrays(device_out, out_offsets, out_sizes, stream.ptr)
+                context.codec.decode(sources, out=targets)
+            hashes = _pinned_empty(8 * len(checked)).view(np.uint64)
+            if checked:
+                device_hashes = xxh64_batch(
+                    device_out,
+                    [out_offsets[k] for k in checked],
+                    [out_sizes[k] for k in checked],
+                    stream=stream,
+                )
+                _memcpy_async(hashes.ctypes.data, device_hashes.data.ptr, hashes.nbytes, stream)
+            host_out = None
+            if not all(to_device):
+                host_out = _pinned_empty(out_total)
+                _memcpy_async(host_out.ctypes.data, device_out.data.ptr, out_total, stream)
+        # libzstd decodes the unusual chunks while the GPU works.
+        cpu_decoded = await asyncio.gather(
+            *(
+                asyncio.to_thread(
+                    decode_zstd_cpu,
+                    staging[in_offsets[i] : in_offsets[i] + sizes[i]],
+                    key=keys[i],
+                    expected_size=_expected_nbytes(specs[i]),
+                )
+                for i in on_cpu
+            )
+        )
+        await _stream_done(stream)
+    except BaseException:
+        _synchronize_on_error(stream)
+        raise
+
+    for k, digest in zip(checked, hashes, strict=True):
+        stored = infos[on_gpu[k]].checksum
+        if (int(digest) & 0xFFFFFFFF) != stored:
+            raise ChunkDecodeError(
+                keys[on_gpu[k]],
+                f"content checksum mismatch: the frame stores 0x{stored:08X}, the decoded bytes "
+                f"hash to 0x{int(digest) & 0xFFFFFFFF:08X}",
+            )
+    if on_cpu:
+        logger.debug("decoded %d chunks with nvCOMP, %d on the CPU", len(on_gpu), len(on_cpu))
+    else:
+        logger.debug("decoded %d chunks with nvCOMP", len(on_gpu))
+
+    results: list[Buffer | None] = [None] * len(chunks)
+    for k, i in enumerate(on_gpu):
+        region = slice(out_offsets[k], out_offsets[k] + out_sizes[k])
+        prototype = specs[i].prototype
+        if to_device[k]:
+            results[i] = prototype.buffer.from_array_like(device_out[region])
+        else:
+            results[i] = prototype.buffer.from_array_like(host_out[region])  # type: ignore[index]
+    for i, decoded in zip(on_cpu, cpu_decoded, strict=True):
+        results[i] = _wrap(specs[i].prototype, decoded)
+    return results  # type: ignore[return-value]
+
+
+# --- encode -----------------------------------------------------------------------------------
+
+
+def _max_compressed_size(context: _GpuContext, array: cupy.ndarray) -> int:
+    from nvidia import nvcomp
+
+    size = int(array.nbytes)
+    known = context.max_compressed_sizes.get(size)
+    if known is None:
+        known = int(context.codec.get_max_comp_buffer_size(nvcomp.as_array(array)))
+        context.max_compressed_sizes[size] = known
+    return known
+
+
+async def _encode_batch(
+    chunks: Sequence[Buffer],
+    specs: Sequence[ArraySpec],
+    keys: Sequence[str],
+    *,
+    level: int,
+    checksum: bool,
+) -> list[Buffer]:
+    import cupy
+    from nvidia import nvcomp
+
+    context = _gpu_context()
+    stream = context.stream
+    arrays = [chunk.as_array_like() for chunk in chunks]
+    sizes = [int(array.nbytes) for array in arrays]
+    # nvCOMP refuses empty inputs; libzstd encodes those.
+    on_gpu = [i for i, size in enumerate(sizes) if size > 0]
+    gpu_sizes = [sizes[i] for i in on_gpu]
+    in_offsets, in_total = _layout(gpu_sizes)
+    try:
+        with stream:
+            device_in = cupy.empty(max(in_total, 1), dtype=np.uint8)
+            host_chunks = [k for k, i in enumerate(on_gpu) if not _is_on_device(arrays[i])]
+            if host_chunks:
+                staging = _pinned_empty(in_total)
+                for k in host_chunks:
+                    staging[in_offsets[k] : in_offsets[k] + gpu_sizes[k]] = np.asarray(
+                        arrays[on_gpu[k]]
+                    ).view(np.uint8)
+                _memcpy_async(device_in.data.ptr, staging.ctypes.data, in_total, stream)
+            for k, i in enumerate(on_gpu):
+                if _is_on_device(arrays[i]):
+                    _memcpy_async(
+                        device_in.data.ptr + in_offsets[k],
+                        _device_pointer(arrays[i]),
+                        gpu_sizes[k],
+                        stream,
+                    )
+            inputs = [device_in[o : o + n] for o, n in zip(in_offsets, gpu_sizes, strict=True)]
+            capacities = [_max_compressed_size(context, array) for array in inputs]
+            out_offsets, out_total = _layout(capacities)
+            device_out = cupy.empty(max(out_total, 1), dtype=np.uint8)
+            hashes = _pinned_empty(8 * len(on_gpu)).view(np.uint64)
+            if on_gpu:
+                sources = nvcomp.as_arrays(device_in, in_offsets, gpu_sizes, stream.ptr)
+                targets = nvcomp.as_arrays(device_out, out_offsets, capacities, stream.ptr)
+                compressed = context.codec.encode(sources, out=targets)
+                if checksum:
+                    device_hashes = xxh64_batch(device_in, in_offsets, gpu_sizes, stream=stream)
+                    _memcpy_async(hashes.ctypes.data, device_hashes.data.ptr, hashes.nbytes, stream)
+        await _stream_done(stream)
+        frame_sizes = [int(n) for n in compressed.buffer_sizes] if on_gpu else []
+        for k, (frame_size, capacity) in enumerate(zip(frame_sizes, capacities, strict=True)):
+            if not 0 < frame_size <= capacity:
+                raise RuntimeError(
+                    f"nvCOMP reported {frame_size} compressed bytes for {keys[on_gpu[k]]}, "
+                    f"capacity {capacity}"
+                )
+        # Frames back to the host, packed, with room for a checksum.
+        extra = _CHECKSUM_BYTES if checksum else 0
+        packed_offsets, packed_total = _layout([n + extra for n in frame_sizes])
+        packed = _pinned_empty(packed_total)
+        with stream:
+            for k, frame_size in enumerate(frame_sizes):
+                _memcpy_async(
+                    packed.ctypes.data + packed_offsets[k],
+                    device_out.data.ptr + out_offsets[k],
+                    frame_size,
+                    stream,
+                )
+        await _stream_done(stream)
+    except BaseException:
+        _synchronize_on_error(stream)
+        raise
+
+    frames: list[np.ndarray | None] = [None] * len(chunks)
+    for k, i in enumerate(on_gpu):
+        frame = packed[packed_offsets[k] : packed_offsets[k] + frame_sizes[k] + extra]
+        # Never store what the decoders would reject: check nvCOMP's frame like a stored chunk.
+        info = inspect_zstd_chunk(frame[: frame_sizes[k]], key=keys[i], expected_size=sizes[i])
+        if not info.gpu_decodable:
+            raise ChunkDecodeError(keys[i], f"nvCOMP wrote an unexpected frame layout: {info}")
+        if checksum:
+            if info.checksum is not None:
+                raise ChunkDecodeError(keys[i], "nvCOMP wrote a checksum of its own")
+            _set_checksum(frame, int(hashes[k]))
+        frames[i] = frame
+    cpu_codec = Zstd(level=level, checksum=checksum)
+    for i, size in enumerate(sizes):
+        if size == 0:
+            frames[i] = np.frombuffer(cpu_codec.encode(b""), dtype=np.uint8)
+
+    device_packed = None
+    if any(_is_gpu_prototype(specs[i].prototype) for i in on_gpu):
+        # One upload of every frame rather than one per chunk.
+        with stream:
+            device_packed = cupy.empty(max(packed_total, 1), dtype=np.uint8)
+            _memcpy_async(device_packed.data.ptr, packed.ctypes.data, packed_total, stream)
+        await _stream_done(stream)
+    results: list[Buffer] = []
+    for i, (spec, frame) in enumerate(zip(specs, frames, strict=True)):
+        if device_packed is not None and sizes[i] > 0 and _is_gpu_prototype(spec.prototype):
+            k = on_gpu.index(i)
+            start = packed_offsets[k]
+            frame = device_packed[start : start + frame_sizes[k] + extra]
+        results.append(_wrap(spec.prototype, frame))
+    return results
