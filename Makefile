@@ -5,8 +5,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= demo_output
-# The GPU extra is added when an NVIDIA driver is present; override e.g. EXTRAS=test,gpu-cu12.
-EXTRAS ?= test$(shell command -v nvidia-smi >/dev/null 2>&1 && echo ,gpu-cu13)
+# The GPU extra is added when an NVIDIA driver is present; override e.g. EXTRAS=test,docs,gpu-cu12.
+EXTRAS ?= test,docs$(shell command -v nvidia-smi >/dev/null 2>&1 && echo ,gpu-cu13)
 
 .PHONY: help venv demo test lint docs clean
 
@@ -42,7 +42,6 @@ test: lint
 	$(VENV)/bin/python -m pytest -q
 
 docs: venv
-	$(PY) -m pip install -q -e ".[$(EXTRAS),docs]"
 	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 clean:
