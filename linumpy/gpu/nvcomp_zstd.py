@@ -21,8 +21,9 @@ raise :class:`~linumpy.errors.ChunkDecodeError`; valid chunks that nvCOMP cannot
 frames, skippable frames, no declared content size) are decoded by libzstd on the CPU; stored
 content checksums, which nvCOMP ignores, are verified on the GPU with an XXH64 kernel.
 
-Importing this module imports neither cupy's GPU libraries nor nVCOMP and touches no device; that
-happens on the first decode or encode.
+Importing this module imports neither nvCOMP nor kvikio and touches no device (zarr itself imports
+cupy when it is installed, which creates no CUDA context); that happens on the first decode or
+encode.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ _ALIGNMENT = 16
 _CHECKSUM_FLAG = 0x04  # Content_Checksum_flag: bit 2 of a zstd frame header descriptor
 _DESCRIPTOR_OFFSET = 4  # the descriptor byte follows the 4-byte magic number
 _CHECKSUM_BYTES = 4
+# nvCOMP's zstd.h: the compressor takes chunks up to 16 MB, the decompressor up to 2 GiB - 1.
+_MAX_GPU_ENCODE_BYTES = 1 << 24
+_MAX_GPU_DECODE_BYTES = (1 << 31) - 1
 
 
 @dataclass(frozen=True)
@@ -266,19 +270,27 @@ _thread_state = threading.local()
 
 
 def _gpu_context() -> _GpuContext:
-    """The calling thread's stream and nvCOMP codec on its current CuPy device (made once)."""
-    try:
-        import cupy
-        from nvidia import nvcomp
-    except ImportError as exc:
-        raise GPUUnavailableError(f"the nvCOMP zstd codec needs cupy and nvCOMP: {exc}") from exc
+    """The calling thread's stream and nvCOMP codec on its current CuPy device (made once).
+
+    Raises
+    ------
+    GPUUnavailableError
+        When cupy, nvCOMP or a CUDA device is missing.
+    """
+    reason = None if getattr(_thread_state, "contexts", None) else _unavailable_reason()
+    if reason is not None:
+        raise GPUUnavailableError(f"the nvCOMP zstd codec cannot run here: {reason}")
+    import cupy
+    from nvidia import nvcomp
+
     device_id = cupy.cuda.runtime.getDevice()
     contexts: dict[int, _GpuContext] = _thread_state.__dict__.setdefault("contexts", {})
     context = contexts.get(device_id)
     if context is None:
         with cupy.cuda.Device(device_id):
-            # A blocking stream: it waits for work on the legacy default stream, where zarr and
-            # cupy copy chunk bytes to the device before this codec sees them.
+            # A blocking stream waits for earlier work on the legacy default stream, where zarr
+            # and cupy copy chunk bytes to the device and scatter decoded chunks; that also keeps
+            # memory freed after such work from being reused here too early.
             stream = cupy.cuda.Stream(non_blocking=False)
             codec = nvcomp.Codec(
                 algorithm="Zstd",
@@ -407,11 +419,11 @@ def _set_checksum(frame: np.ndarray, checksum: int) -> None:
 async def _decode_batch(
     chunks: Sequence[Buffer], specs: Sequence[ArraySpec], keys: Sequence[str]
 ) -> list[Buffer]:
+    context = _gpu_context()
+    stream = context.stream
     import cupy
     from nvidia import nvcomp
 
-    context = _gpu_context()
-    stream = context.stream
     arrays = [chunk.as_array_like() for chunk in chunks]
     sizes = [int(array.nbytes) for array in arrays]
     in_offsets, in_total = _layout(sizes)
@@ -430,7 +442,13 @@ async def _decode_batch(
         _synchronize_on_error(stream)
         raise
 
-    on_gpu = [i for i, info in enumerate(infos) if info.gpu_decodable and info.content_size]
+    on_gpu = [
+        i
+        for i, info in enumerate(infos)
+        if info.gpu_decodable
+        and 0 < (info.content_size or 0) <= _MAX_GPU_DECODE_BYTES
+        and sizes[i] <= _MAX_GPU_DECODE_BYTES
+    ]
     on_cpu = sorted(set(range(len(chunks))) - set(on_gpu))
     out_sizes = [infos[i].content_size or 0 for i in on_gpu]
     out_offsets, out_total = _layout(out_sizes)
@@ -528,15 +546,16 @@ async def _encode_batch(
     level: int,
     checksum: bool,
 ) -> list[Buffer]:
+    context = _gpu_context()
+    stream = context.stream
     import cupy
     from nvidia import nvcomp
 
-    context = _gpu_context()
-    stream = context.stream
     arrays = [chunk.as_array_like() for chunk in chunks]
     sizes = [int(array.nbytes) for array in arrays]
-    # nvCOMP refuses empty inputs; libzstd encodes those.
-    on_gpu = [i for i, size in enumerate(sizes) if size > 0]
+    # nvCOMP refuses empty inputs and takes at most 16 MB: libzstd encodes those.
+    on_gpu = [i for i, size in enumerate(sizes) if 0 < size <= _MAX_GPU_ENCODE_BYTES]
+    on_cpu = sorted(set(range(len(chunks))) - set(on_gpu))
     gpu_sizes = [sizes[i] for i in on_gpu]
     in_offsets, in_total = _layout(gpu_sizes)
     try:
@@ -600,17 +619,16 @@ async def _encode_batch(
         frame = packed[packed_offsets[k] : packed_offsets[k] + frame_sizes[k] + extra]
         # Never store what the decoders would reject: check nvCOMP's frame like a stored chunk.
         info = inspect_zstd_chunk(frame[: frame_sizes[k]], key=keys[i], expected_size=sizes[i])
-        if not info.gpu_decodable:
+        if info.n_frames != 1 or info.n_skippable or info.checksum is not None:
             raise ChunkDecodeError(keys[i], f"nvCOMP wrote an unexpected frame layout: {info}")
         if checksum:
-            if info.checksum is not None:
-                raise ChunkDecodeError(keys[i], "nvCOMP wrote a checksum of its own")
             _set_checksum(frame, int(hashes[k]))
         frames[i] = frame
     cpu_codec = Zstd(level=level, checksum=checksum)
-    for i, size in enumerate(sizes):
-        if size == 0:
-            frames[i] = np.frombuffer(cpu_codec.encode(b""), dtype=np.uint8)
+    for i in on_cpu:
+        host = cupy.asnumpy(arrays[i]) if _is_on_device(arrays[i]) else np.asarray(arrays[i])
+        encoded = await asyncio.to_thread(cpu_codec.encode, host)
+        frames[i] = np.frombuffer(encoded, dtype=np.uint8)
 
     device_packed = None
     if any(_is_gpu_prototype(specs[i].prototype) for i in on_gpu):
@@ -619,11 +637,8 @@ async def _encode_batch(
             device_packed = cupy.empty(max(packed_total, 1), dtype=np.uint8)
             _memcpy_async(device_packed.data.ptr, packed.ctypes.data, packed_total, stream)
         await _stream_done(stream)
-    results: list[Buffer] = []
-    for i, (spec, frame) in enumerate(zip(specs, frames, strict=True)):
-        if device_packed is not None and sizes[i] > 0 and _is_gpu_prototype(spec.prototype):
-            k = on_gpu.index(i)
+    for k, i in enumerate(on_gpu):
+        if device_packed is not None and _is_gpu_prototype(specs[i].prototype):
             start = packed_offsets[k]
-            frame = device_packed[start : start + frame_sizes[k] + extra]
-        results.append(_wrap(spec.prototype, frame))
-    return results
+            frames[i] = device_packed[start : start + frame_sizes[k] + extra]
+    return [_wrap(spec.prototype, frame) for spec, frame in zip(specs, frames, strict=True)]

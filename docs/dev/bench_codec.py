@@ -1,0 +1,143 @@
+"""Benchmark NvcompZstdCodec against zarr's own GPU read path on a 1 GiB OCT-like volume.
+
+A 512 x 1024 x 1024 uint16 volume (speckle under depth attenuation below a wavy surface, noisy
+background above it; about half of it background) is written with zarr's CPU zstd codec (level 3)
+in 128^3 and in 64^3 chunks, then read whole onto the GPU:
+
+- ``enable_gpu``: ``zarr.config.enable_gpu()`` alone (libzstd decode, then a copy per chunk);
+- ``nvcomp``: ``enable_gpu()`` plus ``gpu_zstd_config()`` (this codec, one nvCOMP batch).
+
+Each figure is the median of 3 timed reads after one warm-up read (page cache warm), in GB/s of
+decompressed volume (10^9 bytes). Also timed: writing the volume from the GPU with the codec.
+Needs cupy, nvCOMP and a CUDA device. Run: ``python3 docs/dev/bench_codec.py [--out FILE.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import cupy
+import numpy as np
+import zarr
+from zarr.codecs import ZstdCodec
+
+from linumpy.gpu.nvcomp_zstd import NvcompZstdCodec, gpu_zstd_config, register_nvcomp_zstd
+
+SHAPE = (512, 1024, 1024)
+RUNS = 3
+
+
+def oct_volume(shape: tuple[int, int, int] = SHAPE, seed: int = 0) -> cupy.ndarray:
+    """Generate the volume on the GPU: speckle x attenuation below a surface, noise above it."""
+    rng = cupy.random.default_rng(seed)
+    nz, ny, nx = shape
+    y = cupy.arange(ny, dtype=cupy.float32)[:, None]
+    x = cupy.arange(nx, dtype=cupy.float32)[None, :]
+    surface = nz / 2 + 40 * cupy.sin(y / 97) * cupy.cos(x / 131)  # about half is background
+    z = cupy.arange(nz, dtype=cupy.float32)[:, None, None]
+    depth = z - surface[None]
+    attenuation = cupy.exp(-cupy.maximum(depth, 0) / 120)
+    speckle = rng.standard_exponential(shape, dtype=cupy.float32)
+    background = 100 + 8 * rng.standard_normal(shape, dtype=cupy.float32)
+    tissue = 3000 * attenuation * speckle
+    volume = cupy.where(depth >= 0, background + tissue, background)
+    return cupy.clip(volume, 0, 65535).astype(cupy.uint16)
+
+
+def timed(read: Callable[[], cupy.ndarray]) -> tuple[float, cupy.ndarray]:
+    cupy.cuda.runtime.deviceSynchronize()
+    start = time.perf_counter()
+    result = read()
+    cupy.cuda.runtime.deviceSynchronize()
+    return time.perf_counter() - start, result
+
+
+def median_rate(read: Callable[[], cupy.ndarray], nbytes: int) -> tuple[float, cupy.ndarray]:
+    timed(read)  # warm-up
+    times = []
+    for _ in range(RUNS):
+        seconds, result = timed(read)
+        times.append(seconds)
+    return nbytes / 1e9 / statistics.median(times), result
+
+
+def read_whole(path: Path, *, codec: bool) -> Callable[[], cupy.ndarray]:
+    def read() -> cupy.ndarray:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(zarr.config.enable_gpu())
+            if codec:
+                stack.enter_context(zarr.config.set(gpu_zstd_config()))
+            return zarr.open_array(path, mode="r")[...]
+
+    return read
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="also write the figures to this JSON file")
+    args = parser.parse_args()
+    if not register_nvcomp_zstd():
+        raise SystemExit("needs cupy, nvCOMP and a CUDA device")
+
+    volume = oct_volume()
+    host = cupy.asnumpy(volume)
+    nbytes = host.nbytes
+    results: dict[str, object] = {"shape": SHAPE, "dtype": "uint16", "runs": RUNS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for chunk in (128, 64):
+            path = Path(tmp) / f"c{chunk}.zarr"
+            arr = zarr.create_array(
+                path,
+                shape=SHAPE,
+                chunks=(chunk,) * 3,
+                dtype=np.uint16,
+                compressors=ZstdCodec(level=3),
+                fill_value=0,
+            )
+            arr[...] = host
+            stored = sum(p.stat().st_size for p in (path / "c").rglob("*") if p.is_file())
+            baseline, _ = median_rate(read_whole(path, codec=False), nbytes)
+            ours, result = median_rate(read_whole(path, codec=True), nbytes)
+            if not bool(cupy.array_equal(result, volume)):
+                raise SystemExit(f"{chunk}^3: the nvCOMP read differs from the volume")
+            results[f"{chunk}^3"] = {
+                "ratio": round(nbytes / stored, 3),
+                "enable_gpu_GBps": round(baseline, 2),
+                "nvcomp_GBps": round(ours, 2),
+                "speedup": round(ours / baseline, 2),
+            }
+            print(f"{chunk}^3 chunks: {results[f'{chunk}^3']}", flush=True)
+
+        def write_gpu() -> cupy.ndarray:
+            with zarr.config.enable_gpu(), zarr.config.set(gpu_zstd_config()):
+                out = zarr.create_array(
+                    Path(tmp) / "gpu_write.zarr",
+                    shape=SHAPE,
+                    chunks=(128,) * 3,
+                    dtype=np.uint16,
+                    compressors=NvcompZstdCodec(level=3),
+                    fill_value=0,
+                    overwrite=True,
+                )
+                out[...] = volume
+            return volume
+
+        write_rate, _ = median_rate(write_gpu, nbytes)
+        check = zarr.open_array(Path(tmp) / "gpu_write.zarr", mode="r")[...]
+        if not np.array_equal(check, host):
+            raise SystemExit("the GPU-written array reads back wrong on the CPU")
+        results["gpu_write_128^3_GBps"] = round(write_rate, 2)
+        print(f"GPU write, 128^3 chunks, checksum off: {write_rate:.2f} GB/s", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
