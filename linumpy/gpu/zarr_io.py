@@ -128,10 +128,10 @@ def _env_mib(name: str, default_mib: int) -> int:
     return mib * MIB
 
 
-def parse_fetch(value: object) -> Literal["auto", "kvikio", "pread"]:
+def parse_fetch(value: object, name: str = "fetch") -> Literal["auto", "kvikio", "pread"]:
     """Check a fetch method name: ``"auto"``, ``"kvikio"`` or ``"pread"``."""
     if value not in _FETCH_CHOICES:
-        raise ValueError(f"fetch must be one of {', '.join(_FETCH_CHOICES)}; got {value!r}")
+        raise ValueError(f"{name} must be one of {', '.join(_FETCH_CHOICES)}; got {value!r}")
     return value  # type: ignore[return-value]
 
 
@@ -173,7 +173,7 @@ class GpuReadSettings:
             io_threads=default_threads(),
             pinned_bytes=_env_mib(PINNED_ENV, 512),
             scratch_bytes=_env_mib(SCRATCH_ENV, 448),
-            fetch=parse_fetch(os.environ.get(FETCH_ENV, "auto")),
+            fetch=parse_fetch(os.environ.get(FETCH_ENV, "auto"), FETCH_ENV),
         )
         return replace(settings, **overrides)
 
@@ -940,7 +940,7 @@ class _FastRead:
             with stream:
                 if allocate:
                     out = cupy.empty(plan.shape, dtype=dtype)
-                fill = np.array(plan.fill_value, dtype=plan.stored_dtype).view(np.uint8)
+                fill = np.array([plan.fill_value], dtype=plan.stored_dtype).view(np.uint8)
                 device = _DeviceBuffers(
                     compressed=cupy.empty(staging_nbytes, dtype=np.uint8),
                     scratch=cupy.empty(max(scratch_nbytes, 1), dtype=np.uint8),
