@@ -1,0 +1,293 @@
+"""Synthetic serial-OCT mosaic grids with a known tile layout (the data of ``make demo`` and tests).
+
+A tissue volume (smooth structures, speckle, depth attenuation below an uneven surface, a tissue
+section that leaves some tiles empty) is imaged as overlapping 3D tiles whose top-left corners
+follow an affine map of the tile index (stage steps with a small rotation and shear). Every tile
+gets its own noise floor and a mild vignetting, as a real acquisition would. The tiles are stored
+side by side as a mosaic grid ``(Z, rows * tile_h, cols * tile_w)``, one chunk per tile, and the
+ground truth goes into the image's attributes under the ``linumpy`` key.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from linumpy.errors import LinumpyError
+from linumpy.mosaic._xp import ndimage_module
+from linumpy.mosaic.transform import TileTransform
+
+__all__ = ["DemoMosaic", "generate_demo_mosaic", "make_demo_data", "read_demo_truth"]
+
+#: Voxel size of the demo data (z, y, x) in micrometers, typical of serial OCT.
+DEMO_VOXEL_SIZE = (3.5, 2.5, 2.5)
+
+
+@dataclass(frozen=True)
+class DemoMosaic:
+    """A generated mosaic grid and what it was made from.
+
+    Attributes
+    ----------
+    mosaic
+        ``(Z, rows * tile_h, cols * tile_w)`` uint16 mosaic grid (numpy or cupy, as generated).
+    tissue
+        ``(Z, H, W)`` float32 noise-free tissue intensity the tiles were cut from, in the
+        coordinates of the stitched image (tile ``(r, c)`` starts at
+        ``transform.positions()[r, c]``).
+    transform
+        The true tile layout.
+    tissue_fraction
+        ``(rows, cols)`` fraction of each tile's field of view that holds tissue.
+    """
+
+    mosaic: Any
+    tissue: Any
+    transform: TileTransform
+    tissue_fraction: np.ndarray
+
+
+def _true_transform(
+    rng: np.random.Generator,
+    tile_shape: tuple[int, int],
+    grid_shape: tuple[int, int],
+    overlap: float,
+    rotation_deg: float,
+) -> TileTransform:
+    # Stage steps with a small scale error, a rotation of the camera against the stage and a shear.
+    step = np.array(tile_shape, dtype=np.float64) * (1.0 - overlap)
+    step *= 1.0 + rng.uniform(-0.01, 0.01, size=2)
+    theta = math.radians(rotation_deg)
+    rotation = np.array([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]])
+    shear = np.array([[1.0, rng.uniform(-0.01, 0.01)], [0.0, 1.0]])
+    matrix = rotation @ shear @ np.diag(step)
+    return TileTransform(matrix.tolist(), (0.0, 0.0), tile_shape, grid_shape).normalized()
+
+
+def _smooth_field(
+    rng: np.random.Generator,
+    shape: tuple[int, ...],
+    factors: tuple[int, ...],
+    sigma: float,
+    xp: ModuleType,
+) -> Any:
+    """Gaussian random field of unit spread: smoothed noise on a coarse grid, upsampled by
+    ``factors`` along each axis."""
+    from scipy import ndimage
+
+    coarse_shape = tuple(math.ceil(n / f) + 2 for n, f in zip(shape, factors, strict=True))
+    coarse = ndimage.gaussian_filter(rng.standard_normal(coarse_shape), sigma, mode="wrap")
+    field = xp.asarray((coarse - coarse.mean()) / coarse.std(), dtype=xp.float32)
+    # Separable linear upsampling, one axis at a time (much faster than ndimage.zoom).
+    for axis, (n, factor) in enumerate(zip(shape, factors, strict=True)):
+        t = xp.arange(n, dtype=xp.float32) / factor
+        i0 = t.astype(xp.int64)
+        frac = (t - i0).reshape((-1,) + (1,) * (len(shape) - axis - 1))
+        field = (1 - frac) * xp.take(field, i0, axis=axis) + frac * xp.take(
+            field, i0 + 1, axis=axis
+        )
+    return field
+
+
+def _tissue_volume(
+    rng: np.random.Generator, shape: tuple[int, int, int], xp: ModuleType
+) -> tuple[Any, Any]:
+    """Noise-free tissue intensity ``(Z, H, W)`` and the 2D tissue mask."""
+    depth, height, width = shape
+    y = xp.linspace(-1.0, 1.0, height, dtype=xp.float32)[:, None]
+    x = xp.linspace(-1.0, 1.0, width, dtype=xp.float32)[None, :]
+    # A section off the centre with a wavy outline: the corner tiles hold little or no tissue.
+    radius = xp.sqrt(((y - 0.12) / 0.78) ** 2 + ((x - 0.1) / 0.8) ** 2)
+    outline = 1.0 + 0.1 * _smooth_field(rng, (height, width), (16, 16), 2.0, xp)
+    mask = radius < outline
+
+    # Regions of different reflectivity (grey/white matter-like) and a fine texture (fibre bundles,
+    # vessels) that runs deep into the tissue, so that it survives the projection along z.
+    regions = _smooth_field(rng, shape, (16, 16, 16), 1.5, xp)
+    fibres = _smooth_field(rng, shape, (16, 2, 2), 0.8, xp)
+    reflectivity = 0.35 + 0.65 / (1.0 + xp.exp(-2.5 * regions)) + 0.25 * xp.tanh(fibres)
+
+    # Light enters through an uneven surface and decays with depth below it.
+    surface = depth * (0.12 + 0.04 * _smooth_field(rng, (height, width), (32, 32), 1.0, xp))
+    z = xp.arange(depth, dtype=xp.float32)[:, None, None]
+    below = z - surface[None]
+    attenuation = xp.where(below >= 0, xp.exp(-xp.maximum(below, 0) / (0.45 * depth)), 0.0)
+    tissue = reflectivity * attenuation * mask[None]
+    return tissue.astype(xp.float32), mask
+
+
+def _cut_tile(volume: Any, y: float, x: float, tile_shape: tuple[int, int], xp: ModuleType) -> Any:
+    """Bilinear sample of ``volume`` over one tile's field of view starting at ``(y, x)``."""
+    h, w = tile_shape
+    y0, x0 = math.floor(y), math.floor(x)
+    fy, fx = y - y0, x - x0
+    block = volume[:, y0 : y0 + h + 1, x0 : x0 + w + 1]
+    rows = (1 - fy) * block[:, :h] + fy * block[:, 1 : h + 1]
+    return (1 - fx) * rows[:, :, :w] + fx * rows[:, :, 1 : w + 1]
+
+
+def generate_demo_mosaic(
+    *,
+    grid_shape: tuple[int, int] = (4, 5),
+    tile_shape: tuple[int, int, int] = (64, 128, 128),
+    overlap: float = 0.2,
+    rotation_deg: float = 1.5,
+    seed: int = 0,
+    xp: ModuleType = np,
+) -> DemoMosaic:
+    """Generate a synthetic serial-OCT mosaic grid in memory.
+
+    Parameters
+    ----------
+    grid_shape
+        ``(rows, cols)`` of tiles.
+    tile_shape
+        ``(Z, height, width)`` of one tile in voxels.
+    overlap
+        Nominal fraction of a tile shared with its neighbour (0 to 0.5).
+    rotation_deg
+        Rotation of the camera against the stage, in degrees.
+    seed
+        Seed of every random choice: the same seed gives the same data.
+    xp
+        ``numpy`` (default) or ``cupy`` (generation on the GPU; the random draws then differ).
+
+    Returns
+    -------
+    DemoMosaic
+    """
+    if not 0.0 <= overlap <= 0.5:
+        raise LinumpyError(f"overlap must be between 0 and 0.5, got {overlap}")
+    if len(tile_shape) != 3 or min(tile_shape) < 8:
+        raise LinumpyError(f"tile shape must be three sizes of at least 8 voxels, got {tile_shape}")
+    rows, cols = grid_shape
+    depth, h, w = (int(n) for n in tile_shape)
+    rng = np.random.default_rng(seed)
+    transform = _true_transform(rng, (h, w), (rows, cols), overlap, rotation_deg)
+    positions = transform.positions()
+    extent = np.ceil(positions.reshape(-1, 2).max(axis=0)).astype(int) + (h + 2, w + 2)
+    tissue, mask = _tissue_volume(rng, (depth, int(extent[0]), int(extent[1])), xp)
+
+    # Speckle: exponentially distributed intensity with a grain of about the optical resolution
+    # (a few pixels), fixed by the tissue itself, so overlapping tiles see the same speckle.
+    noise = xp.random.default_rng(seed)
+    speckle = -xp.log1p(-noise.random(tissue.shape, dtype=xp.float32))
+    speckle = ndimage_module(xp).gaussian_filter(speckle, (0.0, 1.0, 1.0), mode="nearest")
+    speckled = tissue * (speckle / speckle.mean())
+
+    yy = xp.linspace(-1.0, 1.0, h, dtype=xp.float32)[:, None]
+    xx = xp.linspace(-1.0, 1.0, w, dtype=xp.float32)[None, :]
+    vignetting = 1.0 - 0.12 * (yy**2 + xx**2)
+    mosaic = xp.empty((depth, rows * h, cols * w), dtype=xp.uint16)
+    tissue_fraction = np.zeros((rows, cols))
+    for row, col in transform.tiles():
+        y, x = positions[row, col]
+        tile = _cut_tile(speckled, y, x, (h, w), xp) * vignetting
+        # Detector noise floor: Rayleigh-distributed, independent for every acquisition.
+        floor = xp.sqrt(-2.0 * xp.log1p(-noise.random(tile.shape, dtype=xp.float32)))
+        counts = 3000.0 * tile + 150.0 * floor
+        ys, xs = transform.grid_slices(row, col)
+        mosaic[:, ys, xs] = xp.clip(counts + 0.5, 0, 65535).astype(xp.uint16)
+        y0, x0 = math.floor(y + 0.5), math.floor(x + 0.5)
+        tissue_fraction[row, col] = float(mask[y0 : y0 + h, x0 : x0 + w].mean())
+    return DemoMosaic(mosaic, tissue, transform, tissue_fraction)
+
+
+def make_demo_data(
+    path: str | os.PathLike[str],
+    *,
+    grid_shape: tuple[int, int] = (4, 5),
+    tile_shape: tuple[int, int, int] = (64, 128, 128),
+    overlap: float = 0.2,
+    rotation_deg: float = 1.5,
+    seed: int = 0,
+    shards: Sequence[int] | None = None,
+    overwrite: bool = False,
+    xp: ModuleType = np,
+) -> DemoMosaic:
+    """Generate a demo mosaic grid and write it as a zstd OME-Zarr (NGFF 0.5), one chunk per tile.
+
+    The image's attributes hold, under ``linumpy``: ``mosaic`` (``tile_shape`` ``[h, w]`` and
+    ``grid_shape``) and ``demo`` (the true ``transform`` as :meth:`TileTransform.to_dict` writes
+    it, each tile's ``tissue_fraction``, and the generation parameters).
+
+    Parameters
+    ----------
+    path
+        The OME-Zarr image to create.
+    grid_shape, tile_shape, overlap, rotation_deg, seed, xp
+        See :func:`generate_demo_mosaic`.
+    shards
+        Shard shape (a multiple of the tile shape); None for one file per tile.
+    overwrite
+        Replace an existing ``path``.
+
+    Returns
+    -------
+    DemoMosaic
+        What was written.
+    """
+    from linumpy.io.omezarr import OmeZarrWriter
+    from linumpy.mosaic.pipeline import write_linumpy_attrs
+
+    demo = generate_demo_mosaic(
+        grid_shape=grid_shape,
+        tile_shape=tile_shape,
+        overlap=overlap,
+        rotation_deg=rotation_deg,
+        seed=seed,
+        xp=xp,
+    )
+    writer = OmeZarrWriter(
+        path,
+        demo.mosaic.shape,
+        np.uint16,
+        voxel_size=DEMO_VOXEL_SIZE,
+        chunks=tile_shape,
+        shards=shards,
+        overwrite=overwrite,
+    )
+    with writer:
+        for row, col in demo.transform.tiles():
+            ys, xs = demo.transform.grid_slices(row, col)
+            writer[:, ys, xs] = demo.mosaic[:, ys, xs]
+    parameters = {"overlap": overlap, "rotation_deg": rotation_deg, "seed": seed}
+    write_linumpy_attrs(
+        path,
+        {
+            "mosaic": {
+                "tile_shape": list(demo.transform.tile_shape),
+                "grid_shape": list(demo.transform.grid_shape),
+            },
+            "demo": {
+                "transform": demo.transform.to_dict(),
+                "tissue_fraction": demo.tissue_fraction.round(4).tolist(),
+                **parameters,
+            },
+        },
+    )
+    return demo
+
+
+def read_demo_truth(path: str | os.PathLike[str]) -> TileTransform:
+    """The true tile layout stored in a demo mosaic grid's attributes.
+
+    Raises
+    ------
+    LinumpyError
+        When ``path`` holds no demo ground truth.
+    """
+    from linumpy.mosaic.pipeline import read_linumpy_attrs
+
+    truth = read_linumpy_attrs(path).get("demo", {}).get("transform")
+    if truth is None:
+        raise LinumpyError(
+            f"{path}: no demo ground truth (linumpy.demo.transform) in its attributes"
+        )
+    return TileTransform.from_dict(truth)

@@ -1,0 +1,310 @@
+"""File-level mosaic operations on OME-Zarr images: projection, layout estimation, stitching.
+
+These are what the ``linum-*`` scripts call. With ``gpu=True`` reads go through
+``read_volume(..., gpu=True)`` (nvCOMP decode), the arithmetic runs on cupy and the stitched
+image is encoded on the GPU (zarr inside :func:`linumpy.gpu.zarr_io.gpu_zarr_context`); without
+it nothing GPU-related is imported.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import zarr
+from tqdm.auto import tqdm
+
+from linumpy.errors import LinumpyError
+from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
+from linumpy.mosaic._xp import gpu_module, to_numpy
+from linumpy.mosaic.registration import PairMeasurement, estimate_transform
+from linumpy.mosaic.stitch import Blending, downsample_mean, parse_blending, stitch
+from linumpy.mosaic.transform import TileTransform, parse_tile_shape
+
+__all__ = [
+    "ATTRS_KEY",
+    "average_intensity_projection",
+    "estimate_transform_omezarr",
+    "mosaic_tile_shape",
+    "read_linumpy_attrs",
+    "save_png",
+    "stitch_omezarr",
+    "write_linumpy_attrs",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Key of an OME-Zarr image's group attributes under which linumpy keeps its own metadata:
+#: ``{"mosaic": {"tile_shape": [h, w], "grid_shape": [rows, cols]}, "demo": {...}, ...}``.
+ATTRS_KEY = "linumpy"
+
+
+def read_linumpy_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``linumpy`` attributes of an OME-Zarr image (empty for a plain array or none)."""
+    node = zarr.open(store=os.fspath(path), mode="r")
+    if isinstance(node, zarr.Array):
+        return {}
+    return dict(node.attrs.get(ATTRS_KEY, {}))
+
+
+def write_linumpy_attrs(path: str | os.PathLike[str], values: dict[str, Any]) -> None:
+    """Merge ``values`` into the ``linumpy`` attributes of the OME-Zarr image at ``path``."""
+    group = zarr.open_group(store=os.fspath(path), mode="r+")
+    group.attrs[ATTRS_KEY] = {**dict(group.attrs.get(ATTRS_KEY, {})), **values}
+
+
+def mosaic_tile_shape(
+    path: str | os.PathLike[str], tile_shape: Sequence[int] | None = None
+) -> tuple[int, int]:
+    """The ``(tile_h, tile_w)`` of a mosaic grid image.
+
+    Taken from ``tile_shape`` when given, else from the image's ``linumpy.mosaic`` attributes,
+    else from its chunk shape (a mosaic grid stores one chunk per tile).
+    """
+    if tile_shape is not None:
+        return parse_tile_shape(tile_shape)
+    stored = read_linumpy_attrs(path).get("mosaic", {}).get("tile_shape")
+    if stored is not None:
+        return parse_tile_shape(stored)
+    chunks = open_array(path).chunks
+    return parse_tile_shape(chunks[-2:])
+
+
+def _slabs(depth: int, step: int) -> Iterator[tuple[int, int]]:
+    for start in range(0, depth, step):
+        yield start, min(start + step, depth)
+
+
+def average_intensity_projection(
+    path: str | os.PathLike[str],
+    *,
+    gpu: bool = False,
+    slab_depth: int | None = None,
+    progress: bool = False,
+) -> Any:
+    """Mean of a 3D volume along z (axis 0), read slab by slab.
+
+    Parameters
+    ----------
+    path
+        OME-Zarr image or zarr array of shape ``(Z, Y, X)``.
+    gpu
+        Read with ``read_volume(..., gpu=True)`` and sum on the GPU; returns a cupy array.
+    slab_depth
+        Planes read at once; the array's chunk depth by default.
+    progress
+        Show a progress bar over the slabs.
+
+    Returns
+    -------
+    array
+        ``(Y, X)`` float32 (numpy, or cupy when ``gpu``).
+    """
+    xp = gpu_module(gpu)
+    array = open_array(path)
+    if array.ndim != 3:
+        raise LinumpyError(
+            f"{path}: an average intensity projection needs a 3D volume, not "
+            f"{array.ndim}D {array.shape}"
+        )
+    depth = array.shape[0]
+    step = slab_depth or array.chunks[0]
+    total = xp.zeros(array.shape[1:], dtype=xp.float64)
+    slabs = list(_slabs(depth, step))
+    for z0, z1 in tqdm(slabs, desc="projection", unit="slab", disable=not progress):
+        block = read_volume(path, gpu=gpu, region=(slice(z0, z1), slice(None), slice(None)))
+        total += block.sum(axis=0, dtype=xp.float64)
+    return (total / depth).astype(xp.float32)
+
+
+def save_png(image: Any, path: str | os.PathLike[str], *, percentiles=(0.5, 99.5)) -> None:
+    """Save a 2D image as an 8-bit PNG preview, stretched between two percentiles."""
+    from PIL import Image
+
+    data = to_numpy(image).astype(np.float64)
+    finite = data[np.isfinite(data)]
+    low, high = np.percentile(finite, percentiles) if finite.size else (0.0, 1.0)
+    scaled = np.clip((data - low) / max(high - low, 1e-12), 0.0, 1.0)
+    Image.fromarray(np.round(scaled * 255).astype(np.uint8)).save(os.fspath(path), format="PNG")
+
+
+def estimate_transform_omezarr(
+    path: str | os.PathLike[str],
+    *,
+    tile_shape: Sequence[int] | None = None,
+    gpu: bool = False,
+    progress: bool = False,
+    **options: Any,
+) -> tuple[TileTransform, list[PairMeasurement]]:
+    """Estimate the tile layout of a mosaic grid stored as OME-Zarr.
+
+    Parameters
+    ----------
+    path
+        3D mosaic grid ``(Z, rows * tile_h, cols * tile_w)`` (projected along z first) or its 2D
+        projection.
+    tile_shape
+        ``(tile_h, tile_w)``; by default from the image (see :func:`mosaic_tile_shape`).
+    gpu
+        Read and correlate on the GPU.
+    progress
+        Show progress bars.
+    **options
+        Passed to :func:`linumpy.mosaic.registration.estimate_transform`.
+    """
+    shape = mosaic_tile_shape(path, tile_shape)
+    ndim = open_array(path).ndim
+    if ndim == 3:
+        image = average_intensity_projection(path, gpu=gpu, progress=progress)
+    elif ndim == 2:
+        image = read_volume(path, gpu=gpu).astype(gpu_module(gpu).float32)
+    else:
+        raise LinumpyError(f"{path}: a mosaic grid is 2D or 3D, not {ndim}D")
+    return estimate_transform(image, shape, progress=progress, **options)
+
+
+def _output_chunks(shape: tuple[int, ...], slab_depth: int) -> tuple[int, ...]:
+    yx = tuple(min(128, n) for n in shape[-2:])
+    if len(shape) == 2:
+        return yx
+    return (min(math.gcd(slab_depth, 128), shape[0]), *yx)
+
+
+@contextmanager
+def _level_arrays(writer: OmeZarrWriter, gpu: bool) -> Iterator[list[zarr.Array]]:
+    """The writer's level arrays; on the GPU reopened inside ``gpu_zarr_context`` so that zarr
+    takes cupy blocks and encodes them with nvCOMP."""
+    if not gpu:
+        yield writer.arrays
+        return
+    from linumpy.gpu.zarr_io import gpu_zarr_context
+
+    with gpu_zarr_context():
+        yield [
+            zarr.open_array(store=os.fspath(writer.path / array.path), mode="r+")
+            for array in writer.arrays
+        ]
+
+
+def stitch_omezarr(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    transform: TileTransform,
+    *,
+    blending: Blending = "linear",
+    gpu: bool = False,
+    n_levels: int = 3,
+    chunks: Sequence[int] | None = None,
+    shards: Sequence[int] | None = None,
+    level: int = 3,
+    slab_depth: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> None:
+    """Stitch a mosaic grid OME-Zarr into a float32 OME-Zarr image with a pyramid.
+
+    The grid is read, stitched and written slab by slab along z (3D) or at once (2D); each slab's
+    pyramid levels are computed in memory, so the whole pipeline runs on the GPU with ``gpu``.
+
+    Parameters
+    ----------
+    source
+        Mosaic grid ``([Z,] rows * tile_h, cols * tile_w)``.
+    target
+        The stitched image to create.
+    transform
+        Tile layout (from :func:`estimate_transform_omezarr` or a JSON file).
+    blending
+        ``none``, ``average`` or ``linear`` (see :func:`linumpy.mosaic.stitch.stitch`).
+    gpu
+        Read, stitch and encode on the GPU.
+    n_levels, chunks, shards, level
+        Pyramid levels, chunk and shard shapes, zstd level of the output.
+    slab_depth
+        Planes stitched at once; by default the source's chunk depth, rounded up to a multiple
+        of ``2 ** (n_levels - 1)`` so that slabs downsample independently.
+    overwrite
+        Replace an existing ``target``.
+    progress
+        Show a progress bar over the tiles.
+    """
+    blending = parse_blending(blending)
+    array, voxel_size = read_omezarr(source)
+    transform = transform.normalized()
+    rows, cols = transform.grid_shape
+    h, w = transform.tile_shape
+    if array.ndim not in (2, 3) or array.shape[-2:] != (rows * h, cols * w):
+        raise LinumpyError(
+            f"{source}: shape {array.shape} is not the transform's grid of {rows}x{cols} tiles of "
+            f"{h}x{w} pixels"
+        )
+    xp = gpu_module(gpu)
+    out_shape = (*array.shape[:-2], *transform.output_shape())
+    depth = array.shape[0] if array.ndim == 3 else 1
+    unit = 2 ** (n_levels - 1)
+    step = slab_depth or (array.chunks[0] if array.ndim == 3 else 1)
+    step = min(math.ceil(step / unit) * unit, depth) if array.ndim == 3 else 1
+    writer = OmeZarrWriter(
+        target,
+        out_shape,
+        np.float32,
+        voxel_size=voxel_size,
+        chunks=chunks or _output_chunks(out_shape, step),
+        shards=shards,
+        n_levels=n_levels,
+        level=level,
+        overwrite=overwrite,
+    )
+    slabs = list(_slabs(depth, step))
+    timings = {"read": 0.0, "stitch": 0.0, "write": 0.0}
+    with tqdm(
+        total=len(slabs) * transform.n_tiles, desc="stitch", unit="tile", disable=not progress
+    ) as bar:
+        for z0, z1 in slabs:
+            start = time.perf_counter()
+            region = (slice(z0, z1), slice(None), slice(None))[3 - array.ndim :]
+            block = read_volume(source, gpu=gpu, region=region)
+            timings["read"] += time.perf_counter() - start
+            start = time.perf_counter()
+            stitched = stitch(block, transform, blending, on_tile=bar.update)
+            del block
+            timings["stitch"] += time.perf_counter() - start
+            start = time.perf_counter()
+            with _level_arrays(writer, gpu) as levels:
+                for index, level_array in enumerate(levels):
+                    if index:
+                        stitched = downsample_mean(stitched)
+                    if array.ndim == 3:
+                        lz0 = z0 // 2**index
+                        level_array[lz0 : lz0 + stitched.shape[0]] = stitched
+                    else:
+                        level_array[...] = stitched
+            if gpu:
+                xp.cuda.get_current_stream().synchronize()
+            timings["write"] += time.perf_counter() - start
+    write_linumpy_attrs(
+        target,
+        {
+            "stitch": {
+                "source": os.fspath(source),
+                "blending": blending,
+                "transform": transform.to_dict(),
+            }
+        },
+    )
+    logger.info(
+        "stitched %s -> %s (%s, %s): read %.2f s, stitch %.2f s, write %.2f s",
+        source,
+        target,
+        "GPU" if gpu else "CPU",
+        blending,
+        timings["read"],
+        timings["stitch"],
+        timings["write"],
+    )

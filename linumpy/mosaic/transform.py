@@ -1,0 +1,198 @@
+"""The mosaic layout: a tile grid and the affine map from tile index to pixel position."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from linumpy.errors import LinumpyError
+
+__all__ = ["TileTransform", "parse_grid_shape", "parse_tile_shape"]
+
+_FORMAT = "linumpy-tile-transform"
+_FORMAT_VERSION = 1
+
+
+def parse_tile_shape(value: Sequence[int]) -> tuple[int, int]:
+    """Validate a tile shape ``(height, width)`` in pixels."""
+    shape = tuple(value)
+    if len(shape) != 2 or not all(isinstance(n, int | np.integer) and n > 0 for n in shape):
+        raise LinumpyError(
+            f"tile shape must be two positive integers (height, width), got {value!r}"
+        )
+    return int(shape[0]), int(shape[1])
+
+
+def parse_grid_shape(value: Sequence[int]) -> tuple[int, int]:
+    """Validate a grid shape ``(rows, cols)`` in tiles."""
+    shape = tuple(value)
+    if len(shape) != 2 or not all(isinstance(n, int | np.integer) and n > 0 for n in shape):
+        raise LinumpyError(f"grid shape must be two positive integers (rows, cols), got {value!r}")
+    return int(shape[0]), int(shape[1])
+
+
+def _parse_matrix(value: Sequence[Sequence[float]]) -> tuple[tuple[float, float], ...]:
+    rows = [tuple(float(v) for v in row) for row in value]
+    if len(rows) != 2 or any(len(row) != 2 for row in rows):
+        raise LinumpyError(f"transform matrix must be 2x2, got {value!r}")
+    if not all(math.isfinite(v) for row in rows for v in row):
+        raise LinumpyError(f"transform matrix must be finite, got {value!r}")
+    if abs(np.linalg.det(np.array(rows))) < 1e-9:
+        raise LinumpyError(f"transform matrix is singular: {value!r}")
+    return rows[0], rows[1]
+
+
+def _parse_offset(value: Sequence[float]) -> tuple[float, float]:
+    offset = tuple(float(v) for v in value)
+    if len(offset) != 2 or not all(math.isfinite(v) for v in offset):
+        raise LinumpyError(f"transform offset must be two finite numbers, got {value!r}")
+    return offset[0], offset[1]
+
+
+@dataclass(frozen=True)
+class TileTransform:
+    """Where each tile of a mosaic grid goes in the stitched image.
+
+    Tile ``(row, col)`` of the grid has its top-left pixel at
+    ``matrix @ (row, col) + offset`` in the stitched image, in pixels ``(y, x)``.
+
+    Parameters
+    ----------
+    matrix
+        2x2 affine part: column 0 is the displacement between vertically adjacent tiles,
+        column 1 between horizontally adjacent tiles.
+    offset
+        Position of tile ``(0, 0)``.
+    tile_shape
+        ``(height, width)`` of one tile in pixels.
+    grid_shape
+        ``(rows, cols)`` of the tile grid.
+    """
+
+    matrix: tuple[tuple[float, float], tuple[float, float]]
+    offset: tuple[float, float]
+    tile_shape: tuple[int, int]
+    grid_shape: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "matrix", _parse_matrix(self.matrix))
+        object.__setattr__(self, "offset", _parse_offset(self.offset))
+        object.__setattr__(self, "tile_shape", parse_tile_shape(self.tile_shape))
+        object.__setattr__(self, "grid_shape", parse_grid_shape(self.grid_shape))
+
+    @property
+    def n_tiles(self) -> int:
+        """Number of tiles in the grid."""
+        return self.grid_shape[0] * self.grid_shape[1]
+
+    def tiles(self) -> Iterator[tuple[int, int]]:
+        """Tile indices ``(row, col)`` in row-major order (the order stitching places them)."""
+        for row in range(self.grid_shape[0]):
+            for col in range(self.grid_shape[1]):
+                yield row, col
+
+    def grid_slices(self, row: int, col: int) -> tuple[slice, slice]:
+        """The ``(y, x)`` slices of tile ``(row, col)`` in the mosaic grid."""
+        h, w = self.tile_shape
+        return slice(row * h, (row + 1) * h), slice(col * w, (col + 1) * w)
+
+    def positions(self) -> np.ndarray:
+        """Top-left pixel position of every tile, shape ``(rows, cols, 2)``, float64."""
+        rows, cols = np.meshgrid(
+            np.arange(self.grid_shape[0]), np.arange(self.grid_shape[1]), indexing="ij"
+        )
+        index = np.stack([rows, cols], axis=-1).astype(np.float64)
+        return index @ np.array(self.matrix).T + np.array(self.offset)
+
+    def pixel_positions(self) -> np.ndarray:
+        """Positions rounded to the nearest pixel (halves round up), shape ``(rows, cols, 2)``."""
+        return np.floor(self.positions() + 0.5).astype(np.int64)
+
+    def normalized(self) -> TileTransform:
+        """The same layout shifted so that the smallest tile position is 0 on each axis."""
+        shift = self.positions().reshape(-1, 2).min(axis=0)
+        offset = (self.offset[0] - shift[0], self.offset[1] - shift[1])
+        return TileTransform(self.matrix, offset, self.tile_shape, self.grid_shape)
+
+    def output_shape(self) -> tuple[int, int]:
+        """``(height, width)`` of the stitched image (tiles placed at their pixel positions).
+
+        Raises
+        ------
+        LinumpyError
+            When a tile would land at a negative position (call :meth:`normalized` first).
+        """
+        pos = self.pixel_positions().reshape(-1, 2)
+        if (pos < 0).any():
+            raise LinumpyError("the transform puts tiles at negative positions; normalize it first")
+        top = pos.max(axis=0) + np.array(self.tile_shape)
+        return int(top[0]), int(top[1])
+
+    def overlap(self) -> tuple[int, int]:
+        """Nominal overlap ``(y, x)`` in pixels of adjacent tiles (0 when they do not touch)."""
+        step_y = abs(self.matrix[0][0])
+        step_x = abs(self.matrix[1][1])
+        return (
+            max(0, math.ceil(self.tile_shape[0] - step_y)),
+            max(0, math.ceil(self.tile_shape[1] - step_x)),
+        )
+
+    def max_position_error(self, other: TileTransform) -> float:
+        """Largest distance in pixels between the positions this and ``other`` give any tile."""
+        if other.grid_shape != self.grid_shape:
+            raise LinumpyError(f"grid shapes differ: {self.grid_shape} and {other.grid_shape}")
+        return float(np.linalg.norm(self.positions() - other.positions(), axis=-1).max())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description; :meth:`from_dict` reads it back."""
+        return {
+            "format": _FORMAT,
+            "version": _FORMAT_VERSION,
+            "matrix": [list(row) for row in self.matrix],
+            "offset": list(self.offset),
+            "tile_shape": list(self.tile_shape),
+            "grid_shape": list(self.grid_shape),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TileTransform:
+        """Build a transform from :meth:`to_dict`'s output, validating every field."""
+        if data.get("format") != _FORMAT:
+            raise LinumpyError(f"not a linumpy tile transform (format {data.get('format')!r})")
+        if data.get("version") != _FORMAT_VERSION:
+            raise LinumpyError(f"unsupported tile transform version {data.get('version')!r}")
+        missing = [k for k in ("matrix", "offset", "tile_shape", "grid_shape") if k not in data]
+        if missing:
+            raise LinumpyError(f"tile transform lacks {', '.join(missing)}")
+        return cls(data["matrix"], data["offset"], data["tile_shape"], data["grid_shape"])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the transform as JSON."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TileTransform:
+        """Read a transform written by :meth:`save`.
+
+        Raises
+        ------
+        LinumpyError
+            When the file is missing, is not JSON or is not a tile transform (the message names it).
+        """
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise LinumpyError(f"cannot read tile transform {os.fspath(path)!r}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise LinumpyError(f"{os.fspath(path)!r} is not a tile transform")
+        try:
+            return cls.from_dict(data)
+        except LinumpyError as exc:
+            raise LinumpyError(f"{os.fspath(path)!r}: {exc}") from exc
