@@ -274,7 +274,8 @@ def test_without_gpu_routes_and_reads_say_what_is_missing(tmp_path: Path) -> Non
     make_array(tmp_path / "a.zarr", "v3", sample_data(SHAPE, "uint16"), chunks=CHUNKS)
     route = gpu_read_route(tmp_path / "a.zarr")
     assert route.path == "unavailable"
-    assert route.reason == gpu_missing_reason()
+    assert route.reason.startswith(f"{gpu_missing_reason()}; with a GPU: the fast path")
+    assert route.n_reads == 3 * 3 * 3
     with pytest.raises(GPUUnavailableError, match="read_zarr_to_gpu.*(cupy|nvcomp|CUDA)"):
         read_zarr_to_gpu(tmp_path / "a.zarr")
     with pytest.raises(GPUUnavailableError, match="(cupy|nvcomp|CUDA)"):

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import threading
 import time
@@ -82,6 +81,7 @@ __all__ = [
     "GpuReadReport",
     "GpuReadRoute",
     "GpuReadSettings",
+    "describe_gpu",
     "gpu_read_route",
     "gpu_unavailable_reason",
     "gpu_zarr_context",
@@ -249,6 +249,69 @@ def gpu_zarr_context() -> Iterator[None]:
                 _context_stack = None
 
 
+def describe_gpu() -> dict[str, str]:
+    """What the GPU read path would use here: device, CUDA versions, libraries, GPUDirect Storage.
+
+    Returns
+    -------
+    dict
+        Human-readable values keyed ``device``, ``driver``, ``runtime``, ``cupy``, ``nvcomp``,
+        ``kvikio`` and ``gds``; an entry says "missing" or why it is unknown.
+    """
+    info = {"device": "none", "driver": "-", "runtime": "-", "cupy": "missing"}
+    info |= {"nvcomp": "missing", "kvikio": "missing", "gds": "-"}
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        info["device"] = f"unavailable: {reason}"
+    try:
+        import cupy
+
+        info["cupy"] = cupy.__version__
+        if reason is None:
+            runtime = cupy.cuda.runtime
+            device = runtime.getDevice()
+            props = runtime.getDeviceProperties(device)
+            free, total = runtime.memGetInfo()
+            name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+            info["device"] = f"{device}: {name}, {_size(total)} ({_size(free)} free)"
+            info["driver"] = _cuda_version(runtime.driverGetVersion())
+            info["runtime"] = _cuda_version(runtime.runtimeGetVersion())
+    except ImportError:
+        pass
+    try:
+        from nvidia import nvcomp
+
+        info["nvcomp"] = str(nvcomp.__version__)
+    except ImportError:
+        pass
+    if reason is None:
+        kvikio_reason = kvikio_unusable_reason()
+        if kvikio_reason is None:
+            import kvikio
+            import kvikio.cufile_driver
+            import kvikio.defaults
+
+            info["kvikio"] = kvikio.__version__
+            try:
+                gds = bool(kvikio.cufile_driver.get("is_gds_available"))
+            except Exception as exc:  # cuFile missing or too old to say
+                gds = False
+                info["kvikio"] += f" (cuFile: {exc})"
+            compat = kvikio.defaults.is_compat_mode_preferred()
+            info["gds"] = (
+                "compat mode (POSIX reads by kvikio's thread pool)"
+                if compat or not gds
+                else "GPUDirect Storage live"
+            )
+        else:
+            info["kvikio"] = kvikio_reason
+    return info
+
+
+def _cuda_version(version: int) -> str:
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
 # --- routing ----------------------------------------------------------------------------------
 
 
@@ -282,8 +345,8 @@ def _fast_path_obstacle(plan: ReadPlan) -> str | None:
     components = 2 if dtype.kind == "c" else 1
     if dtype.kind not in "biufc" or dtype.itemsize // components not in (1, 2, 4, 8):
         return f"dtype {dtype} has no cupy equivalent"
-    if math.prod(plan.chunk_shape) * components >= 2**31:
-        return f"chunks of shape {plan.chunk_shape} are too large for the scatter kernel"
+    if plan.chunk_nbytes >= 2**31:
+        return f"chunks of {plan.chunk_nbytes} bytes exceed nvCOMP's zstd limit of 2 GiB"
     return None
 
 
@@ -327,19 +390,22 @@ def gpu_read_route(
         The path, the reason and the plan's chunk counts.
     """
     array = _open(source)
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        return GpuReadRoute("unavailable", reason)
+    plan = None
     try:
         plan = plan_read(array, region)
+        obstacle = _fast_path_obstacle(plan)
     except UnsupportedLayoutError as exc:
-        return GpuReadRoute("zarr", str(exc))
-    obstacle = _fast_path_obstacle(plan)
+        obstacle = str(exc)
+    counts = (len(plan.reads), len(plan.missing)) if plan is not None else (0, 0)
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        would = "the fast path" if obstacle is None else f"zarr's GPU path ({obstacle})"
+        return GpuReadRoute("unavailable", f"{reason}; with a GPU: {would}", None, *counts)
     if obstacle is not None:
-        return GpuReadRoute("zarr", obstacle, None, len(plan.reads), len(plan.missing))
+        return GpuReadRoute("zarr", obstacle, None, *counts)
     settings = settings or GpuReadSettings.from_env()
     reader, why = _choose_reader(settings.fetch, settings.io_threads)
-    return GpuReadRoute("fast", why, reader, len(plan.reads), len(plan.missing))
+    return GpuReadRoute("fast", why, reader, *counts)
 
 
 # --- batch planning (pure, CPU-testable) ------------------------------------------------------
