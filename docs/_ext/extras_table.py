@@ -1,0 +1,55 @@
+"""Sphinx extension: the ``extras-table`` directive, pyproject.toml's pip extras as a table.
+
+The directive's content gives one line per extra, ``name: what it is for``; the requirements come
+from ``pyproject.toml`` itself, so the table cannot drift from what pip installs. An extra that
+``pyproject.toml`` has and the directive does not describe, or the reverse, is a warning.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx.application import Sphinx
+from sphinx.util.docutils import SphinxDirective
+
+
+class ExtrasTable(SphinxDirective):
+    """Render ``[project.optional-dependencies]`` with a description of each extra."""
+
+    has_content = True
+
+    def run(self) -> list[nodes.Node]:
+        pyproject = Path(self.config.linumpy_root) / "pyproject.toml"
+        self.env.note_dependency(str(pyproject))
+        extras = tomllib.loads(pyproject.read_text())["project"].get("optional-dependencies", {})
+        described = {}
+        for line in self.content:
+            if line.strip():
+                name, _, text = line.partition(":")
+                described[name.strip()] = text.strip()
+        for name in sorted(set(extras) - set(described)):
+            self.reporter.warning(
+                f"extras-table: extra {name!r} of pyproject.toml is not described"
+            )
+        for name in sorted(set(described) - set(extras)):
+            self.reporter.warning(f"extras-table: {name!r} is not an extra of pyproject.toml")
+        rows = [".. list-table::", "   :header-rows: 1", "", "   * - extra", "     - installs"]
+        rows.append("     - for")
+        for name, text in described.items():
+            if name in extras:
+                requirements = ", ".join(f"``{req}``" for req in extras[name])
+                rows += [f"   * - ``{name}``", f"     - {requirements}", f"     - {text}"]
+        container = nodes.container()
+        self.state.nested_parse(StringList(rows, source="pyproject.toml"), 0, container)
+        return container.children
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    if "linumpy_root" not in app.config:
+        app.add_config_value("linumpy_root", "", "env")
+    app.add_directive("extras-table", ExtrasTable)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,90 @@
+"""Sphinx configuration of linumpy's documentation.
+
+Built by ``make docs`` and by ``tests/test_docs.py``, both with warnings as errors. The API
+reference is generated from the docstrings by sphinx-autoapi (static analysis: nothing GPU-related
+is imported), the scripts reference from each script's argparse parser (``_ext/script_pages.py``),
+and the notebook is rendered from its committed outputs, never executed here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+# The repository root. tests/test_docs.py builds a copy of docs/ elsewhere (so that concurrent
+# builds never share generated files) and points here with LINUMPY_DOCS_ROOT.
+ROOT = Path(os.environ.get("LINUMPY_DOCS_ROOT", DOCS.parent)).resolve()
+linumpy_root = str(ROOT)
+# The repository root holds the `scripts` package (sphinx-argparse imports the parsers from it);
+# _ext holds this site's own extension.
+sys.path[:0] = [str(ROOT), str(DOCS / "_ext")]
+
+project = "linumpy"
+author = "the linumpy developers"
+copyright = "2026, the linumpy developers"
+release = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+version = release
+
+extensions = [
+    "sphinx.ext.napoleon",
+    "autoapi.extension",
+    "sphinxarg.ext",
+    "myst_nb",
+    "script_pages",
+    "extras_table",
+    "api_reexports",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
+root_doc = "index"
+exclude_patterns = ["_build", "dev", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+
+# --- API reference (sphinx-autoapi) ------------------------------------------------------------
+autoapi_type = "python"
+autoapi_dirs = [str(ROOT / "linumpy")]
+autoapi_root = "api/python"  # generated at build time, git-ignored, removed after the build
+autoapi_add_toctree_entry = False  # api.md links the package page itself
+autoapi_options = [
+    "members",
+    "undoc-members",
+    "show-inheritance",
+    "show-module-summary",
+    "imported-members",
+]
+autoapi_member_order = "groupwise"
+autoapi_python_class_content = "class"
+autodoc_typehints = "signature"
+suppress_warnings = [
+    # autoapi's static analysis cannot follow some imports (names bound by tuple assignment, for
+    # one); that says nothing about the documentation and the objects are still documented.
+    "autoapi.python_import_resolution",
+]
+
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+napoleon_use_rtype = False
+# "Attributes" sections become field lists: as ``.. attribute::`` entries they would repeat the
+# entries autoapi writes for the same (dataclass) attributes.
+napoleon_use_ivar = True
+
+# --- notebooks and Markdown (myst-nb) -----------------------------------------------------------
+nb_execution_mode = "off"  # rendered from the outputs committed with the notebook
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# --- scripts reference (_ext/script_pages.py) --------------------------------------------------
+script_pages_dir = "api/scripts"
+
+# --- HTML ----------------------------------------------------------------------------------------
+html_theme = "pydata_sphinx_theme"
+html_title = f"linumpy {release}"
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "secondary_sidebar_items": ["page-toc"],
+}
+html_sidebars = {"**": ["sidebar-nav-bs"]}
+html_last_updated_fmt = None
