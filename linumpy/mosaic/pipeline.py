@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from tqdm.auto import tqdm
 
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
+from linumpy.io.omezarr import NgffVersion
 from linumpy.mosaic._xp import gpu_module, to_numpy
 from linumpy.mosaic.registration import PairMeasurement, estimate_transform
 from linumpy.mosaic.stitch import Blending, downsample_mean, parse_blending, stitch
@@ -30,8 +32,10 @@ from linumpy.mosaic.transform import TileTransform, parse_tile_shape
 __all__ = [
     "ATTRS_KEY",
     "average_intensity_projection",
+    "convert_to_omezarr",
     "estimate_transform_omezarr",
     "mosaic_tile_shape",
+    "open_source",
     "read_linumpy_attrs",
     "save_png",
     "stitch_omezarr",
@@ -192,6 +196,30 @@ def _level_arrays(writer: OmeZarrWriter, gpu: bool) -> Iterator[list[zarr.Array]
         ]
 
 
+def _write_levels(writer: OmeZarrWriter, block: Any, z0: int | None, gpu: bool) -> None:
+    """Write ``block`` (planes ``z0`` and up, or the whole image when ``z0`` is None) into every
+    pyramid level of ``writer``, downsampling in memory: ``z0`` and the block's depth must be
+    multiples of ``2 ** (levels - 1)`` unless the block ends the image."""
+    with _level_arrays(writer, gpu) as levels:
+        for index, level_array in enumerate(levels):
+            if index:
+                block = downsample_mean(block)
+            if z0 is None:
+                level_array[...] = block
+            else:
+                start = z0 // 2**index
+                level_array[start : start + block.shape[0]] = block
+    if gpu:
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def _slab_depth(requested: int | None, chunk_depth: int, depth: int, n_levels: int) -> int:
+    unit = 2 ** (n_levels - 1)
+    return min(math.ceil((requested or chunk_depth) / unit) * unit, depth)
+
+
 def stitch_omezarr(
     source: str | os.PathLike[str],
     target: str | os.PathLike[str],
@@ -244,12 +272,9 @@ def stitch_omezarr(
             f"{source}: shape {array.shape} is not the transform's grid of {rows}x{cols} tiles of "
             f"{h}x{w} pixels"
         )
-    xp = gpu_module(gpu)
     out_shape = (*array.shape[:-2], *transform.output_shape())
     depth = array.shape[0] if array.ndim == 3 else 1
-    unit = 2 ** (n_levels - 1)
-    step = slab_depth or (array.chunks[0] if array.ndim == 3 else 1)
-    step = min(math.ceil(step / unit) * unit, depth) if array.ndim == 3 else 1
+    step = _slab_depth(slab_depth, array.chunks[0], depth, n_levels) if array.ndim == 3 else 1
     writer = OmeZarrWriter(
         target,
         out_shape,
@@ -276,17 +301,7 @@ def stitch_omezarr(
             del block
             timings["stitch"] += time.perf_counter() - start
             start = time.perf_counter()
-            with _level_arrays(writer, gpu) as levels:
-                for index, level_array in enumerate(levels):
-                    if index:
-                        stitched = downsample_mean(stitched)
-                    if array.ndim == 3:
-                        lz0 = z0 // 2**index
-                        level_array[lz0 : lz0 + stitched.shape[0]] = stitched
-                    else:
-                        level_array[...] = stitched
-            if gpu:
-                xp.cuda.get_current_stream().synchronize()
+            _write_levels(writer, stitched, z0 if array.ndim == 3 else None, gpu)
             timings["write"] += time.perf_counter() - start
     write_linumpy_attrs(
         target,
@@ -308,3 +323,102 @@ def stitch_omezarr(
         timings["stitch"],
         timings["write"],
     )
+
+
+def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | None]:
+    """Open an image to convert: a TIFF stack, a ``.npy`` file, an OME-Zarr image or a zarr array.
+
+    Returns
+    -------
+    array
+        Array-like (numpy memory map, numpy array or lazy zarr array).
+    voxel_size
+        The OME-Zarr image's voxel size, else None.
+
+    Raises
+    ------
+    LinumpyError
+        When the file cannot be read as any of these (the message names it).
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            return np.load(path, mmap_mode="r"), None
+        if suffix in (".tif", ".tiff"):
+            import tifffile
+
+            return tifffile.imread(path), None
+    except (OSError, ValueError) as exc:
+        raise LinumpyError(f"{path}: cannot read it as {suffix[1:]}: {exc}") from None
+    node = open_array(path)  # raises LinumpyError for anything that is not zarr
+    try:
+        return read_omezarr(path)
+    except LinumpyError:
+        return node, None
+
+
+def convert_to_omezarr(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    voxel_size: Sequence[float] | None = None,
+    chunks: Sequence[int] | None = None,
+    shards: Sequence[int] | None = None,
+    n_levels: int = 1,
+    level: int = 3,
+    ngff_version: NgffVersion = "0.5",
+    gpu: bool = False,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> None:
+    """Convert a TIFF stack, ``.npy`` file or zarr array to a zstd OME-Zarr image.
+
+    The data goes through in slabs along the first axis; the pyramid is built in memory slab by
+    slab. With ``gpu`` the slabs are encoded on the GPU (nvCOMP; NGFF 0.5 only).
+
+    Parameters
+    ----------
+    source
+        The input (see :func:`open_source`).
+    target
+        The OME-Zarr image to create.
+    voxel_size
+        Voxel size per axis; by default the source's (OME-Zarr) or 1.
+    chunks, shards, n_levels, level, ngff_version
+        As for :class:`linumpy.io.OmeZarrWriter`.
+    gpu
+        Encode on the GPU.
+    overwrite
+        Replace an existing ``target``.
+    progress
+        Show a progress bar over the slabs.
+    """
+    data, stored_voxel_size = open_source(source)
+    if not 2 <= data.ndim <= 5:
+        raise LinumpyError(f"{source}: OME-Zarr images have 2 to 5 axes, not {data.ndim}")
+    if gpu and ngff_version != "0.5":
+        logger.warning(
+            "GPU encoding writes zarr v3 only: encoding NGFF %s on the CPU", ngff_version
+        )
+        gpu = False
+    voxel_size = voxel_size or stored_voxel_size or (1.0,) * data.ndim
+    writer = OmeZarrWriter(
+        target,
+        data.shape,
+        data.dtype,
+        voxel_size=voxel_size,
+        chunks=chunks,
+        shards=shards,
+        n_levels=n_levels,
+        level=level,
+        overwrite=overwrite,
+        ngff_version=ngff_version,
+    )
+    xp = gpu_module(gpu)
+    write_block = writer.array.shards or writer.array.chunks
+    step = _slab_depth(None, write_block[0], data.shape[0], n_levels)
+    for z0, z1 in tqdm(
+        list(_slabs(data.shape[0], step)), desc="convert", unit="slab", disable=not progress
+    ):
+        _write_levels(writer, xp.asarray(data[z0:z1]), z0, gpu)

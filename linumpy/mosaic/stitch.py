@@ -107,18 +107,28 @@ def stitch(
 
 
 def downsample_mean(array: Any) -> Any:
-    """Halve every axis longer than 1 by averaging pairs (an odd last element is paired with
-    itself), as OME-Zarr pyramid levels are built; float32 in, float32 out."""
+    """Halve every axis longer than 1 by averaging pairs, as OME-Zarr pyramid levels are built.
+
+    An odd last element is paired with itself. Floats are averaged in their own precision;
+    integers in float64, then rounded (half to even) and clipped to their dtype.
+    """
     xp = array_module(array)
-    for axis, size in enumerate(array.shape):
+    dtype = array.dtype
+    work = array if dtype.kind in "fc" else array.astype(xp.float64)
+    half = work.dtype.type(0.5)
+    for axis, size in enumerate(work.shape):
         if size < 2:
             continue
         if size % 2:
-            last = xp.take(array, [size - 1], axis=axis)
-            array = xp.concatenate([array, last], axis=axis)
-        even = [slice(None)] * array.ndim
-        odd = [slice(None)] * array.ndim
+            work = xp.concatenate([work, xp.take(work, [size - 1], axis=axis)], axis=axis)
+        even = [slice(None)] * work.ndim
+        odd = [slice(None)] * work.ndim
         even[axis] = slice(0, None, 2)
         odd[axis] = slice(1, None, 2)
-        array = (array[tuple(even)] + array[tuple(odd)]) * xp.float32(0.5)
-    return array
+        work = (work[tuple(even)] + work[tuple(odd)]) * half
+    if dtype.kind in "fc":
+        return work
+    if dtype.kind == "b":
+        return work >= 0.5
+    info = np.iinfo(dtype)
+    return xp.clip(xp.round(work), info.min, info.max).astype(dtype)

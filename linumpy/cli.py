@@ -1,0 +1,175 @@
+"""Shared conventions of the ``linum-*`` scripts.
+
+- The module docstring is the parser's description; inputs and outputs are positional.
+- ``-f/--overwrite`` replaces existing outputs; without it an existing output is an error.
+- ``-v/--verbose`` logs what happens (``-vv`` for debug details).
+- ``--use-gpu/--no-use-gpu`` (alias ``--use_gpu``, off by default): without a usable GPU, a warning
+  says what is missing and the CPU path runs.
+- Bad arguments and unreadable inputs end with exit code 2 and a one-line error.
+- Outputs are written under a temporary name and moved into place at the end, so an interrupted
+  run leaves nothing half-written under the final name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NoReturn
+
+from linumpy.errors import LinumpyError
+
+__all__ = [
+    "LinumArgumentParser",
+    "add_gpu_arg",
+    "add_overwrite_arg",
+    "add_verbose_arg",
+    "build_parser",
+    "check_input",
+    "check_output",
+    "fail_on_errors",
+    "output_path",
+    "parse_args",
+    "resolve_gpu",
+    "setup_logging",
+]
+
+logger = logging.getLogger("linumpy.cli")
+
+#: Exit status of a run stopped by bad arguments or an unreadable input.
+EXIT_USAGE = 2
+
+
+class LinumArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE`` (one line) and exit with status 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
+def build_parser(doc: str | None, prog: str | None = None) -> LinumArgumentParser:
+    """A parser with ``doc`` (the script's module docstring) as its description."""
+    return LinumArgumentParser(
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def add_overwrite_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``-f/--overwrite``."""
+    parser.add_argument(
+        "-f", "--overwrite", action="store_true", help="Replace outputs that already exist."
+    )
+
+
+def add_verbose_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``-v/--verbose`` (repeatable)."""
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="Log progress details (-vv: debug)."
+    )
+
+
+def add_gpu_arg(parser: argparse.ArgumentParser, what: str = "Read and compute") -> None:
+    """Add ``--use-gpu/--no-use-gpu`` (``--use_gpu`` is accepted too), off by default."""
+    parser.add_argument(
+        "--use-gpu",
+        "--use_gpu",
+        dest="use_gpu",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help=f"{what} on the GPU (cupy, nvCOMP); without a usable GPU, warn and use the CPU.",
+    )
+
+
+def setup_logging(verbose: int, prog: str) -> None:
+    """Send linumpy's log records to stderr: warnings always, info with -v, debug with -vv."""
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prog}: %(levelname)s: %(message)s"))
+    root = logging.getLogger("linumpy")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def resolve_gpu(use_gpu: bool) -> bool:
+    """Whether the GPU path runs: ``use_gpu`` and a usable GPU (cupy, nvCOMP, a CUDA device).
+
+    Without the flag nothing GPU-related is imported. With it and no usable GPU, a warning says
+    what is missing and False is returned (the CPU path runs).
+    """
+    if not use_gpu:
+        return False
+    try:
+        from linumpy.gpu.zarr_io import gpu_unavailable_reason
+
+        reason = gpu_unavailable_reason()
+    except ImportError as exc:
+        reason = f"linumpy's GPU support cannot be imported ({exc})"
+    if reason is None:
+        return True
+    logger.warning("--use-gpu: no usable GPU: %s; running on the CPU", reason)
+    return False
+
+
+def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -> Path:
+    """Exit with a one-line error when the input ``path`` does not exist."""
+    path = Path(path)
+    if not path.exists():
+        parser.error(f"input {os.fspath(path)!r} does not exist")
+    return path
+
+
+def check_output(
+    parser: argparse.ArgumentParser, path: str | os.PathLike[str], overwrite: bool
+) -> Path:
+    """Exit with a one-line error when ``path`` exists without ``-f`` or cannot be created."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        parser.error(f"output {os.fspath(path)!r} exists; use -f to overwrite it")
+    if not path.parent.is_dir():
+        parser.error(f"cannot create {os.fspath(path)!r}: no directory {os.fspath(path.parent)!r}")
+    return path
+
+
+@contextmanager
+def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path to write ``path``'s content to; move it into place on success.
+
+    The temporary path has the same name, inside a hidden directory beside ``path`` (same file
+    system, so the final move is a rename). On an exception (Ctrl-C included) it is deleted and
+    ``path`` is left as it was. An existing ``path`` is replaced only once the new one is complete.
+    """
+    final = Path(path)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    try:
+        yield staging / final.name
+        if final.exists() or final.is_symlink():
+            old = staging / (final.name + ".old")
+            os.replace(final, old)
+        os.replace(staging / final.name, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
+    """Turn linumpy's errors and OS errors (unreadable input, unwritable output) into a one-line
+    error and exit status 2."""
+    try:
+        yield
+    except (LinumpyError, OSError, ValueError) as exc:
+        parser.error(str(exc) or type(exc).__name__)
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv`` and set up logging from ``-v``."""
+    args = parser.parse_args(argv)
+    setup_logging(getattr(args, "verbose", 0), parser.prog)
+    return args

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Convert a TIFF stack, a .npy file or any zarr array to a zstd-compressed OME-Zarr image.
+
+Chunks, shards, pyramid levels, zstd level and OME-NGFF version (0.5: zarr v3, 0.4: zarr v2) are
+chosen on the command line; the voxel size comes from --voxel-size, else from an OME-Zarr input,
+else is 1. With --use-gpu the chunks are zstd-encoded on the GPU (nvCOMP; NGFF 0.5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from linumpy import cli
+
+
+def _build_arg_parser() -> cli.LinumArgumentParser:
+    parser = cli.build_parser(__doc__, prog="linum-convert-to-omezarr")
+    parser.add_argument("input", help="TIFF stack (.tif/.tiff), .npy file or zarr array/image.")
+    parser.add_argument("output", help="OME-Zarr image to create.")
+    parser.add_argument(
+        "--voxel-size", nargs="+", type=float, help="Voxel size per axis (micrometers)."
+    )
+    parser.add_argument("--chunks", nargs="+", type=int, help="Chunk shape (default: 128s).")
+    parser.add_argument("--shards", nargs="+", type=int, help="Shard shape (NGFF 0.5 only).")
+    parser.add_argument("--n-levels", type=int, default=1, help="Pyramid levels [%(default)s].")
+    parser.add_argument("--level", type=int, default=3, help="zstd level [%(default)s].")
+    parser.add_argument(
+        "--ngff-version", choices=("0.4", "0.5"), default="0.5", help="OME-NGFF version."
+    )
+    cli.add_overwrite_arg(parser)
+    cli.add_verbose_arg(parser)
+    cli.add_gpu_arg(parser, "Encode")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = _build_arg_parser()
+    args = cli.parse_args(parser, argv)
+    cli.check_input(parser, args.input)
+    output = cli.check_output(parser, args.output, args.overwrite)
+    with cli.fail_on_errors(parser):
+        from linumpy.mosaic.pipeline import convert_to_omezarr
+
+        with cli.output_path(output) as partial:
+            convert_to_omezarr(
+                args.input,
+                partial,
+                voxel_size=args.voxel_size,
+                chunks=args.chunks,
+                shards=args.shards,
+                n_levels=args.n_levels,
+                level=args.level,
+                ngff_version=args.ngff_version,
+                gpu=cli.resolve_gpu(args.use_gpu),
+                progress=True,
+            )
+    print(f"{output}: written")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Estimate the tile layout of a mosaic grid by phase correlation of overlapping tile pairs.
+
+The input is a mosaic grid (Z, rows * tile_h, cols * tile_w) or its 2D projection; the tile shape
+comes from the image's attributes, else its chunks (one chunk per tile), else --tile-shape. Each
+pair of adjacent tiles is registered on the projection along z; pairs whose overlap does not
+correlate (no tissue) are ignored. The result, an affine map from tile index (row, col) to the
+tile's pixel position (2x2 matrix + offset), is saved as JSON for linum-stitch-3d/2d.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from linumpy import cli
+
+
+def _build_arg_parser() -> cli.LinumArgumentParser:
+    parser = cli.build_parser(__doc__, prog="linum-estimate-transform")
+    parser.add_argument("input", help="Mosaic grid OME-Zarr image (3D, or its 2D projection).")
+    parser.add_argument("output", help="JSON file to write the tile transform to.")
+    parser.add_argument(
+        "--tile-shape",
+        nargs=2,
+        type=int,
+        metavar=("H", "W"),
+        help="Tile height and width in pixels (default: from the image).",
+    )
+    parser.add_argument(
+        "--min-score",
+        type=float,
+        default=0.3,
+        help="Smallest overlap correlation of a pair that is used [%(default)s].",
+    )
+    cli.add_overwrite_arg(parser)
+    cli.add_verbose_arg(parser)
+    cli.add_gpu_arg(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = _build_arg_parser()
+    args = cli.parse_args(parser, argv)
+    cli.check_input(parser, args.input)
+    output = cli.check_output(parser, args.output, args.overwrite)
+    with cli.fail_on_errors(parser):
+        from linumpy.mosaic.pipeline import estimate_transform_omezarr, read_linumpy_attrs
+        from linumpy.mosaic.transform import TileTransform
+
+        transform, pairs = estimate_transform_omezarr(
+            args.input,
+            tile_shape=args.tile_shape,
+            gpu=cli.resolve_gpu(args.use_gpu),
+            progress=True,
+            min_score=args.min_score,
+        )
+        with cli.output_path(output) as partial:
+            transform.save(partial)
+        truth = read_linumpy_attrs(args.input).get("demo", {}).get("transform")
+    used = sum(pair.score >= args.min_score for pair in pairs)
+    matrix = ", ".join(f"[{a:.3f}, {b:.3f}]" for a, b in transform.matrix)
+    print(
+        f"{output}: matrix [{matrix}], offset [{transform.offset[0]:.3f}, "
+        f"{transform.offset[1]:.3f}] from {used} of {len(pairs)} tile pairs"
+    )
+    if truth is not None:
+        error = transform.max_position_error(TileTransform.from_dict(truth))
+        print(f"largest tile position error against the demo's ground truth: {error:.3f} px")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Write a synthetic serial-OCT mosaic grid (the demo data) as a zstd OME-Zarr image.
+
+The grid (Z, rows * tile_h, cols * tile_w) holds overlapping 3D tiles of a tissue section with
+speckle, depth attenuation and empty background tiles, one chunk per tile. The true tile layout
+(an affine map of the tile index) is stored in the image's attributes under "linumpy.demo", so
+linum-estimate-transform can be checked against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from linumpy import cli
+
+
+def _build_arg_parser() -> cli.LinumArgumentParser:
+    parser = cli.build_parser(__doc__, prog="linum-make-demo-data")
+    parser.add_argument("output", help="OME-Zarr image to create (e.g. mosaic.ome.zarr).")
+    parser.add_argument(
+        "--grid",
+        nargs=2,
+        type=int,
+        default=(4, 5),
+        metavar=("ROWS", "COLS"),
+        help="Tiles along y and x [%(default)s].",
+    )
+    parser.add_argument(
+        "--tile-shape",
+        nargs=3,
+        type=int,
+        default=(64, 128, 128),
+        metavar=("Z", "H", "W"),
+        help="Voxels of one tile [%(default)s].",
+    )
+    parser.add_argument(
+        "--overlap", type=float, default=0.2, help="Fraction of a tile shared with its neighbour."
+    )
+    parser.add_argument(
+        "--rotation", type=float, default=1.5, help="Camera rotation against the stage, degrees."
+    )
+    parser.add_argument("--seed", type=int, default=0, help="Random seed [%(default)s].")
+    parser.add_argument(
+        "--shards",
+        nargs=3,
+        type=int,
+        metavar=("Z", "Y", "X"),
+        help="Shard shape, a multiple of the tile shape (default: no sharding).",
+    )
+    cli.add_overwrite_arg(parser)
+    cli.add_verbose_arg(parser)
+    cli.add_gpu_arg(parser, "Generate the data")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = _build_arg_parser()
+    args = cli.parse_args(parser, argv)
+    output = cli.check_output(parser, args.output, args.overwrite)
+    with cli.fail_on_errors(parser):
+        from linumpy.io.demo import make_demo_data
+        from linumpy.mosaic._xp import gpu_module
+
+        xp = gpu_module(cli.resolve_gpu(args.use_gpu))
+        with cli.output_path(output) as partial:
+            demo = make_demo_data(
+                partial,
+                grid_shape=tuple(args.grid),
+                tile_shape=tuple(args.tile_shape),
+                overlap=args.overlap,
+                rotation_deg=args.rotation,
+                seed=args.seed,
+                shards=args.shards,
+                xp=xp,
+            )
+    size = demo.mosaic.nbytes / 2**20
+    print(
+        f"{output}: mosaic grid {demo.mosaic.shape} uint16 ({size:.0f} MiB), "
+        f"{args.grid[0]}x{args.grid[1]} tiles"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Stitch a 3D mosaic grid into one volume with a tile transform.
+
+Every tile of the grid (Z, rows * tile_h, cols * tile_w) is placed at the pixel position the
+transform (from linum-estimate-transform) gives it; overlaps are blended ("none": later tiles
+overwrite, "average": mean, "linear": feathered ramps across the overlaps). The result is a
+float32 OME-Zarr image with a pyramid. With --use-gpu the grid is read and decoded on the GPU,
+stitched with cupy and encoded on the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from linumpy import cli
+
+#: Dimensionality of the mosaic grid this script stitches.
+NDIM = 3
+
+
+def _build_arg_parser(ndim: int = NDIM, doc: str | None = __doc__) -> cli.LinumArgumentParser:
+    parser = cli.build_parser(doc, prog=f"linum-stitch-{ndim}d")
+    parser.add_argument("input", help=f"{ndim}D mosaic grid OME-Zarr image.")
+    parser.add_argument("transform", help="Tile transform JSON (linum-estimate-transform).")
+    parser.add_argument("output", help="Stitched OME-Zarr image to create.")
+    parser.add_argument(
+        "--blending",
+        choices=("none", "average", "linear"),
+        default="linear",
+        help="How overlapping tiles are combined [%(default)s].",
+    )
+    parser.add_argument(
+        "--n-levels", type=int, default=3, help="Pyramid levels of the output [%(default)s]."
+    )
+    parser.add_argument(
+        "--chunks", nargs=ndim, type=int, help="Chunk shape of the output (default: 128s)."
+    )
+    parser.add_argument("--shards", nargs=ndim, type=int, help="Shard shape of the output.")
+    parser.add_argument("--level", type=int, default=3, help="zstd level [%(default)s].")
+    cli.add_overwrite_arg(parser)
+    cli.add_verbose_arg(parser)
+    cli.add_gpu_arg(parser, "Read, stitch and encode")
+    return parser
+
+
+def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) -> None:
+    """Parse ``argv`` and stitch a ``ndim``-D mosaic grid (shared by linum-stitch-2d)."""
+    args = cli.parse_args(parser, argv)
+    cli.check_input(parser, args.input)
+    cli.check_input(parser, args.transform)
+    output = cli.check_output(parser, args.output, args.overwrite)
+    with cli.fail_on_errors(parser):
+        from linumpy.io import open_array
+        from linumpy.mosaic.pipeline import stitch_omezarr
+        from linumpy.mosaic.transform import TileTransform
+
+        transform = TileTransform.load(args.transform)
+        source_ndim = open_array(args.input).ndim
+        if source_ndim != ndim:
+            parser.error(
+                f"{args.input}: a {ndim}D mosaic grid is needed, this one is {source_ndim}D"
+            )
+        with cli.output_path(output) as partial:
+            stitch_omezarr(
+                args.input,
+                partial,
+                transform,
+                blending=args.blending,
+                gpu=cli.resolve_gpu(args.use_gpu),
+                n_levels=args.n_levels,
+                chunks=args.chunks,
+                shards=args.shards,
+                level=args.level,
+                progress=True,
+            )
+    print(f"{output}: stitched {transform.n_tiles} tiles ({args.blending} blending)")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    run(_build_arg_parser(), argv, NDIM)
+
+
+if __name__ == "__main__":
+    main()
