@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -756,7 +757,9 @@ def _size(nbytes: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _check_free(needed: int, plan: ReadPlan, what: str) -> None:
+def _check_free(
+    needed: int, source: str, shape: tuple[int, ...], dtype: np.dtype, what: str
+) -> None:
     """Raise DeviceMemoryError when ``needed`` bytes exceed what the device can still give."""
     import cupy
 
@@ -765,9 +768,9 @@ def _check_free(needed: int, plan: ReadPlan, what: str) -> None:
     if needed > free:
         device = cupy.cuda.runtime.getDevice()
         raise DeviceMemoryError(
-            f"{plan.source}: reading a region of shape {plan.shape} ({plan.dtype}) needs "
-            f"{_size(needed)} of GPU memory ({what}), but device {device} has {_size(free)} free "
-            f"of {_size(total)}. Read a part at a time with region=(slice(start, stop), ...)."
+            f"{source}: reading a region of shape {shape} ({dtype}) needs {_size(needed)} of GPU "
+            f"memory ({what}), but device {device} has {_size(free)} free of {_size(total)}. "
+            "Read a part at a time with region=(slice(start, stop), ...)."
         )
 
 
@@ -960,9 +963,7 @@ class _FastRead:
         dtype = plan.dtype.newbyteorder("=")
         out_nbytes = plan.nbytes
         allocate = out is None
-        if allocate:
-            _check_free(out_nbytes, plan, "the output")
-        elif (
+        if not allocate and (
             not isinstance(out, cupy.ndarray)
             or out.shape != plan.shape
             or out.dtype != dtype
@@ -1000,7 +1001,9 @@ class _FastRead:
             extra = staging_nbytes + scratch_nbytes
             _check_free(
                 extra + _NVCOMP_MARGIN + (out_nbytes if allocate else 0),
-                plan,
+                plan.source,
+                plan.shape,
+                dtype,
                 f"output {_size(out_nbytes)}, scratch {_size(extra)}",
             )
             with stream:
@@ -1126,13 +1129,17 @@ def read_zarr_to_gpu(
     array = _open(source)
     settings = settings or GpuReadSettings.from_env()
     started = time.perf_counter()
+    name = str(array.store_path)
+    if out is None:  # before planning: the plan of a huge region alone takes long
+        shape = tuple(s.stop - s.start for s in parse_region(region, array.shape, name))
+        dtype = np.dtype(array.dtype)
+        _check_free(math.prod(shape) * dtype.itemsize, name, shape, dtype, "the output")
     try:
         plan = plan_read(array, region)
         obstacle = _fast_path_obstacle(plan)
     except UnsupportedLayoutError as exc:
         obstacle = str(exc)
     if obstacle is not None:
-        name = str(array.store_path)
         logger.info(
             "%s: fast GPU read not possible (%s); reading through zarr's GPU path", name, obstacle
         )
