@@ -40,6 +40,8 @@ extensions = [
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
+# Quotes and ellipses, but no dashes: "--use-gpu" must not become an en dash in prose.
+smartquotes_action = "qe"
 exclude_patterns = ["_build", "dev", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
 
 # --- API reference (sphinx-autoapi) ------------------------------------------------------------
