@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from docutils import nodes
-from docutils.statemachine import StringList
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
@@ -37,15 +36,37 @@ class ExtrasTable(SphinxDirective):
             )
         for name in sorted(set(described) - set(extras)):
             self.reporter.warning(f"extras-table: {name!r} is not an extra of pyproject.toml")
-        rows = [".. list-table::", "   :header-rows: 1", "", "   * - extra", "     - installs"]
-        rows.append("     - for")
-        for name, text in described.items():
-            if name in extras:
-                requirements = ", ".join(f"``{req}``" for req in extras[name])
-                rows += [f"   * - ``{name}``", f"     - {requirements}", f"     - {text}"]
-        container = nodes.container()
-        self.state.nested_parse(StringList(rows, source="pyproject.toml"), 0, container)
-        return container.children
+        rows = [
+            (nodes.literal(text=name), _literals(extras[name]), nodes.Text(text))
+            for name, text in described.items()
+            if name in extras
+        ]
+        return [_table(("extra", "installs", "for"), rows)]
+
+
+def _literals(requirements: list[str]) -> nodes.Node:
+    paragraph = nodes.inline()
+    for k, requirement in enumerate(requirements):
+        if k:
+            paragraph += nodes.Text(", ")
+        paragraph += nodes.literal(text=requirement)
+    return paragraph
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[nodes.Node, ...]]) -> nodes.table:
+    """A docutils table (built directly: the directive may sit in a Markdown page)."""
+    group = nodes.tgroup(cols=len(header))
+    group += [nodes.colspec(colwidth=1) for _ in header]
+
+    def row(cells: tuple[nodes.Node, ...]) -> nodes.row:
+        line = nodes.row()
+        for cell in cells:
+            line += nodes.entry("", nodes.paragraph("", "", cell))
+        return line
+
+    group += nodes.thead("", row(tuple(nodes.Text(h) for h in header)))
+    group += nodes.tbody("", *(row(cells) for cells in rows))
+    return nodes.table("", group)
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
