@@ -76,15 +76,19 @@ def add_verbose_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def add_gpu_arg(parser: argparse.ArgumentParser, what: str = "Read and compute") -> None:
-    """Add ``--use-gpu/--no-use-gpu`` (``--use_gpu`` is accepted too), off by default."""
-    parser.add_argument(
+    """Add ``--use-gpu`` (alias ``--use_gpu``) and ``--no-use-gpu``; off by default."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
         "--use-gpu",
         "--use_gpu",
         dest="use_gpu",
-        action=argparse.BooleanOptionalAction,
-        default=False,
+        action="store_true",
         help=f"{what} on the GPU (cupy, nvCOMP); without a usable GPU, warn and use the CPU.",
     )
+    group.add_argument(
+        "--no-use-gpu", dest="use_gpu", action="store_false", help="Run on the CPU (the default)."
+    )
+    parser.set_defaults(use_gpu=False)
 
 
 def setup_logging(verbose: int, prog: str) -> None:

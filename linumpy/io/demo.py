@@ -103,8 +103,8 @@ def _tissue_volume(
     y = xp.linspace(-1.0, 1.0, height, dtype=xp.float32)[:, None]
     x = xp.linspace(-1.0, 1.0, width, dtype=xp.float32)[None, :]
     # A section off the centre with a wavy outline: the corner tiles hold little or no tissue.
-    radius = xp.sqrt(((y - 0.12) / 0.78) ** 2 + ((x - 0.1) / 0.8) ** 2)
-    outline = 1.0 + 0.1 * _smooth_field(rng, (height, width), (16, 16), 2.0, xp)
+    radius = xp.sqrt(((y - 0.12) / 0.72) ** 2 + ((x - 0.1) / 0.76) ** 2)
+    outline = 1.0 + 0.08 * xp.tanh(_smooth_field(rng, (height, width), (16, 16), 2.0, xp))
     mask = radius < outline
 
     # Regions of different reflectivity (grey/white matter-like) and a fine texture (fibre bundles,

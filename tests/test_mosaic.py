@@ -1,0 +1,387 @@
+"""Mosaic math: tile transform, phase correlation, layout estimation, blending, file pipeline."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from linumpy.errors import LinumpyError
+from linumpy.io import read_omezarr, read_volume, save_omezarr
+from linumpy.io.demo import generate_demo_mosaic, make_demo_data
+from linumpy.mosaic.pipeline import (
+    average_intensity_projection,
+    convert_to_omezarr,
+    estimate_transform_omezarr,
+    mosaic_tile_shape,
+    stitch_omezarr,
+)
+from linumpy.mosaic.registration import (
+    PairMeasurement,
+    estimate_transform,
+    fit_transform,
+    measure_pair,
+    phase_correlation,
+)
+from linumpy.mosaic.stitch import blending_weights, downsample_mean, stitch
+from linumpy.mosaic.transform import TileTransform
+
+SMALL = {"grid_shape": (4, 5), "tile_shape": (16, 64, 64)}
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return generate_demo_mosaic(**SMALL)
+
+
+@pytest.fixture(scope="module")
+def demo_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("demo") / "mosaic.ome.zarr"
+    make_demo_data(path, **SMALL)
+    return path
+
+
+def _texture(shape, seed=0, sigma=1.5):
+    rng = np.random.default_rng(seed)
+    return ndimage.gaussian_filter(rng.standard_normal(shape), sigma)
+
+
+# --- TileTransform ------------------------------------------------------------------------------
+
+
+def _transform(**changes) -> TileTransform:
+    fields = {
+        "matrix": ((50.0, -2.0), (1.5, 51.0)),
+        "offset": (0.0, 0.0),
+        "tile_shape": (64, 64),
+        "grid_shape": (3, 4),
+    }
+    fields.update(changes)
+    return TileTransform(**fields)
+
+
+def test_transform_positions_and_normalization() -> None:
+    transform = _transform()
+    positions = transform.positions()
+    assert positions.shape == (3, 4, 2)
+    np.testing.assert_allclose(positions[2, 3], [2 * 50 - 3 * 2, 2 * 1.5 + 3 * 51])
+    normalized = transform.normalized()
+    np.testing.assert_allclose(normalized.positions().reshape(-1, 2).min(axis=0), 0.0)
+    assert normalized.matrix == transform.matrix
+    with pytest.raises(LinumpyError, match="negative"):
+        transform.output_shape()
+    height, width = normalized.output_shape()
+    top = normalized.pixel_positions().reshape(-1, 2).max(axis=0)
+    assert (height, width) == (top[0] + 64, top[1] + 64)
+    assert normalized.overlap() == (14, 13)
+
+
+def test_transform_round_trip(tmp_path) -> None:
+    transform = _transform(offset=(3.25, 0.5))
+    assert TileTransform.from_dict(json.loads(json.dumps(transform.to_dict()))) == transform
+    transform.save(tmp_path / "t.json")
+    assert TileTransform.load(tmp_path / "t.json") == transform
+    assert transform.max_position_error(transform) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"matrix": ((1.0, 2.0), (2.0, 4.0))}, "singular"),
+        ({"matrix": ((1.0, 2.0, 3.0), (2.0, 4.0))}, "2x2"),
+        ({"offset": (float("nan"), 0.0)}, "offset"),
+        ({"tile_shape": (0, 64)}, "tile shape"),
+        ({"grid_shape": (3,)}, "grid shape"),
+    ],
+)
+def test_transform_validation(change, message) -> None:
+    with pytest.raises(LinumpyError, match=message):
+        _transform(**change)
+
+
+def test_transform_load_errors_name_the_file(tmp_path) -> None:
+    with pytest.raises(LinumpyError, match="missing.json"):
+        TileTransform.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(LinumpyError, match="bad.json"):
+        TileTransform.load(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text('{"format": "something-else"}')
+    with pytest.raises(LinumpyError, match="not a linumpy tile transform"):
+        TileTransform.load(tmp_path / "other.json")
+
+
+# --- registration -------------------------------------------------------------------------------
+
+
+def test_phase_correlation_integer_shift() -> None:
+    image = _texture((64, 80))
+    shift, peak = phase_correlation(np.roll(image, (3, -5), axis=(0, 1)), image)
+    np.testing.assert_allclose(shift, [3, -5], atol=0.02)
+    assert peak > 0.9
+    _, unrelated = phase_correlation(image, _texture((64, 80), seed=1))
+    assert unrelated < 0.3
+
+
+def test_phase_correlation_subpixel_shift() -> None:
+    image = _texture((96, 96), sigma=2.0)
+    moved = ndimage.fourier_shift(np.fft.fft2(image), (1.3, -2.6))
+    shift, _ = phase_correlation(np.fft.ifft2(moved).real, image)
+    np.testing.assert_allclose(shift, [1.3, -2.6], atol=0.05)
+
+
+def test_phase_correlation_needs_equal_2d_images() -> None:
+    with pytest.raises(LinumpyError, match="2D images of one shape"):
+        phase_correlation(np.zeros((8, 8)), np.zeros((8, 9)))
+
+
+@pytest.mark.parametrize("displacement", [(2.3, 51.6), (-3.7, 49.2), (50.4, 1.8)])
+def test_measure_pair_recovers_subpixel_displacement(displacement) -> None:
+    canvas = _texture((200, 200), sigma=1.2)
+    a = canvas[20:84, 20:84]
+    moved = ndimage.shift(canvas, (-displacement[0], -displacement[1]), order=3)
+    b = moved[20:84, 20:84]  # b[y, x] = canvas[20 + y + dy, 20 + x + dx]
+    axis = 0 if abs(displacement[0]) > abs(displacement[1]) else 1
+    measured, score = measure_pair(a, b, axis=axis)
+    np.testing.assert_allclose(measured, displacement, atol=0.1)
+    assert score > 0.8  # measured at the nearest whole-pixel displacement
+
+
+def test_measure_pair_of_flat_or_unrelated_tiles_scores_low() -> None:
+    flat = np.zeros((64, 64))
+    _, score = measure_pair(flat, flat)
+    assert score == 0.0
+    _, score = measure_pair(_texture((64, 64)), _texture((64, 64), seed=7), axis=1)
+    assert score < 0.3
+
+
+def test_estimate_transform_on_demo_within_half_a_pixel(demo) -> None:
+    transform, pairs = estimate_transform(demo.mosaic.mean(axis=0), (64, 64))
+    assert transform.grid_shape == (4, 5)
+    assert transform.max_position_error(demo.transform) < 0.5
+    assert len(pairs) == 4 * 4 + 3 * 5
+    # the pairs between empty corner tiles are recognized as unreliable
+    assert any(p.score < 0.3 for p in pairs)
+
+
+def test_estimate_transform_robust_to_missing_tiles(demo) -> None:
+    mosaic = demo.mosaic.mean(axis=0)
+    for row, col in [(0, 0), (0, 4), (3, 0), (1, 2)]:  # never acquired: zeros
+        mosaic[row * 64 : (row + 1) * 64, col * 64 : (col + 1) * 64] = 0
+    transform, _ = estimate_transform(mosaic, (64, 64))
+    assert transform.max_position_error(demo.transform) < 0.5
+
+
+def test_estimate_transform_without_tissue_says_so() -> None:
+    rng = np.random.default_rng(0)
+    noise = rng.random((128, 192))
+    with pytest.raises(LinumpyError, match="no reliable"):
+        estimate_transform(noise, (64, 64))
+    with pytest.raises(LinumpyError, match="not a grid"):
+        estimate_transform(noise, (60, 64))
+
+
+def test_fit_transform_ignores_outliers_and_low_scores() -> None:
+    good_h = [PairMeasurement((0, c), (0, c + 1), (-2.0, 51.0), 0.9) for c in range(3)]
+    good_v = [PairMeasurement((0, c), (1, c), (50.0, 1.5), 0.9) for c in range(3)]
+    outlier = [PairMeasurement((1, 0), (1, 1), (30.0, 10.0), 0.8)]
+    weak = [PairMeasurement((1, 1), (1, 2), (0.0, 5.0), 0.1)]
+    transform = fit_transform(good_h + good_v + outlier + weak, (64, 64), (2, 4))
+    np.testing.assert_allclose(transform.matrix, [[50.0, -2.0], [1.5, 51.0]])
+
+
+# --- stitching ----------------------------------------------------------------------------------
+
+
+def _integer_layout_mosaic(depth=3):
+    """A mosaic grid cut from a known canvas at whole-pixel positions."""
+    transform = TileTransform(((40.0, 3.0), (-2.0, 44.0)), (0.0, 0.0), (48, 56), (3, 3))
+    transform = transform.normalized()
+    height, width = transform.output_shape()
+    canvas = _texture((depth, height, width)).astype(np.float32) + 5
+    mosaic = np.zeros((depth, 3 * 48, 3 * 56), np.float32)
+    for row, col in transform.tiles():
+        y, x = transform.pixel_positions()[row, col]
+        ys, xs = transform.grid_slices(row, col)
+        mosaic[:, ys, xs] = canvas[:, y : y + 48, x : x + 56]
+    return mosaic, canvas, transform
+
+
+@pytest.mark.parametrize("blending", ["none", "average", "linear"])
+def test_stitch_reconstructs_the_canvas(blending) -> None:
+    mosaic, canvas, transform = _integer_layout_mosaic()
+    stitched = stitch(mosaic, transform, blending)
+    assert stitched.dtype == np.float32
+    covered = np.zeros(canvas.shape[1:], bool)
+    for row, col in transform.tiles():
+        y, x = transform.pixel_positions()[row, col]
+        covered[y : y + 48, x : x + 56] = True
+    np.testing.assert_allclose(stitched[:, covered], canvas[:, covered], rtol=1e-5)
+    assert (stitched[:, ~covered] == 0).all()
+    stitched_2d = stitch(mosaic[1], transform, blending)
+    np.testing.assert_array_equal(stitched_2d, stitched[1])
+
+
+def test_blending_modes_differ_where_tiles_disagree() -> None:
+    mosaic, _, transform = _integer_layout_mosaic(depth=1)
+    for row, col in transform.tiles():  # give each tile its own offset (a seam)
+        ys, xs = transform.grid_slices(row, col)
+        mosaic[:, ys, xs] += row * 3 + col
+    none, average, linear = (stitch(mosaic, transform, b) for b in ("none", "average", "linear"))
+    p0, p1 = transform.pixel_positions()[0, :2]
+    y, x = p1 + (20, 2)  # inside tiles (0, 0) and (0, 1), near the left edge of (0, 1)
+    overlap = (0, y, x)
+    a0 = mosaic[0, y - p0[0], x - p0[1]]
+    a1 = mosaic[0, 20, 56 + 2]
+    assert a0 != a1
+    assert none[overlap] == a1  # the later tile wins
+    assert average[overlap] == pytest.approx((a0 + a1) / 2, rel=1e-5)
+    assert min(a0, a1) - 1e-3 <= linear[overlap] <= max(a0, a1) + 1e-3
+    assert abs(linear[overlap] - a1) > abs(linear[overlap] - a0)  # near tile 1's edge
+
+
+def test_linear_weights_ramp_over_the_overlap() -> None:
+    transform = _transform().normalized()
+    weights = blending_weights(transform, "linear")
+    oy, ox = transform.overlap()
+    assert weights.shape == (64, 64) and weights.dtype == np.float32
+    assert weights[32, 32] == 1.0
+    assert 0 < weights[0, 32] < weights[oy // 2, 32] < weights[oy, 32] == 1.0
+    np.testing.assert_array_equal(weights, weights[::-1, ::-1])
+    assert (blending_weights(transform, "average") == 1).all()
+    with pytest.raises(LinumpyError, match="blending"):
+        blending_weights(transform, "cubic")
+
+
+def test_stitch_checks_the_grid() -> None:
+    with pytest.raises(LinumpyError, match="does not hold"):
+        stitch(np.zeros((4, 100, 100)), _transform().normalized())
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.int8])
+def test_downsample_mean_matches_the_writer_pyramid(tmp_path, dtype) -> None:
+    data = (np.random.default_rng(0).random((9, 7, 5)) * 100).astype(dtype)
+    save_omezarr(data, tmp_path / "p.ome.zarr", voxel_size=(1, 1, 1), n_levels=3)
+    level1 = downsample_mean(data)
+    level2 = downsample_mean(level1)
+    np.testing.assert_allclose(level1, read_omezarr(tmp_path / "p.ome.zarr", 1)[0][...], atol=1e-5)
+    np.testing.assert_allclose(level2, read_omezarr(tmp_path / "p.ome.zarr", 2)[0][...], atol=1e-5)
+    assert level2.dtype == dtype
+
+
+# --- file pipeline ------------------------------------------------------------------------------
+
+
+def test_projection_and_tile_shape_from_file(demo, demo_path) -> None:
+    aip = average_intensity_projection(demo_path, slab_depth=5)
+    np.testing.assert_allclose(aip, demo.mosaic.mean(axis=0), rtol=1e-6)
+    assert mosaic_tile_shape(demo_path) == (64, 64)
+    assert mosaic_tile_shape(demo_path, (32, 32)) == (32, 32)
+
+
+def test_estimate_transform_from_file(demo, demo_path) -> None:
+    transform, _ = estimate_transform_omezarr(demo_path)
+    assert transform.max_position_error(demo.transform) < 0.5
+
+
+def test_stitch_file_slabs_and_pyramid(tmp_path, demo, demo_path) -> None:
+    stitch_omezarr(demo_path, tmp_path / "one.ome.zarr", demo.transform, n_levels=3)
+    stitch_omezarr(demo_path, tmp_path / "slabs.ome.zarr", demo.transform, n_levels=3, slab_depth=4)
+    expected = stitch(demo.mosaic, demo.transform, "linear")
+    for name in ("one", "slabs"):
+        path = tmp_path / f"{name}.ome.zarr"
+        level0, voxel_size = read_omezarr(path)
+        assert voxel_size == (3.5, 2.5, 2.5)
+        np.testing.assert_allclose(level0[...], expected, rtol=1e-6)
+        level2, voxel_size2 = read_omezarr(path, 2)
+        np.testing.assert_allclose(
+            level2[...], downsample_mean(downsample_mean(expected)), rtol=1e-5, atol=1e-3
+        )
+        assert voxel_size2 == (14.0, 10.0, 10.0)
+    with pytest.raises(LinumpyError, match="exists"):
+        stitch_omezarr(demo_path, tmp_path / "one.ome.zarr", demo.transform)
+
+
+def test_stitched_demo_matches_the_ground_truth(tmp_path, demo, demo_path) -> None:
+    """Stitched with the estimated layout, the image lines up with the tissue it was cut from."""
+    transform, _ = estimate_transform_omezarr(demo_path)
+    stitch_omezarr(demo_path, tmp_path / "s.ome.zarr", transform, blending="average")
+    stitched = read_volume(tmp_path / "s.ome.zarr").mean(axis=0)
+    tissue = demo.tissue.mean(axis=0)
+    h, w = min(stitched.shape[0], tissue.shape[0]), min(stitched.shape[1], tissue.shape[1])
+    aligned = np.corrcoef(stitched[:h, :w].ravel(), tissue[:h, :w].ravel())[0, 1]
+    shifted = np.corrcoef(stitched[3:h, 3:w].ravel(), tissue[: h - 3, : w - 3].ravel())[0, 1]
+    assert aligned > 0.9
+    assert aligned > shifted + 0.02
+
+
+def test_stitch_2d_projection(tmp_path, demo, demo_path) -> None:
+    save_omezarr(demo.mosaic.mean(axis=0), tmp_path / "aip.ome.zarr", voxel_size=(2.5, 2.5))
+    stitch_omezarr(tmp_path / "aip.ome.zarr", tmp_path / "s2.ome.zarr", demo.transform)
+    expected = stitch(demo.mosaic.mean(axis=0), demo.transform, "linear")
+    np.testing.assert_allclose(read_volume(tmp_path / "s2.ome.zarr"), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["npy", "tiff", "zarr"])
+def test_convert_to_omezarr(tmp_path, kind) -> None:
+    import tifffile
+    import zarr
+
+    data = (np.random.default_rng(1).random((10, 20, 30)) * 1000).astype(np.uint16)
+    if kind == "npy":
+        source = tmp_path / "in.npy"
+        np.save(source, data)
+    elif kind == "tiff":
+        source = tmp_path / "in.tif"
+        tifffile.imwrite(source, data)
+    else:
+        source = tmp_path / "in.zarr"
+        zarr.create_array(source, data=data, chunks=(5, 20, 30))
+    target = tmp_path / "out.ome.zarr"
+    convert_to_omezarr(source, target, voxel_size=(2, 1, 1), chunks=(4, 8, 8), n_levels=2)
+    array, voxel_size = read_omezarr(target)
+    np.testing.assert_array_equal(array[...], data)
+    assert array.chunks == (4, 8, 8) and voxel_size == (2.0, 1.0, 1.0)
+    np.testing.assert_array_equal(read_omezarr(target, 1)[0][...], downsample_mean(data))
+
+
+def test_convert_rejects_unreadable_input(tmp_path) -> None:
+    (tmp_path / "junk.npy").write_bytes(b"not numpy")
+    with pytest.raises(LinumpyError, match="junk.npy"):
+        convert_to_omezarr(tmp_path / "junk.npy", tmp_path / "out.ome.zarr")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(LinumpyError, match="folder"):
+        convert_to_omezarr(tmp_path / "folder", tmp_path / "out.ome.zarr")
+
+
+# --- GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_stitch_and_registration_match_cpu(demo) -> None:
+    import cupy
+
+    for blending in ("none", "average", "linear"):
+        cpu = stitch(demo.mosaic, demo.transform, blending)
+        gpu = stitch(cupy.asarray(demo.mosaic), demo.transform, blending)
+        np.testing.assert_allclose(gpu.get(), cpu, rtol=1e-5, atol=1e-5)
+    aip = demo.mosaic.mean(axis=0)
+    cpu_transform, _ = estimate_transform(aip, (64, 64))
+    gpu_transform, _ = estimate_transform(cupy.asarray(aip), (64, 64))
+    assert gpu_transform.max_position_error(cpu_transform) < 0.05
+    np.testing.assert_allclose(
+        downsample_mean(cupy.asarray(cpu)).get(), downsample_mean(cpu), rtol=1e-6
+    )
+
+
+@pytest.mark.gpu
+def test_gpu_file_pipeline_matches_cpu(tmp_path, demo, demo_path) -> None:
+    aip_gpu = average_intensity_projection(demo_path, gpu=True)
+    np.testing.assert_allclose(aip_gpu.get(), average_intensity_projection(demo_path), rtol=1e-6)
+    stitch_omezarr(demo_path, tmp_path / "cpu.ome.zarr", demo.transform, n_levels=2)
+    stitch_omezarr(demo_path, tmp_path / "gpu.ome.zarr", demo.transform, n_levels=2, gpu=True)
+    for level in (0, 1):
+        cpu = read_omezarr(tmp_path / "cpu.ome.zarr", level)[0][...]
+        gpu = read_omezarr(tmp_path / "gpu.ome.zarr", level)[0][...]
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-4)
