@@ -37,11 +37,16 @@ class ExtrasTable(SphinxDirective):
         for name in sorted(set(described) - set(extras)):
             self.reporter.warning(f"extras-table: {name!r} is not an extra of pyproject.toml")
         rows = [
-            (nodes.literal(text=name), _literals(extras[name]), nodes.Text(text))
+            (nodes.literal(text=name), _literals(extras[name]), self._inline(text))
             for name, text in described.items()
             if name in extras
         ]
         return [_table(("extra", "installs", "for"), rows)]
+
+    def _inline(self, text: str) -> nodes.Node:
+        """``text`` parsed as inline markup of the page's own language (Markdown or reST)."""
+        parsed, messages = self.parse_inline(text)
+        return nodes.inline("", "", *parsed, *messages)
 
 
 def _literals(requirements: list[str]) -> nodes.Node:
