@@ -120,7 +120,9 @@ def downsample_mean(array: Any) -> Any:
         if size < 2:
             continue
         if size % 2:
-            work = xp.concatenate([work, xp.take(work, [size - 1], axis=axis)], axis=axis)
+            last = [slice(None)] * work.ndim
+            last[axis] = slice(size - 1, size)
+            work = xp.concatenate([work, work[tuple(last)]], axis=axis)
         even = [slice(None)] * work.ndim
         odd = [slice(None)] * work.ndim
         even[axis] = slice(0, None, 2)
