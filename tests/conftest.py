@@ -10,20 +10,9 @@ import pytest
 @functools.cache
 def gpu_missing_reason() -> str | None:
     """Say why GPU tests cannot run here; None when cupy, nvCOMP and a device are usable."""
-    try:
-        import cupy
-    except ImportError as exc:
-        return f"cupy is not installed ({exc})"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as exc:  # cupy raises several CUDA error types when no driver is present
-        return f"no usable CUDA device ({exc})"
-    try:
-        import nvidia.nvcomp  # noqa: F401
-    except ImportError as exc:
-        return f"nvidia-nvcomp is not installed ({exc})"
-    return None
+    from linumpy.gpu.zarr_io import gpu_unavailable_reason
+
+    return gpu_unavailable_reason()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
