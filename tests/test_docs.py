@@ -41,9 +41,9 @@ def _public_modules() -> list[str]:
 
 
 def _public_names(module: ModuleType) -> list[str]:
-    """``__all__``, or the public names the module itself defines."""
+    """``__all__`` less dunders (``__version__``), or the public names the module defines."""
     if hasattr(module, "__all__"):
-        return list(module.__all__)
+        return [name for name in module.__all__ if not name.startswith("__")]
     return [
         name
         for name, value in vars(module).items()
