@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume

@@ -5,6 +5,7 @@ Every function takes numpy or cupy arrays and computes with the module of its in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,21 +43,30 @@ def _cross_power(fixed: Any, moving: Any, band: tuple[float, float]) -> Any:
     return product * weight / xp.maximum(xp.abs(product), 1e-12)
 
 
-def _refine_peak(cross_power: Any, peak: np.ndarray, upsample: int) -> np.ndarray:
-    """Sub-pixel peak of the inverse DFT of ``cross_power`` near the integer ``peak``.
-
-    Evaluates the inverse DFT on a grid ``upsample`` times finer over +-1 pixel by two small matrix
-    products (the matrix-multiply DFT of Guizar-Sicairos et al., Opt. Lett. 33, 2008).
-    """
+def _dft_surface(cross_power: Any, center: np.ndarray, step: float, half_width: int) -> Any:
+    """Inverse DFT of ``cross_power`` on a grid of ``2 * half_width + 1`` points per axis, ``step``
+    pixels apart, centred on ``center``: two small matrix products (the matrix-multiply DFT of
+    Guizar-Sicairos et al., Opt. Lett. 33, 2008)."""
     xp = array_module(cross_power)
-    offsets = xp.arange(-upsample, upsample + 1, dtype=xp.float64) / upsample
+    offsets = xp.arange(-half_width, half_width + 1, dtype=xp.float64) * step
     kernels = []
     for axis, n in enumerate(cross_power.shape):
         freq = xp.fft.fftfreq(n)
-        kernels.append(xp.exp(2j * np.pi * (float(peak[axis]) + offsets)[:, None] * freq[None, :]))
-    surface = (kernels[0] @ cross_power @ kernels[1].T).real
-    iy, ix = np.unravel_index(int(surface.argmax()), surface.shape)
-    return peak + np.array([float(offsets[iy]), float(offsets[ix])])
+        kernels.append(
+            xp.exp(2j * np.pi * (float(center[axis]) + offsets)[:, None] * freq[None, :])
+        )
+    return (kernels[0] @ cross_power @ kernels[1].T).real
+
+
+def _refine_peak(cross_power: Any, peak: np.ndarray, upsample: int) -> np.ndarray:
+    """Sub-pixel peak of the inverse DFT of ``cross_power`` near the integer ``peak``, to
+    ``1 / upsample`` pixel: first on a 0.1-pixel grid over +-1 pixel, then around its maximum."""
+    center = np.asarray(peak, dtype=np.float64)
+    for step, half_width in ((0.1, 10), (1.0 / upsample, math.ceil(upsample / 10))):
+        surface = _dft_surface(cross_power, center, step, half_width)
+        index = np.unravel_index(int(surface.argmax()), surface.shape)
+        center = center + (np.array(index, dtype=np.float64) - half_width) * step
+    return center
 
 
 def _top_peaks(correlation: Any, count: int) -> list[np.ndarray]:
@@ -328,7 +338,7 @@ def estimate_transform(
     measurements
         Every pair measured, reliable or not.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     h, w = parse_tile_shape(tile_shape)
     if aip_grid.ndim != 2 or aip_grid.shape[0] % h or aip_grid.shape[1] % w:
