@@ -131,12 +131,24 @@ def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -
 
 
 def check_output(
-    parser: argparse.ArgumentParser, path: str | os.PathLike[str], overwrite: bool
+    parser: argparse.ArgumentParser,
+    path: str | os.PathLike[str],
+    overwrite: bool,
+    *,
+    make_parents: bool = False,
 ) -> Path:
-    """Exit with a one-line error when ``path`` exists without ``-f`` or cannot be created."""
+    """Exit with a one-line error when ``path`` exists without ``-f`` or cannot be created.
+
+    With ``make_parents``, missing parent directories are created.
+    """
     path = Path(path)
     if path.exists() and not overwrite:
         parser.error(f"output {os.fspath(path)!r} exists; use -f to overwrite it")
+    if make_parents:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"cannot create {os.fspath(path.parent)!r}: {exc.strerror}")
     if not path.parent.is_dir():
         parser.error(f"cannot create {os.fspath(path)!r}: no directory {os.fspath(path.parent)!r}")
     return path

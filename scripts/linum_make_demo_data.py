@@ -56,7 +56,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
-    output = cli.check_output(parser, args.output, args.overwrite)
+    output = cli.check_output(parser, args.output, args.overwrite, make_parents=True)
     with cli.fail_on_errors(parser):
         from linumpy.io.demo import make_demo_data
         from linumpy.mosaic._xp import gpu_module
