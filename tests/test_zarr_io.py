@@ -180,30 +180,36 @@ def test_check_frames_accepts_only_what_inspect_zstd_chunk_sends_to_nvcomp() -> 
 # --- CPU: batch planning ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("staging", "scratch"), [(10**9, 10**9), (3000, 4096), (700, 1024)])
-def test_plan_batches_respects_limits_and_never_overwrites_written_rows(
-    staging: int, scratch: int
+@pytest.mark.parametrize(
+    ("staging", "device"), [(10**9, 10**9), (3000, 4096), (700, 1024), (2500, 2600), (9000, 5200)]
+)
+def test_plan_batches_respects_limits_and_never_overwrites_pending_data(
+    staging: int, device: int
 ) -> None:
     rng = np.random.default_rng(3)
-    rows, row_nbytes, slot = 12, 1000, 512
-    row_end = np.repeat(np.arange(2, rows + 1, 2), 5) * row_nbytes  # 6 chunk rows of 5 chunks
+    rows, row_nbytes, slot, misalign = 12, 1024, 512, 48
+    chunk_rows = np.repeat(np.arange(0, rows, 2), 4)  # 6 slabs of 4 chunks, 2 rows each
+    row_start, row_end = chunk_rows * row_nbytes, (chunk_rows + 2) * row_nbytes
     sizes = rng.integers(50, 900, len(row_end))
     sizes[rng.random(len(sizes)) < 0.2] = -1
+    out_nbytes = rows * row_nbytes
     batches = plan_batches(
+        row_start,
         row_end,
         sizes,
         slot_nbytes=slot,
-        out_nbytes=rows * row_nbytes,
-        out_misalign=40,
+        out_nbytes=out_nbytes,
+        out_misalign=misalign,
         staging_capacity=staging,
-        scratch_capacity=scratch,
+        device_capacity=device,
     )
     seen = np.concatenate([np.concatenate([b.reads, b.fills]) for b in batches])
     assert sorted(seen.tolist()) == list(range(len(sizes)))
     assert set(np.concatenate([b.fills for b in batches]).tolist()) == set(
         np.flatnonzero(sizes < 0).tolist()
     )
-    written = 0
+    modes = set()
+    written = 0  # output bytes before this are final
     for batch in batches:
         assert batch.staging_nbytes <= staging
         staged = batch.staging_offsets >= 0
@@ -211,14 +217,31 @@ def test_plan_batches_respects_limits_and_never_overwrites_written_rows(
         ends = batch.staging_offsets[staged] + sizes[batch.reads[staged]]
         assert np.all(batch.staging_offsets[staged] % 16 == 0)
         assert np.all(ends <= batch.staging_nbytes)
-        written = max([written, *row_end[batch.reads], *row_end[batch.fills]])
-        decoded = len(batch.reads) * slot
-        if batch.target >= 0:
-            assert batch.target >= written  # decoded chunks never land on written rows
-            assert batch.target + decoded <= rows * row_nbytes
-            assert (batch.target + 40) % 256 == 0
+        assert batch.device_nbytes <= max(device, slot + staging + 16)
+        assert np.all((batch.slots + (misalign if batch.in_output else 0)) % 16 == 0)
+        entries = np.concatenate([batch.reads, batch.fills])
+        if not batch.in_output:
+            modes.add("buffer")
+            assert np.all(batch.slots >= batch.staging_nbytes)
+            assert np.all(batch.slots + slot <= batch.device_nbytes)
+        elif batch.segments[0].copy_offset < 0:
+            modes.add("tail")  # decoded after every row the batch writes
+            assert np.all(batch.slots >= max(written, row_end[entries].max()))
+            assert np.all(batch.slots + slot <= out_nbytes)
         else:
-            assert decoded <= max(scratch, slot)
+            modes.add("own rows")  # decoded in each slab's own rows, copied out before scattering
+            for segment in batch.segments:
+                reads = batch.reads[segment.start : segment.stop]
+                seg_rows = np.concatenate([reads, segment.fills])
+                lo, hi = row_start[seg_rows].min(), row_end[seg_rows].max()
+                slots = batch.slots[segment.start : segment.stop]
+                assert segment.copy_offset == lo >= written
+                assert lo + segment.copy_nbytes <= hi
+                assert np.all((slots >= lo) & (slots + slot <= lo + segment.copy_nbytes))
+                assert segment.copy_nbytes <= batch.device_nbytes
+        written = max(written, row_end[entries].max())
+    if (staging, device) == (2500, 2600):
+        assert "own rows" in modes
 
 
 # --- CPU: sizes and file reads ------------------------------------------------------------------
@@ -447,7 +470,7 @@ def test_region_reads_only_its_chunks_and_memory_stays_bounded(tmp_path: Path) -
     report = last_read_report()
     assert report is not None
     assert report.n_reads == 2 * 2 * 2 * 2
-    assert report.device_extra_bytes <= settings.scratch_bytes
+    assert report.device_extra_bytes <= settings.scratch_bytes + 2**16  # + fill value, tables
     assert report.pinned_bytes <= settings.pinned_bytes
 
 

@@ -137,6 +137,7 @@ def _kvikio_read(
     for window in windows:
         files: dict[str, Any] = {}
         pending = []
+        waited = 0
         try:
             for i in window:
                 read = reads[i]
@@ -149,6 +150,7 @@ def _kvikio_read(
                 start, n = int(offsets[i]), int(sizes[i])
                 pending.append((read, n, handle.pread(staging[start : start + n], n, read.offset)))
             for read, n, future in pending:
+                waited += 1  # a future can be waited for once, even when that raises
                 got = future.get()
                 if got != n:
                     raise ChunkDecodeError(
@@ -156,10 +158,9 @@ def _kvikio_read(
                     )
         finally:
             # Reads still in flight write into ``staging``: let them finish before leaving.
-            for _, _, future in pending:
-                if not future.done():
-                    with suppress(RuntimeError):
-                        future.get()
+            for _, _, future in pending[waited:]:
+                with suppress(Exception):
+                    future.get()
             for handle in files.values():
                 handle.close()
 

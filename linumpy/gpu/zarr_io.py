@@ -413,33 +413,83 @@ def gpu_read_route(
 
 
 @dataclass(frozen=True, slots=True)
+class Segment:
+    """Part of a batch scattered by one kernel launch.
+
+    Attributes
+    ----------
+    start, stop
+        The batch's reads ``reads[start:stop]`` scattered here.
+    fills
+        Entries (not stored) filled with the fill value here.
+    copy_offset, copy_nbytes
+        When ``copy_offset >= 0``, the reads were decoded into their own rows of the output:
+        ``copy_nbytes`` bytes from that offset are first copied to the start of the device buffer
+        and the scatter reads them there. -1 when the scatter reads the decoded slots directly.
+    """
+
+    start: int
+    stop: int
+    fills: np.ndarray
+    copy_offset: int = -1
+    copy_nbytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
-    """Chunks handled together: one host->device copy, one nvCOMP call, one scatter launch.
+    """Chunks handled together: one host->device copy and one nvCOMP call.
+
+    The batch's compressed chunks go to the start of the read's device buffer; that buffer also
+    holds decoded chunks when they fit nowhere in the output, and the copies of chunks decoded in
+    their own rows (the compressed bytes are no longer needed by then).
 
     Attributes
     ----------
     reads
-        Indices (into the plan's entries) of chunks decoded in this batch; the j-th lands in
-        decoded slot j.
-    fills
-        Indices of chunks that are not stored (fill value).
+        Indices (into the plan's entries) of the chunks decoded in this batch.
     staging_offsets
         Per read: offset in the staging buffer, or -1 for a chunk too large for it (read and
         decoded on the CPU).
     staging_nbytes
-        Bytes of the staging buffer in use.
-    target
-        Byte offset in the output where the decoded slots start, or -1 for the scratch buffer.
+        Bytes of the staging buffer in use (and copied to the device buffer).
+    in_output
+        Whether the decoded slots lie in the output (rows not written yet, or the reads' own
+        rows) rather than in the device buffer.
+    slots
+        Per read: byte offset of its decoded chunk in the output or the device buffer.
+    segments
+        The scatters, in order.
+    device_nbytes
+        Bytes of the device buffer the batch uses.
     """
 
     reads: np.ndarray
-    fills: np.ndarray
     staging_offsets: np.ndarray
     staging_nbytes: int
-    target: int
+    in_output: bool
+    slots: np.ndarray
+    segments: tuple[Segment, ...]
+    device_nbytes: int
+
+    @property
+    def fills(self) -> np.ndarray:
+        """Entries of the batch that are not stored."""
+        return np.concatenate([np.zeros(0, np.int64), *(s.fills for s in self.segments)])
+
+
+@dataclass(slots=True)
+class _Slab:
+    """Entries sharing their last output row: a row of chunks."""
+
+    reads: list[int] = field(default_factory=list)
+    fills: list[int] = field(default_factory=list)
+    staged: int = 0
+    start: int = 0  # first output byte of its rows
+    end: int = 0  # output byte past its rows
 
 
 def plan_batches(
+    row_start: np.ndarray,
     row_end: np.ndarray,
     sizes: np.ndarray,
     *,
@@ -447,83 +497,130 @@ def plan_batches(
     out_nbytes: int,
     out_misalign: int,
     staging_capacity: int,
-    scratch_capacity: int,
+    device_capacity: int,
 ) -> list[Batch]:
-    """Group chunks into batches that fit the staging buffer and the decode space.
+    """Group chunks into batches that fit the staging buffer and the device buffer.
 
-    Chunks are taken in output order (``row_end``: the end, in output bytes, of the rows a chunk
-    touches). A batch's decoded chunks go to the not-yet-written part of the output after those
-    rows when they fit there, else to a scratch buffer of ``scratch_capacity`` bytes; their
-    compressed bytes must fit ``staging_capacity``.
+    Chunks are taken in output order, a row of chunks (a slab) at a time. A batch's chunks are
+    decoded where they cost no device memory when possible: into rows of the output that no batch
+    has written yet (after the batch's rows); else into the device buffer after the compressed
+    chunks; else, when each of its slabs' chunks fit in the slab's own rows, into those rows
+    (copied to the device buffer one slab at a time before scattering). Slabs that fit none of
+    these are split.
 
     Parameters
     ----------
-    row_end
-        Per entry, byte offset in the output past the last row the entry writes.
+    row_start, row_end
+        Per entry, byte offsets in the output of the first row it writes and past its last row.
     sizes
         Per entry, compressed size, or -1 for an entry that is not stored.
     slot_nbytes
         Bytes of one decoded slot (a chunk's size, aligned).
     out_nbytes, out_misalign
         Size of the output and its address modulo the target alignment.
-    staging_capacity, scratch_capacity
-        Bytes available for a batch's compressed and (outside the output) decoded chunks.
+    staging_capacity, device_capacity
+        Bytes available for a batch's compressed chunks, and in the device buffer.
 
     Returns
     -------
     list of Batch
         In the order they must run.
     """
+    device_capacity = max(device_capacity, slot_nbytes + align_up(staging_capacity))
 
     def tail_offset(end: int) -> int:
         return align_up(out_misalign + end, _TARGET_ALIGN) - out_misalign
 
-    def fits(decoded: int, end: int) -> bool:
-        return decoded <= out_nbytes - tail_offset(end) or decoded <= scratch_capacity
+    def in_tail(decoded: int, end: int) -> bool:
+        return decoded <= out_nbytes - tail_offset(end)
 
-    batches: list[Batch] = []
-    reads: list[int] = []
-    fills: list[int] = []
-    offsets: list[int] = []
-    staged = 0
-    end = 0
+    def room(entry: int) -> int:
+        return align_up(int(sizes[entry])) if sizes[entry] <= staging_capacity else 0
 
-    def close() -> None:
-        decoded = len(reads) * slot_nbytes
-        target = tail_offset(end) if decoded <= out_nbytes - tail_offset(end) else -1
-        batches.append(
-            Batch(
-                np.array(reads, dtype=np.int64),
-                np.array(fills, dtype=np.int64),
-                np.array(offsets, dtype=np.int64),
-                staged,
-                target,
-            )
+    def own_rows(slab: _Slab) -> bool:
+        decoded = len(slab.reads) * slot_nbytes
+        aligned = (out_misalign + slab.start) % ALIGN == 0
+        return aligned and decoded <= min(slab.end - slab.start, device_capacity)
+
+    def feasible(slabs: list[_Slab]) -> bool:
+        staged = sum(s.staged for s in slabs)
+        decoded = sum(len(s.reads) for s in slabs) * slot_nbytes
+        return staged <= staging_capacity and (
+            in_tail(decoded, slabs[-1].end)
+            or staged + decoded <= device_capacity
+            or all(own_rows(s) for s in slabs)
         )
 
-    for e in np.argsort(row_end, kind="stable"):
-        e = int(e)
-        size = int(sizes[e])
-        new_end = max(end, int(row_end[e]))
-        if size < 0:
-            if reads and not fits(len(reads) * slot_nbytes, new_end):
-                close()
-                reads, fills, offsets, staged = [], [], [], 0
-            fills.append(e)
-            end = new_end
+    def make(slabs: list[_Slab]) -> Batch:
+        reads = [e for s in slabs for e in s.reads]
+        fills = np.array([e for s in slabs for e in s.fills], dtype=np.int64)
+        offsets, staged = [], 0
+        for entry in reads:
+            offsets.append(staged if room(entry) else -1)
+            staged += room(entry)
+        head = (np.array(reads, dtype=np.int64), np.array(offsets, dtype=np.int64), staged)
+        n = len(reads)
+        index = np.arange(n, dtype=np.int64) * slot_nbytes
+        end = slabs[-1].end
+        if in_tail(n * slot_nbytes, end):
+            slots = tail_offset(end) + index
+            return Batch(*head, True, slots, (Segment(0, n, fills),), staged)
+        if staged + n * slot_nbytes <= device_capacity:
+            slots = staged + index
+            return Batch(*head, False, slots, (Segment(0, n, fills),), staged + n * slot_nbytes)
+        slot_list, segments, first = [], [], 0
+        for slab in slabs:
+            k = len(slab.reads)
+            slot_list.extend(slab.start + j * slot_nbytes for j in range(k))
+            segment_fills = np.array(slab.fills, dtype=np.int64)
+            segments.append(Segment(first, first + k, segment_fills, slab.start, k * slot_nbytes))
+            first += k
+        used = max(staged, max(s.copy_nbytes for s in segments))
+        return Batch(*head, True, np.array(slot_list, dtype=np.int64), tuple(segments), used)
+
+    def split(slab: _Slab) -> list[Batch]:
+        """Batches of a slab too large for one: consecutive pieces, in the tail or the buffer."""
+        pieces: list[_Slab] = [_Slab(start=slab.start, end=slab.end)]
+        for entry in slab.reads:
+            piece = pieces[-1]
+            staged = piece.staged + room(entry)
+            decoded = (len(piece.reads) + 1) * slot_nbytes
+            fits = in_tail(decoded, slab.end) or staged + decoded <= device_capacity
+            if piece.reads and (staged > staging_capacity or not fits):
+                piece = _Slab(start=slab.start, end=slab.end)
+                pieces.append(piece)
+            piece.reads.append(entry)
+            piece.staged += room(entry)
+        pieces[-1].fills = slab.fills
+        return [make([piece]) for piece in pieces]
+
+    slabs: list[_Slab] = []
+    for entry in np.argsort(row_end, kind="stable").tolist():
+        if not slabs or slabs[-1].end != row_end[entry]:
+            slabs.append(_Slab(start=int(row_start[entry]), end=int(row_end[entry])))
+        slab = slabs[-1]
+        slab.start = min(slab.start, int(row_start[entry]))
+        if sizes[entry] < 0:
+            slab.fills.append(entry)
+        else:
+            slab.reads.append(entry)
+            slab.staged += room(entry)
+
+    batches: list[Batch] = []
+    current: list[_Slab] = []
+    for slab in slabs:
+        if feasible([*current, slab]):
+            current.append(slab)
             continue
-        room = align_up(size) if size <= staging_capacity else 0
-        if reads and (
-            staged + room > staging_capacity or not fits((len(reads) + 1) * slot_nbytes, new_end)
-        ):
-            close()
-            reads, fills, offsets, staged = [], [], [], 0
-        reads.append(e)
-        offsets.append(staged if room else -1)
-        staged += room
-        end = new_end
-    if reads or fills:
-        close()
+        if current:
+            batches.append(make(current))
+            current = []
+        if feasible([slab]):
+            current = [slab]
+        else:
+            batches.extend(split(slab))
+    if current:
+        batches.append(make(current))
     return batches
 
 
@@ -662,17 +759,15 @@ def _scatter_table(
     reads: np.ndarray,
     fills: np.ndarray,
     *,
-    slots_ptr: int,
-    slot_nbytes: int,
+    sources: np.ndarray,
     out_ptr: int,
     fill_ptr: int,
 ) -> np.ndarray:
-    """Rows of the scatter kernel's table for a batch: decoded reads, then fills."""
-    rows = np.concatenate([reads, fills])
+    """Rows of the scatter kernel's table: ``reads`` (decoded at addresses ``sources``), fills."""
+    rows = np.concatenate([reads, fills]).astype(np.int64)
     n, nd = len(rows), geo.ndim
     table = np.empty((n, 3 + 3 * nd), dtype=np.int64)
-    slot_base = slots_ptr + np.arange(len(reads), dtype=np.int64) * slot_nbytes
-    table[: len(reads), 0] = slot_base + geo.chunk_offset[reads] * geo.word
+    table[: len(reads), 0] = sources + geo.chunk_offset[reads] * geo.word
     table[len(reads) :, 0] = fill_ptr
     table[:, 1] = out_ptr + geo.out_offset[rows] * geo.word
     table[:, 2] = geo.count[rows]
@@ -724,6 +819,11 @@ class GpuReadReport:
         Device memory allocated beyond the output, and pinned host memory used.
     seconds
         Wall time of the call.
+    phases
+        Seconds spent in the fast path's steps: planning, sizing files, batching, allocating,
+        the pipeline, and inside it reading and checking chunks (``fetch``), waiting for them
+        (``fetch_wait``) and queueing GPU work (``gpu_calls``, which includes nvCOMP's wait for
+        the frame headers).
     """
 
     source: str
@@ -739,6 +839,7 @@ class GpuReadReport:
     device_extra_bytes: int = 0
     pinned_bytes: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 _reports = threading.local()
@@ -784,6 +885,7 @@ class _HostBatch:
     gpu_sizes: list[int] = field(default_factory=list)
     cpu: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (slot, decoded bytes)
     checksums: list[tuple[int, int, str]] = field(default_factory=list)  # (slot, stored, key)
+    seconds: float = 0.0  # time spent reading and checking
 
 
 class _FastRead:
@@ -796,14 +898,17 @@ class _FastRead:
         self.entries: tuple[ChunkRead, ...] = plan.reads + plan.missing
         self.chunk_nbytes = plan.chunk_nbytes
         self.slot_nbytes = align_up(self.chunk_nbytes)
+        self.phases: dict[str, float] = {}
 
-    def _row_end(self, out_nbytes: int) -> np.ndarray:
-        shape = self.plan.shape
+    def _rows(self, out_nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per entry, output byte offsets of the first row it writes and past its last row."""
+        shape, n = self.plan.shape, len(self.entries)
         if not shape:
-            return np.full(len(self.entries), out_nbytes, dtype=np.int64)
+            return np.zeros(n, dtype=np.int64), np.full(n, out_nbytes, dtype=np.int64)
         row_nbytes = out_nbytes // shape[0] if shape[0] else 0
-        stops = np.fromiter((e.out_sel[0].stop for e in self.entries), np.int64, len(self.entries))
-        return stops * row_nbytes
+        starts = np.fromiter((e.out_sel[0].start for e in self.entries), np.int64, n)
+        stops = np.fromiter((e.out_sel[0].stop for e in self.entries), np.int64, n)
+        return starts * row_nbytes, stops * row_nbytes
 
     def _fetch(
         self,
@@ -817,6 +922,7 @@ class _FastRead:
         """Read and check a batch's chunks (runs on the producer thread)."""
         if copied is not None:
             copied.synchronize()  # the previous copy out of this staging buffer is done
+        started = time.perf_counter()
         host = _HostBatch(slot)
         staged = np.flatnonzero(batch.staging_offsets >= 0)
         entries = [self.entries[batch.reads[j]] for j in staged]
@@ -857,6 +963,7 @@ class _FastRead:
             return j, decode_zstd_cpu(data, key=key, expected_size=self.chunk_nbytes)
 
         host.cpu = list(pool.map(decode, on_cpu))
+        host.seconds = time.perf_counter() - started
         return host
 
     def _pipeline(
@@ -895,19 +1002,20 @@ class _FastRead:
                 )
 
             pending = submit(0) if batches else None
+            phases = dict.fromkeys(("fetch", "fetch_wait", "gpu_calls"), 0.0)
             for k, batch in enumerate(batches):
+                mark = time.perf_counter()
                 host = pending.result()
+                phases["fetch_wait"] += time.perf_counter() - mark
+                phases["fetch"] += host.seconds
+                mark = time.perf_counter()
                 pending = submit(k + 1) if k + 1 < len(batches) else None
                 n_cpu += len(host.cpu)
-                decoded = len(batch.reads) * self.slot_nbytes
-                if batch.target >= 0:
-                    slots = out_bytes[batch.target : batch.target + decoded]
-                else:
-                    slots = device.scratch[:decoded]
+                base = out_bytes if batch.in_output else device.buffer
                 with stream:
                     if batch.staging_nbytes:
                         runtime.memcpyAsync(
-                            device.compressed.data.ptr,
+                            device.buffer.data.ptr,
                             staging[host.slot].ctypes.data,
                             batch.staging_nbytes,
                             runtime.memcpyHostToDevice,
@@ -916,40 +1024,55 @@ class _FastRead:
                         copied[host.slot] = stream.record()
                     for j, data in host.cpu:
                         runtime.memcpyAsync(
-                            slots.data.ptr + j * self.slot_nbytes,
+                            base.data.ptr + int(batch.slots[j]),
                             data.ctypes.data,
                             data.nbytes,
                             runtime.memcpyHostToDevice,
                             stream.ptr,
                         )
-                    slot_offsets = [j * self.slot_nbytes for j in host.gpu]
                     if host.gpu:
                         context.codec.decode(
                             nvcomp.as_arrays(
-                                device.compressed, host.gpu_offsets, host.gpu_sizes, stream.ptr
+                                device.buffer, host.gpu_offsets, host.gpu_sizes, stream.ptr
                             ),
                             out=nvcomp.as_arrays(
-                                slots, slot_offsets, [self.chunk_nbytes] * len(host.gpu), stream.ptr
+                                base,
+                                [int(batch.slots[j]) for j in host.gpu],
+                                [self.chunk_nbytes] * len(host.gpu),
+                                stream.ptr,
                             ),
                         )
                     if host.checksums:
                         hashes = xxh64_batch(
-                            slots,
-                            [j * self.slot_nbytes for j, _, _ in host.checksums],
+                            base,
+                            [int(batch.slots[j]) for j, _, _ in host.checksums],
                             [self.chunk_nbytes] * len(host.checksums),
                             stream=stream,
                         )
                         checks.append((hashes, host.checksums))
-                table = _scatter_table(
-                    geo,
-                    batch.reads,
-                    batch.fills,
-                    slots_ptr=slots.data.ptr,
-                    slot_nbytes=self.slot_nbytes,
-                    out_ptr=out.data.ptr,
-                    fill_ptr=device.fill.data.ptr,
-                )
-                _launch_scatter(geo, table, stream)
+                    for segment in batch.segments:
+                        sources = base.data.ptr + batch.slots[segment.start : segment.stop]
+                        if segment.copy_offset >= 0:
+                            runtime.memcpyAsync(
+                                device.buffer.data.ptr,
+                                out.data.ptr + segment.copy_offset,
+                                segment.copy_nbytes,
+                                runtime.memcpyDeviceToDevice,
+                                stream.ptr,
+                            )
+                            sources = sources - out.data.ptr - segment.copy_offset
+                            sources = sources + device.buffer.data.ptr
+                        table = _scatter_table(
+                            geo,
+                            batch.reads[segment.start : segment.stop],
+                            segment.fills,
+                            sources=sources,
+                            out_ptr=out.data.ptr,
+                            fill_ptr=device.fill.data.ptr,
+                        )
+                        _launch_scatter(geo, table, stream)
+                phases["gpu_calls"] += time.perf_counter() - mark
+            self.phases.update(phases)
         return checks, n_cpu
 
     def run(self, out: cupy.ndarray | None) -> tuple[cupy.ndarray, GpuReadReport]:
@@ -978,52 +1101,55 @@ class _FastRead:
         context = _gpu_context()
         stream = context.stream
         threads = settings.io_threads
-        slot_capacity = max(ALIGN, min(settings.pinned_bytes // 2, settings.scratch_bytes // 2))
-        scratch_capacity = max(self.slot_nbytes, settings.scratch_bytes - slot_capacity)
+        staging_capacity = max(ALIGN, min(settings.pinned_bytes // 2, settings.scratch_bytes))
         memory_pool = cupy.get_default_memory_pool()
         pool_before = memory_pool.used_bytes()
+        phases = self.phases
         with ThreadPoolExecutor(threads, thread_name_prefix="linumpy-gpu-read") as pool:
+            mark = time.perf_counter()
             sizes = chunk_sizes(plan.reads, pool, threads)
             sizes = np.concatenate([sizes, np.full(len(plan.missing), -1, dtype=np.int64)])
+            phases["sizes"] = time.perf_counter() - mark
+            mark = time.perf_counter()
             batches = plan_batches(
-                self._row_end(out_nbytes),
+                *self._rows(out_nbytes),
                 sizes,
                 slot_nbytes=self.slot_nbytes,
                 out_nbytes=out_nbytes,
                 out_misalign=0 if allocate else out.data.ptr % _TARGET_ALIGN,
-                staging_capacity=slot_capacity,
-                scratch_capacity=scratch_capacity,
+                staging_capacity=staging_capacity,
+                device_capacity=settings.scratch_bytes,
             )
+            phases["batches"] = time.perf_counter() - mark
             staging_nbytes = max(ALIGN, max((b.staging_nbytes for b in batches), default=0))
-            scratch_nbytes = max(
-                (len(b.reads) * self.slot_nbytes for b in batches if b.target < 0), default=0
-            )
-            extra = staging_nbytes + scratch_nbytes
+            extra = max(ALIGN, max((b.device_nbytes for b in batches), default=0))
             _check_free(
                 extra + _NVCOMP_MARGIN + (out_nbytes if allocate else 0),
                 plan.source,
                 plan.shape,
                 dtype,
-                f"output {_size(out_nbytes)}, scratch {_size(extra)}",
+                f"output {_size(out_nbytes)}, buffer {_size(extra)}",
             )
+            mark = time.perf_counter()
             with stream:
                 if allocate:
                     out = cupy.empty(plan.shape, dtype=dtype)
                 fill = np.array([plan.fill_value], dtype=plan.stored_dtype).view(np.uint8)
-                device = _DeviceBuffers(
-                    compressed=cupy.empty(staging_nbytes, dtype=np.uint8),
-                    scratch=cupy.empty(max(scratch_nbytes, 1), dtype=np.uint8),
-                    fill=cupy.asarray(fill),
-                )
+                device = _DeviceBuffers(cupy.empty(extra, dtype=np.uint8), cupy.asarray(fill))
             with pinned_buffers(staging_nbytes) as staging:
+                phases["allocate"] = time.perf_counter() - mark
+                mark = time.perf_counter()
                 try:
                     checks, n_cpu = self._pipeline(
                         batches, sizes, out, device, staging, pool, context
                     )
+                    waited = time.perf_counter()
                     stream.synchronize()
+                    phases["final_sync"] = time.perf_counter() - waited
                 except BaseException:
                     _quiet_synchronize(stream)  # nothing may still use buffers that go back
                     raise
+                phases["pipeline"] = time.perf_counter() - mark
         _verify_checksums(checks)
         device_extra = memory_pool.used_bytes() - pool_before - (out_nbytes if allocate else 0)
         report = GpuReadReport(
@@ -1040,14 +1166,14 @@ class _FastRead:
             device_extra_bytes=max(0, int(device_extra)),
             pinned_bytes=2 * staging_nbytes,
             seconds=time.perf_counter() - started,
+            phases={k: round(v, 6) for k, v in self.phases.items()},
         )
         return out, report
 
 
 @dataclass(frozen=True, slots=True)
 class _DeviceBuffers:
-    compressed: Any  # cupy uint8: one batch of compressed chunks
-    scratch: Any  # cupy uint8: decoded chunks that cannot go to the output directly
+    buffer: Any  # cupy uint8: compressed chunks, decoded chunks that fit nowhere else, copies
     fill: Any  # cupy uint8: the fill value, in stored byte order
 
 
@@ -1139,6 +1265,7 @@ def read_zarr_to_gpu(
         obstacle = _fast_path_obstacle(plan)
     except UnsupportedLayoutError as exc:
         obstacle = str(exc)
+    planned = time.perf_counter() - started
     if obstacle is not None:
         logger.info(
             "%s: fast GPU read not possible (%s); reading through zarr's GPU path", name, obstacle
@@ -1154,6 +1281,11 @@ def read_zarr_to_gpu(
         return result
     reader, why = _choose_reader(settings.fetch, settings.io_threads)
     result, report = _FastRead(plan, settings, reader).run(out)
-    _reports.last = replace(report, reason=why)
+    _reports.last = replace(
+        report,
+        reason=why,
+        seconds=time.perf_counter() - started,
+        phases={"plan": round(planned, 6), **report.phases},
+    )
     logger.debug("%s", _reports.last)
     return result
