@@ -67,14 +67,16 @@ def test_settings_defaults_environment_and_overrides(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv(zarr_io.PINNED_ENV, raising=False)
     monkeypatch.delenv(zarr_io.SCRATCH_ENV, raising=False)
     monkeypatch.delenv(zarr_io.FETCH_ENV, raising=False)
+    monkeypatch.delenv(zarr_io.BATCH_ENV, raising=False)
     monkeypatch.setenv("LINUMPY_IO_THREADS", "5")
     settings = GpuReadSettings.from_env()
     assert settings == GpuReadSettings(5, 512 * 2**20, 448 * 2**20, "auto")
     monkeypatch.setenv(zarr_io.PINNED_ENV, "64")
     monkeypatch.setenv(zarr_io.SCRATCH_ENV, "32")
     monkeypatch.setenv(zarr_io.FETCH_ENV, "pread")
+    monkeypatch.setenv(zarr_io.BATCH_ENV, "100")
     settings = GpuReadSettings.from_env(io_threads=2)
-    assert settings == GpuReadSettings(2, 64 * 2**20, 32 * 2**20, "pread")
+    assert settings == GpuReadSettings(2, 64 * 2**20, 32 * 2**20, "pread", 100 * 2**20)
 
 
 @pytest.mark.parametrize(
@@ -83,6 +85,7 @@ def test_settings_defaults_environment_and_overrides(monkeypatch: pytest.MonkeyP
         ("LINUMPY_GPU_PINNED_MIB", "0"),
         ("LINUMPY_GPU_SCRATCH_MIB", "lots"),
         ("LINUMPY_GPU_FETCH", "gds"),
+        ("LINUMPY_GPU_BATCH_MIB", "-1"),
     ],
 )
 def test_settings_reject_bad_environment(
@@ -94,7 +97,14 @@ def test_settings_reject_bad_environment(
 
 
 @pytest.mark.parametrize(
-    "overrides", [{"io_threads": 0}, {"pinned_bytes": -1}, {"scratch_bytes": 1.5}, {"fetch": "x"}]
+    "overrides",
+    [
+        {"io_threads": 0},
+        {"pinned_bytes": -1},
+        {"scratch_bytes": 1.5},
+        {"fetch": "x"},
+        {"batch_bytes": -5},
+    ],
 )
 def test_settings_reject_bad_values(overrides: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(overrides))):
@@ -181,10 +191,18 @@ def test_check_frames_accepts_only_what_inspect_zstd_chunk_sends_to_nvcomp() -> 
 
 
 @pytest.mark.parametrize(
-    ("staging", "device"), [(10**9, 10**9), (3000, 4096), (700, 1024), (2500, 2600), (9000, 5200)]
+    ("staging", "device", "batch_cap"),
+    [
+        (10**9, 10**9, 0),
+        (10**9, 10**9, 1500),
+        (3000, 4096, 0),
+        (700, 1024, 0),
+        (2500, 2600, 0),
+        (9000, 5200, 2048),
+    ],
 )
 def test_plan_batches_respects_limits_and_never_overwrites_pending_data(
-    staging: int, device: int
+    staging: int, device: int, batch_cap: int
 ) -> None:
     rng = np.random.default_rng(3)
     rows, row_nbytes, slot, misalign = 12, 1024, 512, 48
@@ -202,6 +220,7 @@ def test_plan_batches_respects_limits_and_never_overwrites_pending_data(
         out_misalign=misalign,
         staging_capacity=staging,
         device_capacity=device,
+        batch_capacity=batch_cap,
     )
     seen = np.concatenate([np.concatenate([b.reads, b.fills]) for b in batches])
     assert sorted(seen.tolist()) == list(range(len(sizes)))
@@ -211,6 +230,7 @@ def test_plan_batches_respects_limits_and_never_overwrites_pending_data(
     modes = set()
     written = 0  # output bytes before this are final
     for batch in batches:
+        assert len(batch.reads) * slot <= (max(batch_cap, slot) if batch_cap else out_nbytes)
         assert batch.staging_nbytes <= staging
         staged = batch.staging_offsets >= 0
         assert np.all(sizes[batch.reads[~staged]] > staging)
@@ -469,7 +489,7 @@ def test_region_reads_only_its_chunks_and_memory_stays_bounded(tmp_path: Path) -
     )
     report = last_read_report()
     assert report is not None
-    assert report.n_reads == 2 * 2 * 2 * 2
+    assert report.n_reads == 2 * 2 * 2
     assert report.device_extra_bytes <= settings.scratch_bytes + 2**16  # + fill value, tables
     assert report.pinned_bytes <= settings.pinned_bytes
 
