@@ -10,6 +10,7 @@ a warning too.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import shlex
@@ -127,7 +128,11 @@ def generate_script_pages(app: Sphinx) -> None:
 
 def remove_script_pages(app: Sphinx, exception: Exception | None) -> None:
     """Remove the generated pages from the source tree after the build."""
-    shutil.rmtree(Path(app.srcdir) / app.config.script_pages_dir, ignore_errors=True)
+    target = Path(app.srcdir) / app.config.script_pages_dir
+    shutil.rmtree(target, ignore_errors=True)
+    # autoapi has removed its own pages by now: leave no empty folder behind either.
+    with contextlib.suppress(OSError):
+        target.parent.rmdir()
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
