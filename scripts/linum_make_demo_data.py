@@ -58,8 +58,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = cli.parse_args(parser, argv)
     output = cli.check_output(parser, args.output, args.overwrite, make_parents=True)
     with cli.fail_on_errors(parser):
+        from linumpy._xp import gpu_module
         from linumpy.io.demo import make_demo_data
-        from linumpy.mosaic._xp import gpu_module
 
         xp = gpu_module(cli.resolve_gpu(args.use_gpu))
         with cli.output_path(output) as partial:

@@ -9,7 +9,7 @@ import pytest
 from scipy import ndimage
 
 from linumpy.errors import LinumpyError
-from linumpy.io import read_omezarr, read_volume, save_omezarr
+from linumpy.io import downsample_mean, read_omezarr, read_volume, save_omezarr
 from linumpy.io.demo import generate_demo_mosaic, make_demo_data
 from linumpy.mosaic.pipeline import (
     average_intensity_projection,
@@ -25,7 +25,7 @@ from linumpy.mosaic.registration import (
     measure_pair,
     phase_correlation,
 )
-from linumpy.mosaic.stitch import blending_weights, downsample_mean, stitch
+from linumpy.mosaic.stitch import blending_weights, stitch
 from linumpy.mosaic.transform import TileTransform
 
 SMALL = {"grid_shape": (4, 5), "tile_shape": (16, 64, 64)}

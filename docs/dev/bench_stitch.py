@@ -58,10 +58,10 @@ def main() -> None:
     parser.add_argument("--tile-shape", nargs=3, type=int, default=(256, 256, 256))
     args = parser.parse_args()
 
+    from linumpy._xp import gpu_module
     from linumpy.cli import resolve_gpu
     from linumpy.io import read_volume
     from linumpy.io.demo import make_demo_data, read_demo_truth
-    from linumpy.mosaic._xp import gpu_module
 
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from linumpy._xp import ndimage_module
 from linumpy.errors import LinumpyError
-from linumpy.mosaic._xp import ndimage_module
 from linumpy.mosaic.transform import TileTransform
 
 __all__ = ["DemoMosaic", "generate_demo_mosaic", "make_demo_data", "read_demo_truth"]

@@ -6,24 +6,28 @@ The metadata written here follows the OME-NGFF specification (``axes`` with unit
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
+import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
-import dask.array as da
 import numcodecs
 import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
+from linumpy._xp import array_module, to_numpy
 from linumpy.errors import LinumpyError
 
 __all__ = [
     "OmeZarrWriter",
+    "downsample_mean",
     "multiscale_dataset_paths",
     "open_array",
     "read_omezarr",
@@ -213,6 +217,36 @@ def read_omezarr(
     return array, tuple(s * g for s, g in zip(scale, global_scale, strict=True))
 
 
+def downsample_mean(array: Any) -> Any:
+    """Halve every axis longer than 1 by averaging pairs, as OME-Zarr pyramid levels are built.
+
+    An odd last element is paired with itself. Floats are averaged in their own precision;
+    integers in float64, then rounded (half to even) and clipped to their dtype.
+    """
+    xp = array_module(array)
+    dtype = array.dtype
+    work = array if dtype.kind in "fc" else array.astype(xp.float64)
+    half = work.dtype.type(0.5)
+    for axis, size in enumerate(work.shape):
+        if size < 2:
+            continue
+        if size % 2:
+            last = [slice(None)] * work.ndim
+            last[axis] = slice(size - 1, size)
+            work = xp.concatenate([work, work[tuple(last)]], axis=axis)
+        even = [slice(None)] * work.ndim
+        odd = [slice(None)] * work.ndim
+        even[axis] = slice(0, None, 2)
+        odd[axis] = slice(1, None, 2)
+        work = (work[tuple(even)] + work[tuple(odd)]) * half
+    if dtype.kind in "fc":
+        return work
+    if dtype.kind == "b":
+        return work >= 0.5
+    info = np.iinfo(dtype)
+    return xp.clip(xp.round(work), info.min, info.max).astype(dtype)
+
+
 class OmeZarrWriter:
     """Write an OME-Zarr image block by block, then build its pyramid.
 
@@ -345,22 +379,16 @@ class OmeZarrWriter:
         return self.arrays[0]
 
     def __setitem__(self, region: Any, block: Any) -> None:
-        if hasattr(block, "get") and not isinstance(block, np.ndarray):
-            block = block.get()  # cupy -> numpy
-        self.arrays[0][region] = block
+        self.arrays[0][region] = to_numpy(block)
 
     def finalize(self) -> None:
-        """Build pyramid levels 1 and up from full resolution (2x mean per axis longer than 1)."""
+        """Build pyramid levels 1 and up, each from the level above, with :func:`downsample_mean`.
+
+        Levels are computed block by block (a target shard, or chunk, at a time) in a thread
+        pool, so memory stays bounded by a few blocks whatever the image's size.
+        """
         for source, target in zip(self.arrays, self.arrays[1:]):
-            data = da.from_zarr(source)
-            factors = {axis: 2 if size > 1 else 1 for axis, size in enumerate(source.shape)}
-            pad = [(0, size % 2 if size > 1 else 0) for size in source.shape]
-            if any(p[1] for p in pad):
-                data = da.pad(data, pad, mode="edge")
-            down = da.coarsen(np.mean, data, factors, trim_excess=True, dtype=np.float64)
-            down = _cast_mean(down, self.dtype)
-            write_block = target.shards or target.chunks
-            da.store(down.rechunk(write_block), target, lock=False)
+            _downsample_level(source, target)
         self._finalized = True
 
     def __enter__(self) -> Self:
@@ -376,13 +404,20 @@ class OmeZarrWriter:
             self.finalize()
 
 
-def _cast_mean(mean: da.Array, dtype: np.dtype) -> da.Array:
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return da.clip(da.round(mean), info.min, info.max).astype(dtype)
-    if dtype.kind == "b":
-        return (mean >= 0.5).astype(dtype)
-    return mean.astype(dtype)
+def _downsample_level(source: zarr.Array, target: zarr.Array) -> None:
+    factors = [2 if size > 1 else 1 for size in source.shape]
+    block = target.shards or target.chunks
+
+    def build(origin: tuple[int, ...]) -> None:
+        out = tuple(slice(o, min(o + b, n)) for o, b, n in zip(origin, block, target.shape))
+        target[out] = downsample_mean(
+            source[tuple(slice(s.start * f, s.stop * f) for s, f in zip(out, factors))]
+        )
+
+    starts = itertools.product(*(range(0, n, b) for n, b in zip(target.shape, block)))
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+        for _ in pool.map(build, starts):
+            pass
 
 
 def save_omezarr(
@@ -420,8 +455,10 @@ def save_omezarr(
     >>> read_omezarr(path, level=2)[1]
     (14.0, 6.0, 6.0)
     """
-    if hasattr(data, "get") and not isinstance(data, np.ndarray | da.Array):
-        data = data.get()  # cupy -> numpy
+    dask_array = sys.modules.get("dask.array")  # a dask array implies dask is imported
+    is_dask = dask_array is not None and isinstance(data, dask_array.Array)
+    if not is_dask:
+        data = to_numpy(data)
     writer = OmeZarrWriter(
         path,
         data.shape,
@@ -435,9 +472,9 @@ def save_omezarr(
         ngff_version=ngff_version,
         unit=unit,
     )
-    if isinstance(data, da.Array):
+    if is_dask:
         target = writer.array
-        da.store(data.rechunk(target.shards or target.chunks), target, lock=False)
+        dask_array.store(data.rechunk(target.shards or target.chunks), target, lock=False)
     else:
         writer[...] = data
     writer.finalize()

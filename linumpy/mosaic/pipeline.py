@@ -21,12 +21,12 @@ import numpy as np
 import zarr
 from tqdm import tqdm
 
+from linumpy._xp import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
-from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
+from linumpy.io import OmeZarrWriter, downsample_mean, open_array, read_omezarr, read_volume
 from linumpy.io.omezarr import NgffVersion
-from linumpy.mosaic._xp import gpu_module, to_numpy
 from linumpy.mosaic.registration import PairMeasurement, estimate_transform
-from linumpy.mosaic.stitch import Blending, downsample_mean, parse_blending, stitch
+from linumpy.mosaic.stitch import Blending, parse_blending, stitch
 from linumpy.mosaic.transform import TileTransform, parse_tile_shape
 
 __all__ = [

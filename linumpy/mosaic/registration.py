@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from linumpy._xp import array_module, ndimage_module
 from linumpy.errors import LinumpyError
-from linumpy.mosaic._xp import array_module, ndimage_module
 from linumpy.mosaic.transform import TileTransform, parse_tile_shape
 
 __all__ = [

@@ -7,11 +7,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from linumpy._xp import array_module
 from linumpy.errors import LinumpyError
-from linumpy.mosaic._xp import array_module
 from linumpy.mosaic.transform import TileTransform
 
-__all__ = ["BLENDING_MODES", "Blending", "blending_weights", "downsample_mean", "stitch"]
+__all__ = ["BLENDING_MODES", "Blending", "blending_weights", "stitch"]
 
 Blending = Literal["none", "average", "linear"]
 BLENDING_MODES: tuple[Blending, ...] = ("none", "average", "linear")
@@ -104,33 +104,3 @@ def stitch(
         covered = weight_sum > 0
         out *= xp.where(covered, 1.0 / xp.where(covered, weight_sum, 1.0), 0.0).astype(xp.float32)
     return out if mosaic.ndim == 3 else out[0]
-
-
-def downsample_mean(array: Any) -> Any:
-    """Halve every axis longer than 1 by averaging pairs, as OME-Zarr pyramid levels are built.
-
-    An odd last element is paired with itself. Floats are averaged in their own precision;
-    integers in float64, then rounded (half to even) and clipped to their dtype.
-    """
-    xp = array_module(array)
-    dtype = array.dtype
-    work = array if dtype.kind in "fc" else array.astype(xp.float64)
-    half = work.dtype.type(0.5)
-    for axis, size in enumerate(work.shape):
-        if size < 2:
-            continue
-        if size % 2:
-            last = [slice(None)] * work.ndim
-            last[axis] = slice(size - 1, size)
-            work = xp.concatenate([work, work[tuple(last)]], axis=axis)
-        even = [slice(None)] * work.ndim
-        odd = [slice(None)] * work.ndim
-        even[axis] = slice(0, None, 2)
-        odd[axis] = slice(1, None, 2)
-        work = (work[tuple(even)] + work[tuple(odd)]) * half
-    if dtype.kind in "fc":
-        return work
-    if dtype.kind == "b":
-        return work >= 0.5
-    info = np.iinfo(dtype)
-    return xp.clip(xp.round(work), info.min, info.max).astype(dtype)
