@@ -1,5 +1,6 @@
 # linumpy: `make demo` runs the main job on the embedded demo data, `make test` the whole suite.
 SHELL := /bin/bash
+comma := ,
 .DEFAULT_GOAL := help
 
 VENV ?= .venv
@@ -22,7 +23,7 @@ $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS)): pyproject.toml
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@rm -f $(VENV)/.installed-*; touch $@
 
-comma := ,
+
 venv: $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 demo: venv

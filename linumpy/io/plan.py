@@ -245,24 +245,30 @@ def _parse_layout(array: zarr.Array) -> _Layout:
     )
 
 
-def _blocks(region: Region, block: tuple[int, ...]) -> Iterator[tuple[tuple[int, ...], Region]]:
-    """Yield (block coordinates, the block's part of the region in array coordinates)."""
-    ranges = [range(s.start // b, -(-s.stop // b)) for s, b in zip(region, block, strict=True)]
-    for coords in itertools.product(*ranges):
-        yield (
-            coords,
-            tuple(
-                slice(max(s.start, c * b), min(s.stop, (c + 1) * b))
-                for s, c, b in zip(region, coords, block, strict=True)
-            ),
+def _axis_pieces(sel: slice, block: int) -> list[tuple[int, slice, slice]]:
+    """Per block along one axis: (block index, slice of the output, slice of the block)."""
+    pieces = []
+    for index in range(sel.start // block, -(-sel.stop // block)):
+        lo = max(sel.start, index * block)
+        hi = min(sel.stop, (index + 1) * block)
+        pieces.append(
+            (
+                index,
+                slice(lo - sel.start, hi - sel.start),
+                slice(lo - index * block, hi - index * block),
+            )
         )
+    return pieces
 
 
-def _selections(part: Region, origin: Sequence[int], region: Region) -> tuple[Region, Region]:
-    """Selections in the output and in the block for ``part``, a piece of a block at ``origin``."""
-    out_sel = tuple(slice(p.start - r.start, p.stop - r.start) for p, r in zip(part, region))
-    block_sel = tuple(slice(p.start - o, p.stop - o) for p, o in zip(part, origin))
-    return out_sel, block_sel
+def _chunks(
+    region: Region, block: tuple[int, ...]
+) -> Iterator[tuple[tuple[int, ...], Region, Region]]:
+    """Yield (chunk coordinates, output selection, chunk selection) of the chunks a region
+    touches; the per-axis work is done once, so a chunk costs a few tuple builds."""
+    for combo in itertools.product(*(_axis_pieces(s, b) for s, b in zip(region, block))):
+        indexes, out_sel, chunk_sel = zip(*combo, strict=True)
+        yield indexes, out_sel, chunk_sel
 
 
 def _read_shard_index(path: str, key: str, layout: _Layout, n_chunks: int) -> np.ndarray | None:
@@ -325,35 +331,37 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
     reads: list[ChunkRead] = []
     missing: list[ChunkRead] = []
     if layout.shard_index_location is None:
-        for coords, part in _blocks(region, layout.grid_shape):
-            origin = [c * b for c, b in zip(coords, layout.grid_shape)]
-            out_sel, chunk_sel = _selections(part, origin, region)
+        for coords, out_sel, chunk_sel in _chunks(region, layout.chunk_shape):
             path = os.path.join(layout.root, metadata.encode_chunk_key(coords))
             reads.append(ChunkRead(path, path, 0, -1, out_sel, chunk_sel))
     else:
         per_shard = tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape))
+        inner_chunks = list(_chunks(region, layout.chunk_shape))
+        shard_coords = sorted(
+            {tuple(c // n for c, n in zip(g, per_shard)) for g, _, _ in inner_chunks}
+        )
+        paths = {c: os.path.join(layout.root, metadata.encode_chunk_key(c)) for c in shard_coords}
         n_inner = math.prod(per_shard)
-        shards = list(_blocks(region, layout.grid_shape))
-        paths = [os.path.join(layout.root, metadata.encode_chunk_key(c)) for c, _ in shards]
         with ThreadPoolExecutor(min(16, max(1, len(paths)))) as pool:
-            indexes = list(pool.map(lambda p: _read_shard_index(p, p, layout, n_inner), paths))
-        for (coords, shard_part), path, index in zip(shards, paths, indexes, strict=True):
-            shard_origin = [c * s for c, s in zip(coords, layout.grid_shape)]
-            local = tuple(slice(p.start - o, p.stop - o) for p, o in zip(shard_part, shard_origin))
-            for inner, inner_local in _blocks(local, layout.chunk_shape):
-                part = tuple(
-                    slice(s.start + o, s.stop + o) for s, o in zip(inner_local, shard_origin)
+            indexes = dict(
+                zip(
+                    shard_coords,
+                    pool.map(
+                        lambda c: _read_shard_index(paths[c], paths[c], layout, n_inner),
+                        shard_coords,
+                    ),
                 )
-                origin = [o + i * c for o, i, c in zip(shard_origin, inner, layout.chunk_shape)]
-                out_sel, chunk_sel = _selections(part, origin, region)
-                key = f"{path} [inner chunk {','.join(map(str, inner))}]"
-                entry = None if index is None else index[np.ravel_multi_index(inner, per_shard)]
-                if entry is None or entry[0] == _EMPTY_INNER_CHUNK:
-                    missing.append(ChunkRead(key, path, 0, 0, out_sel, chunk_sel))
-                else:
-                    reads.append(
-                        ChunkRead(key, path, int(entry[0]), int(entry[1]), out_sel, chunk_sel)
-                    )
+            )
+        for coords, out_sel, chunk_sel in inner_chunks:
+            shard = tuple(c // n for c, n in zip(coords, per_shard))
+            inner = tuple(c % n for c, n in zip(coords, per_shard))
+            path, index = paths[shard], indexes[shard]
+            key = f"{path} [inner chunk {','.join(map(str, inner))}]"
+            entry = None if index is None else index[np.ravel_multi_index(inner, per_shard)]
+            if entry is None or entry[0] == _EMPTY_INNER_CHUNK:
+                missing.append(ChunkRead(key, path, 0, 0, out_sel, chunk_sel))
+            else:
+                reads.append(ChunkRead(key, path, int(entry[0]), int(entry[1]), out_sel, chunk_sel))
     return ReadPlan(
         source=source,
         shape=tuple(s.stop - s.start for s in region),
