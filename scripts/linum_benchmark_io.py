@@ -472,7 +472,7 @@ def gpu_ceilings(bench: Bench, layout: str, path: Path) -> None:
     import cupy
     from nvidia import nvcomp
 
-    from linumpy.gpu.nvcomp_zstd import _gpu_context
+    from linumpy.gpu.nvcomp_zstd import nvcomp_context
 
     reads, sizes, offsets, staging = _file_read_ceiling(bench, layout, path, pinned=True)
     total = staging.nbytes
@@ -485,7 +485,7 @@ def gpu_ceilings(bench: Bench, layout: str, path: Path) -> None:
         nbytes=total,
         note="GB/s of copied bytes",
     )
-    context = _gpu_context()
+    context = nvcomp_context()
     chunk_nbytes = plan_read(zarr.open_array(path, mode="r")).chunk_nbytes
     decoded = cupy.empty(len(reads) * chunk_nbytes, dtype=np.uint8)
 

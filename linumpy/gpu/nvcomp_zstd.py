@@ -15,7 +15,8 @@ Use it by registering it and routing zarr's ``zstd`` through it while opening ar
         with zarr.config.enable_gpu(), zarr.config.set(gpu_zstd_config()):
             volume = zarr.open_array("volume.zarr")[...]  # a cupy array, decoded by nvCOMP
 
-nvCOMP is not handed anything it could get wrong (see ../shared/GPU-FACTS.md): every chunk is
+nvCOMP is not handed anything it could get wrong (the GPU guide's "Checksums and corrupt data"
+section says why): every chunk is
 first walked on the CPU by :func:`linumpy.io.zstd_frames.inspect_zstd_chunk`. Malformed chunks
 raise :class:`~linumpy.errors.ChunkDecodeError`; valid chunks that nvCOMP cannot decode (several
 frames, skippable frames, no declared content size) are decoded by libzstd on the CPU; stored
@@ -65,8 +66,11 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_SIZE_ENV",
     "DEFAULT_BATCH_SIZE",
+    "NvcompContext",
     "NvcompZstdCodec",
+    "gpu_unavailable_reason",
     "gpu_zstd_config",
+    "nvcomp_context",
     "register_nvcomp_zstd",
 ]
 
@@ -196,7 +200,7 @@ def register_nvcomp_zstd() -> bool:
         True when registered; False, without raising, when cupy, nvCOMP (``nvidia.nvcomp``) or a
         CUDA device is missing (the reason is logged at debug level).
     """
-    reason = _unavailable_reason()
+    reason = gpu_unavailable_reason()
     if reason is not None:
         logger.debug("nvCOMP zstd codec not registered: %s", reason)
         return False
@@ -238,7 +242,7 @@ def gpu_zstd_config(*, batch_size: int | None = None) -> dict[str, str | int]:
     }
 
 
-def _unavailable_reason() -> str | None:
+def gpu_unavailable_reason() -> str | None:
     """Why the codec cannot run here (cupy, nvCOMP or a CUDA device missing), or None."""
     try:
         import cupy
@@ -260,7 +264,7 @@ def _unavailable_reason() -> str | None:
 
 
 @dataclass(slots=True)
-class _GpuContext:
+class NvcompContext:
     """What one thread uses on one device: a CuPy stream and the nvCOMP codec bound to it."""
 
     device_id: int
@@ -272,7 +276,7 @@ class _GpuContext:
 _thread_state = threading.local()
 
 
-def _gpu_context() -> _GpuContext:
+def nvcomp_context() -> NvcompContext:
     """The calling thread's stream and nvCOMP codec on its current CuPy device (made once).
 
     Raises
@@ -280,14 +284,14 @@ def _gpu_context() -> _GpuContext:
     GPUUnavailableError
         When cupy, nvCOMP or a CUDA device is missing.
     """
-    reason = None if getattr(_thread_state, "contexts", None) else _unavailable_reason()
+    reason = None if getattr(_thread_state, "contexts", None) else gpu_unavailable_reason()
     if reason is not None:
         raise GPUUnavailableError(f"the nvCOMP zstd codec cannot run here: {reason}")
     import cupy
     from nvidia import nvcomp
 
     device_id = cupy.cuda.runtime.getDevice()
-    contexts: dict[int, _GpuContext] = _thread_state.__dict__.setdefault("contexts", {})
+    contexts: dict[int, NvcompContext] = _thread_state.__dict__.setdefault("contexts", {})
     context = contexts.get(device_id)
     if context is None:
         with cupy.cuda.Device(device_id):
@@ -301,7 +305,7 @@ def _gpu_context() -> _GpuContext:
                 device_id=device_id,
                 cuda_stream=stream.ptr,
             )
-        context = contexts[device_id] = _GpuContext(device_id, stream, codec)
+        context = contexts[device_id] = NvcompContext(device_id, stream, codec)
     return context
 
 
@@ -465,7 +469,7 @@ def _set_checksum(frame: np.ndarray, checksum: int) -> None:
 async def _decode_batch(
     chunks: Sequence[Buffer], specs: Sequence[ArraySpec], keys: Sequence[str]
 ) -> list[Buffer]:
-    context = _gpu_context()
+    context = nvcomp_context()
     stream = context.stream
     import cupy
     from nvidia import nvcomp
@@ -582,7 +586,7 @@ async def _decode_batch(
 # --- encode -----------------------------------------------------------------------------------
 
 
-def _max_compressed_size(context: _GpuContext, array: cupy.ndarray) -> int:
+def _max_compressed_size(context: NvcompContext, array: cupy.ndarray) -> int:
     from nvidia import nvcomp
 
     size = int(array.nbytes)
@@ -601,7 +605,7 @@ async def _encode_batch(
     level: int,
     checksum: bool,
 ) -> list[Buffer]:
-    context = _gpu_context()
+    context = nvcomp_context()
     stream = context.stream
     import cupy
     from nvidia import nvcomp

@@ -66,6 +66,7 @@ from linumpy.gpu._fetch import (
     read_into,
     use_kvikio_threads,
 )
+from linumpy.gpu.nvcomp_zstd import gpu_unavailable_reason, nvcomp_context
 from linumpy.io.omezarr import open_array
 from linumpy.io.plan import (
     ChunkRead,
@@ -196,16 +197,6 @@ class GpuReadSettings:
 
 
 # --- GPU availability and zarr's own GPU path -------------------------------------------------
-
-
-def gpu_unavailable_reason() -> str | None:
-    """Say what is missing for GPU reads (cupy, nvCOMP, a CUDA device), or None when all is there.
-
-    This initialises CUDA when cupy is installed: call it only when a GPU read is wanted.
-    """
-    from linumpy.gpu.nvcomp_zstd import _unavailable_reason
-
-    return _unavailable_reason()
 
 
 def _require_gpu(what: str) -> None:
@@ -1109,8 +1100,6 @@ class _FastRead:
         """Read the plan into ``out`` (allocated when None); return it with a report."""
         import cupy
 
-        from linumpy.gpu.nvcomp_zstd import _gpu_context
-
         started = time.perf_counter()
         plan, settings = self.plan, self.settings
         dtype = plan.dtype.newbyteorder("=")
@@ -1128,7 +1117,7 @@ class _FastRead:
                 f"current device, got {type(out).__name__} {getattr(out, 'dtype', '')} "
                 f"{getattr(out, 'shape', '')}"
             )
-        context = _gpu_context()
+        context = nvcomp_context()
         stream = context.stream
         threads = settings.io_threads
         staging_capacity = max(ALIGN, min(settings.pinned_bytes // 2, settings.scratch_bytes))
