@@ -216,3 +216,9 @@ def test_gpu_without_cupy_says_what_is_missing(tmp_path: Path) -> None:
     make_array(tmp_path / "a.zarr", "v3", sample_data((4, 4), "uint8"), chunks=(2, 2))
     with pytest.raises(GPUUnavailableError, match="cupy"):
         read_volume(tmp_path / "a.zarr", gpu=True)
+
+
+@pytest.mark.parametrize("layout", ["v3", "v2"])
+def test_zero_dimensional_array(tmp_path: Path, layout: str) -> None:
+    make_array(tmp_path / "s.zarr", layout, np.array(41, np.uint16), chunks=())
+    assert_same(read_volume(tmp_path / "s.zarr"), np.array(41, np.uint16))

@@ -267,8 +267,11 @@ def _chunks(
     """Yield (chunk coordinates, output selection, chunk selection) of the chunks a region
     touches; the per-axis work is done once, so a chunk costs a few tuple builds."""
     for combo in itertools.product(*(_axis_pieces(s, b) for s, b in zip(region, block))):
-        indexes, out_sel, chunk_sel = zip(*combo, strict=True)
-        yield indexes, out_sel, chunk_sel
+        yield (
+            tuple(piece[0] for piece in combo),
+            tuple(piece[1] for piece in combo),
+            tuple(piece[2] for piece in combo),
+        )
 
 
 def _read_shard_index(path: str, key: str, layout: _Layout, n_chunks: int) -> np.ndarray | None:

@@ -84,7 +84,7 @@ def _direct_target(out: np.ndarray, plan: ReadPlan, read: ChunkRead) -> np.ndarr
         return None
     if any(s.stop - s.start != n for s, n in zip(read.chunk_sel, plan.chunk_shape, strict=True)):
         return None
-    target = out[read.out_sel]
+    target = out[(*read.out_sel, ...)]  # a view even for 0-d arrays
     return target.reshape(-1).view(np.uint8) if target.flags.c_contiguous else None
 
 
