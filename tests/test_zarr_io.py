@@ -70,7 +70,7 @@ def test_settings_defaults_environment_and_overrides(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv(zarr_io.BATCH_ENV, raising=False)
     monkeypatch.setenv("LINUMPY_IO_THREADS", "5")
     settings = GpuReadSettings.from_env()
-    assert settings == GpuReadSettings(5, 512 * 2**20, 448 * 2**20, "auto")
+    assert settings == GpuReadSettings(5, 1024 * 2**20, 640 * 2**20, "auto")
     monkeypatch.setenv(zarr_io.PINNED_ENV, "64")
     monkeypatch.setenv(zarr_io.SCRATCH_ENV, "32")
     monkeypatch.setenv(zarr_io.FETCH_ENV, "pread")

@@ -25,8 +25,8 @@ Settings (:class:`GpuReadSettings`) have defaults, environment variables and key
 setting                 environment variable            default
 ======================  ==============================  ===========================================
 ``io_threads``          ``LINUMPY_IO_THREADS``          CPUs available to the process
-``pinned_bytes``        ``LINUMPY_GPU_PINNED_MIB``      512 MiB (two staging buffers)
-``scratch_bytes``       ``LINUMPY_GPU_SCRATCH_MIB``     448 MiB
+``pinned_bytes``        ``LINUMPY_GPU_PINNED_MIB``      1024 MiB (two staging buffers)
+``scratch_bytes``       ``LINUMPY_GPU_SCRATCH_MIB``     640 MiB
 ``fetch``               ``LINUMPY_GPU_FETCH``           ``auto`` (kvikio if it works, else pread)
 ``batch_bytes``         ``LINUMPY_GPU_BATCH_MIB``       0: no limit on decoded bytes per batch
 ======================  ==============================  ===========================================
@@ -188,8 +188,8 @@ class GpuReadSettings:
         """Defaults, then environment variables, then ``overrides`` (keyword per attribute)."""
         settings = cls(
             io_threads=default_threads(),
-            pinned_bytes=_env_mib(PINNED_ENV, 512),
-            scratch_bytes=_env_mib(SCRATCH_ENV, 448),
+            pinned_bytes=_env_mib(PINNED_ENV, 1024),
+            scratch_bytes=_env_mib(SCRATCH_ENV, 640),
             fetch=parse_fetch(os.environ.get(FETCH_ENV, "auto"), FETCH_ENV),
             batch_bytes=_env_mib(BATCH_ENV, 0, minimum=0),
         )
