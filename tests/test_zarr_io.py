@@ -104,6 +104,7 @@ def test_settings_reject_bad_environment(
         {"scratch_bytes": 1.5},
         {"fetch": "x"},
         {"batch_bytes": -5},
+        {"gpu_chunk_bytes": 0},
     ],
 )
 def test_settings_reject_bad_values(overrides: dict[str, object]) -> None:
@@ -438,6 +439,20 @@ def test_unusual_valid_chunks_are_decoded_on_the_cpu(tmp_path: Path) -> None:
     assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr"), data)
     report = last_read_report()
     assert report is not None and report.n_cpu_decoded == len(rewrites)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["v3", "v3-sharded"])
+def test_chunks_over_gpu_chunk_bytes_are_decoded_on_the_cpu(tmp_path: Path, layout: str) -> None:
+    data = sample_data(SHAPE, "float32")
+    make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
+    chunk_nbytes = int(np.prod(CHUNKS)) * 4
+    for limit, on_cpu in ((chunk_nbytes - 1, True), (chunk_nbytes, False)):
+        settings = GpuReadSettings.from_env(gpu_chunk_bytes=limit)
+        assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+        report = last_read_report()
+        assert report is not None
+        assert report.n_cpu_decoded == (report.n_reads - report.n_fill if on_cpu else 0)
 
 
 @pytest.mark.gpu

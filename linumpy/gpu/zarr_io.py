@@ -29,6 +29,7 @@ setting                 environment variable            default
 ``scratch_bytes``       ``LINUMPY_GPU_SCRATCH_MIB``     640 MiB
 ``fetch``               ``LINUMPY_GPU_FETCH``           ``auto`` (kvikio if it works, else pread)
 ``batch_bytes``         ``LINUMPY_GPU_BATCH_MIB``       0: no limit on decoded bytes per batch
+``gpu_chunk_bytes``     ``LINUMPY_GPU_CHUNK_MIB``       16 MiB: larger chunks decode on the CPU
 ======================  ==============================  ===========================================
 
 CPU-only use never imports nvCOMP or kvikio and never creates a CUDA context: cupy, nvCOMP and
@@ -100,6 +101,7 @@ PINNED_ENV = "LINUMPY_GPU_PINNED_MIB"
 SCRATCH_ENV = "LINUMPY_GPU_SCRATCH_MIB"
 FETCH_ENV = "LINUMPY_GPU_FETCH"
 BATCH_ENV = "LINUMPY_GPU_BATCH_MIB"
+GPU_CHUNK_ENV = "LINUMPY_GPU_CHUNK_MIB"
 MIB = 1024 * 1024
 _FETCH_CHOICES = ("auto", "kvikio", "pread")
 # Decoded chunks placed in the output start on this boundary.
@@ -163,6 +165,11 @@ class GpuReadSettings:
         work space that grows with the batch (measured on an H200: 1568 MiB after one call of
         256 chunks of 4 MiB), so this bounds its memory; larger batches decode faster, because
         nvCOMP decodes one large chunk per multiprocessor, slowly.
+    gpu_chunk_bytes
+        Largest decoded chunk that nvCOMP decodes; larger chunks are decoded by libzstd in the
+        reading threads and copied to the device. nvCOMP decodes a chunk on one multiprocessor,
+        block after block: on an H200 a 2 GiB grid of 32 MiB chunks took 2.1 s through nvCOMP
+        against 0.46 s through the CPU reader (16 cores).
     """
 
     io_threads: int
@@ -170,12 +177,14 @@ class GpuReadSettings:
     scratch_bytes: int
     fetch: Literal["auto", "kvikio", "pread"]
     batch_bytes: int = 0
+    gpu_chunk_bytes: int = 16 * MIB
 
     def __post_init__(self) -> None:
         _positive_int("io_threads", self.io_threads)
         _positive_int("pinned_bytes", self.pinned_bytes)
         _positive_int("scratch_bytes", self.scratch_bytes)
         parse_fetch(self.fetch)
+        _positive_int("gpu_chunk_bytes", self.gpu_chunk_bytes)
         if isinstance(self.batch_bytes, bool) or not isinstance(self.batch_bytes, int):
             raise ValueError(f"batch_bytes must be an integer, got {self.batch_bytes!r}")
         if self.batch_bytes < 0:
@@ -192,6 +201,7 @@ class GpuReadSettings:
             scratch_bytes=_env_mib(SCRATCH_ENV, 640),
             fetch=parse_fetch(os.environ.get(FETCH_ENV, "auto"), FETCH_ENV),
             batch_bytes=_env_mib(BATCH_ENV, 0, minimum=0),
+            gpu_chunk_bytes=_env_mib(GPU_CHUNK_ENV, 16),
         )
         return replace(settings, **overrides)
 
@@ -953,10 +963,14 @@ class _FastRead:
         read_into(staging, entries, nbytes, offsets, reader=self.reader, pool=pool, threads=threads)
         verdicts = check_frames(staging, offsets, nbytes, self.chunk_nbytes)
         on_cpu: list[tuple[int, Any]] = []
+        too_large = self.chunk_nbytes > self.settings.gpu_chunk_bytes
         for k, j in enumerate(staged):
             j = int(j)
             frame = staging[offsets[k] : offsets[k] + nbytes[k]]
             verdict = verdicts[k]
+            if too_large:
+                on_cpu.append((j, frame))
+                continue
             if verdict == FRAME_NEEDS_CHECK:
                 info = inspect_zstd_chunk(
                     frame, key=entries[k].key, expected_size=self.chunk_nbytes
