@@ -21,7 +21,18 @@ _FORMAT_VERSION = 1
 
 
 def parse_tile_shape(value: Sequence[int]) -> tuple[int, int]:
-    """Validate a tile shape ``(height, width)`` in pixels."""
+    """Validate a tile shape ``(height, width)`` in pixels.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.transform import parse_tile_shape
+    >>> parse_tile_shape([128, 256])
+    (128, 256)
+    >>> parse_tile_shape((128, 0))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    linumpy.errors.LinumpyError: tile shape must be two positive integers ..., got (128, 0)
+    """
     shape = tuple(value)
     if len(shape) != 2 or not all(isinstance(n, int | np.integer) and n > 0 for n in shape):
         raise LinumpyError(
@@ -31,7 +42,19 @@ def parse_tile_shape(value: Sequence[int]) -> tuple[int, int]:
 
 
 def parse_grid_shape(value: Sequence[int]) -> tuple[int, int]:
-    """Validate a grid shape ``(rows, cols)`` in tiles."""
+    """Validate a grid shape ``(rows, cols)`` in tiles.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linumpy.mosaic.transform import parse_grid_shape
+    >>> parse_grid_shape(np.array([4, 5]))
+    (4, 5)
+    >>> parse_grid_shape((4,))
+    Traceback (most recent call last):
+        ...
+    linumpy.errors.LinumpyError: grid shape must be two positive integers (rows, cols), got (4,)
+    """
     shape = tuple(value)
     if len(shape) != 2 or not all(isinstance(n, int | np.integer) and n > 0 for n in shape):
         raise LinumpyError(f"grid shape must be two positive integers (rows, cols), got {value!r}")
@@ -74,6 +97,28 @@ class TileTransform:
         ``(height, width)`` of one tile in pixels.
     grid_shape
         ``(rows, cols)`` of the tile grid.
+
+    Examples
+    --------
+    A 2x3 grid of 128x128 tiles, 100 pixels apart vertically and 110 horizontally, with a
+    slight rotation:
+
+    >>> import tempfile
+    >>> from linumpy.mosaic.transform import TileTransform
+    >>> transform = TileTransform(
+    ...     [[100.0, 2.0], [-1.0, 110.0]], (0.0, 0.0), tile_shape=(128, 128), grid_shape=(2, 3)
+    ... )
+    >>> transform.pixel_positions()[1]
+    array([[100,  -1],
+           [102, 109],
+           [104, 219]])
+    >>> layout = transform.normalized()
+    >>> layout.offset, layout.output_shape(), layout.overlap()
+    ((0.0, 1.0), (232, 349), (28, 18))
+    >>> path = tempfile.mkdtemp() + "/transform.json"
+    >>> layout.save(path)
+    >>> TileTransform.load(path) == layout
+    True
     """
 
     matrix: tuple[tuple[float, float], tuple[float, float]]
