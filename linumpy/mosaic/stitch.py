@@ -35,6 +35,21 @@ def blending_weights(transform: TileTransform, blending: Blending) -> np.ndarray
 
     ``average`` and ``none`` weigh every pixel 1; ``linear`` feathers the tile's borders with
     linear ramps as wide as the overlap with its neighbours, so that overlapping tiles cross-fade.
+
+    Examples
+    --------
+    Two 4x4 tiles side by side, overlapping by 2 columns:
+
+    >>> from linumpy.mosaic.stitch import blending_weights
+    >>> from linumpy.mosaic.transform import TileTransform
+    >>> transform = TileTransform([[4.0, 0.0], [0.0, 2.0]], (0.0, 0.0), (4, 4), (1, 2))
+    >>> blending_weights(transform, "linear").round(2)
+    array([[0.33, 0.67, 0.67, 0.33],
+           [0.33, 0.67, 0.67, 0.33],
+           [0.33, 0.67, 0.67, 0.33],
+           [0.33, 0.67, 0.67, 0.33]], dtype=float32)
+    >>> blending_weights(transform, "average").min()
+    np.float32(1.0)
     """
     h, w = transform.tile_shape
     if parse_blending(blending) != "linear":
@@ -71,6 +86,28 @@ def stitch(
     array
         ``(H, W)`` or ``(Z, H, W)`` float32 stitched image, ``(H, W) = transform.output_shape()``;
         pixels no tile covers are 0.
+
+    Examples
+    --------
+    A grid of two 1x6 tiles, of 1s and 3s, the second 4 pixels right of the first:
+
+    >>> import numpy as np
+    >>> from linumpy.mosaic.stitch import stitch
+    >>> from linumpy.mosaic.transform import TileTransform
+    >>> transform = TileTransform([[1.0, 0.0], [0.0, 4.0]], (0.0, 0.0), (1, 6), (1, 2))
+    >>> mosaic = np.array([[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]], dtype=np.uint16)
+    >>> stitch(mosaic, transform, "none")
+    array([[1., 1., 1., 1., 3., 3., 3., 3., 3., 3.]], dtype=float32)
+    >>> stitch(mosaic, transform, "average")
+    array([[1., 1., 1., 1., 2., 2., 3., 3., 3., 3.]], dtype=float32)
+    >>> stitch(mosaic, transform, "linear").round(2)
+    array([[1.  , 1.  , 1.  , 1.  , 1.67, 2.33, 3.  , 3.  , 3.  , 3.  ]],
+          dtype=float32)
+
+    A 3D grid ``(Z, rows * tile_h, cols * tile_w)`` is stitched plane by plane:
+
+    >>> stitch(np.stack([mosaic, 2 * mosaic]), transform).shape
+    (2, 1, 10)
     """
     xp = array_module(mosaic)
     blending = parse_blending(blending)
