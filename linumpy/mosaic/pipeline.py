@@ -50,7 +50,19 @@ ATTRS_KEY = "linumpy"
 
 
 def read_linumpy_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``linumpy`` attributes of an OME-Zarr image (empty for a plain array or none)."""
+    """The ``linumpy`` attributes of an OME-Zarr image (empty for a plain array or none).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.io.demo import make_demo_data
+    >>> from linumpy.mosaic.pipeline import read_linumpy_attrs
+    >>> path = tempfile.mkdtemp() + "/mosaic.ome.zarr"
+    >>> _ = make_demo_data(path, grid_shape=(2, 3), tile_shape=(8, 64, 64))
+    >>> attrs = read_linumpy_attrs(path)
+    >>> sorted(attrs), attrs["mosaic"]
+    (['demo', 'mosaic'], {'tile_shape': [64, 64], 'grid_shape': [2, 3]})
+    """
     node = zarr.open(store=os.fspath(path), mode="r")
     if isinstance(node, zarr.Array):
         return {}
@@ -58,7 +70,22 @@ def read_linumpy_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def write_linumpy_attrs(path: str | os.PathLike[str], values: dict[str, Any]) -> None:
-    """Merge ``values`` into the ``linumpy`` attributes of the OME-Zarr image at ``path``."""
+    """Merge ``values`` into the ``linumpy`` attributes of the OME-Zarr image at ``path``.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> from linumpy.mosaic.pipeline import read_linumpy_attrs, write_linumpy_attrs
+    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
+    >>> save_omezarr(np.zeros((2, 6, 4), np.uint16), path, voxel_size=(1.0, 1.0, 1.0))
+    >>> read_linumpy_attrs(path)
+    {}
+    >>> write_linumpy_attrs(path, {"mosaic": {"tile_shape": [3, 2], "grid_shape": [2, 2]}})
+    >>> write_linumpy_attrs(path, {"note": "acquired on Monday"})
+    >>> read_linumpy_attrs(path)
+    {'mosaic': {'tile_shape': [3, 2], 'grid_shape': [2, 2]}, 'note': 'acquired on Monday'}
+    """
     group = zarr.open_group(store=os.fspath(path), mode="r+")
     group.attrs[ATTRS_KEY] = {**dict(group.attrs.get(ATTRS_KEY, {})), **values}
 
@@ -70,6 +97,21 @@ def mosaic_tile_shape(
 
     Taken from ``tile_shape`` when given, else from the image's ``linumpy.mosaic`` attributes,
     else from its chunk shape (a mosaic grid stores one chunk per tile).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> from linumpy.mosaic.pipeline import mosaic_tile_shape, write_linumpy_attrs
+    >>> path = tempfile.mkdtemp() + "/grid.ome.zarr"
+    >>> save_omezarr(
+    ...     np.zeros((2, 16, 24), np.uint16), path, voxel_size=(1.0, 1.0, 1.0), chunks=(2, 8, 8)
+    ... )
+    >>> mosaic_tile_shape(path)
+    (8, 8)
+    >>> write_linumpy_attrs(path, {"mosaic": {"tile_shape": [8, 12]}})
+    >>> mosaic_tile_shape(path), mosaic_tile_shape(path, (4, 6))
+    ((8, 12), (4, 6))
     """
     if tile_shape is not None:
         return parse_tile_shape(tile_shape)
@@ -109,6 +151,19 @@ def average_intensity_projection(
     -------
     array
         ``(Y, X)`` float32 (numpy, or cupy when ``gpu``).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> from linumpy.mosaic.pipeline import average_intensity_projection
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> volume = np.arange(2 * 3 * 4, dtype=np.uint16).reshape(2, 3, 4)
+    >>> save_omezarr(volume, path, voxel_size=(1.0, 1.0, 1.0))
+    >>> average_intensity_projection(path)
+    array([[ 6.,  7.,  8.,  9.],
+           [10., 11., 12., 13.],
+           [14., 15., 16., 17.]], dtype=float32)
     """
     xp = gpu_module(gpu)
     array = open_array(path)
@@ -128,7 +183,20 @@ def average_intensity_projection(
 
 
 def save_png(image: Any, path: str | os.PathLike[str], *, percentiles=(0.5, 99.5)) -> None:
-    """Save a 2D image as an 8-bit PNG preview, stretched between two percentiles."""
+    """Save a 2D image as an 8-bit PNG preview, stretched between two percentiles.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from PIL import Image
+    >>> from linumpy.mosaic.pipeline import save_png
+    >>> path = tempfile.mkdtemp() + "/preview.png"
+    >>> save_png(np.linspace(0.0, 1.0, 12).reshape(3, 4), path, percentiles=(0, 100))
+    >>> np.asarray(Image.open(path))
+    array([[  0,  23,  46,  70],
+           [ 93, 116, 139, 162],
+           [185, 209, 232, 255]], dtype=uint8)
+    """
     from PIL import Image
 
     data = to_numpy(image).astype(np.float64)
@@ -161,6 +229,24 @@ def estimate_transform_omezarr(
         Show progress bars.
     **options
         Passed to :func:`linumpy.mosaic.registration.estimate_transform`.
+
+    Returns
+    -------
+    transform, measurements
+        As :func:`linumpy.mosaic.registration.estimate_transform` returns them.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> from linumpy.mosaic.pipeline import estimate_transform_omezarr
+    >>> path = tempfile.mkdtemp() + "/mosaic.ome.zarr"
+    >>> _ = make_demo_data(path, grid_shape=(2, 3), tile_shape=(8, 64, 64))
+    >>> transform, measurements = estimate_transform_omezarr(path, min_score=0.3)
+    >>> transform.tile_shape, transform.grid_shape, len(measurements)
+    ((64, 64), (2, 3), 7)
+    >>> transform.max_position_error(read_demo_truth(path)) < 0.5
+    True
     """
     shape = mosaic_tile_shape(path, tile_shape)
     ndim = open_array(path).ndim
@@ -261,6 +347,22 @@ def stitch_omezarr(
         Replace an existing ``target``.
     progress
         Show a progress bar over the tiles.
+
+    Examples
+    --------
+    Stitch a small demo mosaic grid with its true layout:
+
+    >>> import tempfile
+    >>> from linumpy.io import read_omezarr
+    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> from linumpy.mosaic.pipeline import stitch_omezarr
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = make_demo_data(folder + "/mosaic.ome.zarr", grid_shape=(2, 3), tile_shape=(8, 64, 64))
+    >>> transform = read_demo_truth(folder + "/mosaic.ome.zarr")
+    >>> stitch_omezarr(folder + "/mosaic.ome.zarr", folder + "/stitched.ome.zarr", transform)
+    >>> stitched, voxel_size = read_omezarr(folder + "/stitched.ome.zarr")
+    >>> stitched.shape, str(stitched.dtype), voxel_size
+    ((8, 119, 167), 'float32', (3.5, 2.5, 2.5))
     """
     blending = parse_blending(blending)
     array, voxel_size = read_omezarr(source)
@@ -339,6 +441,22 @@ def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | 
     ------
     LinumpyError
         When the file cannot be read as any of these (the message names it).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> from linumpy.mosaic.pipeline import open_source
+    >>> folder = tempfile.mkdtemp()
+    >>> volume = np.zeros((4, 6, 8), np.uint8)
+    >>> np.save(folder + "/volume.npy", volume)
+    >>> array, voxel_size = open_source(folder + "/volume.npy")
+    >>> array.shape, voxel_size
+    ((4, 6, 8), None)
+    >>> save_omezarr(volume, folder + "/volume.ome.zarr", voxel_size=(5, 2, 2))
+    >>> array, voxel_size = open_source(folder + "/volume.ome.zarr")
+    >>> array.shape, voxel_size
+    ((4, 6, 8), (5.0, 2.0, 2.0))
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -393,6 +511,20 @@ def convert_to_omezarr(
         Replace an existing ``target``.
     progress
         Show a progress bar over the slabs.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import read_omezarr
+    >>> from linumpy.mosaic.pipeline import convert_to_omezarr
+    >>> folder = tempfile.mkdtemp()
+    >>> np.save(folder + "/volume.npy", np.arange(4 * 6 * 8, dtype=np.uint16).reshape(4, 6, 8))
+    >>> convert_to_omezarr(
+    ...     folder + "/volume.npy", folder + "/volume.ome.zarr", voxel_size=(5.0, 2.5, 2.5)
+    ... )
+    >>> array, voxel_size = read_omezarr(folder + "/volume.ome.zarr")
+    >>> array.shape, str(array.dtype), voxel_size, int(array[3, 5, 7])
+    ((4, 6, 8), 'uint16', (5.0, 2.5, 2.5), 191)
     """
     data, stored_voxel_size = open_source(source)
     if not 2 <= data.ndim <= 5:
