@@ -124,6 +124,15 @@ def open_array(path: str | os.PathLike[str], level: int = 0) -> zarr.Array:
     ------
     LinumpyError
         When the path does not exist, is not zarr, or has no such level.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> save_omezarr(np.ones((8, 8, 8), np.uint8), path, voxel_size=(1, 1, 1), n_levels=2)
+    >>> array = open_array(path, level=1)
+    >>> array.shape, array.read_only
+    ((4, 4, 4), True)
     """
     node = _open_node(path)
     if isinstance(node, zarr.Array):
@@ -152,6 +161,14 @@ def multiscale_dataset_paths(group: zarr.Group, path: str | os.PathLike[str]) ->
     ------
     LinumpyError
         When the group carries no OME-NGFF multiscales metadata.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> save_omezarr(np.ones((8, 8, 8), np.uint8), path, voxel_size=(1, 1, 1), n_levels=3)
+    >>> multiscale_dataset_paths(zarr.open_group(path, mode="r"), path)
+    ['0', '1', '2']
     """
     multiscale = _multiscale(group, path)
     return [dataset["path"] for dataset in multiscale["datasets"]]
@@ -222,6 +239,14 @@ def downsample_mean(array: Any) -> Any:
 
     An odd last element is paired with itself. Floats are averaged in their own precision;
     integers in float64, then rounded (half to even) and clipped to their dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> downsample_mean(np.array([[1, 2, 3], [5, 6, 7]], dtype=np.uint8))
+    array([[4, 5]], dtype=uint8)
+    >>> downsample_mean(np.array([1.0, 2.0, 4.0, 8.0]))
+    array([1.5, 6. ])
     """
     xp = array_module(array)
     dtype = array.dtype

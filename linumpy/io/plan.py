@@ -46,7 +46,18 @@ _SHARD_INDEX_ENTRY = np.dtype("<u8")
 
 
 class UnsupportedLayoutError(LinumpyError):
-    """The array's store or codec chain is not one the batched readers plan; use zarr instead."""
+    """The array's store or codec chain is not one the batched readers plan; use zarr instead.
+
+    Examples
+    --------
+    >>> import zarr
+    >>> array = zarr.create_array(store={}, shape=(4,), dtype="uint8")
+    >>> try:
+    ...     plan_read(array)
+    ... except UnsupportedLayoutError as exc:
+    ...     print(exc)
+    store MemoryStore is not a local directory
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +80,17 @@ class ChunkRead:
         Where the chunk's part of the region lands in the output.
     chunk_sel
         Which part of the decoded chunk is kept.
+
+    Examples
+    --------
+    >>> import os, tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
+    >>> read = plan_read(array, (slice(1, 3), slice(0, 2))).reads[0]
+    >>> os.path.relpath(read.path, path), read.offset, read.nbytes
+    ('c/0/0', 0, -1)
+    >>> read.out_sel, read.chunk_sel
+    ((slice(0, 1, None), slice(0, 2, None)), (slice(1, 2, None), slice(0, 2, None)))
     """
 
     key: str
@@ -104,6 +126,15 @@ class ReadPlan:
     missing
         Chunks known at plan time not to be stored (empty entries of shard indexes, missing
         shards).
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> array = zarr.create_array(path, shape=(8, 8), chunks=(4, 4), dtype="uint16")
+    >>> plan = plan_read(array, (slice(2, 6), slice(0, 4)))
+    >>> plan.shape, plan.chunk_shape, len(plan.reads), plan.nbytes, plan.chunk_nbytes
+    ((4, 4), (4, 4), 2, 32, 32)
     """
 
     source: str
@@ -323,6 +354,17 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
         When a shard index is corrupt.
     LinumpyError
         When the region is invalid.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), shards=(4, 4),
+    ...                           dtype="uint8", fill_value=7)
+    >>> array[:2, :2] = 1
+    >>> plan = plan_read(array)
+    >>> len(plan.reads), len(plan.missing)
+    (1, 3)
     """
     layout = _parse_layout(array)
     source = layout.root
@@ -379,15 +421,65 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
 
 
 def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
-    """View a decoded chunk's bytes (1-D uint8, numpy or cupy) as the chunk's array."""
+    """View a decoded chunk's bytes (1-D uint8, numpy or cupy) as the chunk's array.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io.reader import fetch_chunk
+    >>> from linumpy.io.zstd_frames import decode_zstd_cpu
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
+    >>> array[:] = np.arange(16, dtype=np.uint8).reshape(4, 4)
+    >>> plan = plan_read(array)
+    >>> read = plan.reads[-1]
+    >>> chunk_view(decode_zstd_cpu(fetch_chunk(read), key=read.key), plan)
+    array([[10, 11],
+           [14, 15]], dtype=uint8)
+    """
     return buffer.view(plan.stored_dtype).reshape(plan.chunk_shape, order=plan.order)
 
 
 def scatter_chunk(out: Any, plan: ReadPlan, read: ChunkRead, buffer: Any) -> None:
-    """Copy the kept part of a decoded chunk into the output (numpy or cupy arrays alike)."""
+    """Copy the kept part of a decoded chunk into the output (numpy or cupy arrays alike).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io.reader import fetch_chunk
+    >>> from linumpy.io.zstd_frames import decode_zstd_cpu
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
+    >>> array[:] = np.arange(16, dtype=np.uint8).reshape(4, 4)
+    >>> plan = plan_read(array, (slice(1, 3), slice(1, 3)))
+    >>> out = np.zeros(plan.shape, plan.dtype)
+    >>> for read in plan.reads:
+    ...     scatter_chunk(out, plan, read, decode_zstd_cpu(fetch_chunk(read), key=read.key))
+    >>> out
+    array([[ 5,  6],
+           [ 9, 10]], dtype=uint8)
+    """
     out[read.out_sel] = chunk_view(buffer, plan)[read.chunk_sel]
 
 
 def fill_missing(out: Any, plan: ReadPlan, read: ChunkRead) -> None:
-    """Set the output elements of a chunk that is not stored to the fill value."""
+    """Set the output elements of a chunk that is not stored to the fill value.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), shards=(4, 4),
+    ...                           dtype="uint8", fill_value=7)
+    >>> array[:2, :2] = 1
+    >>> plan = plan_read(array)
+    >>> out = np.zeros(plan.shape, plan.dtype)
+    >>> for read in plan.missing:
+    ...     fill_missing(out, plan, read)
+    >>> out
+    array([[0, 0, 7, 7],
+           [0, 0, 7, 7],
+           [7, 7, 7, 7],
+           [7, 7, 7, 7]], dtype=uint8)
+    """
     out[read.out_sel] = plan.fill_value

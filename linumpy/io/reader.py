@@ -38,7 +38,16 @@ THREADS_ENV = "LINUMPY_IO_THREADS"
 
 
 def default_threads() -> int:
-    """Threads used for CPU reads: ``$LINUMPY_IO_THREADS``, else the CPUs this process may use."""
+    """Threads used for CPU reads: ``$LINUMPY_IO_THREADS``, else the CPUs this process may use.
+
+    Examples
+    --------
+    >>> import os
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"LINUMPY_IO_THREADS": "4"}):
+    ...     default_threads()
+    4
+    """
     value = os.environ.get(THREADS_ENV)
     if value is not None:
         try:
@@ -58,6 +67,19 @@ def fetch_chunk(read: ChunkRead) -> bytes | None:
     ------
     ChunkDecodeError
         When the file is shorter than the plan says (a truncated shard).
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.plan import plan_read
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> array = zarr.create_array(path, shape=(4,), chunks=(2,), dtype="uint8")
+    >>> array[:2] = 1
+    >>> first, second = plan_read(array).reads
+    >>> fetch_chunk(first).startswith(bytes.fromhex("28b52ffd"))  # the zstd magic number
+    True
+    >>> fetch_chunk(second) is None  # never written: reads as the fill value
+    True
     """
     try:
         fd = os.open(read.path, os.O_RDONLY)
@@ -106,6 +128,17 @@ def read_plan(
     -------
     numpy.ndarray
         The region's data.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io.plan import plan_read
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="int16")
+    >>> array[:] = np.arange(16, dtype=np.int16).reshape(4, 4)
+    >>> read_plan(plan_read(array, (slice(1, 3),)), threads=2)
+    array([[ 4,  5,  6,  7],
+           [ 8,  9, 10, 11]], dtype=int16)
     """
     if out is None:
         out = np.empty(plan.shape, dtype=plan.dtype)

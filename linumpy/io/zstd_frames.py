@@ -47,6 +47,16 @@ class ZstdFrameInfo:
         Number of zstd data frames (skippable frames are not counted).
     n_skippable
         Number of skippable frames.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from numcodecs import Zstd
+    >>> frame = Zstd().encode(np.zeros(1000, dtype=np.uint16))
+    >>> inspect_zstd_chunk(frame, key="c/0")
+    ZstdFrameInfo(content_size=2000, checksum=None, n_frames=1, n_skippable=0)
+    >>> inspect_zstd_chunk(frame + frame, key="c/0").gpu_decodable  # two frames
+    False
     """
 
     content_size: int | None
