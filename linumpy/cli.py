@@ -47,7 +47,22 @@ EXIT_USAGE = 2
 
 
 class LinumArgumentParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line on stderr and exit status 2."""
+    """An ``ArgumentParser`` whose errors are one line on stderr and exit status 2.
+
+    Examples
+    --------
+    >>> import contextlib, sys
+    >>> from linumpy.cli import LinumArgumentParser
+    >>> parser = LinumArgumentParser(prog="linum-demo")
+    >>> _ = parser.add_argument("input")
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         parser.parse_args(["a.zarr", "b.zarr"])
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)
+    linum-demo: error: unrecognized arguments: b.zarr
+    exit status 2
+    """
 
     def error(self, message: str) -> NoReturn:
         """Print ``PROG: error: MESSAGE`` (one line) and exit with status 2."""
@@ -55,28 +70,75 @@ class LinumArgumentParser(argparse.ArgumentParser):
 
 
 def build_parser(doc: str | None, prog: str | None = None) -> LinumArgumentParser:
-    """A parser with ``doc`` (the script's module docstring) as its description."""
+    """A parser with ``doc`` (the script's module docstring) as its description.
+
+    Examples
+    --------
+    >>> from linumpy.cli import build_parser
+    >>> parser = build_parser("Stitch a mosaic grid.", prog="linum-demo")
+    >>> _ = parser.add_argument("input")
+    >>> print(parser.format_help())
+    usage: linum-demo [-h] input
+    <BLANKLINE>
+    Stitch a mosaic grid.
+    <BLANKLINE>
+    positional arguments:
+      input
+    <BLANKLINE>
+    options:
+      -h, --help  show this help message and exit
+    <BLANKLINE>
+    """
     return LinumArgumentParser(
         prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
 
 
 def add_overwrite_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``-f/--overwrite``."""
+    """Add ``-f/--overwrite``.
+
+    Examples
+    --------
+    >>> from linumpy.cli import add_overwrite_arg, build_parser
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> add_overwrite_arg(parser)
+    >>> parser.parse_args([]).overwrite, parser.parse_args(["-f"]).overwrite
+    (False, True)
+    """
     parser.add_argument(
         "-f", "--overwrite", action="store_true", help="Replace outputs that already exist."
     )
 
 
 def add_verbose_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``-v/--verbose`` (repeatable)."""
+    """Add ``-v/--verbose`` (repeatable).
+
+    Examples
+    --------
+    >>> from linumpy.cli import add_verbose_arg, build_parser
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> add_verbose_arg(parser)
+    >>> [parser.parse_args(argv).verbose for argv in ([], ["-v"], ["-vv"])]
+    [0, 1, 2]
+    """
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="Log progress details (-vv: debug)."
     )
 
 
 def add_gpu_arg(parser: argparse.ArgumentParser, what: str = "Read and compute") -> None:
-    """Add ``--use-gpu`` (alias ``--use_gpu``) and ``--no-use-gpu``; off by default."""
+    """Add ``--use-gpu`` (alias ``--use_gpu``) and ``--no-use-gpu``; off by default.
+
+    Examples
+    --------
+    >>> from linumpy.cli import add_gpu_arg, build_parser
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> add_gpu_arg(parser, "Stitch")
+    >>> [parser.parse_args(argv).use_gpu for argv in ([], ["--use-gpu"], ["--use_gpu"])]
+    [False, True, True]
+    >>> parser.parse_args(["--no-use-gpu"]).use_gpu
+    False
+    """
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--use-gpu",
@@ -92,7 +154,25 @@ def add_gpu_arg(parser: argparse.ArgumentParser, what: str = "Read and compute")
 
 
 def setup_logging(verbose: int, prog: str) -> None:
-    """Send linumpy's log records to stderr: warnings always, info with -v, debug with -vv."""
+    """Send linumpy's log records to stderr: warnings always, info with -v, debug with -vv.
+
+    Examples
+    --------
+    Here stderr is redirected to stdout to show the records; the last two lines put the
+    ``linumpy`` logger back as it was.
+
+    >>> import contextlib, logging, sys
+    >>> from linumpy.cli import setup_logging
+    >>> root = logging.getLogger("linumpy")
+    >>> handlers, level, propagate = root.handlers[:], root.level, root.propagate
+    >>> with contextlib.redirect_stderr(sys.stdout):
+    ...     setup_logging(1, "linum-demo")
+    >>> logging.getLogger("linumpy.mosaic").info("stitched 6 tiles")
+    linum-demo: INFO: stitched 6 tiles
+    >>> logging.getLogger("linumpy.mosaic").debug("shown with -vv only")
+    >>> root.handlers[:], root.propagate = handlers, propagate
+    >>> root.setLevel(level)
+    """
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{prog}: %(levelname)s: %(message)s"))
@@ -107,6 +187,12 @@ def resolve_gpu(use_gpu: bool) -> bool:
 
     Without the flag nothing GPU-related is imported. With it and no usable GPU, a warning says
     what is missing and False is returned (the CPU path runs).
+
+    Examples
+    --------
+    >>> from linumpy.cli import resolve_gpu
+    >>> resolve_gpu(False)
+    False
     """
     if not use_gpu:
         return False
@@ -123,7 +209,24 @@ def resolve_gpu(use_gpu: bool) -> bool:
 
 
 def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -> Path:
-    """Exit with a one-line error when the input ``path`` does not exist."""
+    """Exit with a one-line error when the input ``path`` does not exist.
+
+    Examples
+    --------
+    >>> import contextlib, sys, tempfile
+    >>> from linumpy.cli import build_parser, check_input
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> folder = tempfile.mkdtemp()
+    >>> check_input(parser, folder).is_dir()
+    True
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         check_input(parser, "missing.ome.zarr")
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)
+    linum-demo: error: input 'missing.ome.zarr' does not exist
+    exit status 2
+    """
     path = Path(path)
     if not path.exists():
         parser.error(f"input {os.fspath(path)!r} does not exist")
@@ -140,6 +243,27 @@ def check_output(
     """Exit with a one-line error when ``path`` exists without ``-f`` or cannot be created.
 
     With ``make_parents``, missing parent directories are created.
+
+    Examples
+    --------
+    >>> import contextlib, sys, tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.cli import build_parser, check_output
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> check_output(parser, folder / "new" / "out.ome.zarr", False, make_parents=True).name
+    'out.ome.zarr'
+    >>> (folder / "new").is_dir()
+    True
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         check_output(parser, folder / "new", overwrite=False)
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
+    linum-demo: error: output '.../new' exists; use -f to overwrite it
+    exit status 2
+    >>> check_output(parser, folder / "new", overwrite=True) == folder / "new"
+    True
     """
     path = Path(path)
     if path.exists() and not overwrite:
@@ -161,6 +285,30 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     The temporary path has the same name, inside a hidden directory beside ``path`` (same file
     system, so the final move is a rename). On an exception (Ctrl-C included) it is deleted and
     ``path`` is left as it was. An existing ``path`` is replaced only once the new one is complete.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.cli import output_path
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with output_path(folder / "result.txt") as staging:
+    ...     _ = staging.write_text("complete")
+    ...     os.listdir(folder) == [staging.parent.name]
+    True
+    >>> os.listdir(folder), (folder / "result.txt").read_text()
+    (['result.txt'], 'complete')
+
+    An interrupted run leaves the previous output in place:
+
+    >>> try:
+    ...     with output_path(folder / "result.txt") as staging:
+    ...         _ = staging.write_text("half")
+    ...         raise RuntimeError("interrupted")
+    ... except RuntimeError:
+    ...     pass
+    >>> os.listdir(folder), (folder / "result.txt").read_text()
+    (['result.txt'], 'complete')
     """
     final = Path(path)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
@@ -177,7 +325,22 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 @contextmanager
 def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
     """Turn linumpy's errors and OS errors (unreadable input, unwritable output) into a one-line
-    error and exit status 2."""
+    error and exit status 2.
+
+    Examples
+    --------
+    >>> import contextlib, sys
+    >>> from linumpy.cli import build_parser, fail_on_errors
+    >>> from linumpy.mosaic.transform import parse_tile_shape
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout), fail_on_errors(parser):
+    ...         parse_tile_shape((0, 64))
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)
+    linum-demo: error: tile shape must be two positive integers (height, width), got (0, 64)
+    exit status 2
+    """
     try:
         yield
     except (LinumpyError, OSError, ValueError) as exc:
@@ -185,7 +348,26 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse ``argv`` and set up logging from ``-v``."""
+    """Parse ``argv`` and set up logging from ``-v``.
+
+    Examples
+    --------
+    The last two lines put the ``linumpy`` logger back as it was (see :func:`setup_logging`).
+
+    >>> import logging
+    >>> from linumpy.cli import add_verbose_arg, build_parser, parse_args
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> _ = parser.add_argument("input")
+    >>> add_verbose_arg(parser)
+    >>> root = logging.getLogger("linumpy")
+    >>> handlers, level, propagate = root.handlers[:], root.level, root.propagate
+    >>> parse_args(parser, ["mosaic.ome.zarr", "-v"])
+    Namespace(input='mosaic.ome.zarr', verbose=1)
+    >>> logging.getLevelName(root.level)
+    'INFO'
+    >>> root.handlers[:], root.propagate = handlers, propagate
+    >>> root.setLevel(level)
+    """
     args = parser.parse_args(argv)
     setup_logging(getattr(args, "verbose", 0), parser.prog)
     return args
