@@ -109,6 +109,26 @@ class NvcompZstdCodec(BytesBytesCodec):
     checksum
         Whether encoded frames carry zstd's content checksum. Decoding verifies any checksum a
         frame carries, whatever this flag says.
+
+    Examples
+    --------
+    The metadata is that of zarr's ``zstd`` codec:
+
+    >>> codec = NvcompZstdCodec(level=3, checksum=True)
+    >>> codec.to_dict()
+    {'name': 'zstd', 'configuration': {'level': 3, 'checksum': True}}
+    >>> NvcompZstdCodec.from_dict(codec.to_dict()) == codec
+    True
+
+    Writing a cupy array, encoded on the GPU:
+
+    >>> import zarr
+    >>> from linumpy.gpu.zarr_io import gpu_zarr_context
+    >>> import cupy  # doctest: +SKIP
+    >>> with gpu_zarr_context():  # doctest: +SKIP
+    ...     array = zarr.create_array("volume.zarr", shape=(64, 64), chunks=(32, 32),
+    ...                               dtype="uint16", compressors=codec)
+    ...     array[...] = cupy.ones((64, 64), dtype="uint16")
     """
 
     is_fixed_size = False
@@ -199,6 +219,15 @@ def register_nvcomp_zstd() -> bool:
     bool
         True when registered; False, without raising, when cupy, nvCOMP (``nvidia.nvcomp``) or a
         CUDA device is missing (the reason is logged at debug level).
+
+    Examples
+    --------
+    >>> register_nvcomp_zstd() == (gpu_unavailable_reason() is None)
+    True
+    >>> import zarr
+    >>> if register_nvcomp_zstd():  # doctest: +SKIP
+    ...     with zarr.config.enable_gpu(), zarr.config.set(gpu_zstd_config()):
+    ...         volume = zarr.open_array("volume.zarr", mode="r")[...]  # decoded by nvCOMP
     """
     reason = gpu_unavailable_reason()
     if reason is not None:
@@ -231,6 +260,15 @@ def gpu_zstd_config(*, batch_size: int | None = None) -> dict[str, str | int]:
     ------
     ValueError
         When the batch size is not a positive integer.
+
+    Examples
+    --------
+    >>> import zarr
+    >>> gpu_zstd_config(batch_size=256)
+    {'codecs.zstd': 'linumpy.gpu.nvcomp_zstd.NvcompZstdCodec', 'codec_pipeline.batch_size': 256}
+    >>> with zarr.config.set(gpu_zstd_config(batch_size=256)):
+    ...     zarr.config.get("codec_pipeline.batch_size")
+    256
     """
     if batch_size is None:
         batch_size = int(os.environ.get(BATCH_SIZE_ENV, DEFAULT_BATCH_SIZE))
@@ -243,7 +281,19 @@ def gpu_zstd_config(*, batch_size: int | None = None) -> dict[str, str | int]:
 
 
 def gpu_unavailable_reason() -> str | None:
-    """Why the codec cannot run here (cupy, nvCOMP or a CUDA device missing), or None."""
+    """Why the codec cannot run here (cupy, nvCOMP or a CUDA device missing), or None.
+
+    Examples
+    --------
+    >>> reason = gpu_unavailable_reason()
+    >>> reason is None or isinstance(reason, str)
+    True
+
+    On a machine without cupy:
+
+    >>> gpu_unavailable_reason()  # doctest: +SKIP
+    "cupy is not installed (No module named 'cupy')"
+    """
     try:
         import cupy
     except ImportError as exc:
@@ -265,7 +315,17 @@ def gpu_unavailable_reason() -> str | None:
 
 @dataclass(slots=True)
 class NvcompContext:
-    """What one thread uses on one device: a CuPy stream and the nvCOMP codec bound to it."""
+    """What one thread uses on one device: a CuPy stream and the nvCOMP codec bound to it.
+
+    Made by :func:`nvcomp_context`, not directly.
+
+    Examples
+    --------
+    >>> context = nvcomp_context()  # doctest: +SKIP
+    >>> isinstance(context, NvcompContext), context.device_id  # doctest: +SKIP
+    (True, 0)
+    >>> context.stream.synchronize()  # wait for the nvCOMP work queued so far  # doctest: +SKIP
+    """
 
     device_id: int
     stream: cupy.cuda.Stream
@@ -283,6 +343,19 @@ def nvcomp_context() -> NvcompContext:
     ------
     GPUUnavailableError
         When cupy, nvCOMP or a CUDA device is missing.
+
+    Examples
+    --------
+    >>> context = nvcomp_context()  # doctest: +SKIP
+    >>> context is nvcomp_context()  # the same stream and codec on each call  # doctest: +SKIP
+    True
+
+    On a machine without cupy:
+
+    >>> nvcomp_context()  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.GPUUnavailableError: the nvCOMP zstd codec cannot run here: cupy is not ...
     """
     reason = None if getattr(_thread_state, "contexts", None) else gpu_unavailable_reason()
     if reason is not None:

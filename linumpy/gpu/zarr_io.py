@@ -109,7 +109,19 @@ _TARGET_ALIGN = 256
 
 
 class DeviceMemoryError(LinumpyError, MemoryError):
-    """A GPU read would not fit in the device's free memory (raised before allocating)."""
+    """A GPU read would not fit in the device's free memory (raised before allocating).
+
+    Examples
+    --------
+    It is a :class:`MemoryError`; a region that fits is the way out:
+
+    >>> issubclass(DeviceMemoryError, MemoryError)
+    True
+    >>> try:  # doctest: +SKIP
+    ...     volume = read_zarr_to_gpu("huge.ome.zarr")
+    ... except DeviceMemoryError:
+    ...     volume = read_zarr_to_gpu("huge.ome.zarr", region=(slice(0, 256),))
+    """
 
 
 # --- settings ---------------------------------------------------------------------------------
@@ -170,6 +182,17 @@ class GpuReadSettings:
         reading threads and copied to the device. nvCOMP decodes a chunk on one multiprocessor,
         block after block: on an H200 a 2 GiB grid of 32 MiB chunks took 2.1 s through nvCOMP
         against 0.46 s through the CPU reader (16 cores).
+
+    Examples
+    --------
+    >>> settings = GpuReadSettings.from_env(io_threads=4, pinned_bytes=256 * 2**20, fetch="pread")
+    >>> settings.io_threads, settings.pinned_bytes // 2**20, settings.fetch
+    (4, 256, 'pread')
+    >>> GpuReadSettings.from_env(fetch="nvme")
+    Traceback (most recent call last):
+    ...
+    ValueError: fetch must be one of auto, kvikio, pread; got 'nvme'
+    >>> volume = read_zarr_to_gpu("volume.ome.zarr", settings=settings)  # doctest: +SKIP
     """
 
     io_threads: int
@@ -275,6 +298,16 @@ def describe_gpu() -> dict[str, str]:
     dict
         Human-readable values keyed ``device``, ``driver``, ``runtime``, ``cupy``, ``nvcomp``,
         ``kvikio`` and ``gds``; an entry says "missing" or why it is unknown.
+
+    Examples
+    --------
+    >>> sorted(describe_gpu())
+    ['cupy', 'device', 'driver', 'gds', 'kvikio', 'nvcomp', 'runtime']
+
+    On a machine without cupy:
+
+    >>> describe_gpu()["device"]  # doctest: +SKIP
+    "unavailable: cupy is not installed (No module named 'cupy')"
     """
     info = {"device": "none", "driver": "-", "runtime": "-", "cupy": "missing"}
     info |= {"nvcomp": "missing", "kvikio": "missing", "gds": "-"}
@@ -348,6 +381,14 @@ class GpuReadRoute:
         For the fast path, how files are read (``"kvikio"`` or ``"pread"``), else None.
     n_reads, n_missing
         Chunks the plan reads, and chunks known not to be stored.
+
+    Examples
+    --------
+    For half the array of :func:`gpu_read_route`'s example, on a GPU where kvikio works:
+
+    >>> route = gpu_read_route(array, region=(slice(0, 8),))  # doctest: +SKIP
+    >>> route.path, route.reader, route.n_reads, route.n_missing  # doctest: +SKIP
+    ('fast', 'kvikio', 2, 0)
     """
 
     path: Literal["fast", "zarr", "unavailable"]
@@ -406,6 +447,22 @@ def gpu_read_route(
     -------
     GpuReadRoute
         The path, the reason and the plan's chunk counts.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(16, 16), chunks=(8, 8),
+    ...                           dtype="uint8")
+    >>> array[...] = 1
+    >>> gpu_read_route(array).n_reads, gpu_read_route(array, region=(slice(0, 8),)).n_reads
+    (4, 2)
+    >>> gpu_read_route(array, settings=GpuReadSettings.from_env(fetch="pread"))  # doctest: +SKIP
+    GpuReadRoute(path='fast', reason='requested', reader='pread', n_reads=4, n_missing=0)
+
+    On a machine without cupy:
+
+    >>> gpu_read_route(array).reason  # doctest: +SKIP
+    "cupy is not installed (No module named 'cupy'); with a GPU: the fast path"
     """
     array = _open(source)
     plan = None
@@ -850,6 +907,15 @@ class GpuReadReport:
         the pipeline, and inside it reading and checking chunks (``fetch``), waiting for them
         (``fetch_wait``) and queueing GPU work (``gpu_calls``, which includes nvCOMP's wait for
         the frame headers).
+
+    Examples
+    --------
+    After reading the volume of :func:`read_zarr_to_gpu`'s example:
+
+    >>> volume = read_zarr_to_gpu(path)  # doctest: +SKIP
+    >>> report = last_read_report()  # doctest: +SKIP
+    >>> report.path, report.n_reads, report.n_fill, report.output_bytes  # doctest: +SKIP
+    ('fast', 8, 0, 8192)
     """
 
     source: str
@@ -872,7 +938,16 @@ _reports = threading.local()
 
 
 def last_read_report() -> GpuReadReport | None:
-    """The report of this thread's last :func:`read_zarr_to_gpu` call, or None."""
+    """The report of this thread's last :func:`read_zarr_to_gpu` call, or None.
+
+    Examples
+    --------
+    After reading half the volume of :func:`read_zarr_to_gpu`'s example:
+
+    >>> volume = read_zarr_to_gpu(path, region=(slice(0, 8),))  # doctest: +SKIP
+    >>> last_read_report().n_reads  # doctest: +SKIP
+    4
+    """
     return getattr(_reports, "last", None)
 
 
@@ -1285,6 +1360,26 @@ def read_zarr_to_gpu(
         nvCOMP, so the next read in the process works.
     LinumpyError
         For a path that is not zarr, a region out of bounds, or an unsuitable ``out``.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> data = np.arange(4096, dtype=np.uint16).reshape(16, 16, 16)
+    >>> save_omezarr(data, path, voxel_size=(1, 1, 1), chunks=(8, 8, 8))
+    >>> volume = read_zarr_to_gpu(path, region=(slice(0, 4),))  # doctest: +SKIP
+    >>> volume.shape, volume.dtype  # doctest: +SKIP
+    ((4, 16, 16), dtype('uint16'))
+    >>> np.array_equal(volume.get(), data[:4])  # doctest: +SKIP
+    True
+
+    Into an existing array:
+
+    >>> import cupy  # doctest: +SKIP
+    >>> out = cupy.empty((16, 16, 16), dtype=np.uint16)  # doctest: +SKIP
+    >>> read_zarr_to_gpu(path, out=out) is out  # doctest: +SKIP
+    True
     """
     _require_gpu("read_zarr_to_gpu()")
     array = _open(source)
