@@ -124,6 +124,20 @@ def test_every_public_object_has_a_page(built_docs: Path) -> None:
         assert module_name in documented
 
 
+def test_every_public_function_and_class_has_an_example() -> None:
+    missing = []
+    for module_name in _public_modules():
+        module = importlib.import_module(module_name)
+        for name in _public_names(module):
+            value = getattr(module, name)
+            documented_here = getattr(value, "__module__", None) == module_name and (
+                inspect.isfunction(value) or inspect.isclass(value)
+            )
+            if documented_here and "Examples" not in (inspect.getdoc(value) or ""):
+                missing.append(f"{module_name}.{name}")
+    assert not missing, f"public objects without an Examples section: {missing}"
+
+
 def test_every_script_has_a_page_with_an_example(built_docs: Path) -> None:
     commands = _script_commands()
     assert commands, "no scripts/linum_*.py found"
