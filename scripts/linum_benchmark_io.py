@@ -128,7 +128,8 @@ def _build_arg_parser() -> argparse.ArgumentParser:
 def oct_like_volume(shape: tuple[int, int, int], dtype: np.dtype, xp: ModuleType) -> Any:
     """An OCT-like volume generated slab by slab with ``xp`` (numpy or cupy), vectorised.
 
-    Its zstd level 3 compression ratio (about 2.2) is that of the volume in GPU-FACTS.md.
+    Its zstd level 3 compression ratio (about 2.2) is that of the reference volume whose ceilings
+    and baselines the Benchmarks page lists.
     """
     rng = xp.random.default_rng(1234)
     depth, height, width = shape
