@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 DEMO_DIR ?= demo_output
 # The GPU extra is added when an NVIDIA driver is present; override e.g. EXTRAS=test,docs,gpu-cu12.
 EXTRAS ?= test,docs$(shell command -v nvidia-smi >/dev/null 2>&1 && echo ,gpu-cu13)
+# The main job runs on the GPU where there is one (the scripts fall back to the CPU, with a
+# warning, when the GPU or its libraries are not usable); USE_GPU= forces the CPU.
+USE_GPU ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo --use-gpu)
 
 .PHONY: help venv demo test lint docs clean
 
@@ -28,11 +31,12 @@ venv: $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 demo: venv
 	$(VENV)/bin/linum-make-demo-data $(DEMO_DIR)/mosaic.ome.zarr -f
-	$(VENV)/bin/linum-estimate-transform $(DEMO_DIR)/mosaic.ome.zarr $(DEMO_DIR)/transform.json -f
+	$(VENV)/bin/linum-estimate-transform $(DEMO_DIR)/mosaic.ome.zarr $(DEMO_DIR)/transform.json \
+		-f $(USE_GPU)
 	$(VENV)/bin/linum-stitch-3d $(DEMO_DIR)/mosaic.ome.zarr $(DEMO_DIR)/transform.json \
-		$(DEMO_DIR)/stitched.ome.zarr --blending linear -f
+		$(DEMO_DIR)/stitched.ome.zarr --blending linear -f $(USE_GPU)
 	$(VENV)/bin/linum-aip $(DEMO_DIR)/stitched.ome.zarr $(DEMO_DIR)/stitched_aip.ome.zarr \
-		--png $(DEMO_DIR)/stitched_aip.png -f
+		--png $(DEMO_DIR)/stitched_aip.png -f $(USE_GPU)
 	@echo "demo done: $(DEMO_DIR)/stitched_aip.png"
 
 lint: venv
