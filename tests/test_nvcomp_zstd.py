@@ -351,6 +351,20 @@ def test_sharded_cpu_write_gpu_read_and_back(cp: object, tmp_path: Path) -> None
 
 
 @pytest.mark.gpu
+def test_shards_share_nvcomp_calls(
+    cp: object, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """zarr decodes the shards as concurrent tasks: their inner chunks share nvCOMP calls."""
+    caplog.set_level(logging.DEBUG, logger=CODEC_LOGGER)
+    data = oct_like((64, 64, 64), seed=4)
+    write_cpu(tmp_path / "s.zarr", data, (16, 16, 16), shards=(32, 32, 32), level=3)
+    np.testing.assert_array_equal(read_gpu(tmp_path / "s.zarr"), data)
+    calls = [r for r in caplog.records if r.name == CODEC_LOGGER and r.msg.startswith("decoded")]
+    assert nvcomp_counts(caplog) == (64, 0)
+    assert len(calls) < 8  # 8 shards
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("checksum", [False, True])
 @pytest.mark.parametrize("source", ["device", "host"])
 def test_gpu_write_cpu_read(

@@ -50,6 +50,7 @@ from zarr.core.dtype.common import HasItemSize
 from zarr.registry import fully_qualified_name, register_codec
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+from linumpy.gpu._coalesce import CallMerger
 from linumpy.gpu._xxhash import xxh64_batch
 from linumpy.io.zstd_frames import decode_zstd_cpu, inspect_zstd_chunk
 
@@ -158,6 +159,9 @@ class NvcompZstdCodec(BytesBytesCodec):
     ) -> Iterable[Buffer | None]:
         """Decode a batch of zstd chunks; ``None`` entries stay ``None``.
 
+        Batches decoded concurrently on one event loop (the shards of a sharded array) share one
+        nvCOMP call.
+
         Raises
         ------
         ChunkDecodeError
@@ -169,12 +173,7 @@ class NvcompZstdCodec(BytesBytesCodec):
         present = [i for i, (chunk, _) in enumerate(items) if chunk is not None]
         results: list[Buffer | None] = [None] * len(items)
         if present:
-            keys = [_chunk_key(i, len(items), items[i][1]) for i in present]
-            decoded = await _decode_batch(
-                [items[i][0] for i in present],  # type: ignore[misc]
-                [items[i][1] for i in present],
-                keys,
-            )
+            decoded = await _DECODES(_named(items, present), key=_current_device())
             for i, buffer in zip(present, decoded, strict=True):
                 results[i] = buffer
         return results
@@ -187,13 +186,8 @@ class NvcompZstdCodec(BytesBytesCodec):
         present = [i for i, (chunk, _) in enumerate(items) if chunk is not None]
         results: list[Buffer | None] = [None] * len(items)
         if present:
-            keys = [_chunk_key(i, len(items), items[i][1]) for i in present]
-            encoded = await _encode_batch(
-                [items[i][0] for i in present],  # type: ignore[misc]
-                [items[i][1] for i in present],
-                keys,
-                level=self.level,
-                checksum=self.checksum,
+            encoded = await _encoder(self.level, self.checksum)(
+                _named(items, present), key=_current_device()
             )
             for i, buffer in zip(present, encoded, strict=True):
                 results[i] = buffer
@@ -405,6 +399,16 @@ def _chunk_key(index: int, count: int, spec: ArraySpec) -> str:
     return f"batch item {index} of {count} ({_chunk_description(spec.shape, spec.dtype)})"
 
 
+def _named(
+    items: Sequence[tuple[Buffer | None, ArraySpec]], present: Sequence[int]
+) -> list[tuple[Buffer, ArraySpec, str]]:
+    """The present chunks of a batch with their specs and the names errors give them."""
+    return [
+        (cast("Buffer", items[i][0]), items[i][1], _chunk_key(i, len(items), items[i][1]))
+        for i in present
+    ]
+
+
 def _expected_nbytes(spec: ArraySpec) -> int | None:
     """The decoded size of a chunk of a fixed-size data type, or None (e.g. variable strings)."""
     if not isinstance(spec.dtype, HasItemSize):
@@ -534,6 +538,16 @@ def _set_checksum(frame: np.ndarray, checksum: int) -> None:
     frame[-_CHECKSUM_BYTES:] = np.frombuffer(
         (checksum & 0xFFFFFFFF).to_bytes(_CHECKSUM_BYTES, "little"), dtype=np.uint8
     )
+
+
+def _current_device() -> int | None:
+    """The calling thread's CuPy device, or None where there is none (the codec then raises)."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDevice())
+    except Exception:  # no cupy or no driver: the batch function raises GPUUnavailableError
+        return None
 
 
 # --- decode -----------------------------------------------------------------------------------
@@ -762,3 +776,23 @@ async def _encode_batch(
             start = packed_offsets[k]
             frames[i] = device_packed[start : start + frame_sizes[k] + extra]
     return [_wrap(spec.prototype, frame) for spec, frame in zip(specs, frames, strict=True)]
+
+
+async def _decode_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Buffer]:
+    return await _decode_batch(*(list(column) for column in zip(*items, strict=True)))
+
+
+async def _encode_items(
+    items: list[tuple[Buffer, ArraySpec, str]], *, level: int, checksum: bool
+) -> list[Buffer]:
+    return await _encode_batch(
+        *(list(column) for column in zip(*items, strict=True)), level=level, checksum=checksum
+    )
+
+
+_DECODES: CallMerger[tuple[Buffer, ArraySpec, str], Buffer] = CallMerger(_decode_items)
+
+
+@functools.cache
+def _encoder(level: int, checksum: bool) -> CallMerger[tuple[Buffer, ArraySpec, str], Buffer]:
+    return CallMerger(functools.partial(_encode_items, level=level, checksum=checksum))

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Where the fast path's time can still go down: nvCOMP settings and host-side file reads.
+
+Measures, on the 1 GiB OCT-like benchmark volume (128^3 and 64^3 chunks), with the compressed
+chunks already on the GPU: nvCOMP's zstd decode under ``ExecutionPolicy.CONCURRENCY`` (nvCOMP's
+default) and ``LATENCY``, in one call and in calls of 64 chunks, with nvCOMP's own allocator and
+with CuPy's pool, and split over 4 streams. Then the host side of 64^3 reads: sizing with
+``os.stat`` + reading, against reading each file into a slot of the frame's size bound (the read's
+return value is the size). Prints one line per measurement (median of 3 after a warm-up).
+
+    python docs/dev/bench_nvcomp_policy.py [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import cupy
+import numpy as np
+import zarr
+from nvidia import nvcomp
+
+from linumpy.gpu._fetch import align_up, chunk_sizes, read_into
+from linumpy.gpu.zarr_io import last_read_report, read_zarr_to_gpu
+from linumpy.io.plan import plan_read
+from scripts.linum_benchmark_io import oct_like_volume
+
+
+def timed(run, repeats: int = 3) -> float:
+    run()
+    cupy.cuda.runtime.deviceSynchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        cupy.cuda.runtime.deviceSynchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def load(path: Path) -> tuple[cupy.ndarray, list[int], list[int], int]:
+    plan = plan_read(zarr.open_array(path, mode="r"))
+    blobs = [np.fromfile(r.path, dtype=np.uint8) for r in plan.reads if os.path.exists(r.path)]
+    offsets, total = [], 0
+    for blob in blobs:
+        offsets.append(total)
+        total += align_up(blob.nbytes)
+    host = np.zeros(total, np.uint8)
+    for blob, offset in zip(blobs, offsets):
+        host[offset : offset + blob.nbytes] = blob
+    return cupy.asarray(host), offsets, [b.nbytes for b in blobs], plan.chunk_nbytes
+
+
+def decode_rows(path: Path, label: str) -> None:
+    device, offsets, sizes, chunk = load(path)
+    n = len(sizes)
+    out = cupy.empty(n * chunk, np.uint8)
+    gb = n * chunk / 1e9
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(4)]
+    for policy_name in ("CONCURRENCY", "LATENCY"):
+        policy = getattr(nvcomp.ExecutionPolicy, policy_name)
+        codecs = [
+            nvcomp.Codec(
+                algorithm="Zstd",
+                bitstream_kind=nvcomp.BitstreamKind.RAW,
+                cuda_stream=s.ptr,
+                execution_policy=policy,
+            )
+            for s in streams
+        ]
+
+        def run(batch: int, parts: int = 1, codecs: list = codecs) -> None:
+            per = -(-n // parts)
+            for p in range(parts):
+                lo, hi = p * per, min(n, (p + 1) * per)
+                stream, codec = streams[p], codecs[p]
+                for first in range(lo, hi, batch):
+                    last = min(hi, first + batch)
+                    codec.decode(
+                        nvcomp.as_arrays(
+                            device, offsets[first:last], sizes[first:last], stream.ptr
+                        ),
+                        out=nvcomp.as_arrays(
+                            out,
+                            [k * chunk for k in range(first, last)],
+                            [chunk] * (last - first),
+                            stream.ptr,
+                        ),
+                    )
+            for s in streams:
+                s.synchronize()
+
+        for allocator in ("nvcomp", "cupy"):
+            if allocator == "cupy":
+                nvcomp.set_device_allocator(lambda nbytes, stream: cupy.cuda.alloc(nbytes))
+            for batch, parts in ((n, 1), (64, 1), (256, 1), (-(-n // 4), 4)):
+                seconds = timed(lambda b=batch, p=parts: run(b, p))
+                print(
+                    f"{label} {n} chunks: policy {policy_name:11s} allocator {allocator:6s} "
+                    f"batch {batch:5d} streams {parts}: {gb / seconds:6.2f} GB/s "
+                    f"({seconds * 1e3:.1f} ms)",
+                    flush=True,
+                )
+            nvcomp.set_device_allocator(None)
+
+
+def host_rows(path: Path, label: str) -> None:
+    plan = plan_read(zarr.open_array(path, mode="r"))
+    reads = [r for r in plan.reads if os.path.exists(r.path)]  # missing chunks read as fill
+    bound = align_up(plan.chunk_nbytes + plan.chunk_nbytes // 128 + 1024)
+    staging = np.empty(len(reads) * bound, np.uint8)
+    print(f"{label}: plan_read {timed(lambda: plan_read(zarr.open_array(path))) * 1e3:.1f} ms")
+    for threads in (8, 16, 32):
+        with ThreadPoolExecutor(threads) as pool:
+
+            def stat_then_read(pool=pool, threads=threads) -> None:
+                sizes = chunk_sizes(reads, pool, threads)
+                offsets = np.concatenate([[0], np.cumsum([align_up(s) for s in sizes[:-1]])])
+                read_into(
+                    staging, reads, sizes, offsets, reader="pread", pool=pool, threads=threads
+                )
+
+            def slots(pool=pool, threads=threads) -> None:
+                view = memoryview(staging)
+
+                def run(group: range) -> list[int]:
+                    got = []
+                    for i in group:
+                        fd = os.open(reads[i].path, os.O_RDONLY)
+                        try:
+                            got.append(os.preadv(fd, [view[i * bound : (i + 1) * bound]], 0))
+                        finally:
+                            os.close(fd)
+                    return got
+
+                step = -(-len(reads) // threads)
+                groups = [range(k, min(len(reads), k + step)) for k in range(0, len(reads), step)]
+                list(pool.map(run, groups))
+
+            sizes_s = timed(lambda p=pool, t=threads: chunk_sizes(reads, p, t))
+            both = timed(stat_then_read)
+            slot = timed(slots)
+            print(
+                f"{label} threads {threads}: stat {sizes_s * 1e3:.1f} ms, stat+read "
+                f"{both * 1e3:.1f} ms, slot reads {slot * 1e3:.1f} ms",
+                flush=True,
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_policy"))
+    args = parser.parse_args()
+    volume = oct_like_volume((512, 1024, 1024), np.dtype(np.uint16), cupy).get()
+    for edge in (128, 64):
+        path = args.workdir / f"v{edge}.zarr"
+        if not path.exists():
+            array = zarr.create_array(
+                path,
+                shape=volume.shape,
+                chunks=(edge,) * 3,
+                dtype=volume.dtype,
+                compressors=zarr.codecs.ZstdCodec(level=3),
+                fill_value=0,
+            )
+            array[...] = volume
+        label = f"{edge}^3"
+        for _ in range(3):
+            read_zarr_to_gpu(path)
+        start = time.perf_counter()
+        read_zarr_to_gpu(path)
+        cupy.cuda.runtime.deviceSynchronize()
+        report = last_read_report()
+        print(
+            f"{label} fast path now: {volume.nbytes / 1e9 / (time.perf_counter() - start):.2f}"
+            f" GB/s, phases {report.phases}",
+            flush=True,
+        )
+        host_rows(path, label)
+        decode_rows(path, label)
+
+
+if __name__ == "__main__":
+    main()

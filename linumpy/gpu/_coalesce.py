@@ -1,0 +1,134 @@
+"""Concurrent batch calls made on one event loop, merged into one call of the batch function.
+
+zarr reads the shards of a sharded array as concurrent tasks, each of which hands the codec the
+inner chunks of one shard. An nvCOMP call takes about as long for a few large chunks as for a few
+hundred (it decodes one frame per thread block), so one call per shard, run one after the other
+on the codec's stream, is many times slower than one call for all of them. :class:`CallMerger`
+gathers the calls that arrive while the tasks that are ready run, and while an earlier merged call
+is still running, and makes one call of the batch function for all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CallMerger"]
+
+
+@dataclass(slots=True)
+class _Queue:
+    """Calls of one event loop and one key waiting for the batch function."""
+
+    pending: list[tuple[list[Any], asyncio.Future[list[Any]]]] = field(default_factory=list)
+    drain: asyncio.Task[None] | None = None
+
+
+def _settle(
+    future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None
+) -> None:
+    if future.done():  # the caller was cancelled, or already has its answer
+        return
+    if isinstance(error, asyncio.CancelledError):
+        future.cancel()
+    elif error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class CallMerger[Item, Result]:
+    """Merge concurrent ``await merger(items)`` calls into calls of ``run(all_items)``.
+
+    ``run`` must return one result per item, in order. Each caller gets the results of its own
+    items. When a merged call raises, the calls are run again one by one, so an error (a corrupt
+    chunk, say) reaches only the caller whose items caused it.
+
+    Parameters
+    ----------
+    run
+        The batch function.
+    settle_rounds
+        Event-loop iterations to wait, after a call arrives, for more calls; waiting goes on while
+        each round brings new calls.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> calls = []
+    >>> async def double(items):
+    ...     calls.append(len(items))
+    ...     return [2 * item for item in items]
+    >>> merger = CallMerger(double)
+    >>> async def main():
+    ...     return await asyncio.gather(merger([1, 2]), merger([3]), merger([4, 5, 6]))
+    >>> asyncio.run(main()), calls
+    ([[2, 4], [6], [8, 10, 12]], [6])
+    """
+
+    def __init__(
+        self, run: Callable[[list[Item]], Awaitable[Sequence[Result]]], *, settle_rounds: int = 2
+    ) -> None:
+        self._run = run
+        self._settle_rounds = settle_rounds
+        self._lock = threading.Lock()
+        self._queues: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[Hashable, _Queue]
+        ] = weakref.WeakKeyDictionary()
+
+    async def __call__(self, items: Sequence[Item], key: Hashable = None) -> list[Result]:
+        """Run ``items`` through the batch function, merged with calls of the same ``key``."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            queue = self._queues.setdefault(loop, {}).setdefault(key, _Queue())
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        queue.pending.append((list(items), future))
+        if queue.drain is None:
+            queue.drain = loop.create_task(self._drain(queue))
+        return await future
+
+    async def _drain(self, queue: _Queue) -> None:
+        try:
+            while queue.pending:
+                seen = -1
+                while seen != len(queue.pending):
+                    seen = len(queue.pending)
+                    for _ in range(self._settle_rounds):
+                        await asyncio.sleep(0)
+                calls, queue.pending = queue.pending, []
+                await self._serve(calls)
+        except BaseException as exc:
+            for _, future in queue.pending:
+                _settle(future, error=exc)
+            queue.pending = []
+            raise
+        finally:
+            queue.drain = None
+
+    async def _serve(self, calls: list[tuple[list[Any], asyncio.Future[list[Any]]]]) -> None:
+        calls = [(items, future) for items, future in calls if not future.done()]
+        try:
+            if len(calls) > 1:
+                try:
+                    results = list(await self._run([item for items, _ in calls for item in items]))
+                except Exception:
+                    pass  # run the calls one by one: the error goes to the call that caused it
+                else:
+                    start = 0
+                    for items, future in calls:
+                        _settle(future, results[start : start + len(items)])
+                        start += len(items)
+                    return
+            for items, future in calls:
+                try:
+                    _settle(future, list(await self._run(items)))
+                except Exception as exc:
+                    _settle(future, error=exc)
+        except BaseException as exc:  # cancelled: nobody may wait forever
+            for _, future in calls:
+                _settle(future, error=exc)
+            raise
