@@ -26,7 +26,7 @@ import zarr
 from nvidia import nvcomp
 
 from linumpy.gpu._fetch import align_up, chunk_sizes, read_into
-from linumpy.gpu.zarr_io import last_read_report, read_zarr_to_gpu
+from linumpy.gpu.zarr_io import gpu_zarr_context, last_read_report, read_zarr_to_gpu
 from linumpy.io.plan import plan_read
 from scripts.linum_benchmark_io import oct_like_volume
 
@@ -152,11 +152,48 @@ def host_rows(path: Path, label: str) -> None:
             )
 
 
+def codec_rows(volume: np.ndarray, workdir: Path) -> None:
+    """The codec in zarr (gpu_zarr_context) against enable_gpu() alone, sharded and 128^3."""
+    for name, shards in (("sharded 128x512x512", (128, 512, 512)), ("128^3", None)):
+        path = workdir / f"codec-{name.split()[0]}.zarr"
+        if not path.exists():
+            array = zarr.create_array(
+                path,
+                shape=volume.shape,
+                chunks=(128,) * 3,
+                shards=shards,
+                dtype=volume.dtype,
+                compressors=zarr.codecs.ZstdCodec(level=3),
+                fill_value=0,
+            )
+            array[...] = volume
+
+        def codec(path: Path = path) -> object:
+            with gpu_zarr_context():
+                return zarr.open_array(path, mode="r")[...]
+
+        def enable_gpu(path: Path = path) -> object:
+            with zarr.config.enable_gpu():
+                return zarr.open_array(path, mode="r")[...]
+
+        ours, theirs = timed(codec), timed(enable_gpu)
+        gb = volume.nbytes / 1e9
+        print(
+            f"{name}: gpu_zarr_context {gb / ours:.2f} GB/s, enable_gpu() {gb / theirs:.2f} GB/s,"
+            f" ratio {theirs / ours:.2f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_policy"))
+    parser.add_argument("--codec", action="store_true", help="only the codec-in-zarr rows")
     args = parser.parse_args()
     volume = oct_like_volume((512, 1024, 1024), np.dtype(np.uint16), cupy).get()
+    if args.codec:
+        codec_rows(volume, args.workdir)
+        return
     for edge in (128, 64):
         path = args.workdir / f"v{edge}.zarr"
         if not path.exists():
@@ -182,7 +219,8 @@ def main() -> None:
             flush=True,
         )
         host_rows(path, label)
-        decode_rows(path, label)
+        if edge == 64:
+            decode_rows(path, label)
 
 
 if __name__ == "__main__":

@@ -992,6 +992,8 @@ class _HostBatch:
     cpu: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (slot, decoded bytes)
     checksums: list[tuple[int, int, str]] = field(default_factory=list)  # (slot, stored, key)
     seconds: float = 0.0  # time spent reading and checking
+    read_seconds: float = 0.0  # of which reading the files
+    check_seconds: float = 0.0  # of which the batched frame checks
 
 
 class _FastRead:
@@ -1036,7 +1038,9 @@ class _FastRead:
         nbytes = sizes[batch.reads[staged]]
         threads = self.settings.io_threads
         read_into(staging, entries, nbytes, offsets, reader=self.reader, pool=pool, threads=threads)
+        host.read_seconds = time.perf_counter() - started
         verdicts = check_frames(staging, offsets, nbytes, self.chunk_nbytes)
+        host.check_seconds = time.perf_counter() - started - host.read_seconds
         on_cpu: list[tuple[int, Any]] = []
         too_large = self.chunk_nbytes > self.settings.gpu_chunk_bytes
         for k, j in enumerate(staged):
@@ -1112,12 +1116,16 @@ class _FastRead:
                 )
 
             pending = submit(0) if batches else None
-            phases = dict.fromkeys(("fetch", "fetch_wait", "gpu_calls"), 0.0)
+            phases = dict.fromkeys(
+                ("fetch", "fetch_read", "fetch_check", "fetch_wait", "gpu_calls"), 0.0
+            )
             for k, batch in enumerate(batches):
                 mark = time.perf_counter()
                 host = pending.result()
                 phases["fetch_wait"] += time.perf_counter() - mark
                 phases["fetch"] += host.seconds
+                phases["fetch_read"] += host.read_seconds
+                phases["fetch_check"] += host.check_seconds
                 mark = time.perf_counter()
                 pending = submit(k + 1) if k + 1 < len(batches) else None
                 n_cpu += len(host.cpu)

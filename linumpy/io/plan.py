@@ -12,13 +12,15 @@ zarr itself.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import google_crc32c
 import numpy as np
@@ -60,9 +62,8 @@ class UnsupportedLayoutError(LinumpyError):
     """
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkRead:
-    """One chunk to fetch, decode and scatter.
+class ChunkRead(NamedTuple):
+    """One chunk to fetch, decode and scatter (a named tuple: plans of large arrays hold many).
 
     Attributes
     ----------
@@ -296,13 +297,25 @@ def _chunks(
     region: Region, block: tuple[int, ...]
 ) -> Iterator[tuple[tuple[int, ...], Region, Region]]:
     """Yield (chunk coordinates, output selection, chunk selection) of the chunks a region
-    touches; the per-axis work is done once, so a chunk costs a few tuple builds."""
+    touches; the per-axis work is done once, so a chunk costs one ``zip``."""
     for combo in itertools.product(*(_axis_pieces(s, b) for s, b in zip(region, block))):
-        yield (
-            tuple(piece[0] for piece in combo),
-            tuple(piece[1] for piece in combo),
-            tuple(piece[2] for piece in combo),
-        )
+        if combo:
+            yield tuple(zip(*combo))  # type: ignore[misc]
+        else:  # a 0-d array: one chunk
+            yield (), (), ()
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a plan is built: a plan allocates many small
+    objects and no cycles, and the collections they trigger can cost more than the planning."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _read_shard_index(path: str, key: str, layout: _Layout, n_chunks: int) -> np.ndarray | None:
@@ -375,9 +388,36 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
     fill_value = np.zeros((), dtype)[()] if fill is None else np.asarray(fill, dtype)[()]
     reads: list[ChunkRead] = []
     missing: list[ChunkRead] = []
+    with _gc_paused():
+        _plan_chunks(array, layout, region, reads, missing)
+    return ReadPlan(
+        source=source,
+        shape=tuple(s.stop - s.start for s in region),
+        dtype=dtype,
+        stored_dtype=layout.stored_dtype,
+        chunk_shape=layout.chunk_shape,
+        order=layout.order,
+        fill_value=fill_value,
+        reads=tuple(reads),
+        missing=tuple(missing),
+    )
+
+
+def _plan_chunks(
+    array: zarr.Array,
+    layout: _Layout,
+    region: Region,
+    reads: list[ChunkRead],
+    missing: list[ChunkRead],
+) -> None:
+    """Append the chunks of ``region`` to ``reads``, and those known not to be stored to
+    ``missing``."""
+    metadata = array.metadata
     if layout.shard_index_location is None:
+        root = layout.root.rstrip(os.sep) + os.sep
+        encode = metadata.encode_chunk_key
         for coords, out_sel, chunk_sel in _chunks(region, layout.chunk_shape):
-            path = os.path.join(layout.root, metadata.encode_chunk_key(coords))
+            path = root + encode(coords)
             reads.append(ChunkRead(path, path, 0, -1, out_sel, chunk_sel))
     else:
         per_shard = tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape))
@@ -407,17 +447,6 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
                 missing.append(ChunkRead(key, path, 0, 0, out_sel, chunk_sel))
             else:
                 reads.append(ChunkRead(key, path, int(entry[0]), int(entry[1]), out_sel, chunk_sel))
-    return ReadPlan(
-        source=source,
-        shape=tuple(s.stop - s.start for s in region),
-        dtype=dtype,
-        stored_dtype=layout.stored_dtype,
-        chunk_shape=layout.chunk_shape,
-        order=layout.order,
-        fill_value=fill_value,
-        reads=tuple(reads),
-        missing=tuple(missing),
-    )
 
 
 def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
