@@ -197,8 +197,11 @@ def codec_rows(volume: np.ndarray, workdir: Path) -> None:
         rates = {
             "gpu_zarr_context": gb / timed(_read(path, gpu_zarr_context)),
             "enable_gpu()": gb / timed(_read(path, zarr.config.enable_gpu)),
-            "gpu_zarr_context, async.concurrency 64": gb
-            / timed(_read(path, gpu_zarr_context, {"async.concurrency": 64})),
+            **{
+                f"gpu_zarr_context, async.concurrency {n}": gb
+                / timed(_read(path, gpu_zarr_context, {"async.concurrency": n}))
+                for n in (16, 32, 64)
+            },
             "enable_gpu(), uncompressed copy": gb / timed(_read(raw, zarr.config.enable_gpu)),
         }
         ratio = rates["gpu_zarr_context"] / rates["enable_gpu()"]
