@@ -39,7 +39,6 @@ kvikio are imported when a GPU read starts.
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import math
 import os
@@ -77,7 +76,7 @@ from linumpy.io.plan import (
     parse_region,
     plan_read,
 )
-from linumpy.io.reader import default_threads, fetch_chunk, read_plan
+from linumpy.io.reader import default_threads, fetch_chunk
 from linumpy.io.zstd_frames import decode_zstd_cpu, inspect_zstd_chunk
 
 if TYPE_CHECKING:
@@ -179,10 +178,10 @@ class GpuReadSettings:
         256 chunks of 4 MiB), so this bounds its memory; larger batches decode faster, because
         nvCOMP decodes one large chunk per multiprocessor, slowly.
     gpu_chunk_bytes
-        Largest decoded chunk that nvCOMP decodes; arrays of larger chunks are read by the CPU
-        reader, a row of chunks at a time, and each row is copied to the device. nvCOMP decodes
-        a chunk on one multiprocessor, block after block: on an H200 a 2 GiB grid of 32 MiB
-        chunks took 2.1 s through nvCOMP against 0.46 s through the CPU reader (16 cores).
+        Largest decoded chunk that nvCOMP decodes; larger chunks are decoded by libzstd in the
+        reading threads and copied to the device. nvCOMP decodes a chunk on one multiprocessor,
+        block after block: on an H200 a 2 GiB grid of 32 MiB chunks took 2.1 s through nvCOMP
+        against 0.46 s through the CPU reader (16 cores).
 
     Examples
     --------
@@ -889,9 +888,7 @@ class GpuReadReport:
     source
         The array read.
     path
-        ``"fast"``, ``"cpu"`` (chunks larger than ``gpu_chunk_bytes``: the CPU reader decodes
-        them, a row of chunks at a time, and each row is copied to the device) or ``"zarr"``
-        (fallback through :func:`gpu_zarr_context`).
+        ``"fast"`` or ``"zarr"`` (fallback through :func:`gpu_zarr_context`).
     reason
         Why that path (and reader) was taken.
     reader
@@ -922,7 +919,7 @@ class GpuReadReport:
     """
 
     source: str
-    path: Literal["fast", "cpu", "zarr"]
+    path: Literal["fast", "zarr"]
     reason: str
     reader: str | None = None
     n_reads: int = 0
@@ -1045,10 +1042,14 @@ class _FastRead:
         verdicts = check_frames(staging, offsets, nbytes, self.chunk_nbytes)
         host.check_seconds = time.perf_counter() - started - host.read_seconds
         on_cpu: list[tuple[int, Any]] = []
+        too_large = self.chunk_nbytes > self.settings.gpu_chunk_bytes
         for k, j in enumerate(staged):
             j = int(j)
             frame = staging[offsets[k] : offsets[k] + nbytes[k]]
             verdict = verdicts[k]
+            if too_large:
+                on_cpu.append((j, frame))
+                continue
             if verdict == FRAME_NEEDS_CHECK:
                 info = inspect_zstd_chunk(
                     frame, key=entries[k].key, expected_size=self.chunk_nbytes
@@ -1201,8 +1202,18 @@ class _FastRead:
         dtype = plan.dtype.newbyteorder("=")
         out_nbytes = plan.nbytes
         allocate = out is None
-        if not allocate:
-            _check_out(out, plan)
+        if not allocate and (
+            not isinstance(out, cupy.ndarray)
+            or out.shape != plan.shape
+            or out.dtype != dtype
+            or not out.flags.c_contiguous
+            or out.device.id != cupy.cuda.runtime.getDevice()
+        ):
+            raise LinumpyError(
+                f"out must be a C-contiguous cupy {dtype} array of shape {plan.shape} on the "
+                f"current device, got {type(out).__name__} {getattr(out, 'dtype', '')} "
+                f"{getattr(out, 'shape', '')}"
+            )
         context = nvcomp_context()
         stream = context.stream
         threads = settings.io_threads
@@ -1302,79 +1313,6 @@ def _verify_checksums(checks: list[tuple[Any, list[tuple[int, int, str]]]]) -> N
                     f"content checksum mismatch: the frame stores 0x{stored:08X}, the decoded "
                     f"bytes hash to 0x{computed:08X}",
                 )
-
-
-def _check_out(out: cupy.ndarray, plan: ReadPlan) -> None:
-    """Raise unless ``out`` can receive the plan's output."""
-    import cupy
-
-    dtype = plan.dtype.newbyteorder("=")
-    if (
-        not isinstance(out, cupy.ndarray)
-        or out.shape != plan.shape
-        or out.dtype != dtype
-        or not out.flags.c_contiguous
-        or out.device.id != cupy.cuda.runtime.getDevice()
-    ):
-        raise LinumpyError(
-            f"out must be a C-contiguous cupy {dtype} array of shape {plan.shape} on the "
-            f"current device, got {type(out).__name__} {getattr(out, 'dtype', '')} "
-            f"{getattr(out, 'shape', '')}"
-        )
-
-
-def _read_with_cpu_decoder(
-    array: zarr.Array,
-    region: tuple[slice, ...],
-    plan: ReadPlan,
-    out: cupy.ndarray | None,
-    settings: GpuReadSettings,
-) -> tuple[cupy.ndarray, GpuReadReport]:
-    """Read chunks too large for nvCOMP: the CPU reader decodes a row of chunks at a time straight
-    into host memory, and each row goes to the device in one copy."""
-    import cupy
-
-    started = time.perf_counter()
-    if out is None:
-        out = cupy.empty(plan.shape, dtype=plan.dtype.newbyteorder("="))
-    else:
-        _check_out(out, plan)
-    slabs: list[tuple[slice, ...]] = [region]
-    if region:
-        first, step = region[0], plan.chunk_shape[0]
-        bounds = sorted(
-            {first.start, first.stop, *range(-(-first.start // step) * step, first.stop, step)}
-        )
-        slabs = [(slice(lo, hi), *region[1:]) for lo, hi in itertools.pairwise(bounds)]
-    n_reads = n_known_missing = n_files_missing = compressed = 0
-    with ThreadPoolExecutor(settings.io_threads, thread_name_prefix="linumpy-gpu-read") as pool:
-        for slab in slabs:
-            sub = plan_read(array, slab) if len(slabs) > 1 else plan
-            sizes = chunk_sizes(sub.reads, pool, settings.io_threads)
-            host = read_plan(sub, threads=settings.io_threads)
-            rows = slice(slab[0].start - region[0].start, slab[0].stop - region[0].start)
-            target = out[rows] if region else out
-            target.set(host.astype(host.dtype.newbyteorder("="), copy=False))
-            n_reads += len(sub.reads)
-            n_known_missing += len(sub.missing)
-            n_files_missing += int((sizes < 0).sum())
-            compressed += int(sizes[sizes > 0].sum())
-    report = GpuReadReport(
-        source=plan.source,
-        path="cpu",
-        reason=(
-            f"chunks of {_size(plan.chunk_nbytes)} exceed gpu_chunk_bytes "
-            f"({_size(settings.gpu_chunk_bytes)}): decoded by the CPU reader"
-        ),
-        n_reads=n_reads,
-        n_fill=n_known_missing + n_files_missing,
-        n_cpu_decoded=n_reads - n_files_missing,
-        n_batches=len(slabs),
-        compressed_bytes=compressed,
-        output_bytes=plan.nbytes,
-        seconds=time.perf_counter() - started,
-    )
-    return out, report
 
 
 def _read_through_zarr(
@@ -1479,13 +1417,8 @@ def read_zarr_to_gpu(
             seconds=time.perf_counter() - started,
         )
         return result
-    if plan.chunk_nbytes > settings.gpu_chunk_bytes:
-        region_box = parse_region(region, array.shape, name)
-        result, report = _read_with_cpu_decoder(array, region_box, plan, out, settings)
-        why = report.reason
-    else:
-        reader, why = _choose_reader(settings.fetch, settings.io_threads)
-        result, report = _FastRead(plan, settings, reader).run(out)
+    reader, why = _choose_reader(settings.fetch, settings.io_threads)
+    result, report = _FastRead(plan, settings, reader).run(out)
     _reports.last = replace(
         report,
         reason=why,
