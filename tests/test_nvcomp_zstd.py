@@ -23,7 +23,9 @@ from zarr.codecs import ZstdCodec
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu.nvcomp_zstd import (
     BATCH_SIZE_ENV,
+    CONCURRENCY_ENV,
     DEFAULT_BATCH_SIZE,
+    DEFAULT_CONCURRENCY,
     NvcompZstdCodec,
     _layout,
     _set_checksum,
@@ -100,26 +102,33 @@ def test_compute_encoded_size_is_not_implemented() -> None:
 
 def test_gpu_zstd_config_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(BATCH_SIZE_ENV, raising=False)
+    monkeypatch.delenv(CONCURRENCY_ENV, raising=False)
     config = gpu_zstd_config()
     assert config == {
         "codecs.zstd": "linumpy.gpu.nvcomp_zstd.NvcompZstdCodec",
         "codec_pipeline.batch_size": DEFAULT_BATCH_SIZE,
+        "async.concurrency": DEFAULT_CONCURRENCY,
     }
     assert gpu_zstd_config(batch_size=7)["codec_pipeline.batch_size"] == 7
+    assert gpu_zstd_config(concurrency=3)["async.concurrency"] == 3
     monkeypatch.setenv(BATCH_SIZE_ENV, "64")
+    monkeypatch.setenv(CONCURRENCY_ENV, "48")
     assert gpu_zstd_config()["codec_pipeline.batch_size"] == 64
+    assert gpu_zstd_config()["async.concurrency"] == 48
     with zarr.config.set(config):
         assert zarr.config.get("codecs.zstd") == config["codecs.zstd"]
         assert zarr.config.get("codec_pipeline.batch_size") == DEFAULT_BATCH_SIZE
+        assert zarr.config.get("async.concurrency") == DEFAULT_CONCURRENCY
         # Dotted keys leave zarr's other codecs in place.
         assert zarr.config.get("codecs.bytes") == "zarr.codecs.bytes.BytesCodec"
     assert zarr.config.get("codecs.zstd") == "zarr.codecs.zstd.ZstdCodec"
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "8"])
-def test_gpu_zstd_config_rejects_bad_batch_sizes(bad: object) -> None:
-    with pytest.raises(ValueError, match="batch_size"):
-        gpu_zstd_config(batch_size=bad)  # type: ignore[arg-type]
+@pytest.mark.parametrize("name", ["batch_size", "concurrency"])
+def test_gpu_zstd_config_rejects_bad_values(name: str, bad: object) -> None:
+    with pytest.raises(ValueError, match=name):
+        gpu_zstd_config(**{name: bad})  # type: ignore[arg-type]
 
 
 def test_import_touches_no_gpu_library() -> None:

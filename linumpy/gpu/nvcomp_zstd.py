@@ -66,7 +66,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_SIZE_ENV",
+    "CONCURRENCY_ENV",
     "DEFAULT_BATCH_SIZE",
+    "DEFAULT_CONCURRENCY",
     "NvcompContext",
     "NvcompZstdCodec",
     "gpu_unavailable_reason",
@@ -82,6 +84,12 @@ DEFAULT_BATCH_SIZE = 1024
 
 BATCH_SIZE_ENV = "LINUMPY_NVCOMP_BATCH_SIZE"
 """Environment variable that overrides :data:`DEFAULT_BATCH_SIZE`."""
+
+DEFAULT_CONCURRENCY = 32
+"""zarr's ``async.concurrency`` under :func:`gpu_zstd_config` (zarr's own default is 10)."""
+
+CONCURRENCY_ENV = "LINUMPY_NVCOMP_CONCURRENCY"
+"""Environment variable that overrides :data:`DEFAULT_CONCURRENCY`."""
 
 # nvCOMP's required alignment for compressed and decompressed buffers (and a multiple of the
 # 8 bytes the XXH64 kernel needs).
@@ -231,7 +239,9 @@ def register_nvcomp_zstd() -> bool:
     return True
 
 
-def gpu_zstd_config(*, batch_size: int | None = None) -> dict[str, str | int]:
+def gpu_zstd_config(
+    *, batch_size: int | None = None, concurrency: int | None = None
+) -> dict[str, str | int]:
     """The zarr config overrides that route the ``zstd`` codec through nvCOMP.
 
     Apply them with ``zarr.config.set(gpu_zstd_config())`` (dotted keys: a nested
@@ -244,34 +254,49 @@ def gpu_zstd_config(*, batch_size: int | None = None) -> dict[str, str | int]:
     batch_size
         Chunks handed to one codec call (one nvCOMP batch). Default: the environment variable
         ``LINUMPY_NVCOMP_BATCH_SIZE``, else :data:`DEFAULT_BATCH_SIZE`.
+    concurrency
+        zarr's ``async.concurrency``: how many shards (or batches) zarr reads and decodes at once.
+        The inner chunks of shards decoded at once share nvCOMP calls, so sharded arrays read
+        faster with more (on an H200, a 1 GiB array of 16 shards: 3.4 GB/s at zarr's default of
+        10, 5.1 at 32, 5.2 at 64); each shard in flight holds its decoded bytes in device
+        memory. Default: the environment variable ``LINUMPY_NVCOMP_CONCURRENCY``, else
+        :data:`DEFAULT_CONCURRENCY`.
 
     Returns
     -------
     dict
-        ``{"codecs.zstd": ..., "codec_pipeline.batch_size": ...}``.
+        ``{"codecs.zstd": ..., "codec_pipeline.batch_size": ..., "async.concurrency": ...}``.
 
     Raises
     ------
     ValueError
-        When the batch size is not a positive integer.
+        When the batch size or the concurrency is not a positive integer.
 
     Examples
     --------
     >>> import zarr
-    >>> gpu_zstd_config(batch_size=256)
-    {'codecs.zstd': 'linumpy.gpu.nvcomp_zstd.NvcompZstdCodec', 'codec_pipeline.batch_size': 256}
+    >>> gpu_zstd_config(batch_size=256, concurrency=16)  # doctest: +NORMALIZE_WHITESPACE
+    {'codecs.zstd': 'linumpy.gpu.nvcomp_zstd.NvcompZstdCodec', 'codec_pipeline.batch_size': 256,
+     'async.concurrency': 16}
     >>> with zarr.config.set(gpu_zstd_config(batch_size=256)):
     ...     zarr.config.get("codec_pipeline.batch_size")
     256
     """
     if batch_size is None:
         batch_size = int(os.environ.get(BATCH_SIZE_ENV, DEFAULT_BATCH_SIZE))
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if concurrency is None:
+        concurrency = int(os.environ.get(CONCURRENCY_ENV, DEFAULT_CONCURRENCY))
     return {
         "codecs.zstd": fully_qualified_name(NvcompZstdCodec),
-        "codec_pipeline.batch_size": batch_size,
+        "codec_pipeline.batch_size": _parse_positive("batch_size", batch_size),
+        "async.concurrency": _parse_positive("concurrency", concurrency),
     }
+
+
+def _parse_positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
 
 
 def gpu_unavailable_reason() -> str | None:
