@@ -431,9 +431,7 @@ def _plan_files(path: Path) -> tuple[list[Any], np.ndarray, np.ndarray, int]:
     from linumpy.gpu._fetch import align_up, chunk_sizes
 
     reads = list(plan_read(zarr.open_array(path, mode="r")).reads)
-    threads = default_threads()
-    with ThreadPoolExecutor(threads) as pool:
-        sizes = chunk_sizes(reads, pool, threads)
+    sizes = chunk_sizes(reads)
     reads = [r for r, s in zip(reads, sizes, strict=True) if s >= 0]
     sizes = sizes[sizes >= 0]
     offsets = np.concatenate([[0], np.cumsum([align_up(int(s)) for s in sizes])])

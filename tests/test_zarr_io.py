@@ -275,7 +275,7 @@ def test_read_into_gets_the_stored_bytes(tmp_path: Path, layout: str) -> None:
     array = make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
     plan = plan_read(array)
     with ThreadPoolExecutor(3) as pool:
-        sizes = chunk_sizes(plan.reads, pool, 3)
+        sizes = chunk_sizes(plan.reads)
         present = [r for r, s in zip(plan.reads, sizes, strict=True) if s >= 0]
         if layout != "v3-sharded":
             assert len(present) < len(plan.reads)

@@ -127,7 +127,7 @@ def host_rows(path: Path, label: str) -> None:
         with ThreadPoolExecutor(threads) as pool:
 
             def stat_then_read(pool=pool, threads=threads) -> None:
-                sizes = chunk_sizes(reads, pool, threads)
+                sizes = chunk_sizes(reads)
                 offsets = np.concatenate([[0], np.cumsum([align_up(s) for s in sizes[:-1]])])
                 read_into(
                     staging, reads, sizes, offsets, reader="pread", pool=pool, threads=threads
@@ -150,7 +150,7 @@ def host_rows(path: Path, label: str) -> None:
                 groups = [range(k, min(len(reads), k + step)) for k in range(0, len(reads), step)]
                 list(pool.map(run, groups))
 
-            sizes_s = timed(lambda p=pool, t=threads: chunk_sizes(reads, p, t))
+            sizes_s = timed(lambda: chunk_sizes(reads))
             both = timed(stat_then_read)
             slot = timed(slots)
             print(

@@ -66,28 +66,20 @@ def _groups(indices: np.ndarray, weights: np.ndarray, parts: int) -> list[np.nda
     return [g for g in np.split(indices, np.unique(cuts)) if len(g)]
 
 
-def chunk_sizes(reads: Sequence[ChunkRead], pool: Executor, threads: int) -> np.ndarray:
+def chunk_sizes(reads: Sequence[ChunkRead]) -> np.ndarray:
     """Compressed size of each read, with -1 where an unsharded chunk's file does not exist.
 
-    Sharded reads carry their size in the plan; unsharded ones are sized with ``os.stat`` in
-    ``threads`` parallel runs.
+    Sharded reads carry their size in the plan; unsharded ones are sized with ``os.stat``, in
+    the calling thread: a stat is shorter than the hand-over of Python's GIL between threads
+    (on the H200's host, 1792 files took 3.4 ms in one thread, 12.4 ms in 16).
     """
     sizes = np.fromiter((r.nbytes for r in reads), dtype=np.int64, count=len(reads))
-    unknown = np.flatnonzero(sizes < 0)
-
-    def stat(group: np.ndarray) -> list[int]:
-        found = []
-        for i in group:
-            read = reads[i]
-            try:
-                found.append(os.stat(read.path).st_size - read.offset)
-            except FileNotFoundError:
-                found.append(-1)
-        return found
-
-    groups = _groups(unknown, np.ones(len(reads)), threads)
-    for group, found in zip(groups, pool.map(stat, groups), strict=True):
-        sizes[group] = found
+    for i in np.flatnonzero(sizes < 0):
+        read = reads[i]
+        try:
+            sizes[i] = os.stat(read.path).st_size - read.offset
+        except FileNotFoundError:
+            sizes[i] = -1
     return sizes
 
 

@@ -1223,7 +1223,7 @@ class _FastRead:
         phases = self.phases
         with ThreadPoolExecutor(threads, thread_name_prefix="linumpy-gpu-read") as pool:
             mark = time.perf_counter()
-            sizes = chunk_sizes(plan.reads, pool, threads)
+            sizes = chunk_sizes(plan.reads)
             sizes = np.concatenate([sizes, np.full(len(plan.missing), -1, dtype=np.int64)])
             phases["sizes"] = time.perf_counter() - mark
             mark = time.perf_counter()
