@@ -17,7 +17,6 @@ import itertools
 import math
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -420,33 +419,49 @@ def _plan_chunks(
             path = root + encode(coords)
             reads.append(ChunkRead(path, path, 0, -1, out_sel, chunk_sel))
     else:
-        per_shard = tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape))
-        inner_chunks = list(_chunks(region, layout.chunk_shape))
-        shard_coords = sorted(
-            {tuple(c // n for c, n in zip(g, per_shard)) for g, _, _ in inner_chunks}
-        )
-        paths = {c: os.path.join(layout.root, metadata.encode_chunk_key(c)) for c in shard_coords}
-        n_inner = math.prod(per_shard)
-        with ThreadPoolExecutor(min(16, max(1, len(paths)))) as pool:
-            indexes = dict(
-                zip(
-                    shard_coords,
-                    pool.map(
-                        lambda c: _read_shard_index(paths[c], paths[c], layout, n_inner),
-                        shard_coords,
-                    ),
-                )
-            )
-        for coords, out_sel, chunk_sel in inner_chunks:
-            shard = tuple(c // n for c, n in zip(coords, per_shard))
-            inner = tuple(c % n for c, n in zip(coords, per_shard))
-            path, index = paths[shard], indexes[shard]
-            key = f"{path} [inner chunk {','.join(map(str, inner))}]"
-            entry = None if index is None else index[np.ravel_multi_index(inner, per_shard)]
-            if entry is None or entry[0] == _EMPTY_INNER_CHUNK:
-                missing.append(ChunkRead(key, path, 0, 0, out_sel, chunk_sel))
-            else:
-                reads.append(ChunkRead(key, path, int(entry[0]), int(entry[1]), out_sel, chunk_sel))
+        _plan_inner_chunks(metadata, layout, region, reads, missing)
+
+
+def _plan_inner_chunks(
+    metadata: Any,
+    layout: _Layout,
+    region: Region,
+    reads: list[ChunkRead],
+    missing: list[ChunkRead],
+) -> None:
+    """The sharded case of :func:`_plan_chunks`: shard indexes are read once each (in this
+    thread: the reads are too short to gain from threads) and looked up for all chunks at once."""
+    per_shard = tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape))
+    n_inner = math.prod(per_shard)
+    inner_chunks = list(_chunks(region, layout.chunk_shape))
+    coords = np.array([c for c, _, _ in inner_chunks], dtype=np.int64)
+    coords = coords.reshape(len(inner_chunks), len(per_shard))
+    shard_of, inner_of = np.divmod(coords, np.array(per_shard, dtype=np.int64))
+    if len(per_shard):
+        shards, shard_id = np.unique(shard_of, axis=0, return_inverse=True)
+        linear = np.ravel_multi_index(tuple(inner_of.T), per_shard)
+    else:  # a 0-d array: one shard of one chunk
+        shards, shard_id = shard_of[:1], np.zeros(len(coords), dtype=np.int64)
+        linear = np.zeros(len(coords), dtype=np.int64)
+    table = np.full((len(shards), n_inner, 2), _EMPTY_INNER_CHUNK, dtype=_SHARD_INDEX_ENTRY)
+    paths = []
+    for k, shard in enumerate(shards.tolist()):
+        path = os.path.join(layout.root, metadata.encode_chunk_key(tuple(shard)))
+        paths.append(path)
+        index = _read_shard_index(path, path, layout, n_inner)
+        if index is not None:
+            table[k] = index
+    entries = table[shard_id.reshape(-1), linear]
+    stored = (entries[:, 0] != _EMPTY_INNER_CHUNK).tolist()
+    offsets = entries[:, 0].tolist()
+    sizes = entries[:, 1].tolist()
+    for i, (_, out_sel, chunk_sel) in enumerate(inner_chunks):
+        path = paths[int(shard_id.flat[i])]
+        key = f"{path} [inner chunk {','.join(map(str, inner_of[i].tolist()))}]"
+        if stored[i]:
+            reads.append(ChunkRead(key, path, offsets[i], sizes[i], out_sel, chunk_sel))
+        else:
+            missing.append(ChunkRead(key, path, 0, 0, out_sel, chunk_sel))
 
 
 def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
