@@ -282,14 +282,15 @@ def check_frames(
 # Pinned host buffers outlive a read so that the next one skips the (slow) page-locking.
 _pinned_lock = threading.Lock()
 _pinned_idle: list[tuple[int, Any, np.ndarray]] = []
+_IDLE_PINNED = 2  # the fast path's two staging buffers
 
 
 @contextmanager
 def pinned_buffers(nbytes: int, count: int = 2) -> Iterator[list[np.ndarray]]:
     """Lend ``count`` page-locked host buffers of at least ``nbytes`` bytes each.
 
-    Buffers come back to a small cache on exit (at most ``count`` kept idle), so the pinned memory
-    held by the process stays bounded by what one read asks for.
+    Buffers come back to a small cache on exit (the largest ``max(count, 2)`` are kept idle), so
+    the pinned memory held by the process stays bounded by what one read asks for.
     """
     import cupy
 
@@ -310,7 +311,7 @@ def pinned_buffers(nbytes: int, count: int = 2) -> Iterator[list[np.ndarray]]:
         with _pinned_lock:
             _pinned_idle.extend(taken)
             _pinned_idle.sort(key=lambda e: -e[0])
-            del _pinned_idle[count:]
+            del _pinned_idle[max(count, _IDLE_PINNED) :]
 
 
 @functools.cache

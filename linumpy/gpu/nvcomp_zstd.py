@@ -37,6 +37,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,6 +52,7 @@ from zarr.registry import fully_qualified_name, register_codec
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu._coalesce import CallMerger
+from linumpy.gpu._fetch import pinned_buffers
 from linumpy.gpu._xxhash import xxh64_batch
 from linumpy.io.zstd_frames import decode_zstd_cpu, inspect_zstd_chunk
 
@@ -467,6 +469,15 @@ def _pinned_empty(nbytes: int) -> np.ndarray:
     return np.frombuffer(memory, dtype=np.uint8, count=nbytes)
 
 
+def _borrow_pinned(pinned: ExitStack, nbytes: int) -> np.ndarray:
+    """Page-locked host memory until ``pinned`` closes, from the cache the fast path uses too:
+    page-locking a new buffer for every batch cost more than the batch's GPU work."""
+    if nbytes == 0:
+        return np.empty(0, dtype=np.uint8)
+    (buffer,) = pinned.enter_context(pinned_buffers(nbytes, count=1))
+    return buffer[:nbytes]
+
+
 def _memcpy_async(dst: int, src: int, nbytes: int, stream: cupy.cuda.Stream) -> None:
     """Queue a copy between any two addresses (unified addressing picks the direction)."""
     import cupy
@@ -499,11 +510,13 @@ def _stage_inputs(
     stream: cupy.cuda.Stream,
     *,
     download: bool,
+    pinned: ExitStack,
 ) -> tuple[np.ndarray, cupy.ndarray, list[int], bool]:
     """Queue the gathering of every chunk into one device buffer at ``offsets``.
 
     Device chunks are copied on the device into ``device_in``; with ``download`` the whole buffer
-    is then copied once into the pinned host buffer ``staging`` (where the CPU checks frames).
+    is then copied once into the pinned host buffer ``staging`` (borrowed until ``pinned`` closes;
+    the CPU checks frames there).
     Host chunks are copied into ``staging`` and uploaded by :func:`_upload_host_chunks`, once any
     download is done.
 
@@ -523,7 +536,7 @@ def _stage_inputs(
         else:
             host_chunks.append(i)
     pending = download and len(host_chunks) < len(arrays)
-    staging = _pinned_empty(total if pending or host_chunks else 0)
+    staging = _borrow_pinned(pinned, total if pending or host_chunks else 0)
     if pending:
         _memcpy_async(staging.ctypes.data, device_in.data.ptr, total, stream)
     return staging, device_in, host_chunks, pending
@@ -579,7 +592,7 @@ def _current_device() -> int | None:
 
 
 async def _decode_batch(
-    chunks: Sequence[Buffer], specs: Sequence[ArraySpec], keys: Sequence[str]
+    chunks: Sequence[Buffer], specs: Sequence[ArraySpec], keys: Sequence[str], pinned: ExitStack
 ) -> list[Buffer]:
     context = nvcomp_context()
     stream = context.stream
@@ -592,7 +605,7 @@ async def _decode_batch(
     in_offsets, in_total = _layout(sizes)
     try:
         staging, device_in, host_chunks, pending = _stage_inputs(
-            arrays, in_offsets, in_total, stream, download=True
+            arrays, in_offsets, in_total, stream, download=True, pinned=pinned
         )
         if pending:
             await _stream_done(stream)
@@ -716,6 +729,7 @@ async def _encode_batch(
     *,
     level: int,
     checksum: bool,
+    pinned: ExitStack,
 ) -> list[Buffer]:
     context = nvcomp_context()
     stream = context.stream
@@ -733,7 +747,7 @@ async def _encode_batch(
         with stream:
             gpu_arrays = [arrays[i] for i in on_gpu]
             staging, device_in, host_chunks, _ = _stage_inputs(
-                gpu_arrays, in_offsets, in_total, stream, download=False
+                gpu_arrays, in_offsets, in_total, stream, download=False, pinned=pinned
             )
             _upload_host_chunks(gpu_arrays, in_offsets, host_chunks, staging, device_in, stream)
             inputs = [device_in[o : o + n] for o, n in zip(in_offsets, gpu_sizes, strict=True)]
@@ -759,7 +773,11 @@ async def _encode_batch(
         # Frames back to the host, packed, with room for a checksum.
         extra = _CHECKSUM_BYTES if checksum else 0
         packed_offsets, packed_total = _layout([n + extra for n in frame_sizes])
-        packed = _pinned_empty(packed_total)
+        if all(_is_gpu_prototype(spec.prototype) for spec in specs):
+            packed = _borrow_pinned(pinned, packed_total)  # uploaded again below
+        else:
+            packed = np.empty(packed_total, dtype=np.uint8)  # host frames are returned: not lent
+
         with stream:
             for k, frame_size in enumerate(frame_sizes):
                 _memcpy_async(
@@ -804,15 +822,20 @@ async def _encode_batch(
 
 
 async def _decode_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Buffer]:
-    return await _decode_batch(*(list(column) for column in zip(*items, strict=True)))
+    with ExitStack() as pinned:
+        return await _decode_batch(*(list(c) for c in zip(*items, strict=True)), pinned=pinned)
 
 
 async def _encode_items(
     items: list[tuple[Buffer, ArraySpec, str]], *, level: int, checksum: bool
 ) -> list[Buffer]:
-    return await _encode_batch(
-        *(list(column) for column in zip(*items, strict=True)), level=level, checksum=checksum
-    )
+    with ExitStack() as pinned:
+        return await _encode_batch(
+            *(list(c) for c in zip(*items, strict=True)),
+            level=level,
+            checksum=checksum,
+            pinned=pinned,
+        )
 
 
 _DECODES: CallMerger[tuple[Buffer, ArraySpec, str], Buffer] = CallMerger(_decode_items)
