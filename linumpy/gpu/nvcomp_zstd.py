@@ -773,9 +773,10 @@ async def _encode_batch(
         # Frames back to the host, packed, with room for a checksum.
         extra = _CHECKSUM_BYTES if checksum else 0
         packed_offsets, packed_total = _layout([n + extra for n in frame_sizes])
-        # Pageable memory: a batch's frames are often larger than any cached pinned buffer, and
-        # page-locking a new one costs more than the slower copy (host frames are returned).
-        packed = np.empty(packed_total, dtype=np.uint8)
+        if all(_is_gpu_prototype(spec.prototype) for spec in specs):
+            packed = _borrow_pinned(pinned, packed_total)  # uploaded again below
+        else:
+            packed = np.empty(packed_total, dtype=np.uint8)  # host frames are returned: not lent
 
         with stream:
             for k, frame_size in enumerate(frame_sizes):
