@@ -228,16 +228,7 @@ def main() -> None:
         return
     for edge in (128, 64):
         path = args.workdir / f"v{edge}.zarr"
-        if not path.exists():
-            array = zarr.create_array(
-                path,
-                shape=volume.shape,
-                chunks=(edge,) * 3,
-                dtype=volume.dtype,
-                compressors=zarr.codecs.ZstdCodec(level=3),
-                fill_value=0,
-            )
-            array[...] = volume
+        _write(path, volume, edge, None, zarr.codecs.ZstdCodec(level=3))
         label = f"{edge}^3"
         if args.host:
             for threads in (2, 4, 8, 16):
