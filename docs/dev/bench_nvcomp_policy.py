@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
-"""Where the fast path's time can still go down: nvCOMP settings and host-side file reads.
+"""Where the GPU read's time goes: nvCOMP settings, host-side file reads, zarr's own ceiling.
 
-Measures, on the 1 GiB OCT-like benchmark volume (128^3 and 64^3 chunks), with the compressed
-chunks already on the GPU: nvCOMP's zstd decode under ``ExecutionPolicy.CONCURRENCY`` (nvCOMP's
-default) and ``LATENCY``, in one call and in calls of 64 chunks, with nvCOMP's own allocator and
-with CuPy's pool, and split over 4 streams. Then the host side of 64^3 reads: sizing with
-``os.stat`` + reading, against reading each file into a slot of the frame's size bound (the read's
-return value is the size). Prints one line per measurement (median of 3 after a warm-up).
+On the 1 GiB OCT-like benchmark volume, printing one line per measurement (median of 3 after a
+warm-up):
 
-    python docs/dev/bench_nvcomp_policy.py [--workdir DIR]
+- default: for 128^3 and 64^3 chunks, the fast path with its phase timings, the host side
+  (``plan_read``; sizing with ``os.stat`` then reading, against reading each file into a slot
+  of the frame's size bound, with 1 to 16 threads), and for 64^3 nvCOMP's zstd decode of the
+  chunks already on the GPU under ``ExecutionPolicy.CONCURRENCY`` (nvCOMP's default) and
+  ``LATENCY``, in one call, in calls of 64 and 256 chunks, split over 4 streams, with nvCOMP's
+  own allocator and with CuPy's pool;
+- ``--host``: the host side only, with the fast path at 2 to 16 ``io_threads``;
+- ``--codec``: the codec in zarr (``gpu_zarr_context``, also at ``async.concurrency`` 16, 32
+  and 64) against ``zarr.config.enable_gpu()`` alone, and ``enable_gpu()`` reading the same
+  array stored without compression (the most any codec in zarr's pipeline can reach), for
+  sharded, 128^3 and 64^3 layouts.
+
+    python docs/dev/bench_nvcomp_policy.py [--workdir DIR] [--host | --codec]
 """
 
 from __future__ import annotations
