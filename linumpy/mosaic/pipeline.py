@@ -367,13 +367,7 @@ def stitch_omezarr(
     blending = parse_blending(blending)
     array, voxel_size = read_omezarr(source)
     transform = transform.normalized()
-    rows, cols = transform.grid_shape
-    h, w = transform.tile_shape
-    if array.ndim not in (2, 3) or array.shape[-2:] != (rows * h, cols * w):
-        raise LinumpyError(
-            f"{source}: shape {array.shape} is not the transform's grid of {rows}x{cols} tiles of "
-            f"{h}x{w} pixels"
-        )
+    transform.check_mosaic_shape(array.shape, f"{source}: mosaic grid")
     out_shape = (*array.shape[:-2], *transform.output_shape())
     depth = array.shape[0] if array.ndim == 3 else 1
     step = _slab_depth(slab_depth, array.chunks[0], depth, n_levels) if array.ndim == 3 else 1

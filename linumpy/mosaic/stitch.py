@@ -111,13 +111,8 @@ def stitch(
     """
     xp = array_module(mosaic)
     blending = parse_blending(blending)
+    transform.check_mosaic_shape(mosaic.shape)
     h, w = transform.tile_shape
-    rows, cols = transform.grid_shape
-    if mosaic.ndim not in (2, 3) or mosaic.shape[-2:] != (rows * h, cols * w):
-        raise LinumpyError(
-            f"mosaic grid of shape {mosaic.shape} does not hold the transform's {rows}x{cols} grid "
-            f"of {h}x{w} tiles"
-        )
     volume = mosaic if mosaic.ndim == 3 else mosaic[None]
     height, width = transform.output_shape()
     out = xp.zeros((volume.shape[0], height, width), dtype=xp.float32)

@@ -148,6 +148,17 @@ class TileTransform:
         h, w = self.tile_shape
         return slice(row * h, (row + 1) * h), slice(col * w, (col + 1) * w)
 
+    def check_mosaic_shape(self, shape: Sequence[int], what: str = "mosaic grid") -> None:
+        """Raise :class:`~linumpy.errors.LinumpyError` unless ``shape`` is a 2D or 3D mosaic grid
+        of this transform's tiles (its last two axes hold ``rows x cols`` tiles)."""
+        rows, cols = self.grid_shape
+        h, w = self.tile_shape
+        if len(shape) not in (2, 3) or tuple(shape[-2:]) != (rows * h, cols * w):
+            raise LinumpyError(
+                f"{what} of shape {tuple(shape)} does not hold the transform's {rows}x{cols} grid "
+                f"of {h}x{w} tiles"
+            )
+
     def positions(self) -> np.ndarray:
         """Top-left pixel position of every tile, shape ``(rows, cols, 2)``, float64."""
         rows, cols = np.meshgrid(
