@@ -18,9 +18,8 @@ DOCS = Path(__file__).resolve().parent
 # builds never share generated files) and points here with LINUMPY_DOCS_ROOT.
 ROOT = Path(os.environ.get("LINUMPY_DOCS_ROOT", DOCS.parent)).resolve()
 linumpy_root = str(ROOT)
-# The repository root holds the `scripts` package (sphinx-argparse imports the parsers from it);
-# _ext holds this site's own extension.
-sys.path[:0] = [str(ROOT), str(DOCS / "_ext")]
+# _ext holds this site's own Sphinx extensions (linumpy itself is imported from the install).
+sys.path[:0] = [str(DOCS / "_ext")]
 
 project = "linumpy"
 author = "the linumpy developers"

@@ -9,7 +9,7 @@ import pytest
 from conftest import gpu_missing_reason
 from zarr_layouts import make_array, sample_data
 
-from scripts import linum_benchmark_io, linum_gpu_info
+from linumpy.cli import linum_benchmark_io, linum_gpu_info
 
 TINY = ["--shape", "32", "96", "64", "--chunks", "16", "--shard", "16", "48", "64"]
 TINY += ["--shard-chunk", "16", "--warmup", "0", "--repeats", "2"]

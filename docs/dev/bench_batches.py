@@ -20,8 +20,8 @@ import cupy
 import numpy as np
 import zarr
 
+from linumpy.cli.linum_benchmark_io import oct_like_volume
 from linumpy.gpu.zarr_io import GpuReadSettings, last_read_report, read_zarr_to_gpu
-from scripts.linum_benchmark_io import oct_like_volume
 
 SETTINGS_MIB = [(512, 448), (1024, 640), (1024, 1024), (2048, 2048)]
 

@@ -36,6 +36,7 @@ import numpy as np
 import zarr
 from nvidia import nvcomp
 
+from linumpy.cli.linum_benchmark_io import oct_like_volume
 from linumpy.gpu._fetch import align_up, chunk_sizes, read_into
 from linumpy.gpu.zarr_io import (
     GpuReadSettings,
@@ -44,7 +45,6 @@ from linumpy.gpu.zarr_io import (
     read_zarr_to_gpu,
 )
 from linumpy.io.plan import plan_read
-from scripts.linum_benchmark_io import oct_like_volume
 
 
 def timed(run, repeats: int = 3) -> float:

@@ -28,7 +28,7 @@ def _stitch(mosaic: Path, transform: Path, output: Path, gpu: bool) -> tuple[flo
     command = [
         sys.executable,
         "-m",
-        "scripts.linum_stitch_3d",
+        "linumpy.cli.linum_stitch_3d",
         str(mosaic),
         str(transform),
         str(output),

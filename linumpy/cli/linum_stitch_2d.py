@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy.cli import LinumArgumentParser
-from scripts.linum_stitch_3d import _build_arg_parser as _stitch_parser
-from scripts.linum_stitch_3d import run
+from linumpy.cli.linum_stitch_3d import _build_arg_parser as _stitch_parser
+from linumpy.cli.linum_stitch_3d import run
 
 NDIM = 2
 

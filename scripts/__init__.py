@@ -1,1 +1,0 @@
-"""linumpy pipeline scripts (console entry points ``linum-*``)."""
