@@ -1,0 +1,382 @@
+"""The nvCOMP layer: batched zstd decode and encode through nvCOMP's C API, on a CuPy stream.
+
+Both the fast read path and the zarr codec (:mod:`linumpy.gpu.nvcomp_zstd`) call
+:func:`decode` and :func:`encode`. They use ``libnvcomp``'s batched, asynchronous C functions
+(``nvcompBatchedZstdDecompressAsync``, ``nvcompBatchedZstdCompressAsync``) through ``ctypes``
+rather than the ``nvidia.nvcomp.Codec`` Python object: a ``Codec`` call allocates its work space,
+asks the device for the frames' sizes and waits for the answer, which cost about 10 ms per call
+on an H200 whatever the batch, so overlapping reads with decoding (several calls) lost. Here a call
+queues its work and returns: the work space is allocated once per stream and grown when needed,
+the output sizes come from the plan, and per-chunk statuses are checked when the caller waits.
+
+nvCOMP checks little (a corrupt frame may decode to wrong bytes or fault): callers hand it only
+frames that passed :mod:`linumpy.io.engine.frames`. The statuses and decoded sizes it reports are
+still checked, as a second line of defence.
+
+Importing this module imports neither cupy nor nvCOMP; the first call does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+
+if TYPE_CHECKING:
+    import cupy
+
+__all__ = [
+    "MAX_DECODE_BYTES",
+    "MAX_ENCODE_BYTES",
+    "PendingStatuses",
+    "alignments",
+    "decode",
+    "encode",
+    "max_encoded_size",
+]
+
+#: Largest chunk nvCOMP's zstd decoder takes (``nvcompZstdDecompressionMaxAllowedChunkSize``).
+MAX_DECODE_BYTES = (1 << 31) - 1
+#: Largest chunk encoded on the GPU: nvCOMP's zstd encoder documents 16 MB chunks.
+MAX_ENCODE_BYTES = 1 << 24
+
+_SUCCESS = 0
+_STATUS_NAMES = {
+    10: "invalid value",
+    11: "not supported",
+    12: "cannot decompress",
+    13: "bad checksum",
+    15: "output buffer too small",
+    17: "alignment",
+    18: "chunk size too large",
+    19: "cannot compress",
+    20: "wrong input length",
+    1000: "CUDA error",
+}
+
+
+class _DecompressOpts(ctypes.Structure):
+    _fields_ = [("backend", ctypes.c_int), ("reserved", ctypes.c_char * 60)]
+
+
+class _CompressOpts(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+class _Alignments(ctypes.Structure):
+    _fields_ = [("input", ctypes.c_size_t), ("output", ctypes.c_size_t), ("temp", ctypes.c_size_t)]
+
+
+_P = ctypes.c_void_p
+_N = ctypes.c_size_t
+_SIGNATURES: dict[str, tuple[Any, ...]] = {
+    "nvcompBatchedZstdDecompressGetRequiredAlignments": (
+        _DecompressOpts,
+        ctypes.POINTER(_Alignments),
+    ),
+    "nvcompBatchedZstdCompressGetRequiredAlignments": (_CompressOpts, ctypes.POINTER(_Alignments)),
+    "nvcompBatchedZstdDecompressGetTempSize": (
+        _N,
+        _N,
+        _DecompressOpts,
+        ctypes.POINTER(_N),
+        _N,
+        _P,
+    ),
+    "nvcompBatchedZstdDecompressAsync": (_P, _P, _P, _P, _N, _P, _N, _P, _DecompressOpts, _P, _P),
+    "nvcompBatchedZstdCompressGetTempSize": (_N, _N, _CompressOpts, ctypes.POINTER(_N), _N, _P),
+    "nvcompBatchedZstdCompressGetMaxOutputChunkSize": (_N, _CompressOpts, ctypes.POINTER(_N)),
+    "nvcompBatchedZstdCompressAsync": (_P, _P, _N, _N, _P, _N, _P, _P, _CompressOpts, _P, _P),
+}
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    """libnvcomp, loaded the way the ``nvidia-nvcomp`` wheels load it, with typed functions."""
+    try:
+        import nvidia.libnvcomp
+    except ImportError as exc:
+        raise GPUUnavailableError(f"nvidia-libnvcomp is not installed ({exc})") from None
+    library = nvidia.libnvcomp.load_library()
+    if library is None:
+        raise GPUUnavailableError("libnvcomp could not be loaded")
+    for name, argtypes in _SIGNATURES.items():
+        function = getattr(library, name)
+        function.argtypes = list(argtypes)
+        function.restype = ctypes.c_int
+    return library
+
+
+def _check(status: int, what: str) -> None:
+    if status != _SUCCESS:
+        raise RuntimeError(f"nvCOMP {what} failed: {_STATUS_NAMES.get(status, status)}")
+
+
+@functools.cache
+def alignments() -> tuple[int, int]:
+    """Byte alignment nvCOMP's zstd decoder needs of (compressed inputs, decoded outputs).
+
+    Examples
+    --------
+    >>> alignments()  # doctest: +SKIP
+    (8, 8)
+    """
+    result = _Alignments()
+    _check(
+        _library().nvcompBatchedZstdDecompressGetRequiredAlignments(
+            _DecompressOpts(), ctypes.byref(result)
+        ),
+        "alignment query",
+    )
+    return int(result.input), int(result.output)
+
+
+@dataclass(slots=True)
+class _Workspace:
+    """Device memory one stream's nvCOMP calls reuse: work space and per-call tables."""
+
+    temp: Any = None
+    tables: list[Any] = field(default_factory=list)
+
+
+_workspaces = threading.local()
+
+
+def _workspace(stream: cupy.cuda.Stream) -> _Workspace:
+    spaces: dict[int, _Workspace] = _workspaces.__dict__.setdefault("spaces", {})
+    return spaces.setdefault(stream.ptr, _Workspace())
+
+
+def _temp(stream: cupy.cuda.Stream, nbytes: int) -> tuple[int, int]:
+    """A device work space of at least ``nbytes`` for calls on ``stream`` (grown, never shrunk).
+
+    Work on one stream runs in order, so a later call may reuse the space of an earlier one.
+    """
+    import cupy
+
+    space = _workspace(stream)
+    if nbytes and (space.temp is None or space.temp.nbytes < nbytes):
+        with stream:
+            space.temp = None
+            space.temp = cupy.empty(nbytes, dtype=np.uint8)
+    if space.temp is None:
+        return 0, 0
+    return int(space.temp.data.ptr), int(space.temp.nbytes)
+
+
+@dataclass(slots=True)
+class PendingStatuses:
+    """What one nvCOMP call will report: per-chunk statuses and sizes, copied back to the host.
+
+    Call :meth:`check` after the stream has been synchronised.
+
+    Examples
+    --------
+    >>> pending = decode(sources, sizes, targets, capacities, stream=stream)  # doctest: +SKIP
+    >>> stream.synchronize()  # doctest: +SKIP
+    >>> pending.check(keys)  # raises ChunkDecodeError naming a failed chunk  # doctest: +SKIP
+    """
+
+    host: np.ndarray  # (2, n) int64 in pinned memory: statuses, actual sizes
+    expected: np.ndarray  # (n,) the sizes every chunk must have, or -1 to accept any
+    device: Any = None  # keeps the device copy alive until the stream is done
+    what: str = "decode"
+
+    def sizes(self) -> np.ndarray:
+        """The sizes nvCOMP reported (decoded sizes, or compressed sizes for an encode)."""
+        return self.host[1]
+
+    def check(self, keys: Sequence[str] | None = None) -> None:
+        """Raise :class:`~linumpy.errors.ChunkDecodeError` for the first chunk that failed."""
+        statuses, sizes = self.host
+        bad = (statuses != _SUCCESS) | ((self.expected >= 0) & (sizes != self.expected))
+        if not bad.any():
+            return
+        i = int(np.flatnonzero(bad)[0])
+        key = keys[i] if keys is not None else f"batch item {i}"
+        status = int(statuses[i])
+        if status != _SUCCESS:
+            reason = f"nvCOMP {self.what} failed: {_STATUS_NAMES.get(status, status)}"
+        else:
+            reason = f"nvCOMP {self.what}d to {int(sizes[i])} bytes, expected {self.expected[i]}"
+        raise ChunkDecodeError(key, reason)
+
+
+def _pinned(shape: tuple[int, ...]) -> np.ndarray:
+    import cupy
+
+    count = int(np.prod(shape))
+    memory = cupy.cuda.alloc_pinned_memory(max(8 * count, 8))
+    return np.frombuffer(memory, dtype=np.int64, count=count).reshape(shape)
+
+
+def _tables(
+    stream: cupy.cuda.Stream, columns: Sequence[np.ndarray], n: int
+) -> tuple[list[int], Any]:
+    """Upload per-chunk tables (one int64 column each) and room for statuses and sizes.
+
+    Returns the device addresses of each column, then of the statuses and the sizes columns.
+    """
+    import cupy
+
+    host = np.zeros((len(columns) + 2, n), dtype=np.int64)
+    for row, column in enumerate(columns):
+        host[row] = column
+    with stream:
+        device = cupy.asarray(host)
+    base = int(device.data.ptr)
+    addresses = [base + 8 * n * row for row in range(len(columns) + 2)]
+    return addresses, device
+
+
+def _statuses(
+    stream: cupy.cuda.Stream, device: Any, expected: np.ndarray, what: str
+) -> PendingStatuses:
+    """Queue the copy of the last two table rows (statuses, sizes) back to pinned memory."""
+    import cupy
+
+    n = len(expected)
+    host = _pinned((2, n))
+    source = int(device.data.ptr) + 8 * n * (device.shape[0] - 2)
+    runtime = cupy.cuda.runtime
+    runtime.memcpyAsync(host.ctypes.data, source, 16 * n, runtime.memcpyDeviceToHost, stream.ptr)
+    return PendingStatuses(host, expected, device, what)
+
+
+def decode(
+    sources: np.ndarray,
+    sizes: np.ndarray,
+    targets: np.ndarray,
+    capacities: np.ndarray,
+    *,
+    stream: cupy.cuda.Stream,
+) -> PendingStatuses:
+    """Queue one batched nvCOMP zstd decode on ``stream``; return its pending statuses.
+
+    Parameters
+    ----------
+    sources, sizes
+        Per frame: device address and size of the compressed bytes (already on the device,
+        checked on the CPU, aligned to :func:`alignments`).
+    targets, capacities
+        Per frame: device address of its decoded bytes and their exact size.
+    stream
+        The CuPy stream to queue on; nothing is waited for.
+
+    Returns
+    -------
+    PendingStatuses
+        Check it after synchronising ``stream``.
+
+    Examples
+    --------
+    >>> pending = decode(sources, sizes, targets, capacities, stream=stream)  # doctest: +SKIP
+    >>> stream.synchronize(); pending.check(keys)  # doctest: +SKIP
+    """
+    n = len(sources)
+    expected = np.asarray(capacities, dtype=np.int64)
+    if n == 0:
+        return PendingStatuses(np.zeros((2, 0), dtype=np.int64), expected)
+    library = _library()
+    opts = _DecompressOpts()
+    needed = ctypes.c_size_t()
+    _check(
+        library.nvcompBatchedZstdDecompressGetTempSize(
+            n, int(expected.max()), opts, ctypes.byref(needed), int(expected.sum()), stream.ptr
+        ),
+        "decode work-space query",
+    )
+    temp, temp_bytes = _temp(stream, int(needed.value))
+    (src, src_n, dst_n, dst, statuses, actual), device = _tables(
+        stream, [sources, sizes, capacities, targets], n
+    )
+    _check(
+        library.nvcompBatchedZstdDecompressAsync(
+            src, src_n, dst_n, actual, n, temp, temp_bytes, dst, opts, statuses, stream.ptr
+        ),
+        "decode launch",
+    )
+    return _statuses(stream, device, expected, "decode")
+
+
+@functools.cache
+def max_encoded_size(chunk_nbytes: int) -> int:
+    """The most bytes nvCOMP's zstd encoder may write for a chunk of ``chunk_nbytes``.
+
+    Examples
+    --------
+    >>> max_encoded_size(4 * 2**20) > 4 * 2**20  # doctest: +SKIP
+    True
+    """
+    result = ctypes.c_size_t()
+    _check(
+        _library().nvcompBatchedZstdCompressGetMaxOutputChunkSize(
+            chunk_nbytes, _CompressOpts(), ctypes.byref(result)
+        ),
+        "output size query",
+    )
+    return int(result.value)
+
+
+def encode(
+    sources: np.ndarray,
+    sizes: np.ndarray,
+    targets: np.ndarray,
+    *,
+    stream: cupy.cuda.Stream,
+) -> PendingStatuses:
+    """Queue one batched nvCOMP zstd encode on ``stream``; return its pending statuses.
+
+    Parameters
+    ----------
+    sources, sizes
+        Per chunk: device address and size of the bytes to encode (at most
+        :data:`MAX_ENCODE_BYTES`, 4-byte aligned).
+    targets
+        Per chunk: device address of room for :func:`max_encoded_size` bytes.
+    stream
+        The CuPy stream to queue on.
+
+    Returns
+    -------
+    PendingStatuses
+        After synchronising ``stream``, :meth:`PendingStatuses.check` and
+        :meth:`PendingStatuses.sizes` (the frames' sizes).
+
+    Examples
+    --------
+    >>> pending = encode(sources, sizes, targets, stream=stream)  # doctest: +SKIP
+    >>> stream.synchronize(); pending.check(); frame_sizes = pending.sizes()  # doctest: +SKIP
+    """
+    n = len(sources)
+    if n == 0:
+        return PendingStatuses(
+            np.zeros((2, 0), dtype=np.int64), np.zeros(0, np.int64), None, "encode"
+        )
+    library = _library()
+    opts = _CompressOpts()
+    sizes = np.asarray(sizes, dtype=np.int64)
+    largest, total = int(sizes.max()), int(sizes.sum())
+    needed = ctypes.c_size_t()
+    _check(
+        library.nvcompBatchedZstdCompressGetTempSize(
+            n, largest, opts, ctypes.byref(needed), total, stream.ptr
+        ),
+        "encode work-space query",
+    )
+    temp, temp_bytes = _temp(stream, int(needed.value))
+    (src, src_n, dst, statuses, actual), device = _tables(stream, [sources, sizes, targets], n)
+    _check(
+        library.nvcompBatchedZstdCompressAsync(
+            src, src_n, largest, n, temp, temp_bytes, dst, actual, opts, statuses, stream.ptr
+        ),
+        "encode launch",
+    )
+    return _statuses(stream, device, np.full(n, -1, dtype=np.int64), "encode")
