@@ -21,7 +21,7 @@ def volume(shape: tuple[int, int, int]) -> np.ndarray:
     rng = cupy.random.default_rng(0)
     z = cupy.arange(shape[0], dtype=cupy.float32)[:, None, None]
     atten = cupy.exp(-z / shape[0] * 3)
-    speckle = rng.exponential(1.0, shape, dtype=cupy.float32)
+    speckle = rng.exponential(1.0, shape).astype(cupy.float32)
     noise = rng.standard_normal(shape, dtype=cupy.float32) * 20 + 100
     return cupy.clip(speckle * 2000 * atten + noise, 0, 65535).astype(cupy.uint16).get()
 
