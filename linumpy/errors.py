@@ -1,8 +1,20 @@
-"""Exceptions raised by linumpy."""
+"""Every exception linumpy raises on purpose.
+
+Each class derives from :class:`LinumpyError` and, like zarr's own errors, from the builtin a
+caller would otherwise catch: a :class:`DeviceMemoryError` is a :class:`MemoryError`, a
+:class:`SettingsError` a :class:`ValueError`, and so on.
+"""
 
 from __future__ import annotations
 
-__all__ = ["ChunkDecodeError", "GPUUnavailableError", "LinumpyError"]
+__all__ = [
+    "ChunkDecodeError",
+    "DeviceMemoryError",
+    "GPUUnavailableError",
+    "LinumpyError",
+    "SettingsError",
+    "UnsupportedLayoutError",
+]
 
 
 class LinumpyError(Exception):
@@ -19,7 +31,7 @@ class LinumpyError(Exception):
     """
 
 
-class ChunkDecodeError(LinumpyError):
+class ChunkDecodeError(LinumpyError, ValueError):
     """A stored chunk could not be decoded into valid data.
 
     Parameters
@@ -32,7 +44,7 @@ class ChunkDecodeError(LinumpyError):
 
     Examples
     --------
-    >>> from linumpy.io.zstd_frames import decode_zstd_cpu
+    >>> from linumpy.io.engine.frames import decode_zstd_cpu
     >>> try:
     ...     decode_zstd_cpu(b"junk", key="0/c/0")
     ... except ChunkDecodeError as exc:
@@ -49,7 +61,7 @@ class ChunkDecodeError(LinumpyError):
         return (type(self), (self.key, self.reason))
 
 
-class GPUUnavailableError(LinumpyError):
+class GPUUnavailableError(LinumpyError, RuntimeError):
     """A GPU code path was requested but the GPU, its driver or a library is missing.
 
     Examples
@@ -66,4 +78,53 @@ class GPUUnavailableError(LinumpyError):
     ...     volume = read_volume(path)
     >>> volume.shape
     (8, 8, 8)
+    """
+
+
+class DeviceMemoryError(LinumpyError, MemoryError):
+    """A GPU read would not fit in the device's free memory (raised before allocating).
+
+    Examples
+    --------
+    It is a :class:`MemoryError`; a region that fits is the way out:
+
+    >>> issubclass(DeviceMemoryError, MemoryError)
+    True
+    >>> from linumpy.io import read_volume
+    >>> try:  # doctest: +SKIP
+    ...     volume = read_volume("huge.ome.zarr", gpu=True)
+    ... except DeviceMemoryError:
+    ...     volume = read_volume("huge.ome.zarr", gpu=True, region=(slice(0, 256),))
+    """
+
+
+class SettingsError(LinumpyError, ValueError):
+    """A setting (keyword or environment variable) has an invalid value; the message names it.
+
+    Examples
+    --------
+    >>> from linumpy import settings
+    >>> try:
+    ...     settings.Settings(io_threads=0)
+    ... except SettingsError as exc:
+    ...     print(exc)
+    io_threads must be a positive integer, got 0
+    """
+
+
+class UnsupportedLayoutError(LinumpyError, NotImplementedError):
+    """The array's store or codec chain is not one the engine plans; zarr itself reads it.
+
+    Readers catch it and fall back to zarr (the reason is logged).
+
+    Examples
+    --------
+    >>> import zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(store={}, shape=(4,), dtype="uint8")
+    >>> try:
+    ...     plan_read(array)
+    ... except UnsupportedLayoutError as exc:
+    ...     print(exc)
+    store MemoryStore is not a local directory
     """

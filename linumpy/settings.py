@@ -1,0 +1,289 @@
+"""One settings object for linumpy's I/O: defaults, environment variables, a context manager.
+
+Every tunable of the read engine, the GPU back end and the nvCOMP codec is a field of
+:class:`Settings`. Values come, later ones winning, from the defaults, the ``LINUMPY_*``
+environment variables, :func:`set` (process-wide, usable as a context manager, nestable) and a
+``settings=`` argument of a call (a :class:`Settings` or a dict of fields).
+
+=======================  ===============================  ==========================================
+field                    environment variable             default
+=======================  ===============================  ==========================================
+``io_threads``           ``LINUMPY_IO_THREADS``           CPUs available to the process
+``pinned_bytes``         ``LINUMPY_GPU_PINNED_MIB``       1024 MiB of page-locked staging
+``scratch_bytes``        ``LINUMPY_GPU_SCRATCH_MIB``      1024 MiB on the device beyond the output
+``fetch``                ``LINUMPY_GPU_FETCH``            ``auto`` (kvikio if it works, else pread)
+``gpu_streams``          ``LINUMPY_GPU_STREAMS``          4 groups decoded at once
+``batch_bytes``          ``LINUMPY_GPU_BATCH_MIB``        0: groups sized by scratch and streams
+``gpu_chunk_bytes``      ``LINUMPY_GPU_CHUNK_MIB``        16 MiB: larger chunks decode on the CPU
+``nvcomp_batch_size``    ``LINUMPY_NVCOMP_BATCH_SIZE``    1024 chunks per codec call in zarr
+``nvcomp_concurrency``   ``LINUMPY_NVCOMP_CONCURRENCY``   32 (zarr's ``async.concurrency``)
+``write_checksum``       ``LINUMPY_ZSTD_CHECKSUM``        true: written zstd frames carry checksums
+=======================  ===============================  ==========================================
+
+An invalid value raises :class:`~linumpy.errors.SettingsError` naming the field or the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+from linumpy.errors import SettingsError
+
+__all__ = ["ENV", "Settings", "get", "resolve", "set"]
+
+MIB = 1024 * 1024
+FETCH_CHOICES = ("auto", "kvikio", "pread")
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _non_negative(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SettingsError(f"{name} must be 0 or a positive integer, got {value!r}")
+    return value
+
+
+def _choice(name: str, value: object) -> str:
+    if value not in FETCH_CHOICES:
+        raise SettingsError(f"{name} must be one of {', '.join(FETCH_CHOICES)}; got {value!r}")
+    return str(value)
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise SettingsError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Resources and choices of linumpy's readers and writers (see the module docstring).
+
+    Attributes
+    ----------
+    io_threads
+        Threads reading and decoding chunk files on the CPU (and kvikio's thread pool size,
+        unless ``KVIKIO_NTHREADS`` is set).
+    pinned_bytes
+        Page-locked host memory the GPU back end stages compressed chunks in.
+    scratch_bytes
+        Device memory the GPU back end uses beyond the output: compressed chunks and decoded
+        chunks before they are scattered (at least one chunk's worth is always allowed).
+        nvCOMP's own work space comes on top (reported by ``last_read_report()``).
+    fetch
+        How the GPU back end reads files: ``"auto"``, ``"kvikio"`` or ``"pread"``.
+    gpu_streams
+        Groups of chunks the GPU decodes at once, each on its own CUDA stream: an nvCOMP call
+        takes its frames' decode latency however few they are, so reads overlap decoding only
+        through concurrent calls.
+    batch_bytes
+        Most decoded bytes per nvCOMP call (at least one chunk); 0 leaves it to
+        ``scratch_bytes`` and ``gpu_streams``.
+    gpu_chunk_bytes
+        Largest decoded chunk nvCOMP decodes; larger ones are decoded by libzstd on the CPU.
+    nvcomp_batch_size
+        Chunks per codec call in zarr's pipeline under
+        :func:`linumpy.gpu.nvcomp_zstd.gpu_zstd_config`.
+    nvcomp_concurrency
+        zarr's ``async.concurrency`` under ``gpu_zstd_config``: shards in flight share nvCOMP calls.
+    write_checksum
+        Whether zstd frames written by linumpy carry zstd's content checksum.
+
+    Examples
+    --------
+    >>> s = Settings(io_threads=4, fetch="pread")
+    >>> s.io_threads, s.fetch
+    (4, 'pread')
+    >>> Settings(fetch="nvme")
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.SettingsError: fetch must be one of auto, kvikio, pread; got 'nvme'
+    """
+
+    io_threads: int = field(default_factory=available_cpus)
+    pinned_bytes: int = 1024 * MIB
+    scratch_bytes: int = 1024 * MIB
+    fetch: Literal["auto", "kvikio", "pread"] = "auto"
+    gpu_streams: int = 4
+    batch_bytes: int = 0
+    gpu_chunk_bytes: int = 16 * MIB
+    nvcomp_batch_size: int = 1024
+    nvcomp_concurrency: int = 32
+    write_checksum: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _VALIDATORS[f.name](f.name, getattr(self, f.name))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        """Defaults, then the ``LINUMPY_*`` environment variables, then ``overrides``.
+
+        Examples
+        --------
+        >>> import os
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {"LINUMPY_IO_THREADS": "3"}):
+        ...     Settings.from_env().io_threads
+        3
+        """
+        values: dict[str, Any] = {}
+        for name, (variable, parse) in ENV.items():
+            raw = os.environ.get(variable)
+            if raw is not None:
+                values[name] = parse(variable, raw)
+        return cls(**(values | overrides))
+
+
+def _env_int(variable: str, raw: str, scale: int = 1) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        unit = " (MiB)" if scale > 1 else ""
+        raise SettingsError(f"{variable} must be a positive integer{unit}, got {raw!r}")
+    return value * scale
+
+
+def _env_mib(variable: str, raw: str) -> int:
+    return _env_int(variable, raw, MIB)
+
+
+def _env_mib0(variable: str, raw: str) -> int:
+    return 0 if raw.strip() == "0" else _env_int(variable, raw, MIB)
+
+
+def _env_choice(variable: str, raw: str) -> str:
+    return _choice(variable, raw)
+
+
+def _env_flag(variable: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{variable} must be 1/0, true/false, yes/no or on/off, got {raw!r}")
+
+
+#: Field name -> (environment variable, parser of its text).
+ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
+    "io_threads": ("LINUMPY_IO_THREADS", _env_int),
+    "pinned_bytes": ("LINUMPY_GPU_PINNED_MIB", _env_mib),
+    "scratch_bytes": ("LINUMPY_GPU_SCRATCH_MIB", _env_mib),
+    "fetch": ("LINUMPY_GPU_FETCH", _env_choice),
+    "gpu_streams": ("LINUMPY_GPU_STREAMS", _env_int),
+    "batch_bytes": ("LINUMPY_GPU_BATCH_MIB", _env_mib0),
+    "gpu_chunk_bytes": ("LINUMPY_GPU_CHUNK_MIB", _env_mib),
+    "nvcomp_batch_size": ("LINUMPY_NVCOMP_BATCH_SIZE", _env_int),
+    "nvcomp_concurrency": ("LINUMPY_NVCOMP_CONCURRENCY", _env_int),
+    "write_checksum": ("LINUMPY_ZSTD_CHECKSUM", _env_flag),
+}
+
+_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    "io_threads": _positive,
+    "pinned_bytes": _positive,
+    "scratch_bytes": _positive,
+    "fetch": _choice,
+    "gpu_streams": _positive,
+    "batch_bytes": _non_negative,
+    "gpu_chunk_bytes": _positive,
+    "nvcomp_batch_size": _positive,
+    "nvcomp_concurrency": _positive,
+    "write_checksum": _flag,
+}
+
+_lock = threading.Lock()
+_overrides: list[dict[str, Any]] = []
+
+
+def get() -> Settings:
+    """The settings in force: defaults, environment, then every active :func:`set`.
+
+    Examples
+    --------
+    >>> with set(io_threads=2):
+    ...     get().io_threads
+    2
+    """
+    with _lock:
+        merged: dict[str, Any] = {}
+        for layer in _overrides:
+            merged |= layer
+    return Settings.from_env(**merged)
+
+
+def resolve(settings: Settings | Mapping[str, Any] | None) -> Settings:
+    """The settings of one call: ``settings`` itself, or :func:`get` updated by a dict of fields.
+
+    Examples
+    --------
+    >>> resolve({"fetch": "pread"}).fetch
+    'pread'
+    >>> resolve(None) == get()
+    True
+    """
+    if isinstance(settings, Settings):
+        return settings
+    current = get()
+    if not settings:
+        return current
+    unknown = sorted(k for k in settings if k not in ENV)
+    if unknown:
+        raise SettingsError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(ENV)}")
+    return replace(current, **settings)
+
+
+class set:  # noqa: N801 - named like kvikio's and zarr's ``defaults.set``/``config.set``
+    """Override settings process-wide; as a context manager, only until the block ends.
+
+    Overrides apply to every thread (dask's threaded scheduler included) and nest.
+
+    Parameters
+    ----------
+    **values
+        Fields of :class:`Settings`; validated at once.
+
+    Examples
+    --------
+    >>> with set(fetch="pread", io_threads=2):
+    ...     get().fetch, get().io_threads
+    ('pread', 2)
+    >>> get().fetch == Settings.from_env().fetch
+    True
+    """
+
+    def __init__(self, **values: Any) -> None:
+        unknown = sorted(k for k in values if k not in ENV)
+        if unknown:
+            raise SettingsError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(ENV)}")
+        replace(get(), **values)  # validate before anything changes
+        self._values = dict(values)
+        with _lock:
+            _overrides.append(self._values)
+
+    def __enter__(self) -> set:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with _lock:
+            for i in range(len(_overrides) - 1, -1, -1):
+                if _overrides[i] is self._values:
+                    del _overrides[i]
+                    break
