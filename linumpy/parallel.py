@@ -1,0 +1,364 @@
+"""Where dask work runs: local threads, an existing ``dask.distributed`` scheduler, or one
+dask-cuda worker per GPU; how much memory one task may use; progress bars over dask tasks.
+
+:func:`dask_cluster` turns the scripts' ``--memory-limit``, ``--scheduler`` and ``--gpus`` into a
+:class:`Cluster`. Library functions that run out of core (``stitch_omezarr``, ``store_dask``, ...)
+take one and size their blocks with :meth:`Cluster.task_bytes`, so that the blocks one worker
+holds at once fit its memory limit. ``distributed`` and ``dask_cuda`` are imported only when a
+scheduler or GPUs are asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import dask
+from dask.callbacks import Callback
+from dask.utils import format_bytes, parse_bytes
+from tqdm import tqdm
+
+from linumpy.errors import LinumpyError
+
+__all__ = [
+    "DEFAULT_TASK_BYTES",
+    "Cluster",
+    "ClusterError",
+    "MemoryLimitError",
+    "dask_cluster",
+    "parse_size",
+    "visible_gpus",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Working set of one task when no memory limit is given.
+DEFAULT_TASK_BYTES = 256 * 2**20
+#: Seconds to wait for an existing scheduler before giving up.
+SCHEDULER_TIMEOUT_S = 3
+#: What brings dask-cuda (the package index's ``linumpy`` is another project).
+GPU_EXTRA_HINT = 'pip install -e ".[gpu-cu13]" (or ".[gpu-cu12]") from the linumpy checkout'
+
+
+class ClusterError(LinumpyError):
+    """A dask cluster could not be started or reached (the message says what to change).
+
+    Examples
+    --------
+    >>> from linumpy.parallel import ClusterError, dask_cluster
+    >>> try:
+    ...     with dask_cluster(gpus=0):
+    ...         pass
+    ... except ClusterError as exc:
+    ...     print(exc)
+    gpus must be a positive number of GPUs, got 0
+    """
+
+
+class MemoryLimitError(LinumpyError):
+    """The memory limit is smaller than the working set of the smallest block of a job.
+
+    Parameters
+    ----------
+    limit
+        The memory limit per worker, in bytes.
+    needed
+        The smallest limit that works, in bytes.
+    what
+        The job's name.
+
+    Examples
+    --------
+    >>> from linumpy.parallel import MemoryLimitError
+    >>> print(MemoryLimitError(2**20, 24 * 2**20, "stitching"))
+    memory limit 1.00 MiB per worker is smaller than one block of stitching: use at least 24.00 MiB
+    """
+
+    def __init__(self, limit: int, needed: int, what: str) -> None:
+        self.limit, self.needed, self.what = limit, needed, what
+        super().__init__(
+            f"memory limit {format_bytes(limit)} per worker is smaller than one block of {what}: "
+            f"use at least {format_bytes(needed)}"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[int, int, str]]:
+        return (type(self), (self.limit, self.needed, self.what))
+
+
+def parse_size(value: str | int) -> int:
+    """Bytes in a size such as ``"2GiB"``, ``"512MB"`` or ``1048576``.
+
+    Raises
+    ------
+    LinumpyError
+        For anything that is not a positive size.
+
+    Examples
+    --------
+    >>> from linumpy.parallel import parse_size
+    >>> parse_size("2GiB"), parse_size("64 MiB"), parse_size("1.5GB"), parse_size(4096)
+    (2147483648, 67108864, 1500000000, 4096)
+    >>> parse_size("lots")
+    Traceback (most recent call last):
+        ...
+    linumpy.errors.LinumpyError: 'lots' is not a size (examples: 512MiB, 2GiB, 1.5GB)
+    """
+    try:
+        size = int(parse_bytes(value))
+    except (ValueError, TypeError):
+        size = 0
+    if size <= 0:
+        raise LinumpyError(f"{value!r} is not a size (examples: 512MiB, 2GiB, 1.5GB)")
+    return size
+
+
+def visible_gpus() -> int:
+    """Number of CUDA devices this process can see (0 without a driver or NVML).
+
+    Examples
+    --------
+    >>> from linumpy.parallel import visible_gpus
+    >>> visible_gpus() >= 0
+    True
+    """
+    try:
+        from dask_cuda.utils import get_n_gpus
+
+        return int(get_n_gpus())
+    except Exception:  # no dask-cuda, no driver, no NVML: no usable GPU for a cluster
+        return 0
+
+
+def _cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class _TaskBar(Callback):
+    """tqdm bar over the tasks of a local (threaded) dask computation."""
+
+    def __init__(self, bar: tqdm) -> None:
+        super().__init__()
+        self._bar = bar
+
+    def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
+        keys = ("ready", "waiting", "running", "finished")
+        self._bar.reset(total=sum(len(state[k]) for k in keys))
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        self._bar.update()
+
+
+class Cluster:
+    """Where dask work runs and how much memory each of its tasks may use.
+
+    Build one with :func:`dask_cluster`; ``Cluster()`` alone is the local threaded scheduler
+    with one thread per CPU and no memory limit.
+
+    Parameters
+    ----------
+    client
+        A ``distributed.Client``, or None for dask's local threaded scheduler.
+    memory_limit
+        Memory for the working set of one worker, in bytes; None for no limit.
+    threads
+        Tasks one worker runs at once (local threads: the CPUs by default).
+    gpus
+        Number of GPU workers (dask-cuda), 0 for none.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> from linumpy.parallel import Cluster
+    >>> cluster = Cluster(memory_limit=2**30, threads=2)
+    >>> cluster.task_bytes(minimum=2**20)  # each of the 2 threads may hold half the limit
+    536870912
+    >>> int(cluster.compute(da.ones((10, 10), chunks=5).sum()))
+    100
+    """
+
+    def __init__(
+        self,
+        client: Any | None = None,
+        *,
+        memory_limit: int | None = None,
+        threads: int | None = None,
+        gpus: int = 0,
+    ) -> None:
+        self.client = client
+        self.memory_limit = memory_limit
+        self.gpus = gpus
+        if threads is None:
+            threads = _cpu_count() if client is None else _worker_threads(client)
+        self.threads = max(1, int(threads))
+
+    def __repr__(self) -> str:
+        where = "threads" if self.client is None else f"scheduler {self.client.scheduler.address}"
+        limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
+        return f"Cluster({where}, {self.threads} thread(s) per worker, memory limit {limit})"
+
+    def task_bytes(self, minimum: int, what: str = "this job") -> int:
+        """The working set one task may use: the memory limit shared by a worker's threads.
+
+        With the local threaded scheduler, fewer threads run when the limit cannot hold
+        ``minimum`` bytes per thread.
+
+        Parameters
+        ----------
+        minimum
+            Working set of the job's smallest block, in bytes.
+        what
+            The job's name, for the error message.
+
+        Raises
+        ------
+        MemoryLimitError
+            When the limit is smaller than ``minimum`` (times a remote worker's threads).
+
+        Examples
+        --------
+        >>> from linumpy.parallel import Cluster
+        >>> cluster = Cluster(memory_limit=3 * 2**20, threads=4)
+        >>> cluster.task_bytes(minimum=2**20), cluster.threads  # 3 threads fit, not 4
+        (1048576, 3)
+        """
+        if self.memory_limit is None:
+            return max(minimum, DEFAULT_TASK_BYTES)
+        if self.memory_limit // self.threads >= minimum:
+            return self.memory_limit // self.threads
+        if self.client is not None:
+            raise MemoryLimitError(self.memory_limit, minimum * self.threads, what)
+        fit = self.memory_limit // minimum
+        if fit < 1:
+            raise MemoryLimitError(self.memory_limit, minimum, what)
+        logger.info("%s: %d thread(s) fit the memory limit, not %d", what, fit, self.threads)
+        self.threads = int(fit)
+        return self.memory_limit // self.threads
+
+    def compute(self, collection: Any, *, desc: str = "dask", progress: bool = False) -> Any:
+        """Compute a dask collection here, with a progress bar over its tasks.
+
+        With a distributed client the bar counts the collection's output blocks as they finish.
+
+        Examples
+        --------
+        >>> import dask.array as da
+        >>> from linumpy.parallel import Cluster
+        >>> Cluster(threads=1).compute(da.arange(6, chunks=2) * 2)
+        array([ 0,  2,  4,  6,  8, 10])
+        """
+        with tqdm(desc=desc, unit="task", disable=not progress, total=0) as bar:
+            if self.client is None:
+                with _TaskBar(bar):
+                    return dask.compute(collection, scheduler="threads", num_workers=self.threads)[
+                        0
+                    ]
+            from distributed import as_completed, futures_of
+
+            persisted = self.client.persist(collection)
+            futures = futures_of(persisted)
+            bar.reset(total=len(futures))
+            for _ in as_completed(futures):
+                bar.update()
+            return self.client.compute(persisted, sync=True)
+
+
+def _worker_threads(client: Any) -> int:
+    workers = client.scheduler_info().get("workers", {})
+    return min((w.get("nthreads", 1) for w in workers.values()), default=1)
+
+
+def _worker_memory(client: Any) -> int | None:
+    workers = client.scheduler_info().get("workers", {})
+    limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    return min(limits) if limits and min(limits) > 0 else None
+
+
+def _connect(address: str) -> Any:
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=f"{SCHEDULER_TIMEOUT_S}s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ClusterError(
+            f"cannot reach the dask scheduler at {address!r} within {SCHEDULER_TIMEOUT_S} s "
+            f"({type(exc).__name__}: {exc}); is it running, and is the address right?"
+        ) from None
+
+
+def _start_cuda_cluster(gpus: int, memory_limit: int | None) -> Any:
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        raise ClusterError(
+            f"--gpus {gpus} needs dask-cuda, which is not installed: {GPU_EXTRA_HINT}"
+        ) from None
+    visible = visible_gpus()
+    if gpus > visible:
+        raise ClusterError(f"--gpus {gpus}: only {visible} GPU(s) are visible to this process")
+    return LocalCUDACluster(
+        n_workers=gpus,
+        CUDA_VISIBLE_DEVICES=list(range(gpus)),
+        threads_per_worker=1,
+        memory_limit=memory_limit or "auto",
+    )
+
+
+@contextmanager
+def dask_cluster(
+    *,
+    memory_limit: str | int | None = None,
+    scheduler: str | None = None,
+    gpus: int | None = None,
+    threads: int | None = None,
+) -> Iterator[Cluster]:
+    """Yield a :class:`Cluster`: an existing scheduler, a dask-cuda cluster, or local threads.
+
+    Parameters
+    ----------
+    memory_limit
+        Working set per worker (``"2GiB"``, bytes); blocks are sized so that one worker's tasks
+        fit it. With a scheduler, the workers' own limit is used when this is None.
+    scheduler
+        Address of a running ``dask.distributed`` scheduler (``tcp://host:8786``).
+    gpus
+        Start a dask-cuda ``LocalCUDACluster`` with one worker per GPU on this many GPUs.
+    threads
+        Threads of the local scheduler (the CPUs by default).
+
+    Raises
+    ------
+    ClusterError
+        For an unreachable scheduler (after a few seconds), more GPUs than are visible,
+        dask-cuda missing, or ``scheduler`` and ``gpus`` together.
+    LinumpyError
+        For a memory limit that is not a size.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> from linumpy.parallel import dask_cluster
+    >>> with dask_cluster(memory_limit="256MiB") as cluster:
+    ...     total = cluster.compute(da.ones((100, 100), chunks=50).sum())
+    >>> int(total), cluster.memory_limit
+    (10000, 268435456)
+    """
+    limit = None if memory_limit is None else parse_size(memory_limit)
+    if gpus is not None and gpus < 1:
+        raise ClusterError(f"gpus must be a positive number of GPUs, got {gpus}")
+    if scheduler is not None and gpus is not None:
+        raise ClusterError("use either a scheduler address or gpus, not both")
+    if scheduler is None and gpus is None:
+        yield Cluster(memory_limit=limit, threads=threads)
+        return
+    from distributed import Client
+
+    with ExitStack() as stack:
+        if scheduler is not None:
+            client = stack.enter_context(_connect(scheduler))
+        else:
+            cluster = stack.enter_context(_start_cuda_cluster(gpus, limit))
+            client = stack.enter_context(Client(cluster))
+        yield Cluster(client, memory_limit=limit or _worker_memory(client), gpus=gpus or 0)
