@@ -1,0 +1,264 @@
+"""Ceilings: what the machine and the decoders reach with nothing else in the way.
+
+Each is measured on the same stored files as the rows it judges, in the same run, and given in
+GB/s of decompressed volume (the time to move or decode the whole volume's stored bytes), so a
+row's fraction of a ceiling is a plain ratio. Their notes give GB/s of compressed bytes.
+
+- file read: N threads ``os.preadv`` the whole chunk or shard files into one buffer (pinned
+  memory when a GPU is used);
+- CPU decode: numcodecs zstd decodes the frames already in memory, N threads;
+- host->device copy: the stored bytes, from pinned memory, in one copy;
+- GPU decode: nvCOMP decodes all frames, already on the device, in ONE call;
+- file write: N threads write the stored files' bytes to new files.
+
+cupy, nvCOMP and kvikio are imported inside the GPU functions only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numpy as np
+
+from linumpy.bench.files import (
+    ALIGN,
+    StoredFiles,
+    drop_page_cache,
+    in_threads,
+    read_files,
+    write_files,
+)
+from linumpy.bench.timing import Row, Timer
+
+__all__ = [
+    "cpu_decode_ceiling",
+    "file_read_ceiling",
+    "file_write_ceiling",
+    "gpu_ceilings",
+    "host_buffer",
+]
+
+
+def host_buffer(nbytes: int, *, pinned: bool) -> np.ndarray:
+    """A uint8 host buffer of ``nbytes``, page-locked (through cupy) when ``pinned``.
+
+    Examples
+    --------
+    >>> from linumpy.bench import host_buffer
+    >>> host_buffer(4096, pinned=False).nbytes
+    4096
+    """
+    if not pinned:
+        return np.empty(nbytes, np.uint8)
+    import cupy
+
+    return np.frombuffer(cupy.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes)
+
+
+def _compressed_note(row: Row, files: StoredFiles) -> None:
+    if row.runs:
+        row.note = f"{files.stored_bytes / 1e9 / row.seconds:.1f} GB/s of compressed bytes"
+
+
+def file_read_ceiling(
+    timer: Timer,
+    layout: str,
+    files: StoredFiles,
+    buffer: np.ndarray,
+    *,
+    nbytes: int,
+    threads: int,
+    cold_from: Path | None = None,
+) -> Row:
+    """Time reading every stored file whole into ``buffer`` (cold: after dropping ``cold_from``).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.bench import Timer, file_read_ceiling, stored_files
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> array = zarr.create_array(path, shape=(64, 64), chunks=(16, 16), dtype="u2")
+    >>> array[...] = 3
+    >>> files = stored_files(array)
+    >>> buffer = np.empty(files.nbytes, np.uint8)
+    >>> timer = Timer(warmup=0, repeats=1)
+    >>> file_read_ceiling(timer, "16^2", files, buffer, nbytes=array.nbytes, threads=2).op
+    'file-read'
+    """
+    where = "pinned memory" if _is_pinned(buffer) else "host memory"
+    cold = cold_from is not None
+    row = timer.measure(
+        layout,
+        f"ceiling: {threads}-thread os.preadv of the files into {where}" + (", cold" * cold),
+        "ceiling",
+        "file-read-cold" if cold else "file-read",
+        lambda: read_files(files, buffer, threads=threads),
+        nbytes=nbytes,
+        before=(lambda: drop_page_cache(cold_from)) if cold else None,
+        warmup=0 if cold else None,
+        cold=cold,
+    )
+    _compressed_note(row, files)
+    return row
+
+
+def _is_pinned(buffer: np.ndarray) -> bool:
+    base = buffer.base
+    return base is not None and type(base).__module__.startswith("cupy")
+
+
+def cpu_decode_ceiling(
+    timer: Timer, layout: str, files: StoredFiles, buffer: np.ndarray, *, threads: int
+) -> Row:
+    """Time numcodecs decoding every frame in ``buffer`` (files read, frames located), N threads.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.bench import Timer, cpu_decode_ceiling, read_files, stored_files
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> array = zarr.create_array(path, shape=(64, 64), chunks=(16, 16), dtype="u2")
+    >>> array[...] = 3
+    >>> files = stored_files(array)
+    >>> buffer = np.empty(files.nbytes, np.uint8)
+    >>> read_files(files, buffer, threads=2)
+    >>> row = cpu_decode_ceiling(Timer(warmup=0, repeats=1), "16^2", files, buffer, threads=2)
+    >>> row.op, row.runs
+    ('decode-cpu', 1)
+    """
+    codec = numcodecs.Zstd()
+    size = files.frame_nbytes
+    n = len(files.frame_sizes)
+    out = np.empty(max(n * size, 1), np.uint8)
+    view = memoryview(buffer)
+
+    def task(run: np.ndarray) -> None:
+        for i in run:
+            start, length = int(files.frame_offsets[i]), int(files.frame_sizes[i])
+            codec.decode(view[start : start + length], out=out[i * size : (i + 1) * size])
+
+    return timer.measure(
+        layout,
+        f"ceiling: numcodecs zstd decode of the frames in memory, {threads} threads",
+        "ceiling",
+        "decode-cpu",
+        lambda: in_threads(task, n, threads),
+        nbytes=n * size,
+        note=f"{n} frames of {size / 2**10:.0f} KiB",
+    )
+
+
+def file_write_ceiling(
+    timer: Timer,
+    layout: str,
+    files: StoredFiles,
+    buffer: np.ndarray,
+    directory: Path,
+    *,
+    nbytes: int,
+    threads: int,
+) -> Row:
+    """Time writing the stored files' bytes (read into ``buffer``) to new files, N threads.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from pathlib import Path
+    >>> from linumpy.bench import Timer, file_write_ceiling, read_files, stored_files
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> array = zarr.create_array(path, shape=(64, 64), chunks=(16, 16), dtype="u2")
+    >>> array[...] = 3
+    >>> files = stored_files(array)
+    >>> buffer = np.empty(files.nbytes, np.uint8)
+    >>> read_files(files, buffer, threads=2)
+    >>> scratch = Path(tempfile.mkdtemp())
+    >>> timer = Timer(warmup=0, repeats=1)
+    >>> file_write_ceiling(timer, "16^2", files, buffer, scratch, nbytes=8192, threads=2).op
+    'file-write'
+    """
+    row = timer.measure(
+        layout,
+        f"ceiling: {threads}-thread write of the compressed files",
+        "ceiling",
+        "file-write",
+        lambda: write_files(files, buffer, directory, threads=threads),
+        nbytes=nbytes,
+    )
+    _compressed_note(row, files)
+    return row
+
+
+def _packed_frames(files: StoredFiles, buffer: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """The frames copied into one host array at aligned offsets (nvCOMP wants 16 bytes)."""
+    sizes = files.frame_sizes.astype(np.int64)
+    aligned = -(-sizes // ALIGN) * ALIGN
+    offsets = np.concatenate([[0], np.cumsum(aligned)]).astype(np.int64)
+    packed = np.empty(max(int(offsets[-1]), 1), np.uint8)
+    for src, dst, n in zip(files.frame_offsets, offsets, sizes, strict=False):
+        packed[dst : dst + n] = buffer[src : src + n]
+    return packed, [int(o) for o in offsets[:-1]]
+
+
+def gpu_ceilings(
+    timer: Timer, layout: str, files: StoredFiles, pinned: np.ndarray, *, nbytes: int
+) -> list[Row]:
+    """Time the pinned host->device copy of the stored bytes and nvCOMP's one-call decode.
+
+    ``pinned`` holds the stored files, read by :func:`file_read_ceiling`, frames located.
+
+    Examples
+    --------
+    >>> rows = gpu_ceilings(timer, "64^3", files, pinned, nbytes=2**30)  # doctest: +SKIP
+    >>> [row.op for row in rows]  # doctest: +SKIP
+    ['copy', 'decode-gpu']
+    """
+    import cupy
+    from nvidia import nvcomp
+
+    device = cupy.empty(pinned.nbytes, dtype=np.uint8)
+    copy = timer.measure(
+        layout,
+        "ceiling: pinned host->device copy of the stored bytes, one copy",
+        "ceiling",
+        "copy",
+        lambda: device.set(pinned),
+        nbytes=nbytes,
+    )
+    _compressed_note(copy, files)
+    device = None  # the copy's target is not needed any more
+
+    packed, offsets = _packed_frames(files, pinned)
+    n, size = len(offsets), files.frame_nbytes
+    stream = cupy.cuda.Stream(non_blocking=False)
+    codec = nvcomp.Codec(
+        algorithm="Zstd",
+        bitstream_kind=nvcomp.BitstreamKind.RAW,
+        device_id=cupy.cuda.runtime.getDevice(),
+        cuda_stream=stream.ptr,
+    )
+    with stream:
+        frames = cupy.asarray(packed)
+        decoded = cupy.empty(max(n * size, 1), dtype=np.uint8)
+        sources = nvcomp.as_arrays(frames, offsets, [int(s) for s in files.frame_sizes], stream.ptr)
+        targets = nvcomp.as_arrays(decoded, [i * size for i in range(n)], [size] * n, stream.ptr)
+    stream.synchronize()
+
+    def decode() -> Any:
+        codec.decode(sources, out=targets)
+        stream.synchronize()
+
+    free_before = cupy.cuda.runtime.memGetInfo()[0]
+    decode()
+    workspace = (free_before - cupy.cuda.runtime.memGetInfo()[0]) / 2**20
+    row = timer.measure(
+        layout,
+        "ceiling: nvCOMP decode of all frames on the device, one call",
+        "ceiling",
+        "decode-gpu",
+        decode,
+        nbytes=n * size,
+        note=f"{n} frames of {size / 2**10:.0f} KiB; nvCOMP holds {workspace:.0f} MiB after one",
+    )
+    return [copy, row]

@@ -1,0 +1,349 @@
+"""The stored files of a zarr array and their zstd frames, read and written by plain thread pools.
+
+These are reference measurements, independent of linumpy's read engine: whole chunk or shard
+files are read with ``os.preadv`` into one buffer (N threads, each a contiguous run of files), and
+the frames inside them are located from the file list and, for sharded arrays, the shard indexes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import zarr
+from zarr.storage import LocalStore
+
+from linumpy.errors import LinumpyError
+
+__all__ = [
+    "BenchInputError",
+    "StoredFiles",
+    "array_directory",
+    "available_cpus",
+    "drop_page_cache",
+    "in_threads",
+    "read_files",
+    "stored_files",
+    "write_files",
+]
+
+#: Alignment of each file and frame in the buffers (nvCOMP wants 16 bytes; a page suits copies).
+ALIGN = 4096
+#: Shard index entry of an inner chunk that is not stored.
+_MISSING = 2**64 - 1
+
+
+class BenchInputError(LinumpyError, ValueError):
+    """An array the benchmark cannot measure (not on the local file system, not zstd).
+
+    Examples
+    --------
+    >>> from linumpy.bench import BenchInputError
+    >>> from linumpy.errors import LinumpyError
+    >>> issubclass(BenchInputError, LinumpyError)
+    True
+    """
+
+
+def available_cpus() -> int:
+    """The number of CPUs this process may run on.
+
+    Examples
+    --------
+    >>> from linumpy.bench import available_cpus
+    >>> available_cpus() >= 1
+    True
+    """
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def array_directory(array: zarr.Array) -> Path:
+    """The directory of ``array`` on the local file system.
+
+    Raises
+    ------
+    BenchInputError
+        When the array is not in a local store.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.bench import array_directory
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> array_directory(zarr.create_array(path, shape=(4,), dtype="u1")).name
+    'a.zarr'
+    """
+    store = array.store_path.store
+    if not isinstance(store, LocalStore):
+        raise BenchInputError(f"{array.store_path}: not an array on the local file system")
+    return Path(store.root) / array.store_path.path
+
+
+def _zstd_only(array: zarr.Array) -> tuple[bool, str | None, int]:
+    """(sharded, shard index location, shard index trailer bytes); raise unless zstd-only."""
+    meta = array.metadata
+    if meta.zarr_format == 2:
+        compressor = meta.compressor
+        if compressor is None or compressor.codec_id != "zstd" or meta.filters:
+            raise BenchInputError(f"{array_directory(array)}: the ceilings need zstd chunks")
+        return False, None, 0
+    codecs = list(meta.codecs)
+    sharding = next((c for c in codecs if type(c).__name__ == "ShardingCodec"), None)
+    if sharding is not None:
+        codecs = list(sharding.codecs)
+    names = [type(c).__name__ for c in codecs]
+    if "ZstdCodec" not in names or set(names) - {"BytesCodec", "ZstdCodec", "TransposeCodec"}:
+        raise BenchInputError(f"{array_directory(array)}: the ceilings need zstd chunks ({names})")
+    if sharding is None:
+        return False, None, 0
+    index_names = [type(c).__name__ for c in sharding.index_codecs]
+    if set(index_names) - {"BytesCodec", "Crc32cCodec"}:
+        raise BenchInputError(f"{array_directory(array)}: shard index codecs {index_names}")
+    return (
+        True,
+        str(getattr(sharding.index_location, "value", sharding.index_location)),
+        4 * index_names.count("Crc32cCodec"),
+    )
+
+
+@dataclass(frozen=True)
+class StoredFiles:
+    """Where an array's stored files go in one buffer, and where its zstd frames are in it.
+
+    Attributes
+    ----------
+    paths
+        The chunk or shard files that exist.
+    sizes, offsets
+        Each file's size and its offset in the buffer (aligned).
+    nbytes
+        Buffer size.
+    frame_offsets, frame_sizes
+        Each stored zstd frame's offset in the buffer and size (unaligned inside shards).
+    frame_nbytes
+        Decoded size of one frame (a full chunk).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.bench import read_files, stored_files
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> array = zarr.create_array(path, shape=(8, 8), chunks=(4, 4), shards=(8, 8), dtype="u2")
+    >>> array[...] = 1
+    >>> files = stored_files(array)
+    >>> buffer = np.empty(files.nbytes, np.uint8)
+    >>> read_files(files, buffer, threads=2)
+    >>> files = files.with_frames(buffer)
+    >>> len(files.paths), len(files.frame_sizes), files.frame_nbytes
+    (1, 4, 32)
+    """
+
+    paths: list[str]
+    sizes: np.ndarray
+    offsets: np.ndarray
+    nbytes: int
+    frame_offsets: np.ndarray
+    frame_sizes: np.ndarray
+    frame_nbytes: int
+    shard_index: tuple[str, int, int] | None  # (location, inner chunks per shard, trailer bytes)
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes in the stored files."""
+        return int(self.sizes.sum())
+
+    def with_frames(self, buffer: np.ndarray) -> StoredFiles:
+        """The same files with the frames of the shards read into ``buffer`` located."""
+        if self.shard_index is None:
+            return self
+        location, n, trailer = self.shard_index
+        index_bytes = 16 * n + trailer
+        offsets, sizes = [], []
+        for start, size in zip(self.offsets, self.sizes, strict=True):
+            at = int(start) + (0 if location == "start" else int(size) - index_bytes)
+            index = buffer[at : at + 16 * n].view("<u8").reshape(n, 2)
+            stored = index[:, 0] != _MISSING
+            offsets.append(int(start) + index[stored, 0].astype(np.int64))
+            sizes.append(index[stored, 1].astype(np.int64))
+        return StoredFiles(
+            self.paths,
+            self.sizes,
+            self.offsets,
+            self.nbytes,
+            np.concatenate(offsets) if offsets else np.zeros(0, np.int64),
+            np.concatenate(sizes) if sizes else np.zeros(0, np.int64),
+            self.frame_nbytes,
+            None,
+        )
+
+
+def stored_files(array: zarr.Array) -> StoredFiles:
+    """The stored chunk or shard files of a zstd zarr array (v2, v3, sharded v3).
+
+    For sharded arrays the frames are known once the files are read: see
+    :meth:`StoredFiles.with_frames`.
+
+    Raises
+    ------
+    BenchInputError
+        When the array is not local or its chunks are not plain zstd frames.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.bench import stored_files
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> array = zarr.create_array(path, shape=(8, 8), chunks=(4, 4), dtype="u1", fill_value=0)
+    >>> array[:4] = 7  # the two chunks of zeros are not stored
+    >>> files = stored_files(array)
+    >>> len(files.paths), files.frame_nbytes
+    (2, 16)
+    """
+    directory = array_directory(array)
+    sharded, location, trailer = _zstd_only(array)
+    storage = array.shards if sharded else array.chunks
+    grid = [range(math.ceil(n / c)) for n, c in zip(array.shape, storage, strict=True)]
+    paths, sizes = [], []
+    for coords in itertools.product(*grid):
+        path = os.path.join(directory, array.metadata.encode_chunk_key(coords))
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            continue
+        paths.append(path)
+        sizes.append(size)
+    size_array = np.array(sizes, dtype=np.int64)
+    aligned = -(-size_array // ALIGN) * ALIGN
+    offsets = np.concatenate([[0], np.cumsum(aligned)]).astype(np.int64)
+    frame_nbytes = math.prod(array.chunks) * array.dtype.itemsize
+    n_inner = math.prod(s // c for s, c in zip(storage, array.chunks, strict=True))
+    return StoredFiles(
+        paths,
+        size_array,
+        offsets[:-1],
+        max(int(offsets[-1]), 1),
+        offsets[:-1] if not sharded else np.zeros(0, np.int64),
+        size_array if not sharded else np.zeros(0, np.int64),
+        frame_nbytes,
+        (location, n_inner, trailer) if sharded else None,
+    )
+
+
+def _runs(n: int, threads: int) -> list[np.ndarray]:
+    return [run for run in np.array_split(np.arange(n), max(1, min(threads, n))) if run.size]
+
+
+def in_threads(task: Callable[[np.ndarray], None], n: int, threads: int) -> None:
+    """Call ``task`` on ``threads`` contiguous runs of ``range(n)`` at once; re-raise errors.
+
+    Examples
+    --------
+    >>> from linumpy.bench.files import in_threads
+    >>> seen = []
+    >>> in_threads(lambda run: seen.append(len(run)), 10, threads=3)
+    >>> sorted(seen)
+    [3, 3, 4]
+    """
+    runs = _runs(n, threads)
+    if len(runs) <= 1:
+        for run in runs:
+            task(run)
+        return
+    with ThreadPoolExecutor(len(runs)) as pool:
+        for future in [pool.submit(task, run) for run in runs]:
+            future.result()
+
+
+def read_files(files: StoredFiles, buffer: np.ndarray, *, threads: int) -> None:
+    """Read every stored file whole into ``buffer`` with ``os.preadv``, ``threads`` at a time.
+
+    Examples
+    --------
+    See :class:`StoredFiles`.
+    """
+    view = memoryview(buffer)
+
+    def task(run: np.ndarray) -> None:
+        for i in run:
+            start, n = int(files.offsets[i]), int(files.sizes[i])
+            fd = os.open(files.paths[i], os.O_RDONLY)
+            try:
+                done = 0
+                while done < n:
+                    got = os.preadv(fd, [view[start + done : start + n]], done)
+                    if got == 0:
+                        raise OSError(f"{files.paths[i]}: ends after {done} of {n} bytes")
+                    done += got
+            finally:
+                os.close(fd)
+
+    in_threads(task, len(files.paths), threads)
+
+
+def write_files(
+    files: StoredFiles, buffer: np.ndarray, directory: Path, *, threads: int
+) -> Sequence[Path]:
+    """Write each stored file's bytes from ``buffer`` to a file of its own in ``directory``.
+
+    Returns the files written (no fsync: zarr does not sync either).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from pathlib import Path
+    >>> from linumpy.bench import read_files, stored_files, write_files
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> array = zarr.create_array(path, shape=(8,), chunks=(4,), dtype="u1")
+    >>> array[...] = 1
+    >>> files = stored_files(array)
+    >>> buffer = np.empty(files.nbytes, np.uint8)
+    >>> read_files(files, buffer, threads=1)
+    >>> written = write_files(files, buffer, Path(tempfile.mkdtemp()), threads=2)
+    >>> [p.read_bytes() == open(q, "rb").read() for p, q in zip(written, files.paths)]
+    [True, True]
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    targets = [directory / f"{i}.bin" for i in range(len(files.paths))]
+    view = memoryview(buffer)
+
+    def task(run: np.ndarray) -> None:
+        for i in run:
+            start, n = int(files.offsets[i]), int(files.sizes[i])
+            fd = os.open(targets[i], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                done = 0
+                while done < n:
+                    done += os.pwrite(fd, view[start + done : start + n], done)
+            finally:
+                os.close(fd)
+
+    in_threads(task, len(files.paths), threads)
+    return targets
+
+
+def drop_page_cache(path: Path) -> None:
+    """Ask the kernel to drop the files under ``path`` from the page cache (posix_fadvise).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.bench import drop_page_cache
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "chunk").write_bytes(b"x" * 4096)
+    >>> drop_page_cache(folder)  # the next read of "chunk" comes from the disk
+    """
+    os.sync()
+    for file in [path] if path.is_file() else path.rglob("*"):
+        if file.is_file():
+            fd = os.open(file, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)

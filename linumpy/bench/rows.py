@@ -1,0 +1,319 @@
+"""The paths a user takes to read and write a zarr volume, timed as benchmark rows.
+
+CPU reads: linumpy's ``read_volume``, zarr's own read, tensorstore and zarr with the ``zarrs``
+codec pipeline (each when installed; otherwise the row says so). GPU reads:
+``read_volume(gpu=True)`` (the fast path), zarr inside ``gpu_zarr_context`` (the nvCOMP codec),
+``zarr.config.enable_gpu()`` alone. Writes: zarr's CPU write, and the GPU write (nvCOMP encode
+inside ``gpu_zarr_context``). Every read is checked against the volume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import zarr
+
+from linumpy.bench.files import drop_page_cache
+from linumpy.bench.timing import Row, Timer
+from linumpy.io import read_volume
+
+__all__ = ["Layout", "cpu_read_rows", "gpu_read_rows", "write_rows", "write_volume"]
+
+ZARRS_PIPELINE = "zarrs.ZarrsCodecPipeline"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How a volume is stored: chunk shape, and shard shape when sharded.
+
+    Examples
+    --------
+    >>> from linumpy.bench import Layout
+    >>> Layout.cubic(64, 3).name, Layout.cubic(64, 3, shards=(128, 512, 512)).name
+    ('64^3', 'sharded 64^3 in 128x512x512')
+    """
+
+    name: str
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None = None
+
+    @classmethod
+    def cubic(cls, edge: int, ndim: int, shards: Sequence[int] | None = None) -> Layout:
+        """Chunks of ``edge`` along every axis, in ``shards`` when given."""
+        name = f"{edge}^{ndim}"
+        if shards is not None:
+            shards = tuple(int(s) for s in shards)
+            name = f"sharded {name} in {'x'.join(map(str, shards))}"
+        return cls(name, (edge,) * ndim, shards)
+
+
+def _optional(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _zarr_read(path: Path) -> Any:
+    return zarr.open_array(path, mode="r")[...]
+
+
+def _tensorstore_read(ts: ModuleType, path: Path) -> np.ndarray:
+    driver = "zarr3" if (path / "zarr.json").exists() else "zarr"
+    spec = {"driver": driver, "kvstore": {"driver": "file", "path": str(path)}}
+    return ts.open(spec, read=True).result().read().result()
+
+
+def _zarrs_read(path: Path) -> Any:
+    with zarr.config.set({"codec_pipeline.path": ZARRS_PIPELINE}):
+        return _zarr_read(path)
+
+
+def write_volume(path: Path, volume: Any, layout: Layout, codec: Any) -> None:
+    """Write ``volume`` (numpy or cupy) as a zarr v3 array in ``layout`` with ``codec``.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from pathlib import Path
+    >>> from linumpy.bench import Layout, write_volume
+    >>> path = Path(tempfile.mkdtemp()) / "a.zarr"
+    >>> write_volume(path, np.ones((8, 8, 8), "u2"), Layout.cubic(4, 3), zarr.codecs.ZstdCodec())
+    >>> zarr.open_array(path).chunks
+    (4, 4, 4)
+    """
+    array = zarr.create_array(
+        path,
+        shape=volume.shape,
+        chunks=layout.chunks,
+        shards=layout.shards,
+        dtype=volume.dtype,
+        compressors=codec,
+        fill_value=0,
+        overwrite=True,
+    )
+    array[...] = volume
+
+
+def cpu_read_rows(
+    timer: Timer, layout: str, path: Path, volume: np.ndarray, *, cold: bool = False
+) -> list[Row]:
+    """Time the CPU reads of the array at ``path``, each checked against ``volume``.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from pathlib import Path
+    >>> from linumpy.bench import Layout, Timer, cpu_read_rows, oct_volume, write_volume
+    >>> volume = oct_volume((16, 16, 16))
+    >>> path = Path(tempfile.mkdtemp()) / "a.zarr"
+    >>> write_volume(path, volume, Layout.cubic(8, 3), zarr.codecs.ZstdCodec())
+    >>> rows = cpu_read_rows(Timer(warmup=0, repeats=1), "8^3", path, volume)
+    >>> rows[0].name, rows[0].matches
+    ('linumpy read_volume (CPU)', True)
+    """
+    nbytes = volume.nbytes
+
+    def same(result: Any) -> bool:
+        return isinstance(result, np.ndarray) and np.array_equal(result, volume)
+
+    measure = functools.partial(timer.measure, layout, kind="cpu", op="read", nbytes=nbytes)
+    rows = [
+        measure(name="linumpy read_volume (CPU)", run=lambda: read_volume(path), check=same),
+        measure(name="zarr CPU read", run=lambda: _zarr_read(path), check=same),
+    ]
+    ts = _optional("tensorstore")
+    name = "tensorstore read"
+    if ts is None:
+        rows.append(timer.skip(layout, name, "cpu", "read", "skipped: tensorstore not installed"))
+    else:
+        rows.append(measure(name=name, run=lambda: _tensorstore_read(ts, path), check=same))
+    name = "zarr with the zarrs codec pipeline"
+    if _optional("zarrs") is None:
+        note = "skipped: zarrs not installed (pip install zarrs, or the bench extra)"
+        rows.append(timer.skip(layout, name, "cpu", "read", note))
+    else:
+        rows.append(measure(name=name, run=lambda: _zarrs_read(path), check=same))
+    if cold:
+        rows.append(
+            measure(
+                name="linumpy read_volume (CPU), cold",
+                run=lambda: read_volume(path),
+                check=same,
+                before=functools.partial(drop_page_cache, path),
+                warmup=0,
+                cold=True,
+                note="cold cache (posix_fadvise DONTNEED)",
+            )
+        )
+    return rows
+
+
+def _fetch_settings(fetch: str) -> contextlib.AbstractContextManager[Any]:
+    if fetch == "auto":
+        return contextlib.nullcontext()
+    import linumpy.settings
+
+    return linumpy.settings.set(fetch=fetch)
+
+
+def _report_note(row: Row) -> None:
+    """Attach the fast path's own report of its last read to ``row``."""
+    from linumpy.gpu.zarr_io import last_read_report
+
+    report = last_read_report()
+    if report is None or not row.runs:
+        return
+    row.extra = asdict(report) if is_dataclass(report) else {"report": repr(report)}
+    phases = getattr(report, "phases", None)
+    if isinstance(phases, dict):
+        row.note = "last run, ms: " + ", ".join(f"{k} {1e3 * v:.1f}" for k, v in phases.items())
+
+
+def gpu_read_rows(
+    timer: Timer,
+    layout: str,
+    path: Path,
+    device_volume: Any,
+    *,
+    fetch: Sequence[str] = ("auto",),
+    cold: bool = False,
+) -> list[Row]:
+    """Time the GPU reads of the array at ``path``, each checked against ``device_volume``.
+
+    ``fetch`` lists the file readers of the fast path to time (``"auto"``: the default
+    settings; ``"pread"``, ``"kvikio"``: through ``linumpy.settings``).
+
+    Examples
+    --------
+    >>> rows = gpu_read_rows(timer, "64^3", path, device_volume)  # doctest: +SKIP
+    >>> [row.name for row in rows]  # doctest: +SKIP
+    ['read_volume(gpu=True)', 'gpu_zarr_context (nvCOMP codec in zarr)', 'zarr enable_gpu()']
+    """
+    import cupy
+
+    from linumpy.gpu.zarr_io import gpu_zarr_context
+
+    def same(result: Any) -> bool:
+        return isinstance(result, cupy.ndarray) and bool(cupy.array_equal(result, device_volume))
+
+    nbytes = int(device_volume.nbytes)
+    measure = functools.partial(timer.measure, layout, kind="gpu", op="read", nbytes=nbytes)
+
+    def fast(fetch: str) -> Callable[[], Any]:
+        def run() -> Any:
+            with _fetch_settings(fetch):
+                return read_volume(path, gpu=True)
+
+        return run
+
+    rows = []
+    for reader in fetch:
+        name = "read_volume(gpu=True)" + ("" if reader == "auto" else f", fetch={reader}")
+        rows.append(measure(name=name, run=fast(reader), check=same))
+        _report_note(rows[-1])
+
+    def in_context() -> Any:
+        with gpu_zarr_context():
+            return _zarr_read(path)
+
+    def enable_gpu() -> Any:
+        with zarr.config.enable_gpu():
+            return _zarr_read(path)
+
+    rows.append(measure(name="gpu_zarr_context (nvCOMP codec in zarr)", run=in_context, check=same))
+    name = "zarr enable_gpu() (CPU decode, copy per chunk)"
+    rows.append(measure(name=name, run=enable_gpu, check=same))
+    if cold:
+        rows.append(
+            measure(
+                name="read_volume(gpu=True), cold",
+                run=fast("auto"),
+                check=same,
+                before=functools.partial(drop_page_cache, path),
+                warmup=0,
+                cold=True,
+                note="cold cache (posix_fadvise DONTNEED)",
+            )
+        )
+        _report_note(rows[-1])
+    return rows
+
+
+@contextlib.contextmanager
+def _scratch(path: Path) -> Iterator[Path]:
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_rows(
+    timer: Timer,
+    layout: Layout,
+    path: Path,
+    volume: np.ndarray,
+    *,
+    zstd_level: int,
+    device_volume: Any = None,
+    timed: bool = True,
+) -> list[Row]:
+    """Write ``volume`` to ``path`` in ``layout`` (zarr's CPU write); then the GPU write, if any.
+
+    The CPU write leaves the array that the read rows read. With ``timed=False`` it is written
+    once, untimed, and no rows are returned. The GPU write goes to a scratch array beside
+    ``path``, read back on the CPU to check it, then removed.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.bench import Layout, Timer, oct_volume, write_rows
+    >>> volume = oct_volume((16, 16, 16))
+    >>> path = Path(tempfile.mkdtemp()) / "a.zarr"
+    >>> timer = Timer(warmup=0, repeats=1)
+    >>> rows = write_rows(timer, Layout.cubic(8, 3), path, volume, zstd_level=3)
+    >>> rows[0].name, rows[0].op, path.is_dir()
+    ('zarr CPU write', 'write', True)
+    """
+    cpu_codec = zarr.codecs.ZstdCodec(level=zstd_level)
+    if not timed:
+        write_volume(path, volume, layout, cpu_codec)
+        return []
+    rows = [
+        timer.measure(
+            layout.name,
+            "zarr CPU write",
+            "cpu",
+            "write",
+            lambda: write_volume(path, volume, layout, cpu_codec),
+            nbytes=volume.nbytes,
+            warmup=0,
+        )
+    ]
+    if device_volume is None:
+        return rows
+    from linumpy.gpu.nvcomp_zstd import NvcompZstdCodec
+    from linumpy.gpu.zarr_io import gpu_zarr_context
+
+    def gpu_write() -> None:
+        with gpu_zarr_context():
+            write_volume(target, device_volume, layout, NvcompZstdCodec(level=zstd_level))
+
+    with _scratch(path.with_name(path.name + ".gpu-write")) as target:
+        name = "GPU write (nvCOMP encode in gpu_zarr_context)"
+        row = timer.measure(layout.name, name, "gpu", "write", gpu_write, nbytes=volume.nbytes)
+        if row.runs:
+            row.matches = bool(np.array_equal(_zarr_read(target), volume))
+            row.note = "checked by reading it back on the CPU"
+        rows.append(row)
+    return rows
