@@ -6,8 +6,11 @@
 - ``--use-gpu/--no-use-gpu`` (alias ``--use_gpu``, off by default): without a usable GPU, a warning
   says what is missing and the CPU path runs.
 - Bad arguments and unreadable inputs end with exit code 2 and a one-line error.
-- Outputs are written under a temporary name and moved into place at the end, so an interrupted
-  run leaves nothing half-written under the final name.
+- An output is never one of the inputs (nor inside one, nor containing one): such a run stops
+  before anything is touched.
+- Outputs are written in a staging directory beside them and moved into place at the end (see
+  :mod:`linumpy.io.staging`): an interrupted run leaves the previous output intact, and the next
+  run removes what it left.
 """
 
 from __future__ import annotations
@@ -15,9 +18,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
-import tempfile
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +46,11 @@ logger = logging.getLogger("linumpy.cli")
 
 #: Exit status of a run stopped by bad arguments or an unreadable input.
 EXIT_USAGE = 2
+
+# The inputs each parser's script checked, so that its outputs can be compared with them.
+_INPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class LinumArgumentParser(argparse.ArgumentParser):
@@ -229,8 +236,25 @@ def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -
     """
     path = Path(path)
     if not path.exists():
+        from linumpy.io.staging import recover_staging
+
+        recover_staging(path)  # an interrupted replacement of it may have left it in staging
+    if not path.exists():
         parser.error(f"input {os.fspath(path)!r} does not exist")
+    _INPUTS.setdefault(parser, []).append(path)
     return path
+
+
+def _overlap(output: Path, source: Path) -> str | None:
+    """How ``output`` overlaps ``source`` ("is", "is inside", "contains"), None if it does not."""
+    out, src = output.resolve(), source.resolve()
+    if out == src:
+        return "is"
+    if out.is_relative_to(src):
+        return "is inside"
+    if src.is_relative_to(out):
+        return "contains"
+    return None
 
 
 def check_output(
@@ -240,9 +264,11 @@ def check_output(
     *,
     make_parents: bool = False,
 ) -> Path:
-    """Exit with a one-line error when ``path`` exists without ``-f`` or cannot be created.
+    """Exit with a one-line error when ``path`` exists without ``-f``, cannot be created, or is an
+    input of the script (checked with :func:`check_input` before), inside one or contains one.
 
-    With ``make_parents``, missing parent directories are created.
+    With ``make_parents``, missing parent directories are created. What an interrupted earlier
+    write of ``path`` left in staging is recovered or removed first.
 
     Examples
     --------
@@ -264,8 +290,27 @@ def check_output(
     exit status 2
     >>> check_output(parser, folder / "new", overwrite=True) == folder / "new"
     True
+    >>> source = check_input(parser, folder / "new")
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         check_output(parser, folder / "new", overwrite=True)
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
+    linum-demo: error: output '.../new' is the input '.../new'; write to another path
+    exit status 2
     """
     path = Path(path)
+    for source in _INPUTS.get(parser, []):
+        overlap = _overlap(path, source)
+        if overlap:
+            parser.error(
+                f"output {os.fspath(path)!r} {overlap} the input {os.fspath(source)!r}; "
+                "write to another path"
+            )
+    if path.parent.is_dir():
+        from linumpy.io.staging import recover_staging
+
+        recover_staging(path)
     if path.exists() and not overwrite:
         parser.error(f"output {os.fspath(path)!r} exists; use -f to overwrite it")
     if make_parents:
@@ -282,9 +327,11 @@ def check_output(
 def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path to write ``path``'s content to; move it into place on success.
 
-    The temporary path has the same name, inside a hidden directory beside ``path`` (same file
-    system, so the final move is a rename). On an exception (Ctrl-C included) it is deleted and
-    ``path`` is left as it was. An existing ``path`` is replaced only once the new one is complete.
+    The temporary path has the same name, inside a hidden staging directory beside ``path`` (same
+    file system, so the final move is a rename; see :func:`linumpy.io.staging.staged`). On an
+    exception (Ctrl-C included) it is deleted and ``path`` is left as it was; a killed run leaves
+    the staging directory, which the next write of ``path`` removes. An existing ``path`` is
+    replaced only once the new one is complete, in one step.
 
     Examples
     --------
@@ -294,8 +341,8 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     >>> folder = Path(tempfile.mkdtemp())
     >>> with output_path(folder / "result.txt") as staging:
     ...     _ = staging.write_text("complete")
-    ...     os.listdir(folder) == [staging.parent.name]
-    True
+    ...     [p.name.endswith(".linumpy-staging") for p in folder.iterdir()]
+    [True]
     >>> os.listdir(folder), (folder / "result.txt").read_text()
     (['result.txt'], 'complete')
 
@@ -310,16 +357,10 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     >>> os.listdir(folder), (folder / "result.txt").read_text()
     (['result.txt'], 'complete')
     """
-    final = Path(path)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
-    try:
-        yield staging / final.name
-        if final.exists() or final.is_symlink():
-            old = staging / (final.name + ".old")
-            os.replace(final, old)
-        os.replace(staging / final.name, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    from linumpy.io.staging import staged
+
+    with staged(path) as staging:
+        yield staging
 
 
 @contextmanager

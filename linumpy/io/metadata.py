@@ -1,0 +1,290 @@
+"""OME-NGFF image metadata: axes (names, types, units), voxel sizes, multiscale datasets, and the
+checks a writer applies to its arguments (chunk shapes that would explode file counts included).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple
+
+import zarr
+
+from linumpy.errors import LinumpyError
+
+__all__ = [
+    "Axis",
+    "check_axis_types",
+    "check_chunk_count",
+    "make_axes",
+    "multiscale_dataset_paths",
+    "parse_ngff_version",
+    "parse_voxel_size",
+]
+
+logger = logging.getLogger(__name__)
+
+NgffVersion = Literal["0.4", "0.5"]
+_DEFAULT_NAMES = "tczyx"
+_TYPES_BY_NAME = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
+
+#: More chunks than this at full resolution is an error whatever their size: file systems and
+#: zarr's per-chunk work do not scale to it.
+MAX_CHUNKS = 10_000_000
+#: More chunks than this, each smaller than :data:`SMALL_CHUNK_BYTES`, is an error.
+MANY_CHUNKS = 1_000_000
+#: Chunks smaller than this are "small" (per-chunk overheads dominate their cost).
+SMALL_CHUNK_BYTES = 64 * 1024
+#: More small chunks than this gets a warning.
+WARN_CHUNKS = 100_000
+
+
+class Axis(NamedTuple):
+    """One axis of an OME-Zarr image, as in the NGFF ``axes`` metadata.
+
+    Parameters
+    ----------
+    name
+        The axis name (``"z"``, ``"c"``, ...), unique in the image.
+    type
+        ``"space"``, ``"time"``, ``"channel"``, another (custom) type or None.
+    unit
+        The unit of the axis (``"micrometer"``, ``"nanometer"``, ``"second"``...), or None.
+
+    Examples
+    --------
+    >>> Axis("z", "space", "nanometer")
+    Axis(name='z', type='space', unit='nanometer')
+    >>> make_axes(3, "cyx")[0]
+    Axis(name='c', type='channel', unit=None)
+    """
+
+    name: str
+    type: str | None = None
+    unit: str | None = None
+
+
+def parse_ngff_version(value: str) -> NgffVersion:
+    """Return ``value`` if it is a supported OME-NGFF version, else raise ValueError.
+
+    Examples
+    --------
+    >>> parse_ngff_version("0.4")
+    '0.4'
+    """
+    if value not in ("0.4", "0.5"):
+        raise ValueError(f"ngff_version must be '0.4' or '0.5', got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def parse_voxel_size(value: Sequence[float], ndim: int) -> tuple[float, ...]:
+    """Return the voxel size as floats, one positive value per axis, else raise ValueError.
+
+    Examples
+    --------
+    >>> parse_voxel_size([5, 2.5, 2.5], 3)
+    (5.0, 2.5, 2.5)
+    """
+    sizes = tuple(float(v) for v in value)
+    if len(sizes) != ndim or not all(math.isfinite(v) and v > 0 for v in sizes):
+        raise ValueError(f"voxel_size must hold {ndim} positive numbers, got {tuple(value)}")
+    return sizes
+
+
+def parse_block(
+    value: Sequence[int] | None, shape: tuple[int, ...], name: str
+) -> tuple[int, ...] | None:
+    """A chunk or shard shape as positive integers, one per axis (None stays None)."""
+    if value is None:
+        return None
+    block = tuple(int(v) for v in value)
+    if len(block) != len(shape) or min(block) < 1:
+        raise ValueError(f"{name} must hold {len(shape)} positive integers, got {tuple(value)}")
+    return block
+
+
+def _axis(value: str | Axis | Mapping[str, Any], unit: str | None) -> Axis:
+    if isinstance(value, str):
+        kind = _TYPES_BY_NAME.get(value)
+        return Axis(value, kind, unit if kind == "space" else None)
+    if isinstance(value, Mapping):
+        value = Axis(str(value["name"]), value.get("type"), value.get("unit"))
+    if not isinstance(value, Axis):
+        raise ValueError(f"an axis is a name, an Axis or a mapping, got {value!r}")
+    return value._replace(type=value.type or _TYPES_BY_NAME.get(value.name))
+
+
+def make_axes(
+    ndim: int,
+    axes: str | Sequence[str | Axis | Mapping[str, Any]] | None = None,
+    unit: str = "micrometer",
+) -> tuple[Axis, ...]:
+    """The axes of an ``ndim``-D image, checked against the OME-NGFF rules.
+
+    Parameters
+    ----------
+    ndim
+        Number of axes (2 to 5).
+    axes
+        Axis names as one string (``"cyx"``) or a sequence of names, :class:`Axis` or NGFF axis
+        mappings; by default the last ``ndim`` of ``tczyx``. Types follow from the names ``t``
+        (time), ``c`` (channel), ``z``/``y``/``x`` (space) unless given.
+    unit
+        Unit of the space axes given by name only (axes given as :class:`Axis` or mappings keep
+        their own unit).
+
+    Raises
+    ------
+    ValueError
+        When the count is wrong, names repeat, or the axes break NGFF's rules (2 or 3 space axes,
+        at most one time and one channel axis, time first and space last).
+
+    Examples
+    --------
+    >>> [axis.name for axis in make_axes(4)]
+    ['c', 'z', 'y', 'x']
+    >>> make_axes(3, "zyx", unit="nanometer")[2]
+    Axis(name='x', type='space', unit='nanometer')
+    >>> make_axes(3, "yxc")
+    Traceback (most recent call last):
+    ...
+    ValueError: axes yxc: space axes must come last (NGFF)
+    """
+    if not 2 <= ndim <= 5:
+        raise ValueError(f"OME-Zarr images have 2 to 5 dimensions, got {ndim}")
+    if axes is None:
+        axes = _DEFAULT_NAMES[-ndim:]
+    parsed = tuple(_axis(a, unit) for a in axes)
+    label = "".join(a.name for a in parsed) if all(len(a.name) == 1 for a in parsed) else parsed
+    if len(parsed) != ndim:
+        raise ValueError(f"axes {label}: {len(parsed)} axes for {ndim}-D data")
+    if len({a.name for a in parsed}) != ndim or not all(a.name for a in parsed):
+        raise ValueError(f"axes {label}: names must be unique and non-empty")
+    types = [a.type for a in parsed]
+    if not 2 <= types.count("space") <= 3:
+        raise ValueError(f"axes {label}: 2 or 3 space axes are needed (NGFF)")
+    if types.count("time") > 1 or types.count("channel") > 1:
+        raise ValueError(f"axes {label}: at most one time and one channel axis (NGFF)")
+    n_space = types.count("space")
+    if types[-n_space:] != ["space"] * n_space:
+        raise ValueError(f"axes {label}: space axes must come last (NGFF)")
+    if "time" in types and types[0] != "time":
+        raise ValueError(f"axes {label}: the time axis must come first (NGFF)")
+    return parsed
+
+
+def check_axis_types(
+    axes: Sequence[Axis], types: Sequence[str], source: str | os.PathLike[str]
+) -> None:
+    """Raise LinumpyError unless ``axes`` have exactly the ``types`` given (a script's input check).
+
+    Examples
+    --------
+    >>> check_axis_types(make_axes(3, "zyx"), ("space",) * 3, "volume.ome.zarr")
+    >>> check_axis_types(make_axes(3, "cyx"), ("space",) * 3, "rgb.ome.zarr")
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: rgb.ome.zarr: axes c (channel), y (space), x (space); \
+expected 3 space axes
+    """
+    if [a.type for a in axes] != list(types):
+        found = ", ".join(f"{a.name} ({a.type or 'no type'})" for a in axes)
+        wanted = ", ".join(f"{types.count(t)} {t}" for t in dict.fromkeys(types))
+        raise LinumpyError(f"{os.fspath(source)}: axes {found}; expected {wanted} axes")
+
+
+def axes_to_ngff(axes: Sequence[Axis]) -> list[dict[str, str]]:
+    """The NGFF ``axes`` list (keys with None values left out)."""
+    return [{k: v for k, v in a._asdict().items() if v is not None} for a in axes]
+
+
+def axes_from_ngff(entries: Sequence[Any]) -> tuple[Axis, ...]:
+    """Axes from NGFF metadata: mappings (0.4, 0.5) or plain names (0.3)."""
+    return tuple(
+        Axis(e) if isinstance(e, str) else Axis(str(e["name"]), e.get("type"), e.get("unit"))
+        for e in entries
+    )
+
+
+def check_chunk_count(
+    shape: Sequence[int], chunks: Sequence[int], itemsize: int, *, source: str = "chunks"
+) -> None:
+    """Refuse chunk shapes that would make file counts or per-chunk work explode.
+
+    More than :data:`MAX_CHUNKS` chunks, or more than :data:`MANY_CHUNKS` chunks of under
+    :data:`SMALL_CHUNK_BYTES` each, raise LinumpyError; more than :data:`WARN_CHUNKS` small chunks
+    log a warning. The message gives the numbers.
+
+    Examples
+    --------
+    >>> check_chunk_count((512, 512, 512), (64, 64, 64), 2)
+    >>> check_chunk_count((512, 512, 512), (1, 1, 1), 2)
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: chunks (1, 1, 1) cut a (512, 512, 512) image into 134,217,728 \
+chunks of 2 B each (at most 1,000,000 chunks under 64 KiB are allowed); use larger chunks, \
+for example 128 along each axis
+    """
+    shape, chunks = tuple(int(s) for s in shape), tuple(int(c) for c in chunks)
+    count = math.prod(-(-s // c) for s, c in zip(shape, chunks, strict=True))
+    size = math.prod(min(c, s) for s, c in zip(shape, chunks, strict=True)) * itemsize
+    small = size < SMALL_CHUNK_BYTES
+    what = f"{source} {chunks} cut a {shape} image into {count:,} chunks of {_bytes(size)} each"
+    hint = "use larger chunks, for example 128 along each axis"
+    if small and count > MANY_CHUNKS:
+        raise LinumpyError(
+            f"{what} (at most {MANY_CHUNKS:,} chunks under {_bytes(SMALL_CHUNK_BYTES)} are "
+            f"allowed); {hint}"
+        )
+    if count > MAX_CHUNKS:
+        raise LinumpyError(f"{what} (at most {MAX_CHUNKS:,} chunks are allowed); {hint}")
+    if small and count > WARN_CHUNKS:
+        logger.warning("%s: writing is slow and makes many files; %s", what, hint)
+
+
+def _bytes(size: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024 or unit == "MiB":
+            return f"{size:g} {unit}" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    raise AssertionError
+
+
+def multiscale_dataset_paths(group: zarr.Group, path: str | os.PathLike[str]) -> list[str]:
+    """The dataset paths of an OME-Zarr image's first multiscale, level 0 first.
+
+    Raises
+    ------
+    LinumpyError
+        When the group carries no OME-NGFF multiscales metadata.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> save_omezarr(np.ones((8, 8, 8), np.uint8), path, voxel_size=(1, 1, 1), n_levels=3)
+    >>> multiscale_dataset_paths(zarr.open_group(path, mode="r"), path)
+    ['0', '1', '2']
+    """
+    multiscale = multiscale_metadata(group, path)
+    return [dataset["path"] for dataset in multiscale["datasets"]]
+
+
+def multiscale_metadata(group: zarr.Group, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The first ``multiscales`` entry of an OME-Zarr group (NGFF 0.4 or 0.5)."""
+    attrs = group.attrs.asdict()
+    multiscales = attrs.get("ome", attrs).get("multiscales")
+    if not multiscales or not multiscales[0].get("datasets"):
+        raise LinumpyError(f"{path}: a zarr group without OME-NGFF multiscales metadata")
+    return multiscales[0]
+
+
+def scale_of(transforms: Sequence[dict[str, Any]]) -> list[float] | None:
+    """The ``scale`` of a list of NGFF coordinate transformations, None if it has none."""
+    for transform in transforms:
+        if transform.get("type") == "scale":
+            return [float(v) for v in transform["scale"]]
+    return None

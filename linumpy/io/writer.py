@@ -1,0 +1,433 @@
+"""Writing OME-Zarr images: :class:`OmeZarrWriter` (block by block, then the pyramid) and
+:func:`save_omezarr` (a whole array), zstd-compressed with content checksums by default; a
+replacement is staged beside the old image and swapped in once complete.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import numcodecs
+import numpy as np
+import zarr
+from zarr.storage import LocalStore
+
+from linumpy import settings
+from linumpy._xp import array_module, to_numpy
+from linumpy.errors import LinumpyError
+from linumpy.io.metadata import (
+    Axis,
+    NgffVersion,
+    axes_to_ngff,
+    check_chunk_count,
+    make_axes,
+    parse_block,
+    parse_ngff_version,
+    parse_voxel_size,
+)
+from linumpy.io.staging import StagedWrite, recover_staging
+
+__all__ = ["OmeZarrWriter", "downsample_mean", "save_omezarr"]
+
+def _level_shapes(
+    shape: tuple[int, ...], n_levels: int, shrink: Sequence[bool]
+) -> list[tuple[int, ...]]:
+    shapes = [shape]
+    for _ in range(n_levels - 1):
+        shapes.append(tuple(-(-s // 2) if k else s for s, k in zip(shapes[-1], shrink)))
+    return shapes
+
+
+def _level_factor(shape: tuple[int, ...], level: int, shrink: Sequence[bool]) -> tuple[int, ...]:
+    """Downsampling factor of each axis at ``level`` (axes of size 1 stop shrinking; only the
+    ``shrink`` axes, the space axes, are downsampled)."""
+    factors = []
+    for size, axis_shrinks in zip(shape, shrink):
+        factor = 1
+        for _ in range(level):
+            if size > 1 and axis_shrinks:
+                size = -(-size // 2)
+                factor *= 2
+        factors.append(factor)
+    return tuple(factors)
+
+
+def downsample_mean(array: Any, axes: Sequence[int] | None = None) -> Any:
+    """Halve the ``axes`` longer than 1 (all by default) by averaging pairs, as OME-Zarr pyramid
+    levels are built.
+
+    An odd last element is paired with itself. Floats are averaged in their own precision;
+    integers in float64, then rounded (half to even) and clipped to their dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> downsample_mean(np.array([[1, 2, 3], [5, 6, 7]], dtype=np.uint8))
+    array([[4, 5]], dtype=uint8)
+    >>> downsample_mean(np.array([1.0, 2.0, 4.0, 8.0]))
+    array([1.5, 6. ])
+    >>> downsample_mean(np.array([[1.0, 3.0], [5.0, 7.0]]), axes=[1])  # channels stay apart
+    array([[2.],
+           [6.]])
+    """
+    xp = array_module(array)
+    dtype = array.dtype
+    work = array if dtype.kind in "fc" else array.astype(xp.float64)
+    half = work.dtype.type(0.5)
+    for axis in range(work.ndim) if axes is None else axes:
+        size = work.shape[axis]
+        if size < 2:
+            continue
+        if size % 2:
+            last = [slice(None)] * work.ndim
+            last[axis] = slice(size - 1, size)
+            work = xp.concatenate([work, work[tuple(last)]], axis=axis)
+        even = [slice(None)] * work.ndim
+        odd = [slice(None)] * work.ndim
+        even[axis] = slice(0, None, 2)
+        odd[axis] = slice(1, None, 2)
+        work = (work[tuple(even)] + work[tuple(odd)]) * half
+    if dtype.kind in "fc":
+        return work
+    if dtype.kind == "b":
+        return work >= 0.5
+    info = np.iinfo(dtype)
+    return xp.clip(xp.round(work), info.min, info.max).astype(dtype)
+
+
+AxesArg = str | Sequence[str | Axis | Mapping[str, Any]] | None
+
+
+class OmeZarrWriter:
+    """Write an OME-Zarr image block by block, then build its pyramid.
+
+    The image and every level's array are created up front (with the multiscales metadata);
+    ``writer[region] = block`` writes full-resolution data; :meth:`finalize` computes levels
+    1 to ``n_levels - 1`` by 2x mean downsampling of the space axes. Writes whose regions align
+    with the chunks (or with the shards, when sharded) are the fast ones: a partial chunk or shard
+    is read back and rewritten.
+
+    Replacing an existing image is atomic: the new image is written in a staging directory beside
+    it (:attr:`path`) and swapped in at :meth:`commit` (called by :meth:`finalize` and at the end
+    of a ``with`` block); until then the old image stays readable and intact, and an exception in
+    the ``with`` block, a kill or a writer never committed leaves it as it was (see
+    :mod:`linumpy.io.staging`). A new image is written in place (``path`` is the target) and
+    deleted on an exception in the ``with`` block.
+
+    Parameters
+    ----------
+    path
+        The image's top-level directory.
+    shape, dtype
+        Shape and dtype of the full-resolution data (2 to 5 axes).
+    voxel_size
+        Size of a voxel along each axis, in its unit (1 for time and channel axes).
+    chunks
+        Chunk shape; 128 along each axis (clipped to the shape) by default. Shapes cutting the
+        image into millions of tiny chunks are refused
+        (:func:`~linumpy.io.metadata.check_chunk_count`).
+    shards
+        Shard shape (NGFF 0.5 only), a multiple of ``chunks``; None for no sharding.
+    n_levels
+        Number of pyramid levels, full resolution included.
+    level
+        zstd compression level.
+    overwrite
+        Replace an existing ``path``; without it an existing path is an error.
+    ngff_version
+        ``"0.5"`` (zarr v3) or ``"0.4"`` (zarr v2, for older tools).
+    unit
+        Unit of the space axes named in ``axes`` without a unit of their own.
+    fill_value
+        Value of regions never written.
+    axes
+        Axis names (``"cyx"``), or :class:`~linumpy.io.metadata.Axis` entries with types and
+        units (as :func:`~linumpy.io.omezarr.read_axes` returns them); by default the last
+        axes of ``tczyx``.
+    checksum
+        Store a zstd content checksum (XXH64) in every chunk, verified on every read; by default
+        ``linumpy.settings.get().write_checksum`` (True unless ``LINUMPY_ZSTD_CHECKSUM=0``).
+
+    Attributes
+    ----------
+    target
+        The image's final path.
+    path
+        Where the image is being written: ``target``, or its staging copy until :meth:`commit`.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> path = tempfile.mkdtemp() + "/tiles.ome.zarr"
+    >>> with OmeZarrWriter(path, (8, 16, 16), np.uint8, voxel_size=(1, 1, 1),
+    ...                    chunks=(8, 8, 8), n_levels=2) as writer:
+    ...     writer[:, :8, :8] = np.full((8, 8, 8), 3, np.uint8)
+    >>> from linumpy.io import read_omezarr
+    >>> read_omezarr(path, level=1)[0].shape
+    (4, 8, 8)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        shape: Sequence[int],
+        dtype: np.typing.DTypeLike,
+        *,
+        voxel_size: Sequence[float],
+        chunks: Sequence[int] | None = None,
+        shards: Sequence[int] | None = None,
+        n_levels: int = 1,
+        level: int = 3,
+        overwrite: bool = False,
+        ngff_version: NgffVersion = "0.5",
+        unit: str = "micrometer",
+        fill_value: Any = 0,
+        axes: AxesArg = None,
+        checksum: bool | None = None,
+    ) -> None:
+        self.target = Path(path)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.ngff_version = parse_ngff_version(ngff_version)
+        self.voxel_size = parse_voxel_size(voxel_size, len(self.shape))
+        self.axes = make_axes(len(self.shape), axes, unit)
+        self.checksum = settings.get().write_checksum if checksum is None else bool(checksum)
+        chunks = parse_block(chunks, self.shape, "chunks") or tuple(min(128, s) for s in shape)
+        shards = parse_block(shards, self.shape, "shards")
+        if shards is not None:
+            if ngff_version == "0.4":
+                raise ValueError("shards need zarr v3: use ngff_version='0.5'")
+            if any(s % c for s, c in zip(shards, chunks, strict=True)):
+                raise ValueError(f"shards {shards} must be multiples of chunks {chunks}")
+        if not isinstance(n_levels, int) or n_levels < 1:
+            raise ValueError(f"n_levels must be a positive integer, got {n_levels!r}")
+        check_chunk_count(self.shape, chunks, self.dtype.itemsize)
+        recover_staging(self.target)
+        self._staged: StagedWrite | None = None
+        if self.target.exists() or self.target.is_symlink():
+            if not overwrite:
+                raise LinumpyError(f"{self.target} exists; pass overwrite=True to replace it")
+            self._staged = StagedWrite(self.target)
+            self.path = self._staged.path
+        else:
+            self.path = self.target
+        self._finalized = self._committed = False
+        try:
+            self.arrays = self._create(chunks, shards, n_levels, level, fill_value)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _create(
+        self,
+        chunks: tuple[int, ...],
+        shards: tuple[int, ...] | None,
+        n_levels: int,
+        level: int,
+        fill_value: Any,
+    ) -> list[zarr.Array]:
+        zarr_format = 3 if self.ngff_version == "0.5" else 2
+        group = zarr.open_group(store=LocalStore(self.path), mode="w-", zarr_format=zarr_format)
+        shrink = [axis.type == "space" for axis in self.axes]
+        arrays, datasets = [], []
+        for index, level_shape in enumerate(_level_shapes(self.shape, n_levels, shrink)):
+            level_chunks = tuple(min(c, s) for c, s in zip(chunks, level_shape))
+            level_shards = None
+            if shards is not None:
+                level_shards = tuple(
+                    min(sh, -(-s // c) * c) for sh, s, c in zip(shards, level_shape, level_chunks)
+                )
+            compressor: Any = (
+                zarr.codecs.ZstdCodec(level=level, checksum=self.checksum)
+                if zarr_format == 3
+                else numcodecs.Zstd(level, checksum=self.checksum)
+            )
+            arrays.append(
+                group.create_array(
+                    str(index),
+                    shape=level_shape,
+                    dtype=self.dtype,
+                    chunks=level_chunks,
+                    shards=level_shards,
+                    compressors=compressor,
+                    fill_value=fill_value,
+                    chunk_key_encoding={
+                        "name": "default" if zarr_format == 3 else "v2",
+                        "separator": "/",
+                    },
+                    **(
+                        {"dimension_names": [a.name for a in self.axes]} if zarr_format == 3 else {}
+                    ),
+                )
+            )
+            factor = _level_factor(self.shape, index, shrink)
+            scale = [v * f for v, f in zip(self.voxel_size, factor)]
+            datasets.append(
+                {
+                    "path": str(index),
+                    "coordinateTransformations": [{"type": "scale", "scale": scale}],
+                }
+            )
+        multiscale = {
+            "name": self.target.name,
+            "axes": axes_to_ngff(self.axes),
+            "datasets": datasets,
+        }
+        if zarr_format == 3:
+            group.attrs["ome"] = {"version": "0.5", "multiscales": [multiscale]}
+        else:
+            group.attrs["multiscales"] = [{"version": "0.4", **multiscale}]
+        return arrays
+
+    @property
+    def array(self) -> zarr.Array:
+        """The full-resolution array."""
+        return self.arrays[0]
+
+    def __setitem__(self, region: Any, block: Any) -> None:
+        self.arrays[0][region] = to_numpy(block)
+
+    def finalize(self) -> None:
+        """Build pyramid levels 1 and up, each from the level above, then :meth:`commit`.
+
+        Levels are computed block by block (a target shard, or chunk, at a time) in a thread
+        pool, so memory stays bounded by a few blocks whatever the image's size. Only the space
+        axes are downsampled.
+        """
+        space = [i for i, axis in enumerate(self.axes) if axis.type == "space"]
+        for source, target in zip(self.arrays, self.arrays[1:]):
+            _downsample_level(source, target, space)
+        self._finalized = True
+        self.commit()
+
+    def commit(self) -> None:
+        """Move a replacement into place (the old image is deleted); nothing to do for a new image.
+
+        For callers that write every pyramid level themselves; :meth:`finalize` commits too.
+        """
+        if self._staged is not None and not self._committed:
+            self._staged.commit()
+            self.path = self.target
+            self.arrays = [
+                zarr.open_array(store=self.path / a.path, mode="r+") for a in self.arrays
+            ]
+        self._committed = True
+
+    def abort(self) -> None:
+        """Throw away what was written: a replacement's staging copy, or a new image entirely."""
+        if self._committed:
+            return
+        if self._staged is not None:
+            self._staged.abort()
+        elif self.path.exists():
+            shutil.rmtree(self.path, ignore_errors=True)
+        self._committed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self._finalized:
+            self.finalize()
+        else:
+            self.commit()
+
+
+def _downsample_level(source: zarr.Array, target: zarr.Array, axes: Sequence[int]) -> None:
+    factors = [2 if size > 1 and i in axes else 1 for i, size in enumerate(source.shape)]
+    block = target.shards or target.chunks
+
+    def build(origin: tuple[int, ...]) -> None:
+        out = tuple(slice(o, min(o + b, n)) for o, b, n in zip(origin, block, target.shape))
+        target[out] = downsample_mean(
+            source[tuple(slice(s.start * f, s.stop * f) for s, f in zip(out, factors))], axes
+        )
+
+    starts = itertools.product(*(range(0, n, b) for n, b in zip(target.shape, block)))
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+        for _ in pool.map(build, starts):
+            pass
+
+
+def save_omezarr(
+    data: Any,
+    path: str | os.PathLike[str],
+    *,
+    voxel_size: Sequence[float],
+    chunks: Sequence[int] | None = None,
+    shards: Sequence[int] | None = None,
+    n_levels: int = 1,
+    level: int = 3,
+    overwrite: bool = False,
+    ngff_version: NgffVersion = "0.5",
+    unit: str = "micrometer",
+    axes: AxesArg = None,
+    checksum: bool | None = None,
+) -> None:
+    """Write an array as a zstd-compressed OME-Zarr multiscale image.
+
+    Replacing an image (``overwrite``) is atomic: the new image is written beside the old one
+    and swapped in once complete, so an interrupted write leaves the old image intact, and data
+    read from the image being replaced (a dask array of it) is read before the swap.
+
+    Parameters
+    ----------
+    data
+        A numpy, dask or cupy array with 2 to 5 axes.
+    path
+        The image's top-level directory.
+    voxel_size
+        Size of a voxel along each axis, in its unit.
+    chunks, shards, n_levels, level, overwrite, ngff_version, unit, axes, checksum
+        As for :class:`OmeZarrWriter`.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> save_omezarr(np.zeros((64, 64, 64), np.uint16), path, voxel_size=(3.5, 1.5, 1.5),
+    ...              chunks=(32, 32, 32), n_levels=3)
+    >>> from linumpy.io import read_omezarr
+    >>> read_omezarr(path, level=2)[1]
+    (14.0, 6.0, 6.0)
+    """
+    dask_array = sys.modules.get("dask.array")  # a dask array implies dask is imported
+    is_dask = dask_array is not None and isinstance(data, dask_array.Array)
+    if not is_dask:
+        data = to_numpy(data)
+    writer = OmeZarrWriter(
+        path,
+        data.shape,
+        data.dtype,
+        voxel_size=voxel_size,
+        chunks=chunks,
+        shards=shards,
+        n_levels=n_levels,
+        level=level,
+        overwrite=overwrite,
+        ngff_version=ngff_version,
+        unit=unit,
+        axes=axes,
+        checksum=checksum,
+    )
+    with writer:
+        if is_dask:
+            target = writer.array
+            dask_array.store(data.rechunk(target.shards or target.chunks), target, lock=False)
+        else:
+            writer[...] = data
