@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -11,7 +11,14 @@ from linumpy._xp import array_module
 from linumpy.errors import LinumpyError
 from linumpy.mosaic.transform import TileTransform
 
-__all__ = ["BLENDING_MODES", "Blending", "blending_weights", "stitch"]
+__all__ = [
+    "BLENDING_MODES",
+    "Blending",
+    "blending_weights",
+    "stitch",
+    "stitch_region",
+    "tiles_in_region",
+]
 
 Blending = Literal["none", "average", "linear"]
 BLENDING_MODES: tuple[Blending, ...] = ("none", "average", "linear")
@@ -109,27 +116,132 @@ def stitch(
     >>> stitch(np.stack([mosaic, 2 * mosaic]), transform).shape
     (2, 1, 10)
     """
+    transform.check_mosaic_shape(mosaic.shape)
+    return stitch_region(mosaic, transform, blending, on_tile=on_tile)
+
+
+def tiles_in_region(
+    transform: TileTransform, origin: Sequence[int], shape: Sequence[int]
+) -> tuple[slice, slice] | None:
+    """The grid rows and columns of the tiles that overlap a region of the stitched image.
+
+    Parameters
+    ----------
+    transform
+        The tile layout, normalized.
+    origin, shape
+        ``(y, x)`` of the region's top-left pixel and its ``(height, width)``.
+
+    Returns
+    -------
+    (rows, cols) or None
+        Slices of tile indices covering every tile that overlaps the region (the smallest
+        such rectangle of the grid); None when no tile does.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.stitch import tiles_in_region
+    >>> from linumpy.mosaic.transform import TileTransform
+    >>> transform = TileTransform([[4.0, 0.0], [0.0, 4.0]], (0.0, 0.0), (6, 6), (3, 3))
+    >>> tiles_in_region(transform, (0, 9), (3, 5))  # x 9 to 13: columns 1 and 2
+    (slice(0, 1, None), slice(1, 3, None))
+    >>> tiles_in_region(transform, (20, 0), (4, 4)) is None
+    True
+    """
+    h, w = transform.tile_shape
+    (y0, x0), (dy, dx) = origin, shape
+    positions = transform.pixel_positions()
+    py, px = positions[..., 0], positions[..., 1]
+    hit = (py < y0 + dy) & (py + h > y0) & (px < x0 + dx) & (px + w > x0)
+    if not hit.any():
+        return None
+    rows, cols = np.nonzero(hit)
+    return slice(int(rows.min()), int(rows.max()) + 1), slice(int(cols.min()), int(cols.max()) + 1)
+
+
+def stitch_region(
+    mosaic: Any,
+    transform: TileTransform,
+    blending: Blending = "linear",
+    *,
+    origin: Sequence[int] = (0, 0),
+    shape: Sequence[int] | None = None,
+    grid_origin: Sequence[int] = (0, 0),
+    on_tile: Callable[[], None] | None = None,
+) -> Any:
+    """Stitch one region of the output from the part of the mosaic grid that covers it.
+
+    Every pixel comes out as :func:`stitch` computes it for the whole image (same tiles, same
+    order, same arithmetic), so regions stitched apart and put together equal :func:`stitch`.
+
+    Parameters
+    ----------
+    mosaic
+        ``([Z,] n_rows * tile_h, n_cols * tile_w)`` numpy or cupy array: the tiles of grid rows
+        ``grid_origin[0]`` and up, columns ``grid_origin[1]`` and up (tiles outside it are
+        skipped: give all those :func:`tiles_in_region` names).
+    transform
+        The tile layout of the whole grid, normalized.
+    blending
+        As for :func:`stitch`.
+    origin, shape
+        ``(y, x)`` of the region in the stitched image and its ``(height, width)``; the whole
+        image by default.
+    grid_origin
+        Grid ``(row, col)`` of the first tile in ``mosaic``.
+    on_tile
+        Called after each tile is placed.
+
+    Returns
+    -------
+    array
+        ``([Z,] height, width)`` float32.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linumpy.mosaic.stitch import stitch, stitch_region
+    >>> from linumpy.mosaic.transform import TileTransform
+    >>> transform = TileTransform([[1.0, 0.0], [0.0, 4.0]], (0.0, 0.0), (1, 6), (1, 2))
+    >>> mosaic = np.array([[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]], dtype=np.uint16)
+    >>> right = stitch_region(mosaic, transform, origin=(0, 5), shape=(1, 5))
+    >>> bool((right == stitch(mosaic, transform)[:, 5:]).all())
+    True
+    >>> only_second = stitch_region(mosaic[:, 6:], transform, origin=(0, 5), shape=(1, 5),
+    ...                             grid_origin=(0, 1))
+    >>> only_second.round(2)  # what the first tile adds is missing
+    array([[3., 3., 3., 3., 3.]], dtype=float32)
+    """
     xp = array_module(mosaic)
     blending = parse_blending(blending)
-    transform.check_mosaic_shape(mosaic.shape)
     h, w = transform.tile_shape
     volume = mosaic if mosaic.ndim == 3 else mosaic[None]
-    height, width = transform.output_shape()
+    if volume.shape[1] % h or volume.shape[2] % w:
+        raise LinumpyError(f"mosaic part {mosaic.shape} is not made of whole {h}x{w} tiles")
+    n_rows, n_cols = volume.shape[1] // h, volume.shape[2] // w
+    height, width = transform.output_shape() if shape is None else (int(n) for n in shape)
     out = xp.zeros((volume.shape[0], height, width), dtype=xp.float32)
-    positions = transform.pixel_positions()
+    positions = transform.pixel_positions() - np.asarray(origin, dtype=np.int64)
     weights = xp.asarray(blending_weights(transform, blending))
     weight_sum = xp.zeros((height, width), dtype=xp.float32)
     scratch = xp.empty((volume.shape[0], h, w), dtype=xp.float32)
     for row, col in transform.tiles():
+        r, c = row - grid_origin[0], col - grid_origin[1]
         y, x = (int(v) for v in positions[row, col])
-        ys, xs = transform.grid_slices(row, col)
-        target = out[:, y : y + h, x : x + w]
+        ty0, ty1 = max(0, -y), min(h, height - y)
+        tx0, tx1 = max(0, -x), min(w, width - x)
+        if not (0 <= r < n_rows and 0 <= c < n_cols) or ty0 >= ty1 or tx0 >= tx1:
+            continue
+        target = out[:, y + ty0 : y + ty1, x + tx0 : x + tx1]
+        tile = volume[:, r * h + ty0 : r * h + ty1, c * w + tx0 : c * w + tx1]
         if blending == "none":
-            target[...] = volume[:, ys, xs]
+            target[...] = tile
         else:
-            xp.multiply(volume[:, ys, xs], weights, out=scratch)
-            target += scratch
-            weight_sum[y : y + h, x : x + w] += weights
+            part = weights[ty0:ty1, tx0:tx1]
+            weighted = scratch[:, : ty1 - ty0, : tx1 - tx0]
+            xp.multiply(tile, part, out=weighted)
+            target += weighted
+            weight_sum[y + ty0 : y + ty1, x + tx0 : x + tx1] += part
         if on_tile is not None:
             on_tile()
     if blending != "none":
