@@ -68,6 +68,8 @@ class BenchConfig:
         File readers of ``read_volume(gpu=True)`` to time (``"auto"``, ``"pread"``, ``"kvikio"``).
     workdir
         Where the volumes are written (None: a temporary folder, removed at the end).
+    keep
+        Keep each layout's array in ``workdir`` (else it is removed once measured).
 
     Examples
     --------
@@ -91,6 +93,7 @@ class BenchConfig:
     threads: int | None = None
     fetch: tuple[str, ...] = ("auto",)
     workdir: Path | None = None
+    keep: bool = False
 
 
 @dataclass
@@ -273,7 +276,7 @@ def run_benchmark(config: BenchConfig, *, progress: bool | None = None) -> Bench
                 gpu_read_rows(
                     timer, layout.name, path, device_volume, fetch=config.fetch, cold=config.cold
                 )
-            if config.input is None and config.workdir is None:
+            if config.input is None and not config.keep:
                 shutil.rmtree(path, ignore_errors=True)
     result.rows = timer.rows
     return result
