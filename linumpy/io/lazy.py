@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dask.array as da
@@ -84,11 +84,13 @@ def grow_block(
     itemsize: int,
     target_bytes: int,
     axes: Sequence[int] | None = None,
+    cost: Callable[[tuple[int, ...]], int] | None = None,
 ) -> tuple[int, ...]:
     """The largest block of whole ``unit`` multiples within ``target_bytes`` (one unit at least).
 
     Axes grow by doubling, the one whose block is shortest first (ties: the last axis), so
-    blocks stay close to cubes; ``axes`` restricts which axes grow.
+    blocks stay close to cubes; ``axes`` restricts which axes grow. A block costs ``itemsize``
+    bytes per element, or what ``cost(block_shape)`` says.
 
     Examples
     --------
@@ -102,8 +104,11 @@ def grow_block(
     full = [max(1, math.ceil(n / u)) for n, u in zip(shape, unit)]
     growable = set(range(len(unit)) if axes is None else axes)
 
+    def block(c: list[int]) -> tuple[int, ...]:
+        return tuple(min(k * u, max(n, 1)) for k, u, n in zip(c, unit, shape))
+
     def nbytes(c: list[int]) -> int:
-        return math.prod(min(k * u, max(n, 1)) for k, u, n in zip(c, unit, shape)) * itemsize
+        return cost(block(c)) if cost is not None else math.prod(block(c)) * itemsize
 
     while True:
         candidates = [a for a in growable if counts[a] < full[a]]
@@ -116,7 +121,7 @@ def grow_block(
             growable.discard(axis)
             continue
         counts = trial
-    return tuple(min(k * u, max(n, 1)) for k, u, n in zip(counts, unit, shape))
+    return block(counts)
 
 
 def aligned_chunks(region: Sequence[slice], block: Sequence[int]) -> tuple[tuple[int, ...], ...]:

@@ -1,0 +1,289 @@
+"""Writing dask arrays into zarr arrays in parallel, and building OME-Zarr pyramids out of core.
+
+Every task writes one region made of whole shards (or chunks, for arrays without shards), so no
+two tasks ever touch the same stored object and no lock is needed. Blocks that are cupy arrays
+are written with the target opened inside :func:`linumpy.gpu.zarr_io.gpu_zarr_context`, so
+zarr encodes them with nvCOMP on the GPU. Pyramid levels are computed from the level above as
+stored on disk, one block at a time, so memory stays bounded whatever the image's size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import zarr
+from zarr.storage import LocalStore
+
+from linumpy._xp import array_module, gpu_module
+from linumpy.errors import LinumpyError
+from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
+from linumpy.parallel import Cluster
+
+__all__ = [
+    "align_blocks",
+    "array_path",
+    "empty_meta",
+    "store_dask",
+    "store_graph",
+    "write_pyramid",
+]
+
+
+def array_path(target: zarr.Array | str | os.PathLike[str]) -> str:
+    """The directory of a zarr array on the local file system.
+
+    Raises
+    ------
+    LinumpyError
+        For an array in a store that is not a local directory.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.dask_write import array_path
+    >>> folder = tempfile.mkdtemp()
+    >>> group = zarr.open_group(folder + "/image.zarr", mode="w")
+    >>> array = group.create_array("0", shape=(4,), dtype="uint8")
+    >>> array_path(array) == folder + "/image.zarr/0"
+    True
+    """
+    if not isinstance(target, zarr.Array):
+        return os.fspath(target)
+    if not isinstance(target.store, LocalStore):
+        raise LinumpyError(f"writing dask arrays needs a zarr array on disk, not in {target.store}")
+    return os.fspath(Path(target.store.root) / target.path)
+
+
+def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
+    """``data`` rechunked, if needed, so that every block boundary is a multiple of ``unit``.
+
+    Blocks keep about their size (rounded to whole units); already aligned arrays are returned
+    as they are.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> from linumpy.io.dask_write import align_blocks
+    >>> align_blocks(da.zeros((100, 30), chunks=(25, 30)), (16, 16)).chunks
+    ((32, 32, 32, 4), (30,))
+    >>> x = da.zeros((100, 30), chunks=(32, 16))
+    >>> align_blocks(x, (16, 16)) is x
+    True
+    """
+    if all(
+        all(edge % u == 0 for edge in np.cumsum(chunks)[:-1])
+        for chunks, u in zip(data.chunks, unit)
+    ):
+        return data
+    block = tuple(max(1, round(max(chunks) / u)) * u for chunks, u in zip(data.chunks, unit))
+    return data.rechunk(block)
+
+
+def _open_target(path: str, gpu: bool) -> tuple[zarr.Array, Any]:
+    if not gpu:
+        return zarr.open_array(store=path, mode="r+"), None
+    from linumpy.gpu.zarr_io import gpu_zarr_context
+
+    context = gpu_zarr_context()
+    context.__enter__()
+    return zarr.open_array(store=path, mode="r+"), context
+
+
+def _write_block(block: Any, path: str, block_info: dict[Any, Any] | None = None) -> np.ndarray:
+    region = tuple(slice(a, b) for a, b in block_info[0]["array-location"])
+    xp = array_module(block)
+    target, context = _open_target(path, gpu=xp is not np)
+    try:
+        target[region] = block
+        if context is not None:
+            xp.cuda.get_current_stream().synchronize()
+    finally:
+        if context is not None:
+            context.__exit__(None, None, None)
+    return np.full((1,) * block.ndim, block.nbytes, dtype=np.int64)
+
+
+def store_graph(data: da.Array, target: zarr.Array | str | os.PathLike[str]) -> da.Array:
+    """A lazy write of ``data`` into the zarr array ``target`` (nothing is written yet).
+
+    ``data`` is first aligned to the target's shards (or chunks) with :func:`align_blocks`.
+
+    Returns
+    -------
+    dask.array.Array
+        One int64 per block: the bytes that block writes when computed.
+
+    Examples
+    --------
+    >>> import dask.array as da, tempfile, zarr
+    >>> from linumpy.io.dask_write import store_graph
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> target = zarr.create_array(path, shape=(64, 64), chunks=(16, 16), dtype="uint8")
+    >>> written = store_graph(da.ones((64, 64), dtype="uint8", chunks=32), target)
+    >>> written.numblocks, int(written.sum().compute()), int(target[...].sum())
+    ((2, 2), 4096, 4096)
+    """
+    path = array_path(target)
+    array = zarr.open_array(store=path, mode="r")
+    if tuple(array.shape) != tuple(data.shape):
+        raise LinumpyError(f"{path}: shape {array.shape}, the data to write {data.shape}")
+    data = align_blocks(data, storage_unit(array))
+    return data.map_blocks(
+        _write_block,
+        path,
+        chunks=tuple((1,) * len(c) for c in data.chunks),
+        dtype=np.int64,
+        meta=np.empty((0,) * data.ndim, dtype=np.int64),
+    )
+
+
+def store_dask(
+    data: da.Array,
+    target: zarr.Array | str | os.PathLike[str],
+    *,
+    cluster: Cluster | None = None,
+    progress: bool = False,
+    desc: str = "write",
+) -> int:
+    """Write a dask array (numpy or cupy blocks) into a zarr array, shard-aligned, in parallel.
+
+    Parameters
+    ----------
+    data
+        The array to write, of the target's shape.
+    target
+        A zarr array on disk, or its directory (opened for writing in each task).
+    cluster
+        Where the tasks run (:func:`linumpy.parallel.dask_cluster`); local threads by default.
+    progress, desc
+        Show a progress bar over the tasks, with this label.
+
+    Returns
+    -------
+    int
+        Bytes written (uncompressed).
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np, tempfile, zarr
+    >>> from linumpy.io.dask_write import store_dask
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> target = zarr.create_array(path, shape=(40, 40), chunks=(8, 8), shards=(16, 16),
+    ...                            dtype="int32")
+    >>> data = da.arange(1600, dtype="int32", chunks=100).reshape(40, 40)
+    >>> store_dask(data, target)
+    6400
+    >>> bool((target[...] == np.arange(1600).reshape(40, 40)).all())
+    True
+    """
+    cluster = cluster or Cluster()
+    written = store_graph(data, target).sum()
+    return int(cluster.compute(written, desc=desc, progress=progress))
+
+
+def _downsample_block(
+    source: str,
+    source_shape: tuple[int, ...],
+    factors: tuple[int, ...],
+    gpu: bool,
+    block_info: dict[Any, Any] | None = None,
+) -> Any:
+    from linumpy.io import downsample_mean, read_volume
+
+    location = block_info[None]["array-location"]
+    region = tuple(
+        slice(a * f, min(b * f, n)) for (a, b), f, n in zip(location, factors, source_shape)
+    )
+    return downsample_mean(read_volume(source, gpu=gpu, region=region))
+
+
+def _downsample_cost(dtype: np.dtype, factors: Sequence[int]) -> int:
+    """Bytes of working set per output element: the source block, its float copies while
+    averaging, and the output with its encoded copy."""
+    work = dtype.itemsize if dtype.kind in "fc" else 8
+    return math.prod(factors) * (dtype.itemsize + 2 * work) + 2 * dtype.itemsize
+
+
+def write_pyramid(
+    arrays: Sequence[zarr.Array],
+    *,
+    gpu: bool = False,
+    cluster: Cluster | None = None,
+    progress: bool = False,
+) -> None:
+    """Fill pyramid levels 1 and up, each from the level above as stored, block by block.
+
+    Level ``i`` is the 2x mean (:func:`linumpy.io.downsample_mean`) of level ``i - 1`` along
+    every axis longer than 1; each task reads the source region of one block of whole target
+    shards (or chunks) with :func:`linumpy.io.read_volume`, averages it and writes it, so memory
+    holds a few blocks whatever the image's size. Equal to downsampling the whole level at once.
+
+    Parameters
+    ----------
+    arrays
+        The levels, full resolution first (for example ``OmeZarrWriter(...).arrays``); level 0
+        must already be written.
+    gpu
+        Read, average and encode on the GPU (nvCOMP).
+    cluster
+        Where the tasks run; local threads by default. Blocks fit its per-task memory.
+    progress
+        Show a progress bar per level.
+
+    Raises
+    ------
+    MemoryLimitError
+        When the cluster's memory limit is smaller than one block.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import OmeZarrWriter, downsample_mean
+    >>> from linumpy.io.dask_write import write_pyramid
+    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
+    >>> writer = OmeZarrWriter(path, (9, 20, 20), np.uint16, voxel_size=(1, 1, 1),
+    ...                        chunks=(4, 8, 8), n_levels=3)
+    >>> volume = np.arange(9 * 20 * 20, dtype=np.uint16).reshape(9, 20, 20)
+    >>> writer.array[...] = volume
+    >>> write_pyramid(writer.arrays)
+    >>> bool((writer.arrays[2][...] == downsample_mean(downsample_mean(volume))).all())
+    True
+    """
+    cluster = cluster or Cluster()
+    for index, (source, target) in enumerate(zip(arrays, arrays[1:]), start=1):
+        factors = tuple(2 if n > 1 else 1 for n in source.shape)
+        dtype = np.dtype(target.dtype)
+        unit = storage_unit(target)
+        per_element = _downsample_cost(dtype, factors)
+        budget = cluster.task_bytes(math.prod(unit) * per_element, f"pyramid level {index}")
+        block = grow_block(unit, target.shape, per_element, budget)
+        whole = tuple(slice(0, n) for n in target.shape)
+        level = da.map_blocks(
+            _downsample_block,
+            array_path(source),
+            tuple(source.shape),
+            factors,
+            gpu,
+            chunks=aligned_chunks(whole, block),
+            dtype=dtype,
+            meta=empty_meta(dtype, target.ndim, gpu),
+        )
+        store_dask(level, target, cluster=cluster, progress=progress, desc=f"level {index}")
+
+
+def empty_meta(dtype: np.typing.DTypeLike, ndim: int, gpu: bool) -> Any:
+    """An empty numpy (or, with ``gpu``, cupy) array: the ``meta`` of a dask array's blocks.
+
+    Examples
+    --------
+    >>> from linumpy.io.dask_write import empty_meta
+    >>> empty_meta("float32", 3, gpu=False)
+    array([], shape=(0, 0, 0), dtype=float32)
+    """
+    return gpu_module(gpu).empty((0,) * ndim, dtype=dtype)
