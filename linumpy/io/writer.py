@@ -37,6 +37,7 @@ from linumpy.io.staging import StagedWrite, recover_staging
 
 __all__ = ["OmeZarrWriter", "downsample_mean", "save_omezarr"]
 
+
 def _level_shapes(
     shape: tuple[int, ...], n_levels: int, shrink: Sequence[bool]
 ) -> list[tuple[int, ...]]:
