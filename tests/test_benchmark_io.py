@@ -1,63 +1,169 @@
-"""linum-benchmark-io (CPU rows on a tiny volume, GPU rows with a GPU) and linum-gpu-info."""
+"""linum-benchmark-io (CPU rows on a tiny volume, GPU rows with a GPU, bad inputs) and
+linum-gpu-info."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import gpu_missing_reason
 from zarr_layouts import make_array, sample_data
 
+from linumpy.bench import oct_volume
 from linumpy.cli import linum_benchmark_io, linum_gpu_info
+from linumpy.io import save_omezarr
 
 TINY = ["--shape", "32", "96", "64", "--chunks", "16", "--shard", "16", "48", "64"]
-TINY += ["--shard-chunk", "16", "--warmup", "0", "--repeats", "2"]
+TINY += ["--shard-chunks", "16", "--warmup", "0", "--repeats", "2", "--row-budget", "1"]
 
 
-def test_cpu_rows_table_json_and_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _exit_2(argv: list[str], capsys: pytest.CaptureFixture[str], main=linum_benchmark_io.main):
+    """Run ``main`` expecting exit status 2; return its one-line error."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_cpu_run_writes_tables_json_and_chart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "bench"
     linum_benchmark_io.main([str(out), *TINY, "--cpu-only", "--cold"])
-    table = capsys.readouterr().out
-    payload = json.loads((out / "benchmark_io.json").read_text())
-    rows = payload["rows"]
+    printed = capsys.readouterr().out
+    rows = json.loads((out / "benchmark_io.json").read_text())["rows"]
     layouts = {row["layout"] for row in rows}
-    assert layouts == {"16^3", "sharded 16x48x64 of 16^3"}
+    assert layouts == {"16^3", "sharded 16^3 in 16x48x64"}
     for layout in layouts:
         names = {row["name"] for row in rows if row["layout"] == layout}
         assert {
-            linum_benchmark_io.ZARR_CPU,
             "linumpy read_volume (CPU)",
-            "zarr CPU write (libzstd encode)",
+            "zarr CPU read",
             "linumpy read_volume (CPU), cold",
+            "zarr CPU write",
         } <= names
-    reads = [row for row in rows if row["matches"] is not None]
-    assert reads and all(row["matches"] for row in reads)
-    assert all(row["gbps"] > 0 and 1 <= row["runs"] <= 2 for row in rows)
-    assert all(row["kind"] != "gpu" for row in rows)
-    assert "cold cache (posix_fadvise DONTNEED)" in table
-    assert table.count("\n| ") == len(rows) + 2  # header, separator, one row per measurement
-    assert table.startswith((out / "benchmark_io.md").read_text())
+        assert any(name.startswith("ceiling: numcodecs") for name in names)
+    assert all(row["matches"] for row in rows if row["op"] == "read" and row["runs"])
+    assert not [row for row in rows if row["kind"] == "gpu"]
+    # The table printed last gives fractions of the ceilings, one line per row.
+    last = printed[printed.rindex("| layout | path | GB/s | x decode") :]
+    assert last.count("\n| ") == len(rows) + 1
+    assert "| 16^3 | linumpy read_volume (CPU) |" in last
+    markdown = (out / "benchmark_io.md").read_text()
+    assert last.strip() in markdown
     assert (out / "benchmark_io.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not list(out.glob("volumes-*"))  # written volumes are removed
+    assert sorted(p.name for p in out.iterdir()) == [
+        "benchmark_io.json",
+        "benchmark_io.md",
+        "benchmark_io.png",
+    ]
 
 
-def test_refuses_to_overwrite_without_f(tmp_path: Path) -> None:
-    (tmp_path / "taken.txt").write_text("x")
-    with pytest.raises(SystemExit):
-        linum_benchmark_io.main([str(tmp_path), *TINY, "--cpu-only"])
+def test_ome_zarr_input_is_read_at_level_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = tmp_path / "mosaic.ome.zarr"
+    save_omezarr(oct_volume((16, 48, 32)), image, voxel_size=(1, 1, 1), chunks=(8, 16, 16))
+    out = tmp_path / "bench"
+    linum_benchmark_io.main([str(out), "--input", str(image), "--cpu-only", "--repeats", "1"])
+    capsys.readouterr()
+    payload = json.loads((out / "benchmark_io.json").read_text())
+    assert payload["volume"]["shape"] == [16, 48, 32]
+    rows = payload["rows"]
+    assert {row["layout"] for row in rows} == {"input mosaic.ome.zarr"}
+    reads = [row for row in rows if row["op"] == "read" and row["runs"]]
+    assert len(reads) >= 2 and all(row["matches"] for row in reads)
+    assert not [row for row in rows if row["op"] == "write"]
+    assert any(row["op"] == "decode-cpu" and row["runs"] for row in rows)
+    assert (image / "0" / "zarr.json").is_file()  # the input is left alone
+
+
+def _corrupt(tmp_path: Path) -> Path:
+    path = tmp_path / "corrupt.zarr"
+    make_array(path, "v3", sample_data((16, 16, 16), "uint16"), chunks=(8, 8, 8))
+    chunk = next(p for p in sorted(path.rglob("*")) if p.is_file() and p.name != "zarr.json")
+    chunk.write_bytes(b"not a zstd frame at all")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("missing", "'/nope/volume.zarr' does not exist"),
+        ("folder", "notzarr"),
+        ("file", "notzarr.txt"),
+        ("corrupt", "corrupt.zarr"),
+        ("size", "argument --size-mib: must be positive, got 0"),
+        ("level", "argument --zstd-level/--level: zstd levels go from 1 to 22, got 99"),
+        ("old-level", "argument --zstd-level/--level: zstd levels go from 1 to 22, got 0"),
+        ("dtype", "argument --dtype"),
+        ("taken", "exists and is not empty; use -f"),
+        ("read-only", "cannot write to output"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, expected: str
+) -> None:
+    out = tmp_path / "out"
+    argv = [str(out), "--cpu-only", *TINY]
+    if case == "missing":
+        argv += ["--input", "/nope/volume.zarr"]
+    elif case == "folder":
+        (tmp_path / "notzarr").mkdir()
+        (tmp_path / "notzarr" / "readme.txt").write_text("hello")
+        argv += ["--input", str(tmp_path / "notzarr")]
+    elif case == "file":
+        (tmp_path / "notzarr.txt").write_text("hello")
+        argv += ["--input", str(tmp_path / "notzarr.txt")]
+    elif case == "corrupt":
+        argv += ["--input", str(_corrupt(tmp_path))]
+    elif case == "size":
+        argv += ["--size-mib", "0"]
+    elif case == "level":
+        argv += ["--zstd-level", "99"]
+    elif case == "old-level":
+        argv += ["--level", "0"]
+    elif case == "dtype":
+        argv += ["--dtype", "bogus"]
+    elif case == "taken":
+        out.mkdir()
+        (out / "other.txt").write_text("x")
+    elif case == "read-only":
+        if os.geteuid() == 0:  # root writes through file modes: use a read-only file system
+            argv = ["/sys/kernel", "-f", *argv[1:]]
+        else:
+            out.mkdir(mode=0o555)
+    err = _exit_2(argv, capsys)
+    assert err.startswith("linum-benchmark-io: error: ") and expected in err, err
+    if case == "corrupt":
+        assert "c/0/0/0" in err or "chunk" in err, err
 
 
 @pytest.mark.gpu
-def test_gpu_rows_match_the_volume(tmp_path: Path) -> None:
+def test_gpu_rows_and_ceilings_match_the_volume(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    linum_benchmark_io.main([str(out), *TINY, "--no-shard"])
+    linum_benchmark_io.main([str(out), *TINY, "--cold", "--fetch", "auto", "pread"])
     rows = json.loads((out / "benchmark_io.json").read_text())["rows"]
-    names = {row["name"] for row in rows}
-    assert "linumpy fast path (read_zarr_to_gpu, pread)" in names
-    assert linum_benchmark_io.ENABLE_GPU in names
+    for layout in ("16^3", "sharded 16^3 in 16x48x64"):
+        mine = {row["name"]: row for row in rows if row["layout"] == layout}
+        for name in (
+            "read_volume(gpu=True)",
+            "read_volume(gpu=True), fetch=pread",
+            "read_volume(gpu=True), cold",
+            "gpu_zarr_context (nvCOMP codec in zarr)",
+            "zarr enable_gpu() (CPU decode, copy per chunk)",
+            "GPU write (nvCOMP encode in gpu_zarr_context)",
+        ):
+            assert mine[name]["runs"] >= 1 and mine[name]["matches"] is True, mine[name]
+        ops = {row["op"] for row in mine.values() if row["kind"] == "ceiling" and row["runs"]}
+        assert {"copy", "decode-gpu", "decode-cpu", "file-read", "file-read-cold"} <= ops
     assert not [row for row in rows if row["note"].startswith("failed")]
-    assert all(row["matches"] for row in rows if row["matches"] is not None)
+    assert all(row["matches"] for row in rows if row["op"] == "read" and row["runs"])
 
 
 def test_gpu_info_prints_versions_and_route(
@@ -70,10 +176,24 @@ def test_gpu_info_prints_versions_and_route(
     out = capsys.readouterr().out
     for key in ("device", "driver", "cupy", "nvcomp", "kvikio", "gds", "settings"):
         assert f"{key}:" in out
-    reason = gpu_missing_reason()
-    if reason is None:
+    assert "gpu=True) takes:" in out
+    if gpu_missing_reason() is None:
         assert "fast path: batched reads" in out
-    else:
-        assert f"because: {reason}; with a GPU: the fast path" in out
-    with pytest.raises(SystemExit, match="not a zarr array"):
-        linum_gpu_info.main([str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["{tmp}"], "not a zarr"),
+        (["{tmp}/nope"], "does not exist"),
+        (["{arr}", "--level", "2"], "level"),
+    ],
+)
+def test_gpu_info_user_mistakes_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    array = tmp_path / "a.zarr"
+    make_array(array, "v3", np.ones((8, 8, 8), np.uint16), chunks=(8,) * 3)
+    argv = [a.format(tmp=tmp_path, arr=array) for a in args]
+    err = _exit_2(argv, capsys, main=linum_gpu_info.main)
+    assert err.startswith("linum-gpu-info: error: ") and expected in err, err

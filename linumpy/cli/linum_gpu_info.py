@@ -1,6 +1,7 @@
 """Print what linumpy's GPU I/O would use here: the GPU, driver and runtime, the cupy, nvCOMP and
-kvikio versions, whether GPUDirect Storage is live or kvikio runs in compatibility mode, and, for
-a given zarr array or OME-Zarr image, which path read_volume(path, gpu=True) takes and why.
+kvikio versions, whether GPUDirect Storage is live or kvikio runs in compatibility mode, the I/O
+settings in force (linumpy.settings, LINUMPY_* variables), and, for a given zarr array or
+OME-Zarr image, which path read_volume(path, gpu=True) takes and why.
 """
 
 from __future__ import annotations
@@ -8,9 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from linumpy.errors import LinumpyError
-from linumpy.gpu.zarr_io import GpuReadSettings, describe_gpu, gpu_read_route
-from linumpy.io import open_array
+from linumpy.cli import build_parser, check_input, fail_on_errors, parse_args
 
 _ROUTES = {
     "fast": "fast path: batched reads, nvCOMP batch decode, scatter kernel",
@@ -20,34 +19,42 @@ _ROUTES = {
 
 
 def _build_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = build_parser(__doc__, prog="linum-gpu-info")
+    parser.add_argument("path", type=Path, nargs="?", help="A zarr array or OME-Zarr image.")
+    parser.add_argument(
+        "--level",
+        type=int,
+        default=0,
+        help="Multiscale (pyramid) level of an OME-Zarr image [%(default)s].",
     )
-    parser.add_argument("path", type=Path, nargs="?", help="a zarr array or OME-Zarr image")
-    parser.add_argument("--level", type=int, default=0, help="OME-Zarr level [%(default)s]")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _build_arg_parser().parse_args(argv)
-    info = describe_gpu()
-    width = max(map(len, info))
-    for key, value in info.items():
-        print(f"{key:>{width}}: {value}")
-    settings = GpuReadSettings.from_env()
-    print(
-        f"{'settings':>{width}}: {settings.io_threads} I/O threads, pinned "
-        f"{settings.pinned_bytes / 2**20:.0f} MiB, scratch {settings.scratch_bytes / 2**20:.0f} "
-        f"MiB, fetch {settings.fetch}"
-    )
-    if args.path is None:
-        return
-    try:
-        route = gpu_read_route(open_array(args.path, args.level), settings=settings)
-    except LinumpyError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    """Run ``linum-gpu-info`` (see the module docstring)."""
+    parser = _build_arg_parser()
+    args = parse_args(parser, argv)
+    with fail_on_errors(parser):
+        import linumpy.settings
+        from linumpy.gpu.zarr_io import describe_gpu, gpu_read_route
+        from linumpy.io import open_array
+
+        settings = linumpy.settings.get()
+        info = describe_gpu()
+        width = max(map(len, info))
+        for key, value in info.items():
+            print(f"{key:>{width}}: {value}")
+        print(
+            f"{'settings':>{width}}: {settings.io_threads} I/O threads, pinned "
+            f"{settings.pinned_bytes / 2**20:.0f} MiB, scratch "
+            f"{settings.scratch_bytes / 2**20:.0f} MiB, fetch {settings.fetch}"
+        )
+        if args.path is None:
+            return
+        check_input(parser, args.path)
+        route = gpu_read_route(open_array(args.path, args.level))
     print(f"\nread_volume({str(args.path)!r}, level={args.level}, gpu=True) takes:")
-    print(f"  {_ROUTES[route.path]}")
+    print(f"  {_ROUTES.get(route.path, route.path)}")
     if route.reader is not None:
         print(f"  file reader: {route.reader} ({route.reason})")
         print(f"  chunks: {route.n_reads} to read, {route.n_missing} known empty")

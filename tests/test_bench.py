@@ -1,0 +1,129 @@
+"""linumpy.bench on tiny volumes: the volume, the stored files and frames, a CPU run's rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+from linumpy.bench import (
+    BenchConfig,
+    Layout,
+    ceilings_of,
+    oct_volume,
+    read_files,
+    run_benchmark,
+    stored_files,
+    summary_table,
+    write_volume,
+)
+
+SHAPE = (32, 96, 64)
+LAYOUTS = (Layout.cubic(16, 3), Layout.cubic(16, 3, shards=(16, 48, 64)))
+
+
+def test_volume_has_no_zero_chunks_and_compresses_like_oct() -> None:
+    volume = oct_volume((64, 128, 128))
+    assert volume.dtype == np.uint16 and volume.shape == (64, 128, 128)
+    blocks = volume.reshape(4, 16, 8, 16, 8, 16).max(axis=(1, 3, 5))
+    assert blocks.min() > 0  # no all-zero 16^3 chunk
+    profile = volume.mean(axis=(1, 2))
+    assert profile[-8:].mean() < profile[32:40].mean()  # light decays below the surface
+    stored = len(numcodecs.Zstd(level=3).encode(volume))
+    assert 1.3 < volume.nbytes / stored < 2.2
+    assert np.array_equal(volume, oct_volume((64, 128, 128)))
+    assert not np.array_equal(volume, oct_volume((64, 128, 128), seed=7))
+    assert oct_volume((4, 8, 8), "float32").dtype == np.float32
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
+def test_stored_frames_decode_to_the_chunks(tmp_path: Path, layout: Layout) -> None:
+    volume = oct_volume(SHAPE)
+    volume[16:, :48] = 0  # one stored-as-missing chunk per layout
+    path = tmp_path / "a.zarr"
+    write_volume(path, volume, layout, zarr.codecs.ZstdCodec(level=3))
+    files = stored_files(zarr.open_array(path, mode="r"))
+    buffer = np.empty(files.nbytes, np.uint8)
+    read_files(files, buffer, threads=3)
+    files = files.with_frames(buffer)
+    n_chunks = 2 * 6 * 4 - 3 * 4
+    assert len(files.frame_sizes) == n_chunks
+    assert files.frame_nbytes == 16**3 * 2
+    decoded = {
+        bytes(numcodecs.Zstd().decode(buffer[o : o + s]))
+        for o, s in zip(files.frame_offsets, files.frame_sizes, strict=True)
+    }
+    chunks = {
+        np.ascontiguousarray(volume[z : z + 16, y : y + 16, x : x + 16]).tobytes()
+        for z in range(0, 32, 16)
+        for y in range(0, 96, 16)
+        for x in range(0, 64, 16)
+        if volume[z : z + 16, y : y + 16, x : x + 16].any()
+    }
+    assert decoded == chunks
+
+
+def test_cpu_run_has_every_row_and_fractions(tmp_path: Path) -> None:
+    config = BenchConfig(
+        shape=SHAPE,
+        layouts=LAYOUTS,
+        gpu=False,
+        cold=True,
+        warmup=0,
+        repeats=2,
+        budget=1.0,
+        threads=2,
+        workdir=tmp_path,
+    )
+    result = run_benchmark(config, progress=False)
+    assert result.shape == SHAPE and set(result.ratios) == {layout.name for layout in LAYOUTS}
+    assert all(1.2 < ratio < 3 for ratio in result.ratios.values())
+    for layout in LAYOUTS:
+        rows = {row.name: row for row in result.rows if row.layout == layout.name}
+        measured = {
+            "linumpy read_volume (CPU)",
+            "zarr CPU read",
+            "linumpy read_volume (CPU), cold",
+            "zarr CPU write",
+        }
+        assert measured <= set(rows)
+        assert {"tensorstore read", "zarr with the zarrs codec pipeline"} <= set(rows)
+        ops = {row.op for row in rows.values() if row.kind == "ceiling" and row.runs}
+        assert ops == {"file-read", "file-read-cold", "decode-cpu", "file-write"}
+        for name in measured:
+            assert 1 <= rows[name].runs <= 2 and rows[name].gbps > 0, rows[name]
+        for row in rows.values():
+            assert row.runs or row.note.startswith("skipped:"), row
+            if row.op == "read" and row.runs:
+                assert row.matches is True, row
+        assert ceilings_of(rows["linumpy read_volume (CPU), cold"])["file read"] == "file-read-cold"
+    assert not [row for row in result.rows if row.kind == "gpu"]
+    assert not list(tmp_path.glob("layout-*"))  # measured arrays are removed
+    table = summary_table(result.rows).splitlines()
+    row = next(line for line in table if "| 16^3 | linumpy read_volume (CPU) |" in line)
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    decode, read = float(cells[3]), float(cells[4])
+    reader = next(r for r in result.rows if r.layout == "16^3" and r.name == cells[1])
+    ceiling = next(r for r in result.rows if r.layout == "16^3" and r.op == "decode-cpu")
+    assert decode == pytest.approx(reader.gbps / ceiling.gbps, abs=0.006)
+    assert read > 0 and cells[5] == cells[6] == "" and cells[7] == "yes"
+
+
+def test_float_volume_with_keep_leaves_the_array(tmp_path: Path) -> None:
+    config = BenchConfig(
+        shape=(16, 32, 32),
+        dtype="float32",
+        layouts=(Layout.cubic(16, 3),),
+        gpu=False,
+        warmup=0,
+        repeats=1,
+        workdir=tmp_path,
+        keep=True,
+    )
+    result = run_benchmark(config, progress=False)
+    assert (tmp_path / "layout-0.zarr").is_dir()  # kept
+    reads = [row for row in result.rows if row.op == "read" and row.runs]
+    assert reads and all(row.matches for row in reads)
