@@ -7,7 +7,7 @@ import pytest
 from numcodecs import Zstd
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.zstd_frames import decode_zstd_cpu, inspect_zstd_chunk
+from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk
 
 DATA = np.random.default_rng(0).integers(0, 400, 50_000, dtype=np.uint16)
 NBYTES = DATA.nbytes

@@ -32,7 +32,7 @@ from linumpy.gpu.nvcomp_zstd import (
     gpu_zstd_config,
     register_nvcomp_zstd,
 )
-from linumpy.io.zstd_frames import decode_zstd_cpu, inspect_zstd_chunk
+from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk
 
 CODEC_LOGGER = "linumpy.gpu.nvcomp_zstd"
 

@@ -12,8 +12,9 @@ from zarr_layouts import DTYPES, LAYOUTS, make_array, sample_data
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError, LinumpyError
 from linumpy.io import read_volume, save_omezarr
-from linumpy.io.plan import UnsupportedLayoutError, plan_read
-from linumpy.io.reader import read_plan
+from linumpy.errors import UnsupportedLayoutError
+from linumpy.io.engine.plan import plan_read
+from linumpy.io.engine.cpu import read_plan
 
 SHAPE = (21, 34, 47)  # partial edge chunks on every axis
 CHUNKS = (8, 16, 16)

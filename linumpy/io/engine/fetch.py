@@ -1,12 +1,13 @@
-"""Host side of the GPU reader: chunk sizes, file readers, pinned staging and batched frame checks.
+"""The engine's fetch stage: the one layer that reads chunk bytes from files.
 
-The GPU reader (:mod:`linumpy.gpu.zarr_io`) moves each batch of compressed chunks through one host
-buffer: the chunks' bytes are read into it at 16-byte aligned offsets, their zstd frames are
-checked on the CPU, and the used part goes to the device in one copy. Two readers fill a buffer:
-a thread pool of ``os.preadv`` calls, or kvikio's ``CuFile.pread`` (its C++ thread pool, no GIL).
-Both write to host memory, because every frame must be checked on the CPU before nvCOMP sees it.
+Everything the readers take from disk comes through here: shard indexes, single chunks, and
+groups of chunks read into one host buffer. A group's chunks are sorted by file and offset and
+adjacent byte ranges of one file are merged into one read (the inner chunks of a shard are stored
+back to back, so a whole shard is one ``preadv``); each chunk's offset in the buffer follows. Two
+readers fill a buffer: a thread pool of ``os.preadv`` calls, or kvikio's ``CuFile.pread`` (its C++
+thread pool, no GIL) where kvikio can read files here.
 
-Nothing here imports cupy, nvCOMP or kvikio before a GPU read asks for them.
+Nothing here imports cupy or kvikio before a read asks for kvikio.
 """
 
 from __future__ import annotations
@@ -15,303 +16,361 @@ import functools
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
+import google_crc32c
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.plan import ChunkRead
-from linumpy.io.zstd_frames import ZSTD_MAGIC
 
 __all__ = [
     "ALIGN",
-    "FRAME_CHECKSUM",
-    "FRAME_GPU",
-    "FRAME_NEEDS_CHECK",
+    "Layout",
     "align_up",
-    "check_frames",
     "chunk_sizes",
+    "fetch_chunk",
     "kvikio_unusable_reason",
-    "pinned_buffers",
-    "read_into",
+    "layout_group",
+    "read_group",
+    "read_shard_index",
     "use_kvikio_threads",
 ]
 
-#: Alignment of every chunk in staging and scratch buffers (nvCOMP asks for 16 bytes).
+#: Alignment of every run of chunks in staging buffers.
 ALIGN = 16
-#: :func:`check_frames` verdicts.
-FRAME_GPU, FRAME_CHECKSUM, FRAME_NEEDS_CHECK = 0, 1, 2
-
-_MAX_BLOCK = 128 * 1024
-_FCS_SIZES = np.array([0, 2, 4, 8], dtype=np.int64)
+#: Bytes between two byte ranges of one file below which they are read as one range.
+MERGE_GAP = 4096
 #: Files kept open at once by the kvikio reader (unsharded arrays have one file per chunk).
 _KVIKIO_OPEN_FILES = 256
+EMPTY_INNER_CHUNK = 2**64 - 1
+SHARD_INDEX_ENTRY = np.dtype("<u8")
 
 
 def align_up(n: int, alignment: int = ALIGN) -> int:
-    """Round ``n`` up to a multiple of ``alignment``."""
+    """Round ``n`` up to a multiple of ``alignment``.
+
+    Examples
+    --------
+    >>> align_up(17), align_up(32)
+    (32, 32)
+    """
     return -(-n // alignment) * alignment
 
 
-def _groups(indices: np.ndarray, weights: np.ndarray, parts: int) -> list[np.ndarray]:
-    """Split ``indices`` into at most ``parts`` runs of about equal total weight."""
-    if len(indices) == 0:
-        return []
-    parts = max(1, min(parts, len(indices)))
-    cumulative = np.cumsum(weights[indices].astype(np.float64) + 1.0)
-    cuts = np.searchsorted(cumulative, cumulative[-1] * np.arange(1, parts) / parts)
-    return [g for g in np.split(indices, np.unique(cuts)) if len(g)]
+def _read_exactly(fd: int, view: memoryview, offset: int, key: str) -> None:
+    done = 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:
+            raise ChunkDecodeError(
+                key, f"file ends after {done} of {len(view)} bytes at offset {offset}"
+            )
+        done += got
 
 
-def chunk_sizes(reads: Sequence[ChunkRead]) -> np.ndarray:
-    """Compressed size of each read, with -1 where an unsharded chunk's file does not exist.
+def fetch_chunk(path: str, offset: int, nbytes: int, key: str) -> bytes | None:
+    """Read one chunk's compressed bytes, or return None when its file does not exist.
 
-    Sharded reads carry their size in the plan; unsharded ones are sized with ``os.stat``, in
-    the calling thread: a stat is shorter than the hand-over of Python's GIL between threads
-    (on the H200's host, 1792 files took 3.4 ms in one thread, 12.4 ms in 16).
+    Parameters
+    ----------
+    path, offset, nbytes
+        Where the bytes are; ``nbytes`` -1 reads to the end of the file.
+    key
+        The chunk's name for errors.
+
+    Raises
+    ------
+    ChunkDecodeError
+        When the file is shorter than the plan says (a truncated shard), or is a directory.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = tempfile.mkdtemp() + "/c0"
+    >>> _ = open(path, "wb").write(b"0123456789")
+    >>> fetch_chunk(path, 2, 3, key="c0"), fetch_chunk(path + "x", 0, -1, key="c1")
+    (b'234', None)
     """
-    sizes = np.fromiter((r.nbytes for r in reads), dtype=np.int64, count=len(reads))
-    for i in np.flatnonzero(sizes < 0):
-        read = reads[i]
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise ChunkDecodeError(key, f"{path} is a directory, not a chunk file") from None
+    try:
+        if nbytes < 0:
+            nbytes = os.fstat(fd).st_size - offset
+        data = bytearray(nbytes)
+        _read_exactly(fd, memoryview(data), offset, key)
+        return bytes(data)
+    except IsADirectoryError:
+        raise ChunkDecodeError(key, f"{path} is a directory, not a chunk file") from None
+    finally:
+        os.close(fd)
+
+
+def read_shard_index(
+    path: str, n_chunks: int, *, at_start: bool, crc32c: bool
+) -> np.ndarray | None:
+    """Read and check a shard's index: ``(n_chunks, 2)`` of (offset, nbytes), or None if absent.
+
+    Entries of chunks that are not stored hold ``2**64 - 1``.
+
+    Raises
+    ------
+    ChunkDecodeError
+        When the shard is shorter than its index, the crc32c does not match, or an entry points
+        past the end of the shard.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> root = tempfile.mkdtemp() + "/a.zarr"
+    >>> array = zarr.create_array(root, shape=(4,), chunks=(2,), shards=(4,), dtype="uint8")
+    >>> array[:2] = 1
+    >>> index = read_shard_index(root + "/c/0", 2, at_start=False, crc32c=True)
+    >>> index[1, 0] == 2**64 - 1  # the second chunk is not stored
+    True
+    """
+    index_nbytes = n_chunks * 16 + (4 if crc32c else 0)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size < index_nbytes:
+            raise ChunkDecodeError(path, f"shard of {size} bytes is shorter than its index")
+        raw = bytearray(index_nbytes)
+        _read_exactly(fd, memoryview(raw), 0 if at_start else size - index_nbytes, path)
+    except IsADirectoryError:
+        raise ChunkDecodeError(path, "the shard is a directory, not a file") from None
+    finally:
+        os.close(fd)
+    if crc32c:
+        stored = int.from_bytes(raw[-4:], "little")
+        if google_crc32c.value(bytes(raw[:-4])) != stored:
+            raise ChunkDecodeError(path, "shard index crc32c checksum mismatch")
+    index = np.frombuffer(raw, dtype=SHARD_INDEX_ENTRY, count=n_chunks * 2).reshape(n_chunks, 2)
+    present = index[:, 0] != EMPTY_INNER_CHUNK
+    if np.any(index[present].sum(axis=1) > size):
+        raise ChunkDecodeError(path, "shard index points past the end of the shard")
+    return index
+
+
+def chunk_sizes(paths: Sequence[str], offsets: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """Compressed size of each chunk, with -1 where an unsharded chunk's file does not exist.
+
+    Sharded chunks carry their size in the plan (``nbytes >= 0``); the others are sized with
+    ``os.stat`` in the calling thread: a stat is shorter than the hand-over of Python's GIL
+    between threads (on an H200 host, 1792 files took 3.4 ms in one thread, 12.4 ms in 16).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> path = tempfile.mkdtemp() + "/c0"
+    >>> _ = open(path, "wb").write(b"0123456789")
+    >>> chunk_sizes([path, path + "x"], np.zeros(2, np.int64), np.array([-1, -1]))
+    array([10, -1])
+    """
+    sizes = np.array(nbytes, dtype=np.int64, copy=True)
+    for i in np.flatnonzero(sizes < 0).tolist():
         try:
-            sizes[i] = os.stat(read.path).st_size - read.offset
+            sizes[i] = os.stat(paths[i]).st_size - int(offsets[i])
         except FileNotFoundError:
             sizes[i] = -1
     return sizes
 
 
-def _pread_run(
-    indices: np.ndarray,
-    reads: Sequence[ChunkRead],
-    sizes: np.ndarray,
-    offsets: np.ndarray,
-    staging: np.ndarray,
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a group's chunks go in a staging buffer, and the file reads that put them there.
+
+    Attributes
+    ----------
+    offsets
+        Per chunk of the group (in the group's order): its offset in the buffer.
+    runs
+        Reads ``(path, file offset, nbytes, buffer offset, chunk index for errors)``: adjacent
+        byte ranges of one file merged.
+    nbytes
+        Bytes of the buffer in use.
+    """
+
+    offsets: np.ndarray
+    runs: tuple[tuple[str, int, int, int, int], ...]
+    nbytes: int
+
+
+def layout_group(
+    paths: Sequence[str], file_offsets: np.ndarray, sizes: np.ndarray, merge_gap: int = MERGE_GAP
+) -> Layout:
+    """Lay out a group of stored chunks in a staging buffer, merging reads of adjacent ranges.
+
+    Parameters
+    ----------
+    paths, file_offsets, sizes
+        Per chunk: file, byte offset in it, compressed size (all stored: ``sizes >= 0``).
+    merge_gap
+        Ranges of one file this close are read as one (the gap is read too).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> layout = layout_group(["s", "s", "t"], np.array([100, 0, 0]), np.array([50, 100, 7]))
+    >>> layout.offsets.tolist(), [run[:4] for run in layout.runs], layout.nbytes
+    ([100, 0, 160], [('s', 0, 150, 0), ('t', 0, 7, 160)], 167)
+    """
+    n = len(paths)
+    offsets = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return Layout(offsets, (), 0)
+    order = sorted(range(n), key=lambda i: (paths[i], int(file_offsets[i])))
+    runs: list[tuple[str, int, int, int, int]] = []
+    position = 0
+    run_path, run_start, run_end, run_buffer, run_first = None, 0, 0, 0, 0
+    for i in order:
+        start, size = int(file_offsets[i]), int(sizes[i])
+        if paths[i] == run_path and run_end <= start <= run_end + merge_gap:
+            run_end = max(run_end, start + size)
+        else:
+            if run_path is not None:
+                runs.append((run_path, run_start, run_end - run_start, run_buffer, run_first))
+                position = align_up(run_buffer + run_end - run_start)
+            run_path, run_start, run_end, run_buffer, run_first = (
+                paths[i],
+                start,
+                start + size,
+                position,
+                i,
+            )
+        offsets[i] = run_buffer + start - run_start
+    runs.append((run_path, run_start, run_end - run_start, run_buffer, run_first))  # type: ignore[arg-type]
+    return Layout(offsets, tuple(runs), run_buffer + run_end - run_start)
+
+
+def _pread_runs(
+    runs: Sequence[tuple[str, int, int, int, int]], buffer: np.ndarray, keys: Any
 ) -> None:
-    """Read a run of chunks into ``staging``, keeping a file open across consecutive reads of it."""
-    view = memoryview(staging)
+    view = memoryview(buffer)
     path, fd = None, -1
     try:
-        for i in indices:
-            read = reads[i]
-            if read.path != path:
+        for run_path, start, nbytes, at, first in runs:
+            if run_path != path:
                 if fd >= 0:
                     os.close(fd)
                     fd = -1
                 try:
-                    fd = os.open(read.path, os.O_RDONLY)
+                    fd = os.open(run_path, os.O_RDONLY)
                 except FileNotFoundError:
-                    raise ChunkDecodeError(read.key, "chunk file vanished while reading") from None
-                path = read.path
-            start, n = int(offsets[i]), int(sizes[i])
-            done = 0
-            while done < n:
-                got = os.preadv(fd, [view[start + done : start + n]], read.offset + done)
-                if got == 0:
                     raise ChunkDecodeError(
-                        read.key, f"file ends after {done} of {n} bytes at offset {read.offset}"
-                    )
-                done += got
+                        keys(first), "chunk file vanished while reading"
+                    ) from None
+                path = run_path
+            _read_exactly(fd, view[at : at + nbytes], start, keys(first))
     finally:
         if fd >= 0:
             os.close(fd)
 
 
-def _kvikio_read(
-    reads: Sequence[ChunkRead], sizes: np.ndarray, offsets: np.ndarray, staging: np.ndarray
+def _kvikio_runs(
+    runs: Sequence[tuple[str, int, int, int, int]], buffer: np.ndarray, keys: Any
 ) -> None:
-    """Read chunks into host ``staging`` with ``kvikio.CuFile.pread``, few files open at once."""
     import kvikio
 
-    windows = np.array_split(np.arange(len(reads)), max(1, -(-len(reads) // _KVIKIO_OPEN_FILES)))
-    for window in windows:
+    for first_run in range(0, len(runs), _KVIKIO_OPEN_FILES):
+        window = runs[first_run : first_run + _KVIKIO_OPEN_FILES]
         files: dict[str, Any] = {}
         pending = []
         waited = 0
         try:
-            for i in window:
-                read = reads[i]
-                handle = files.get(read.path)
+            for run_path, start, nbytes, at, first in window:
+                handle = files.get(run_path)
                 if handle is None:
                     try:
-                        handle = files[read.path] = kvikio.CuFile(read.path, "r")
+                        handle = files[run_path] = kvikio.CuFile(run_path, "r")
                     except (FileNotFoundError, RuntimeError) as exc:
-                        raise ChunkDecodeError(read.key, f"cannot open chunk file: {exc}") from None
-                start, n = int(offsets[i]), int(sizes[i])
-                pending.append((read, n, handle.pread(staging[start : start + n], n, read.offset)))
-            for read, n, future in pending:
+                        raise ChunkDecodeError(keys(first), f"cannot open: {exc}") from None
+                future = handle.pread(buffer[at : at + nbytes], nbytes, start)
+                pending.append((first, start, nbytes, future))
+            for first, start, nbytes, future in pending:
                 waited += 1  # a future can be waited for once, even when that raises
                 got = future.get()
-                if got != n:
+                if got != nbytes:
                     raise ChunkDecodeError(
-                        read.key, f"file ends after {got} of {n} bytes at offset {read.offset}"
+                        keys(first), f"file ends after {got} of {nbytes} bytes at offset {start}"
                     )
         finally:
-            # Reads still in flight write into ``staging``: let them finish before leaving.
-            for _, _, future in pending[waited:]:
+            # Reads still in flight write into ``buffer``: let them finish before leaving.
+            for _, _, _, future in pending[waited:]:
                 with suppress(Exception):
                     future.get()
             for handle in files.values():
                 handle.close()
 
 
-def read_into(
-    staging: np.ndarray,
-    reads: Sequence[ChunkRead],
-    sizes: np.ndarray,
-    offsets: np.ndarray,
+def read_group(
+    buffer: np.ndarray,
+    layout: Layout,
+    keys: Any,
     *,
     reader: str,
-    pool: Executor,
+    pool: Executor | None,
     threads: int,
 ) -> None:
-    """Read the compressed bytes of every chunk in ``reads`` into one host buffer.
-
-    Parameters
-    ----------
-    staging
-        1-D uint8 host buffer (pinned for the GPU reader; any numpy buffer works).
-    reads
-        The chunks to fetch.
-    sizes, offsets
-        Per chunk: compressed size and byte offset in ``staging``.
-    reader
-        ``"pread"`` (a thread pool of ``os.preadv``) or ``"kvikio"`` (``CuFile.pread``).
-    pool, threads
-        Thread pool and the number of runs the ``pread`` reader splits the work into.
-
-    Raises
-    ------
-    ChunkDecodeError
-        When a file is shorter than its chunk or vanished since it was sized.
-    """
-    if reader == "kvikio":
-        _kvikio_read(reads, sizes, offsets, staging)
-        return
-    runs = _groups(np.arange(len(reads)), sizes, threads)
-    work: Callable[[np.ndarray], None] = functools.partial(
-        _pread_run, reads=reads, sizes=sizes, offsets=offsets, staging=staging
-    )
-    for _ in pool.map(work, runs):
-        pass
-
-
-def _gather(buffer: np.ndarray, positions: np.ndarray, width: int, valid: np.ndarray) -> np.ndarray:
-    """Little-endian unsigned integers of ``width`` bytes at ``positions`` (0 where not valid)."""
-    value = np.zeros(len(positions), dtype=np.uint64)
-    safe = np.where(valid, positions, 0)
-    for k in range(width):
-        value |= buffer[safe + k].astype(np.uint64) << np.uint64(8 * k)
-    return np.where(valid, value, np.uint64(0))
-
-
-def check_frames(
-    buffer: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, expected_size: int
-) -> np.ndarray:
-    """Walk the zstd frame and block headers of many chunks at once (vectorised over chunks).
-
-    The fast, strict subset of :func:`linumpy.io.zstd_frames.inspect_zstd_chunk`: a chunk passes
-    when it is exactly one zstd frame, without dictionary, whose header declares
-    ``expected_size`` bytes and whose blocks (valid types, at most 128 KiB) end exactly at the
-    chunk's end, checksum included. Every other chunk is left to ``inspect_zstd_chunk``, which
-    raises a precise error or accepts it for the CPU decoder.
+    """Fill ``buffer`` with a group's chunks as :func:`layout_group` laid them out.
 
     Parameters
     ----------
     buffer
-        1-D uint8 host buffer holding the chunks.
-    offsets, sizes
-        Start and length of each chunk in ``buffer``.
-    expected_size
-        Decompressed size of every chunk.
+        1-D uint8 host buffer of at least ``layout.nbytes`` bytes (pinned for the GPU).
+    layout
+        From :func:`layout_group`.
+    keys
+        ``keys(i)``: the name of chunk ``i`` of the group, for errors.
+    reader
+        ``"pread"`` (``os.preadv`` on ``pool``'s threads) or ``"kvikio"`` (``CuFile.pread``).
+    pool, threads
+        Thread pool and how many runs of reads to split the work into (``pread`` only).
 
-    Returns
-    -------
-    numpy.ndarray
-        int8 per chunk: :data:`FRAME_GPU` (nvCOMP can decode it), :data:`FRAME_CHECKSUM` (the
-        same, with a stored content checksum to verify) or :data:`FRAME_NEEDS_CHECK`.
+    Raises
+    ------
+    ChunkDecodeError
+        When a file is shorter than its chunks or vanished since it was sized.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> path = tempfile.mkdtemp() + "/c0"
+    >>> _ = open(path, "wb").write(b"0123456789")
+    >>> layout = layout_group([path], np.array([4]), np.array([3]))
+    >>> buffer = np.zeros(layout.nbytes, np.uint8)
+    >>> read_group(buffer, layout, str, reader="pread", pool=None, threads=1)
+    >>> buffer.tobytes()
+    b'456'
     """
-    start = np.asarray(offsets, dtype=np.int64)
-    end = start + np.asarray(sizes, dtype=np.int64)
-    ok = end - start >= 6
-    magic = _gather(buffer, start, 4, ok)
-    ok &= magic == np.uint64(ZSTD_MAGIC)
-    descriptor = _gather(buffer, start + 4, 1, ok).astype(np.int64)
-    ok &= (descriptor & 0x08) == 0  # reserved bit
-    ok &= (descriptor & 0x03) == 0  # no dictionary id field
-    single = (descriptor >> 5) & 1
-    fcs_flag = descriptor >> 6
-    fcs_size = np.where((fcs_flag == 0) & (single == 1), 1, _FCS_SIZES[fcs_flag])
-    ok &= fcs_size > 0
-    fcs_pos = start + 6 - single
-    position = fcs_pos + fcs_size
-    ok &= position <= end
-    content = np.zeros(len(start), dtype=np.uint64)
-    for width in (1, 2, 4, 8):
-        has = ok & (fcs_size == width)
-        content = np.where(has, _gather(buffer, fcs_pos, width, has), content)
-    content += np.where(fcs_size == 2, np.uint64(256), np.uint64(0))
-    ok &= content == np.uint64(expected_size)
-
-    active = ok.copy()
-    while True:
-        idx = np.flatnonzero(active)
-        if len(idx) == 0:
-            break
-        pos, stop = position[idx], end[idx]
-        room = pos + 3 <= stop
-        header = _gather(buffer, pos, 3, room).astype(np.int64)
-        block_type = (header >> 1) & 3
-        block_size = header >> 3
-        after = pos + 3 + np.where(block_type == 1, 1, block_size)
-        bad = ~room | (block_type == 3) | (block_size > _MAX_BLOCK) | (after > stop)
-        position[idx] = after
-        ok[idx[bad]] = False
-        active[idx[bad | ((header & 1) == 1)]] = False
-
-    has_checksum = ((descriptor >> 2) & 1) == 1
-    ok &= position + 4 * has_checksum == end
-    verdict = np.full(len(start), FRAME_NEEDS_CHECK, dtype=np.int8)
-    verdict[ok & ~has_checksum] = FRAME_GPU
-    verdict[ok & has_checksum] = FRAME_CHECKSUM
-    return verdict
-
-
-# Pinned host buffers outlive a read so that the next one skips the (slow) page-locking.
-_pinned_lock = threading.Lock()
-_pinned_idle: list[tuple[int, Any, np.ndarray]] = []
-_IDLE_PINNED = 2  # the fast path's two staging buffers
-
-
-@contextmanager
-def pinned_buffers(nbytes: int, count: int = 2) -> Iterator[list[np.ndarray]]:
-    """Lend ``count`` page-locked host buffers of at least ``nbytes`` bytes each.
-
-    Buffers come back to a small cache on exit (the largest ``max(count, 2)`` are kept idle), so
-    the pinned memory held by the process stays bounded by what one read asks for.
-    """
-    import cupy
-
-    taken: list[tuple[int, Any, np.ndarray]] = []
-    with _pinned_lock:
-        for entry in sorted(_pinned_idle, key=lambda e: e[0]):
-            if entry[0] >= nbytes and len(taken) < count:
-                taken.append(entry)
-        for entry in taken:
-            _pinned_idle.remove(entry)
-    while len(taken) < count:
-        memory = cupy.cuda.PinnedMemory(nbytes)
-        pointer = cupy.cuda.PinnedMemoryPointer(memory, 0)
-        taken.append((nbytes, memory, np.frombuffer(pointer, dtype=np.uint8, count=nbytes)))
-    try:
-        yield [view for _, _, view in taken]
-    finally:
-        with _pinned_lock:
-            _pinned_idle.extend(taken)
-            _pinned_idle.sort(key=lambda e: -e[0])
-            del _pinned_idle[max(count, _IDLE_PINNED) :]
+    runs = layout.runs
+    if reader == "kvikio":
+        _kvikio_runs(runs, buffer, keys)
+        return
+    if pool is None or threads < 2 or len(runs) < 2:
+        _pread_runs(runs, buffer, keys)
+        return
+    # Runs in contiguous parts of about equal bytes, so that a thread keeps a file open across
+    # consecutive runs of it.
+    weights = np.cumsum([run[2] + 4096 for run in runs], dtype=np.float64)
+    parts = min(threads, len(runs))
+    cuts = np.searchsorted(weights, weights[-1] * np.arange(1, parts) / parts, side="right")
+    bounds = [0, *sorted(set(cuts.tolist()) - {0, len(runs)}), len(runs)]
+    futures = [
+        pool.submit(_pread_runs, runs[lo:hi], buffer, keys) for lo, hi in zip(bounds, bounds[1:])
+    ]
+    for future in futures:
+        future.result()
 
 
 @functools.cache
@@ -320,6 +379,12 @@ def kvikio_unusable_reason() -> str | None:
 
     kvikio imports on machines without a GPU driver and only fails when it reads, so a small
     temporary file is read once per process before kvikio is chosen.
+
+    Examples
+    --------
+    >>> reason = kvikio_unusable_reason()
+    >>> reason is None or isinstance(reason, str)
+    True
     """
     try:
         import kvikio
@@ -347,6 +412,10 @@ def use_kvikio_threads(threads: int) -> None:
     """Give kvikio's thread pool ``threads`` threads (its default of 1 is several times slower).
 
     An explicit ``KVIKIO_NTHREADS`` in the environment is the user's choice and is left alone.
+
+    Examples
+    --------
+    >>> use_kvikio_threads(16)  # doctest: +SKIP
     """
     if "KVIKIO_NTHREADS" in os.environ:
         return

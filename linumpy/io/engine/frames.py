@@ -1,11 +1,14 @@
-"""Validation of zstd frames on the CPU, shared by the CPU and GPU readers.
+"""The engine's validate stage: zstd frames checked on the CPU before any decoder sees them.
 
 A chunk's bytes are walked header by header (RFC 8878): frame header, block headers, optional
-checksum. This is cheap (a few Python operations per 128 KiB block) and catches what a decoder may
-silently get wrong: truncation, garbage, trailing bytes, a second frame, a missing or wrong content
-size. The GPU decoder (nvCOMP) must only ever see frames that passed :func:`inspect_zstd_chunk`
-with :attr:`ZstdFrameInfo.gpu_decodable` true; everything else valid goes to
-:func:`decode_zstd_cpu`.
+checksum. This is cheap and catches what a decoder may silently get wrong: truncation, garbage,
+trailing bytes, a second frame, a missing or wrong content size. Two forms share one table of
+constants: :func:`check_frames` walks many chunks of one buffer at once with numpy (the common
+case: one frame, size declared), and :func:`inspect_zstd_chunk` walks one chunk in Python, says
+precisely what is wrong, and accepts the valid layouts only libzstd decodes (several frames,
+skippable frames, no declared size). nvCOMP only ever sees frames that passed one of them;
+:func:`decode_zstd_cpu` is the CPU decoder (libzstd through numcodecs, which also verifies stored
+checksums).
 """
 
 from __future__ import annotations
@@ -17,16 +20,34 @@ from numcodecs import Zstd
 
 from linumpy.errors import ChunkDecodeError
 
-__all__ = ["ZstdFrameInfo", "decode_zstd_cpu", "inspect_zstd_chunk"]
+__all__ = [
+    "FRAME_CHECKSUM",
+    "FRAME_GPU",
+    "FRAME_NEEDS_CHECK",
+    "ZstdFrameInfo",
+    "check_frames",
+    "decode_zstd_cpu",
+    "inspect_zstd_chunk",
+]
 
+# RFC 8878's constants, shared by the scalar and the vectorised walk.
 ZSTD_MAGIC = 0xFD2FB528
 _SKIPPABLE_MAGIC_MASK = 0xFFFFFFF0
 _SKIPPABLE_MAGIC = 0x184D2A50
 _MAX_BLOCK_SIZE = 128 * 1024
 _FCS_FIELD_SIZES = (0, 2, 4, 8)
 _DICT_ID_FIELD_SIZES = (0, 1, 2, 4)
+_FCS_2_BYTE_BIAS = 256  # a 2-byte content size field stores the size minus 256
+_RESERVED_BIT = 0x08
+_SINGLE_SEGMENT_BIT = 0x20
+_CHECKSUM_BIT = 0x04
+_DICT_ID_MASK = 0x03
 _BLOCK_RLE = 1
 _BLOCK_RESERVED = 3
+_MIN_FRAME = 6  # magic, descriptor and the smallest block header
+
+#: :func:`check_frames` verdicts.
+FRAME_GPU, FRAME_CHECKSUM, FRAME_NEEDS_CHECK = 0, 1, 2
 
 BytesLike = bytes | bytearray | memoryview | np.ndarray
 
@@ -92,11 +113,11 @@ def _read_frame(view: memoryview, start: int) -> _Frame:
         raise ValueError(f"frame header truncated at byte {pos}")
     descriptor = view[pos]
     pos += 1
-    if descriptor & 0x08:
+    if descriptor & _RESERVED_BIT:
         raise ValueError("reserved bit set in the frame header descriptor")
-    single_segment = bool(descriptor & 0x20)
-    has_checksum = bool(descriptor & 0x04)
-    dict_id_size = _DICT_ID_FIELD_SIZES[descriptor & 0x03]
+    single_segment = bool(descriptor & _SINGLE_SEGMENT_BIT)
+    has_checksum = bool(descriptor & _CHECKSUM_BIT)
+    dict_id_size = _DICT_ID_FIELD_SIZES[descriptor & _DICT_ID_MASK]
     fcs_flag = descriptor >> 6
     fcs_size = 1 if (fcs_flag == 0 and single_segment) else _FCS_FIELD_SIZES[fcs_flag]
     header_end = pos + (0 if single_segment else 1) + dict_id_size + fcs_size
@@ -111,7 +132,7 @@ def _read_frame(view: memoryview, start: int) -> _Frame:
     if fcs_size:
         content_size = int.from_bytes(view[pos : pos + fcs_size], "little")
         if fcs_size == 2:
-            content_size += 256
+            content_size += _FCS_2_BYTE_BIAS
     pos = header_end
     while True:
         if pos + 3 > size:
@@ -227,6 +248,7 @@ def decode_zstd_cpu(
     key: str,
     out: np.ndarray | None = None,
     expected_size: int | None = None,
+    checked: bool = False,
 ) -> np.ndarray:
     """Validate and decode one zstd chunk on the CPU with numcodecs (libzstd).
 
@@ -243,6 +265,9 @@ def decode_zstd_cpu(
         A 1-D uint8 array to decode into; its size is the expected decompressed size.
     expected_size
         The decompressed size when ``out`` is not given.
+    checked
+        The chunk already passed :func:`check_frames` (one frame declaring ``out.nbytes``):
+        skip the walk of its headers.
 
     Returns
     -------
@@ -265,10 +290,13 @@ def decode_zstd_cpu(
     """
     if out is not None:
         expected_size = out.nbytes
-    info = inspect_zstd_chunk(data, key=key, expected_size=expected_size)
-    # With a verified declared size libzstd fills ``out`` exactly; otherwise the decoded length is
-    # only known after decoding, so decode into a buffer of its own and check it.
-    direct = out is not None and info.content_size is not None
+    if checked and out is not None:
+        direct = True
+    else:
+        info = inspect_zstd_chunk(data, key=key, expected_size=expected_size)
+        # With a verified declared size libzstd fills ``out`` exactly; otherwise the decoded
+        # length is only known after decoding, so decode into a buffer of its own and check it.
+        direct = out is not None and info.content_size is not None
     try:
         decoded = _ZSTD.decode(data, out=out if direct else None)
     except (RuntimeError, ValueError) as exc:
@@ -283,3 +311,96 @@ def decode_zstd_cpu(
     if not direct:
         out[...] = result
     return out
+
+
+def _gather(buffer: np.ndarray, positions: np.ndarray, width: int, valid: np.ndarray) -> np.ndarray:
+    """Little-endian unsigned integers of ``width`` bytes at ``positions`` (0 where not valid)."""
+    value = np.zeros(len(positions), dtype=np.uint64)
+    safe = np.where(valid, positions, 0)
+    for k in range(width):
+        value |= buffer[safe + k].astype(np.uint64) << np.uint64(8 * k)
+    return np.where(valid, value, np.uint64(0))
+
+
+def check_frames(
+    buffer: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, expected_size: int
+) -> np.ndarray:
+    """Walk the frame and block headers of many chunks of one buffer at once (numpy).
+
+    The fast, strict subset of :func:`inspect_zstd_chunk`: a chunk passes when it is exactly one
+    zstd frame, without dictionary, whose header declares ``expected_size`` bytes and whose blocks
+    (valid types, at most 128 KiB) end exactly at the chunk's end, checksum included. Every other
+    chunk is left to :func:`inspect_zstd_chunk`, which raises a precise error or accepts it for
+    the CPU decoder.
+
+    Parameters
+    ----------
+    buffer
+        1-D uint8 host buffer holding the chunks.
+    offsets, sizes
+        Start and length of each chunk in ``buffer``.
+    expected_size
+        Decompressed size of every chunk.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8 per chunk: :data:`FRAME_GPU` (nvCOMP can decode it), :data:`FRAME_CHECKSUM` (the
+        same, with a stored content checksum to verify) or :data:`FRAME_NEEDS_CHECK`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from numcodecs import Zstd
+    >>> frame = np.frombuffer(Zstd().encode(np.zeros(1000, np.uint16)), np.uint8)
+    >>> buffer = np.concatenate([frame, frame[:-1]])  # a good frame, then a truncated one
+    >>> offsets, sizes = np.array([0, frame.size]), np.array([frame.size, frame.size - 1])
+    >>> check_frames(buffer, offsets, sizes, 2000)
+    array([0, 2], dtype=int8)
+    """
+    start = np.asarray(offsets, dtype=np.int64)
+    end = start + np.asarray(sizes, dtype=np.int64)
+    ok = end - start >= _MIN_FRAME
+    magic = _gather(buffer, start, 4, ok)
+    ok &= magic == np.uint64(ZSTD_MAGIC)
+    descriptor = _gather(buffer, start + 4, 1, ok).astype(np.int64)
+    ok &= (descriptor & _RESERVED_BIT) == 0
+    ok &= (descriptor & _DICT_ID_MASK) == 0
+    single = (descriptor & _SINGLE_SEGMENT_BIT) != 0
+    fcs_size = np.asarray(_FCS_FIELD_SIZES, dtype=np.int64)[descriptor >> 6]
+    fcs_size = np.where((fcs_size == 0) & single, 1, fcs_size)
+    ok &= fcs_size > 0
+    # After the magic number, the descriptor and (unless single segment) the window byte.
+    fcs_pos = start + 6 - single.astype(np.int64)
+    position = fcs_pos + fcs_size
+    ok &= position <= end
+    content = np.zeros(len(start), dtype=np.uint64)
+    for width in (1, 2, 4, 8):
+        has = ok & (fcs_size == width)
+        content = np.where(has, _gather(buffer, fcs_pos, width, has), content)
+    content += np.where(fcs_size == 2, np.uint64(_FCS_2_BYTE_BIAS), np.uint64(0))
+    ok &= content == np.uint64(expected_size)
+
+    active = ok.copy()
+    while True:
+        idx = np.flatnonzero(active)
+        if len(idx) == 0:
+            break
+        pos, stop = position[idx], end[idx]
+        room = pos + 3 <= stop
+        header = _gather(buffer, pos, 3, room).astype(np.int64)
+        block_type = (header >> 1) & 3
+        block_size = header >> 3
+        after = pos + 3 + np.where(block_type == _BLOCK_RLE, 1, block_size)
+        bad = ~room | (block_type == _BLOCK_RESERVED) | (block_size > _MAX_BLOCK_SIZE)
+        bad |= after > stop
+        position[idx] = after
+        ok[idx[bad]] = False
+        active[idx[bad | ((header & 1) == 1)]] = False
+
+    has_checksum = (descriptor & _CHECKSUM_BIT) != 0
+    ok &= position + 4 * has_checksum == end
+    verdict = np.full(len(start), FRAME_NEEDS_CHECK, dtype=np.int8)
+    verdict[ok & ~has_checksum] = FRAME_GPU
+    verdict[ok & has_checksum] = FRAME_CHECKSUM
+    return verdict

@@ -1,8 +1,8 @@
-"""The read plan shared by the CPU and GPU readers.
+"""The engine's plan stage: which stored chunks cover a region, and where each one lands.
 
 A read is planned once: which chunk files (or which byte ranges inside shards) cover a region,
-and where each decoded chunk lands in the output. The CPU reader (:mod:`linumpy.io.reader`) and the
-GPU reader (:mod:`linumpy.gpu.zarr_io`) then differ only in how they fetch, decode and scatter.
+and where each decoded chunk lands in the output. Both back ends (:mod:`linumpy.io.engine.cpu`,
+:mod:`linumpy.gpu.backend`) run the same plan through the same fetch and validate stages.
 
 Layouts planned here: zarr v3 ``bytes`` + ``zstd``; zarr v3 sharding with inner ``bytes`` + ``zstd``
 (the shard index is read and its crc32c checked while planning); zarr v2 with a ``zstd`` compressor
@@ -21,19 +21,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-import google_crc32c
 import numpy as np
 import zarr
 from numcodecs import Zstd
 from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.storage import LocalStore
 
-from linumpy.errors import ChunkDecodeError, LinumpyError
+from linumpy.errors import LinumpyError, UnsupportedLayoutError
+from linumpy.io.engine.fetch import EMPTY_INNER_CHUNK, SHARD_INDEX_ENTRY, read_shard_index
 
 __all__ = [
     "ChunkRead",
     "ReadPlan",
-    "UnsupportedLayoutError",
     "chunk_view",
     "fill_missing",
     "parse_region",
@@ -42,23 +41,6 @@ __all__ = [
 ]
 
 Region = tuple[slice, ...]
-_EMPTY_INNER_CHUNK = 2**64 - 1
-_SHARD_INDEX_ENTRY = np.dtype("<u8")
-
-
-class UnsupportedLayoutError(LinumpyError):
-    """The array's store or codec chain is not one the batched readers plan; use zarr instead.
-
-    Examples
-    --------
-    >>> import zarr
-    >>> array = zarr.create_array(store={}, shape=(4,), dtype="uint8")
-    >>> try:
-    ...     plan_read(array)
-    ... except UnsupportedLayoutError as exc:
-    ...     print(exc)
-    store MemoryStore is not a local directory
-    """
 
 
 class ChunkRead(NamedTuple):
@@ -317,32 +299,6 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _read_shard_index(path: str, key: str, layout: _Layout, n_chunks: int) -> np.ndarray | None:
-    """Read and check a shard's index: (n_chunks, 2) of (offset, nbytes), or None when absent."""
-    index_nbytes = n_chunks * 16 + (4 if layout.shard_index_crc32c else 0)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        size = os.fstat(fd).st_size
-        if size < index_nbytes:
-            raise ChunkDecodeError(key, f"shard of {size} bytes is shorter than its index")
-        offset = 0 if layout.shard_index_location == "start" else size - index_nbytes
-        raw = os.pread(fd, index_nbytes, offset)
-    finally:
-        os.close(fd)
-    if layout.shard_index_crc32c:
-        stored = int.from_bytes(raw[-4:], "little")
-        if google_crc32c.value(raw[:-4]) != stored:
-            raise ChunkDecodeError(key, "shard index crc32c checksum mismatch")
-    index = np.frombuffer(raw, dtype=_SHARD_INDEX_ENTRY, count=n_chunks * 2).reshape(n_chunks, 2)
-    present = index[:, 0] != _EMPTY_INNER_CHUNK
-    if np.any(index[present].sum(axis=1) > size):
-        raise ChunkDecodeError(key, "shard index points past the end of the shard")
-    return index
-
-
 def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) -> ReadPlan:
     """Plan the batched read of ``array[region]``.
 
@@ -443,16 +399,21 @@ def _plan_inner_chunks(
     else:  # a 0-d array: one shard of one chunk
         shards, shard_id = shard_of[:1], np.zeros(len(coords), dtype=np.int64)
         linear = np.zeros(len(coords), dtype=np.int64)
-    table = np.full((len(shards), n_inner, 2), _EMPTY_INNER_CHUNK, dtype=_SHARD_INDEX_ENTRY)
+    table = np.full((len(shards), n_inner, 2), EMPTY_INNER_CHUNK, dtype=SHARD_INDEX_ENTRY)
     paths = []
     for k, shard in enumerate(shards.tolist()):
         path = os.path.join(layout.root, metadata.encode_chunk_key(tuple(shard)))
         paths.append(path)
-        index = _read_shard_index(path, path, layout, n_inner)
+        index = read_shard_index(
+            path,
+            n_inner,
+            at_start=layout.shard_index_location == "start",
+            crc32c=layout.shard_index_crc32c,
+        )
         if index is not None:
             table[k] = index
     entries = table[shard_id.reshape(-1), linear]
-    stored = (entries[:, 0] != _EMPTY_INNER_CHUNK).tolist()
+    stored = (entries[:, 0] != EMPTY_INNER_CHUNK).tolist()
     offsets = entries[:, 0].tolist()
     sizes = entries[:, 1].tolist()
     for i, (_, out_sel, chunk_sel) in enumerate(inner_chunks):
@@ -470,14 +431,15 @@ def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
     Examples
     --------
     >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.reader import fetch_chunk
-    >>> from linumpy.io.zstd_frames import decode_zstd_cpu
+    >>> from linumpy.io.engine.fetch import fetch_chunk
+    >>> from linumpy.io.engine.frames import decode_zstd_cpu
     >>> path = tempfile.mkdtemp() + "/array.zarr"
     >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
     >>> array[:] = np.arange(16, dtype=np.uint8).reshape(4, 4)
     >>> plan = plan_read(array)
     >>> read = plan.reads[-1]
-    >>> chunk_view(decode_zstd_cpu(fetch_chunk(read), key=read.key), plan)
+    >>> data = fetch_chunk(read.path, read.offset, read.nbytes, read.key)
+    >>> chunk_view(decode_zstd_cpu(data, key=read.key), plan)
     array([[10, 11],
            [14, 15]], dtype=uint8)
     """
@@ -490,15 +452,16 @@ def scatter_chunk(out: Any, plan: ReadPlan, read: ChunkRead, buffer: Any) -> Non
     Examples
     --------
     >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.reader import fetch_chunk
-    >>> from linumpy.io.zstd_frames import decode_zstd_cpu
+    >>> from linumpy.io.engine.fetch import fetch_chunk
+    >>> from linumpy.io.engine.frames import decode_zstd_cpu
     >>> path = tempfile.mkdtemp() + "/array.zarr"
     >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
     >>> array[:] = np.arange(16, dtype=np.uint8).reshape(4, 4)
     >>> plan = plan_read(array, (slice(1, 3), slice(1, 3)))
     >>> out = np.zeros(plan.shape, plan.dtype)
     >>> for read in plan.reads:
-    ...     scatter_chunk(out, plan, read, decode_zstd_cpu(fetch_chunk(read), key=read.key))
+    ...     data = fetch_chunk(read.path, read.offset, read.nbytes, read.key)
+    ...     scatter_chunk(out, plan, read, decode_zstd_cpu(data, key=read.key))
     >>> out
     array([[ 5,  6],
            [ 9, 10]], dtype=uint8)

@@ -1,0 +1,113 @@
+"""Whether the GPU path can run here, and the CUDA streams it runs on.
+
+cupy, nvCOMP and kvikio are imported by the GPU modules inside functions, never at import time:
+a CPU-only run imports none of them and creates no CUDA context.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from linumpy.errors import GPUUnavailableError
+
+if TYPE_CHECKING:
+    import cupy
+
+__all__ = ["codec_stream", "gpu_unavailable_reason", "require_gpu", "worker_streams"]
+
+INSTALL_HINT = (
+    "install the GPU extra from the linumpy checkout (pip install -e '.[gpu-cu13]', or "
+    "'.[gpu-cu12]' for CUDA 12) or create the conda environment (environment.yml), on a machine "
+    "with an NVIDIA driver"
+)
+
+
+def gpu_unavailable_reason() -> str | None:
+    """Why the GPU path cannot run here (cupy, nvCOMP or a CUDA device missing), or None.
+
+    Examples
+    --------
+    >>> reason = gpu_unavailable_reason()
+    >>> reason is None or isinstance(reason, str)
+    True
+
+    On a machine without cupy:
+
+    >>> gpu_unavailable_reason()  # doctest: +SKIP
+    "cupy is not installed (No module named 'cupy')"
+    """
+    try:
+        import cupy
+    except ImportError as exc:
+        return f"cupy is not installed ({exc})"
+    try:
+        import nvidia.libnvcomp  # noqa: F401
+        import nvidia.nvcomp  # noqa: F401
+    except ImportError as exc:
+        return f"nvidia-nvcomp is not installed ({exc})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except Exception as exc:  # cupy raises several CUDA error types when no driver is present
+        return f"no usable CUDA device ({exc})"
+    return None
+
+
+def require_gpu(what: str) -> None:
+    """Raise :class:`GPUUnavailableError` naming ``what`` and the reason, when the GPU is unusable.
+
+    Examples
+    --------
+    >>> try:
+    ...     require_gpu("read_volume(gpu=True)")
+    ... except GPUUnavailableError as exc:
+    ...     print(str(exc).split(":")[0])  # doctest: +SKIP
+    read_volume(gpu=True) needs an NVIDIA GPU with cupy and nvCOMP
+    """
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        raise GPUUnavailableError(
+            f"{what} needs an NVIDIA GPU with cupy and nvCOMP: {reason}; {INSTALL_HINT}"
+        )
+
+
+_local = threading.local()
+
+
+def codec_stream() -> cupy.cuda.Stream:
+    """The calling thread's stream for the zarr codec, on its current device (made once).
+
+    A blocking stream: it waits for earlier work on the legacy default stream, where zarr and
+    cupy copy chunk bytes to the device, and memory freed after such work is not reused early.
+
+    Examples
+    --------
+    >>> codec_stream() is codec_stream()  # doctest: +SKIP
+    True
+    """
+    import cupy
+
+    device = cupy.cuda.runtime.getDevice()
+    streams = _local.__dict__.setdefault("codec", {})
+    if device not in streams:
+        streams[device] = cupy.cuda.Stream(non_blocking=False)
+    return streams[device]
+
+
+def worker_streams(count: int) -> list[cupy.cuda.Stream]:
+    """``count`` streams of the calling thread on its current device, for concurrent groups.
+
+    Examples
+    --------
+    >>> first, second = worker_streams(2)  # doctest: +SKIP
+    >>> first is worker_streams(1)[0]  # doctest: +SKIP
+    True
+    """
+    import cupy
+
+    device = cupy.cuda.runtime.getDevice()
+    streams = _local.__dict__.setdefault("workers", {}).setdefault(device, [])
+    while len(streams) < count:
+        streams.append(cupy.cuda.Stream(non_blocking=True))
+    return streams[:count]

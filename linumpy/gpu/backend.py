@@ -1,0 +1,306 @@
+"""The GPU back end of the read engine: nvCOMP decodes each group, one kernel scatters it.
+
+The engine's run loop (:func:`linumpy.io.engine.run.run`) fetches and checks group k+1 on the
+CPU while this back end queues group k on a CUDA stream of its own (``gpu_streams`` of them, in
+turn): one host-to-device copy of the group's compressed bytes, one nvCOMP call decoding them into
+the stream's device buffer, stored checksums hashed there (XXH64 kernel), one scatter kernel into
+the output. An nvCOMP call takes its frames' decode latency however few they are (on an H200,
+k calls on one stream cost k times one call) while calls on separate streams run together, so
+reading overlaps decoding through the streams.
+
+Memory. Besides the output, each stream holds one device buffer (its group's compressed and
+decoded bytes) and one pinned staging buffer: the device memory is bounded by ``scratch_bytes``
+(at least one chunk per stream), the pinned memory by ``pinned_bytes``; nvCOMP's work space comes
+on top (``device_extra_bytes`` of the report includes it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+from linumpy.gpu import nvcomp
+from linumpy.gpu.memory import pinned_buffers
+from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
+from linumpy.io.engine.fetch import ALIGN, align_up, kvikio_unusable_reason, use_kvikio_threads
+from linumpy.io.engine.frames import FRAME_CHECKSUM, FRAME_NEEDS_CHECK
+from linumpy.io.engine.plan import ReadPlan
+from linumpy.io.engine.run import Fetched
+from linumpy.settings import Settings
+
+if TYPE_CHECKING:
+    import cupy
+
+__all__ = ["GpuBackend", "choose_reader", "fast_path_obstacle"]
+
+logger = logging.getLogger(__name__)
+
+# Decoded chunks start on this boundary in device buffers (the XXH64 kernel needs 8).
+_SLOT_ALIGN = 256
+# Below this many compressed bytes a read is one group: overlap would not pay for the calls.
+_OVERLAP_MIN_BYTES = 32 * 1024 * 1024
+
+
+def fast_path_obstacle(plan: ReadPlan) -> str | None:
+    """Why the GPU back end cannot produce this plan's output, or None.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
+    >>> fast_path_obstacle(plan_read(array)) is None
+    True
+    """
+    dtype = plan.dtype
+    components = 2 if dtype.kind == "c" else 1
+    if dtype.kind not in "biufc" or dtype.itemsize // components not in (1, 2, 4, 8):
+        return f"dtype {dtype} has no cupy equivalent"
+    if plan.chunk_nbytes > nvcomp.MAX_DECODE_BYTES:
+        return f"chunks of {plan.chunk_nbytes} bytes exceed nvCOMP's zstd limit of 2 GiB"
+    return None
+
+
+def choose_reader(fetch: str, threads: int) -> tuple[str, str]:
+    """The file reader for the ``fetch`` setting, and why it was chosen.
+
+    Examples
+    --------
+    >>> choose_reader("pread", 4)
+    ('pread', 'requested')
+    """
+    if fetch == "pread":
+        return "pread", "requested"
+    reason = kvikio_unusable_reason()
+    if reason is None:
+        use_kvikio_threads(threads)
+        return "kvikio", "kvikio reads files here"
+    if fetch == "kvikio":
+        raise GPUUnavailableError(f"LINUMPY_GPU_FETCH/fetch='kvikio' was asked for, but {reason}")
+    return "pread", reason
+
+
+@dataclass(slots=True)
+class _Slot:
+    """What one stream owns: its device buffer, its staging buffer, its last copy's event."""
+
+    stream: Any
+    device: Any = None
+    staging: np.ndarray | None = None
+    copied: Any = None  # event: the staging buffer's last copy to the device is done
+
+
+@dataclass(slots=True)
+class _Checks:
+    """Work to verify once the streams are done: nvCOMP statuses, checksums."""
+
+    statuses: list[tuple[Any, list[str]]] = field(default_factory=list)
+    hashes: list[tuple[Any, list[tuple[int, str]]]] = field(default_factory=list)
+
+
+class GpuBackend:
+    """Decode groups into a cupy output on ``settings.gpu_streams`` streams.
+
+    Parameters
+    ----------
+    plan
+        The read plan.
+    settings
+        Streams, scratch and pinned memory, largest chunk for nvCOMP.
+    out
+        The output: a C-contiguous cupy array of the plan's shape and native dtype.
+    streams
+        The CUDA streams, one per slot.
+    pinned
+        An ``ExitStack`` that lends the staging buffers until the read ends.
+
+    Examples
+    --------
+    Used by :func:`linumpy.gpu.zarr_io.read_zarr_to_gpu`:
+
+    >>> volume = read_zarr_to_gpu("volume.zarr")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        plan: ReadPlan,
+        settings: Settings,
+        out: cupy.ndarray,
+        streams: list[cupy.cuda.Stream],
+        pinned: ExitStack,
+    ) -> None:
+        import cupy
+
+        self.plan = plan
+        self.out = out
+        self.slots = len(streams)
+        self.max_decode_bytes = min(settings.gpu_chunk_bytes, nvcomp.MAX_DECODE_BYTES)
+        self._settings = settings
+        self._pinned = pinned
+        self._entries = plan.reads + plan.missing
+        self._geometry = geometry(plan, self._entries)
+        self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
+        self._slots = [_Slot(stream) for stream in streams]
+        self._checks = _Checks()
+        fill = np.array([plan.fill_value], dtype=plan.stored_dtype).view(np.uint8)
+        with streams[0]:
+            self._fill = cupy.asarray(fill)
+
+    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int]:
+        """Budgets for :func:`~linumpy.io.engine.run.make_groups`: a slot's share of memory."""
+        settings = self._settings
+        largest = int(sizes.max()) if len(sizes) else 0
+        per_slot = max(settings.scratch_bytes // self.slots, largest + self._slot_nbytes)
+        if settings.batch_bytes:
+            per_slot = min(per_slot, max(settings.batch_bytes, self._slot_nbytes) + largest)
+        compressed = max(settings.pinned_bytes // self.slots, largest)
+        overlap = int(sizes.sum()) >= _OVERLAP_MIN_BYTES
+        return min(compressed, per_slot), per_slot, self.slots if overlap else 1
+
+    def staging(self, slot: int, nbytes: int) -> np.ndarray:
+        """The slot's pinned buffer, once its last copy to the device is done."""
+        state = self._slots[slot]
+        if state.copied is not None:
+            state.copied.synchronize()
+        if state.staging is None or state.staging.nbytes < nbytes:
+            (buffer,) = self._pinned.enter_context(pinned_buffers(max(nbytes, ALIGN), count=1))
+            state.staging = buffer
+        return state.staging
+
+    def fill(self, entries: np.ndarray) -> None:
+        """Queue the fill value into the output of chunks that are not stored."""
+        stream = self._slots[0].stream
+        table = scatter_table(
+            self._geometry,
+            np.zeros(0, dtype=np.int64),
+            np.asarray(entries, dtype=np.int64),
+            sources=np.zeros(0, dtype=np.int64),
+            out_ptr=self.out.data.ptr,
+            fill_ptr=self._fill.data.ptr,
+        )
+        launch_scatter(self._geometry, table, stream)
+
+    def _device(self, state: _Slot, nbytes: int) -> Any:
+        import cupy
+
+        if state.device is None or state.device.nbytes < nbytes:
+            with state.stream:
+                state.device = None  # back to the pool first: stream-ordered reuse
+                state.device = cupy.empty(nbytes, dtype=np.uint8)
+        return state.device
+
+    def submit(self, fetched: Fetched) -> None:
+        """Queue the group's copy, decode, checksum hashes and scatter on its slot's stream."""
+        import cupy
+
+        from linumpy.gpu._xxhash import xxh64_batch
+
+        state = self._slots[fetched.slot]
+        stream = state.stream
+        layout = fetched.group.layout
+        entries = fetched.group.entries
+        n = len(entries)
+        decoded_at = align_up(layout.nbytes, _SLOT_ALIGN)
+        device = self._device(state, decoded_at + n * self._slot_nbytes)
+        base = int(device.data.ptr)
+        slots = base + decoded_at + np.arange(n, dtype=np.int64) * self._slot_nbytes
+        runtime = cupy.cuda.runtime
+        keys = [self._entries[int(e)].key for e in entries]
+        with stream:
+            runtime.memcpyAsync(
+                base, fetched.staging.ctypes.data, layout.nbytes, runtime.memcpyHostToDevice,
+                stream.ptr,
+            )  # fmt: skip
+            on_gpu = np.flatnonzero(fetched.verdicts != FRAME_NEEDS_CHECK)
+            for i, data in fetched.decoded:
+                runtime.memcpyAsync(
+                    int(slots[i]), data.ctypes.data, data.nbytes, runtime.memcpyHostToDevice,
+                    stream.ptr,
+                )  # fmt: skip
+            state.copied = stream.record()
+            if len(on_gpu):
+                pending = nvcomp.decode(
+                    base + layout.offsets[on_gpu],
+                    fetched.sizes[on_gpu],
+                    slots[on_gpu],
+                    np.full(len(on_gpu), self.plan.chunk_nbytes, dtype=np.int64),
+                    stream=stream,
+                )
+                self._checks.statuses.append((pending, [keys[i] for i in on_gpu]))
+            checked = np.flatnonzero(fetched.verdicts == FRAME_CHECKSUM)
+            if len(checked):
+                ends = layout.offsets[checked] + fetched.sizes[checked]
+                stored = [
+                    (int.from_bytes(fetched.staging[end - 4 : end].tobytes(), "little"), keys[i])
+                    for end, i in zip(ends.tolist(), checked.tolist())
+                ]
+                hashes = xxh64_batch(
+                    device,
+                    (slots[checked] - base).tolist(),
+                    [self.plan.chunk_nbytes] * len(checked),
+                    stream=stream,
+                )
+                self._checks.hashes.append((hashes, stored))
+            table = scatter_table(
+                self._geometry,
+                np.asarray(entries, dtype=np.int64),
+                np.zeros(0, dtype=np.int64),
+                sources=slots,
+                out_ptr=self.out.data.ptr,
+                fill_ptr=self._fill.data.ptr,
+            )
+            launch_scatter(self._geometry, table, stream)
+
+    def finish(self) -> None:
+        """Wait for every stream, then check nvCOMP's statuses and the stored checksums."""
+        self.synchronize()
+        for pending, keys in self._checks.statuses:
+            pending.check(keys)
+        for hashes, stored in self._checks.hashes:
+            for digest, (expected, key) in zip(hashes.get().tolist(), stored):
+                computed = digest & 0xFFFFFFFF
+                if computed != expected:
+                    raise ChunkDecodeError(
+                        key,
+                        f"content checksum mismatch: the frame stores 0x{expected:08X}, the "
+                        f"decoded bytes hash to 0x{computed:08X}",
+                    )
+
+    def synchronize(self) -> None:
+        """Wait for the work queued on every stream."""
+        for state in self._slots:
+            state.stream.synchronize()
+
+    def device_bytes(self) -> int:
+        """Device memory held by the slots' buffers."""
+        return sum(s.device.nbytes for s in self._slots if s.device is not None)
+
+    def pinned_bytes(self) -> int:
+        """Pinned memory held by the slots' staging buffers."""
+        return sum(s.staging.nbytes for s in self._slots if s.staging is not None)
+
+
+def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:
+    """Device memory a read may take beyond its output: slots' buffers and nvCOMP's work space.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> from linumpy.settings import Settings
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
+    >>> device_memory_needed(plan_read(array), Settings(scratch_bytes=2**20)) >= 2**20
+    True
+    """
+    chunks = max(1, len(plan.reads))
+    decoded = min(settings.scratch_bytes, chunks * plan.chunk_nbytes)
+    # nvCOMP's work space grows with the decoded bytes in flight (measured through its Python
+    # API: 1568 MiB for one call of 1 GiB); 64 MiB at least.
+    workspace = max(64 * 2**20, decoded * 8 // 5)
+    return math.ceil(settings.scratch_bytes + workspace)

@@ -1,0 +1,464 @@
+"""Batches of zarr's codec calls on the GPU: staging, validation, nvCOMP, checksums.
+
+:class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` hands its batches here. Decoding stages every
+chunk in one pinned buffer, checks each frame on the CPU (:mod:`linumpy.io.engine.frames`), copies
+the batch to the device once, decodes it with one call of the nvCOMP layer
+(:mod:`linumpy.gpu.nvcomp`), and verifies stored checksums with the XXH64 kernel. Valid chunks that
+nvCOMP cannot decode (several frames, skippable frames, no declared content size) go to libzstd.
+Encoding packs chunks into one device buffer, encodes them with one nvCOMP call, checks every
+frame like a stored chunk and adds checksums when asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numcodecs import Zstd
+from zarr.core.buffer import gpu as gpu_buffer
+from zarr.core.dtype.common import HasItemSize
+
+from linumpy.errors import ChunkDecodeError
+from linumpy.gpu import nvcomp
+from linumpy.gpu._xxhash import xxh64_batch
+from linumpy.gpu.availability import codec_stream, require_gpu
+from linumpy.gpu.memory import pinned_buffers
+from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk
+
+if TYPE_CHECKING:
+    import cupy
+    from zarr.core.array_spec import ArraySpec
+    from zarr.core.buffer import Buffer, BufferPrototype
+    from zarr.core.dtype.wrapper import ZDType
+
+__all__ = ["chunk_key", "current_device", "decode_items", "encode_items"]
+
+logger = logging.getLogger(__name__)
+
+# Offsets of chunks packed in one buffer (nvCOMP asks 4 bytes of encoder inputs, the XXH64 kernel
+# 8 of its inputs).
+_ALIGNMENT = 16
+_CHECKSUM_FLAG = 0x04  # Content_Checksum_flag: bit 2 of a zstd frame header descriptor
+_DESCRIPTOR_OFFSET = 4  # the descriptor byte follows the 4-byte magic number
+_CHECKSUM_BYTES = 4
+
+
+async def _stream_done(stream: cupy.cuda.Stream) -> None:
+    """Wait, off the event loop, for the work queued so far on ``stream``."""
+    event = stream.record()
+    await asyncio.to_thread(event.synchronize)
+
+
+def _synchronize_on_error(stream: cupy.cuda.Stream) -> None:
+    """Let queued copies finish before their buffers go back to the memory pools."""
+    try:
+        stream.synchronize()
+    except Exception:  # the original error is the one to report
+        logger.exception("synchronizing the nvCOMP stream after an error failed")
+
+
+@functools.lru_cache(maxsize=256)
+def _chunk_description(shape: tuple[int, ...], dtype: ZDType[Any, Any]) -> str:
+    return f"chunk shape {shape}, dtype {dtype.to_native_dtype()}"
+
+
+def chunk_key(index: int, count: int, spec: ArraySpec) -> str:
+    return f"batch item {index} of {count} ({_chunk_description(spec.shape, spec.dtype)})"
+
+
+def _expected_nbytes(spec: ArraySpec) -> int | None:
+    """The decoded size of a chunk of a fixed-size data type, or None (e.g. variable strings)."""
+    if not isinstance(spec.dtype, HasItemSize):
+        return None
+    return math.prod(spec.shape) * spec.dtype.item_size
+
+
+def _layout(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Aligned offsets of buffers of ``sizes`` packed one after another, and their total."""
+    offsets = []
+    position = 0
+    for size in sizes:
+        offsets.append(position)
+        position += -(-size // _ALIGNMENT) * _ALIGNMENT
+    return offsets, position
+
+
+def _is_on_device(array: Any) -> bool:
+    return hasattr(array, "__cuda_array_interface__")
+
+
+def _is_gpu_prototype(prototype: BufferPrototype) -> bool:
+    return issubclass(prototype.buffer, gpu_buffer.Buffer)
+
+
+def _pinned_empty(nbytes: int) -> np.ndarray:
+    """An uninitialised 1-D uint8 array in page-locked host memory (CuPy's pinned pool)."""
+    import cupy
+
+    memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
+    return np.frombuffer(memory, dtype=np.uint8, count=nbytes)
+
+
+def _borrow_pinned(pinned: ExitStack, nbytes: int) -> np.ndarray:
+    """Page-locked host memory until ``pinned`` closes, from the cache the fast path uses too:
+    page-locking a new buffer for every batch cost more than the batch's GPU work."""
+    if nbytes == 0:
+        return np.empty(0, dtype=np.uint8)
+    (buffer,) = pinned.enter_context(pinned_buffers(nbytes, count=1))
+    return buffer[:nbytes]
+
+
+def _memcpy_async(dst: int, src: int, nbytes: int, stream: cupy.cuda.Stream) -> None:
+    """Queue a copy between any two addresses (unified addressing picks the direction)."""
+    import cupy
+
+    if nbytes:
+        cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, cupy.cuda.runtime.memcpyDefault, stream.ptr)
+
+
+def _device_pointer(array: Any) -> int:
+    import cupy
+
+    return int(cupy.asarray(array).data.ptr)
+
+
+def _wrap(prototype: BufferPrototype, array: Any) -> Buffer:
+    """A 1-D uint8 array (host or device) as a buffer of ``prototype``, moved if it must be."""
+    import cupy
+
+    if _is_gpu_prototype(prototype):
+        return prototype.buffer.from_array_like(cupy.asarray(array))
+    if _is_on_device(array):
+        array = cupy.asnumpy(array)
+    return prototype.buffer.from_array_like(array)
+
+
+def _stage_inputs(
+    arrays: Sequence[Any],
+    offsets: Sequence[int],
+    total: int,
+    stream: cupy.cuda.Stream,
+    *,
+    download: bool,
+    pinned: ExitStack,
+) -> tuple[np.ndarray, cupy.ndarray, list[int], bool]:
+    """Queue the gathering of every chunk into one device buffer at ``offsets``.
+
+    Device chunks are copied on the device into ``device_in``; with ``download`` the whole buffer
+    is then copied once into the pinned host buffer ``staging`` (borrowed until ``pinned`` closes;
+    the CPU checks frames there).
+    Host chunks are copied into ``staging`` and uploaded by :func:`_upload_host_chunks`, once any
+    download is done.
+
+    Returns
+    -------
+    staging, device_in, host_chunks, pending
+        The two buffers, the indices of the host chunks, and whether a download is queued.
+    """
+    import cupy
+
+    with stream:
+        device_in = cupy.empty(max(total, 1), dtype=np.uint8)
+    host_chunks = []
+    for i, (array, offset) in enumerate(zip(arrays, offsets, strict=True)):
+        if _is_on_device(array):
+            _memcpy_async(device_in.data.ptr + offset, _device_pointer(array), array.nbytes, stream)
+        else:
+            host_chunks.append(i)
+    pending = download and len(host_chunks) < len(arrays)
+    staging = _borrow_pinned(pinned, total if pending or host_chunks else 0)
+    if pending:
+        _memcpy_async(staging.ctypes.data, device_in.data.ptr, total, stream)
+    return staging, device_in, host_chunks, pending
+
+
+def _upload_host_chunks(
+    arrays: Sequence[Any],
+    offsets: Sequence[int],
+    host_chunks: Sequence[int],
+    staging: np.ndarray,
+    device_in: cupy.ndarray,
+    stream: cupy.cuda.Stream,
+) -> None:
+    """Copy the host chunks into ``staging`` and queue their upload into ``device_in``."""
+    for i in host_chunks:
+        staging[offsets[i] : offsets[i] + arrays[i].nbytes] = np.asarray(arrays[i]).view(np.uint8)
+    if len(host_chunks) == len(arrays):
+        _memcpy_async(device_in.data.ptr, staging.ctypes.data, staging.nbytes, stream)
+        return
+    for i in host_chunks:
+        _memcpy_async(
+            device_in.data.ptr + offsets[i],
+            staging.ctypes.data + offsets[i],
+            arrays[i].nbytes,
+            stream,
+        )
+
+
+def _set_checksum(frame: np.ndarray, checksum: int) -> None:
+    """Make the single zstd frame ``frame[:-4]`` carry ``checksum`` in its last four bytes.
+
+    ``frame`` is a 1-D uint8 array: a frame without a checksum followed by four spare bytes. The
+    frame header descriptor gains the Content_Checksum_flag and the checksum (the low 32 bits of
+    XXH64 of the content) is stored little-endian after the last block (RFC 8878, section 3.1.1).
+    """
+    frame[_DESCRIPTOR_OFFSET] |= _CHECKSUM_FLAG
+    frame[-_CHECKSUM_BYTES:] = np.frombuffer(
+        (checksum & 0xFFFFFFFF).to_bytes(_CHECKSUM_BYTES, "little"), dtype=np.uint8
+    )
+
+
+def current_device() -> int | None:
+    """The calling thread's CuPy device, or None where there is none (the codec then raises)."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDevice())
+    except Exception:  # no cupy or no driver: the batch function raises GPUUnavailableError
+        return None
+
+
+# --- decode -----------------------------------------------------------------------------------
+
+
+async def _decode_batch(
+    chunks: Sequence[Buffer], specs: Sequence[ArraySpec], keys: Sequence[str], pinned: ExitStack
+) -> list[Buffer]:
+    require_gpu("the nvCOMP zstd codec")
+    stream = codec_stream()
+    import cupy
+
+    started = time.perf_counter()
+    arrays = [chunk.as_array_like() for chunk in chunks]
+    sizes = [int(array.nbytes) for array in arrays]
+    in_offsets, in_total = _layout(sizes)
+    try:
+        staging, device_in, host_chunks, pending = _stage_inputs(
+            arrays, in_offsets, in_total, stream, download=True, pinned=pinned
+        )
+        if pending:
+            await _stream_done(stream)
+        with stream:
+            _upload_host_chunks(arrays, in_offsets, host_chunks, staging, device_in, stream)
+        staged = time.perf_counter()
+        # Validate everything before nvCOMP sees anything.
+        infos = [
+            inspect_zstd_chunk(
+                staging[offset : offset + size], key=key, expected_size=_expected_nbytes(spec)
+            )
+            for offset, size, key, spec in zip(in_offsets, sizes, keys, specs, strict=True)
+        ]
+    except BaseException:
+        _synchronize_on_error(stream)
+        raise
+    validated = time.perf_counter()
+
+    on_gpu = [
+        i
+        for i, info in enumerate(infos)
+        if info.gpu_decodable
+        and 0 < (info.content_size or 0) <= nvcomp.MAX_DECODE_BYTES
+        and sizes[i] <= nvcomp.MAX_DECODE_BYTES
+    ]
+    on_cpu = sorted(set(range(len(chunks))) - set(on_gpu))
+    out_sizes = [infos[i].content_size or 0 for i in on_gpu]
+    out_offsets, out_total = _layout(out_sizes)
+    checked = [k for k, i in enumerate(on_gpu) if infos[i].checksum is not None]
+    to_device = [_is_gpu_prototype(specs[i].prototype) for i in on_gpu]
+    try:
+        with stream:
+            device_out = cupy.empty(max(out_total, 1), dtype=np.uint8)
+            statuses = nvcomp.decode(
+                device_in.data.ptr + np.array([in_offsets[i] for i in on_gpu], dtype=np.int64),
+                np.array([sizes[i] for i in on_gpu], dtype=np.int64),
+                device_out.data.ptr + np.array(out_offsets, dtype=np.int64),
+                np.array(out_sizes, dtype=np.int64),
+                stream=stream,
+            )
+            hashes = _pinned_empty(8 * len(checked)).view(np.uint64)
+            if checked:
+                device_hashes = xxh64_batch(
+                    device_out,
+                    [out_offsets[k] for k in checked],
+                    [out_sizes[k] for k in checked],
+                    stream=stream,
+                )
+                _memcpy_async(hashes.ctypes.data, device_hashes.data.ptr, hashes.nbytes, stream)
+            host_out = None
+            if not all(to_device):
+                host_out = _pinned_empty(out_total)
+                _memcpy_async(host_out.ctypes.data, device_out.data.ptr, out_total, stream)
+        # libzstd decodes the unusual chunks while the GPU works.
+        cpu_decoded = await asyncio.gather(
+            *(
+                asyncio.to_thread(
+                    decode_zstd_cpu,
+                    staging[in_offsets[i] : in_offsets[i] + sizes[i]],
+                    key=keys[i],
+                    expected_size=_expected_nbytes(specs[i]),
+                )
+                for i in on_cpu
+            )
+        )
+        await _stream_done(stream)
+    except BaseException:
+        _synchronize_on_error(stream)
+        raise
+
+    statuses.check([keys[i] for i in on_gpu])
+    for k, digest in zip(checked, hashes, strict=True):
+        stored = infos[on_gpu[k]].checksum
+        if (int(digest) & 0xFFFFFFFF) != stored:
+            raise ChunkDecodeError(
+                keys[on_gpu[k]],
+                f"content checksum mismatch: the frame stores 0x{stored:08X}, the decoded bytes "
+                f"hash to 0x{int(digest) & 0xFFFFFFFF:08X}",
+            )
+    logger.debug(
+        "decoded %d chunks with nvCOMP, %d on the CPU; ms: staging %.1f, checks %.1f, decode %.1f",
+        len(on_gpu),
+        len(on_cpu),
+        1e3 * (staged - started),
+        1e3 * (validated - staged),
+        1e3 * (time.perf_counter() - validated),
+    )
+
+    results: list[Buffer | None] = [None] * len(chunks)
+    for k, i in enumerate(on_gpu):
+        region = slice(out_offsets[k], out_offsets[k] + out_sizes[k])
+        prototype = specs[i].prototype
+        if to_device[k]:
+            results[i] = prototype.buffer.from_array_like(device_out[region])
+        else:
+            results[i] = prototype.buffer.from_array_like(host_out[region])  # type: ignore[index]
+    for i, decoded in zip(on_cpu, cpu_decoded, strict=True):
+        results[i] = _wrap(specs[i].prototype, decoded)
+    return results  # type: ignore[return-value]
+
+
+# --- encode -----------------------------------------------------------------------------------
+
+
+async def _encode_batch(
+    chunks: Sequence[Buffer],
+    specs: Sequence[ArraySpec],
+    keys: Sequence[str],
+    *,
+    level: int,
+    checksum: bool,
+    pinned: ExitStack,
+) -> list[Buffer]:
+    require_gpu("the nvCOMP zstd codec")
+    stream = codec_stream()
+    import cupy
+
+    arrays = [chunk.as_array_like() for chunk in chunks]
+    sizes = [int(array.nbytes) for array in arrays]
+    # nvCOMP refuses empty inputs and takes at most 16 MB: libzstd encodes those.
+    on_gpu = [i for i, size in enumerate(sizes) if 0 < size <= nvcomp.MAX_ENCODE_BYTES]
+    on_cpu = sorted(set(range(len(chunks))) - set(on_gpu))
+    gpu_sizes = [sizes[i] for i in on_gpu]
+    in_offsets, in_total = _layout(gpu_sizes)
+    try:
+        with stream:
+            gpu_arrays = [arrays[i] for i in on_gpu]
+            staging, device_in, host_chunks, _ = _stage_inputs(
+                gpu_arrays, in_offsets, in_total, stream, download=False, pinned=pinned
+            )
+            _upload_host_chunks(gpu_arrays, in_offsets, host_chunks, staging, device_in, stream)
+            inputs = [device_in[o : o + n] for o, n in zip(in_offsets, gpu_sizes, strict=True)]
+            capacities = [nvcomp.max_encoded_size(int(array.nbytes)) for array in inputs]
+            out_offsets, out_total = _layout(capacities)
+            device_out = cupy.empty(max(out_total, 1), dtype=np.uint8)
+            hashes = _pinned_empty(8 * len(on_gpu)).view(np.uint64)
+            encoded = nvcomp.encode(
+                device_in.data.ptr + np.array(in_offsets, dtype=np.int64),
+                np.array(gpu_sizes, dtype=np.int64),
+                device_out.data.ptr + np.array(out_offsets, dtype=np.int64),
+                stream=stream,
+            )
+            if checksum and on_gpu:
+                device_hashes = xxh64_batch(device_in, in_offsets, gpu_sizes, stream=stream)
+                _memcpy_async(hashes.ctypes.data, device_hashes.data.ptr, hashes.nbytes, stream)
+        await _stream_done(stream)
+        encoded.check([keys[i] for i in on_gpu])
+        frame_sizes = encoded.sizes().tolist()
+        for k, (frame_size, capacity) in enumerate(zip(frame_sizes, capacities, strict=True)):
+            if not 0 < frame_size <= capacity:
+                raise RuntimeError(
+                    f"nvCOMP reported {frame_size} compressed bytes for {keys[on_gpu[k]]}, "
+                    f"capacity {capacity}"
+                )
+        # Frames back to the host, packed, with room for a checksum.
+        extra = _CHECKSUM_BYTES if checksum else 0
+        packed_offsets, packed_total = _layout([n + extra for n in frame_sizes])
+        if all(_is_gpu_prototype(spec.prototype) for spec in specs):
+            packed = _borrow_pinned(pinned, packed_total)  # uploaded again below
+        else:
+            packed = np.empty(packed_total, dtype=np.uint8)  # host frames are returned: not lent
+
+        with stream:
+            for k, frame_size in enumerate(frame_sizes):
+                _memcpy_async(
+                    packed.ctypes.data + packed_offsets[k],
+                    device_out.data.ptr + out_offsets[k],
+                    frame_size,
+                    stream,
+                )
+        await _stream_done(stream)
+    except BaseException:
+        _synchronize_on_error(stream)
+        raise
+
+    frames: list[np.ndarray | None] = [None] * len(chunks)
+    for k, i in enumerate(on_gpu):
+        frame = packed[packed_offsets[k] : packed_offsets[k] + frame_sizes[k] + extra]
+        # Never store what the decoders would reject: check nvCOMP's frame like a stored chunk.
+        info = inspect_zstd_chunk(frame[: frame_sizes[k]], key=keys[i], expected_size=sizes[i])
+        if info.n_frames != 1 or info.n_skippable or info.checksum is not None:
+            raise ChunkDecodeError(keys[i], f"nvCOMP wrote an unexpected frame layout: {info}")
+        if checksum:
+            _set_checksum(frame, int(hashes[k]))
+        frames[i] = frame
+    cpu_codec = Zstd(level=level, checksum=checksum)
+    for i in on_cpu:
+        host = cupy.asnumpy(arrays[i]) if _is_on_device(arrays[i]) else np.asarray(arrays[i])
+        encoded = await asyncio.to_thread(cpu_codec.encode, host)
+        frames[i] = np.frombuffer(encoded, dtype=np.uint8)
+
+    device_packed = None
+    if any(_is_gpu_prototype(specs[i].prototype) for i in on_gpu):
+        # One upload of every frame rather than one per chunk.
+        with stream:
+            device_packed = cupy.empty(max(packed_total, 1), dtype=np.uint8)
+            _memcpy_async(device_packed.data.ptr, packed.ctypes.data, packed_total, stream)
+        await _stream_done(stream)
+    for k, i in enumerate(on_gpu):
+        if device_packed is not None and _is_gpu_prototype(specs[i].prototype):
+            start = packed_offsets[k]
+            frames[i] = device_packed[start : start + frame_sizes[k] + extra]
+    return [_wrap(spec.prototype, frame) for spec, frame in zip(specs, frames, strict=True)]
+
+
+async def decode_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Buffer]:
+    with ExitStack() as pinned:
+        return await _decode_batch(*(list(c) for c in zip(*items, strict=True)), pinned=pinned)
+
+
+async def encode_items(
+    items: list[tuple[Buffer, ArraySpec, str]], *, level: int, checksum: bool
+) -> list[Buffer]:
+    with ExitStack() as pinned:
+        return await _encode_batch(
+            *(list(c) for c in zip(*items, strict=True)),
+            level=level,
+            checksum=checksum,
+            pinned=pinned,
+        )

@@ -1,0 +1,351 @@
+"""The engine's run loop: plan -> fetch -> validate -> decode -> scatter, for either back end.
+
+:func:`run` takes a :class:`~linumpy.io.engine.plan.ReadPlan` and a back end. It sizes the chunk
+files, splits the stored chunks into groups (:func:`make_groups`), and for each group reads the
+chunks into a host staging buffer that the back end lends (:mod:`~linumpy.io.engine.fetch`) and
+checks their zstd frames (:mod:`~linumpy.io.engine.frames`) on a producer thread, while the back
+end decodes and scatters the previous group. Back ends differ only in decode and scatter: the CPU
+back end (:mod:`linumpy.io.engine.cpu`) decodes with libzstd in a thread pool, the GPU back end
+(:mod:`linumpy.gpu.backend`) queues one nvCOMP call and one scatter kernel per group on a CUDA
+stream of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, read_group
+from linumpy.io.engine.frames import (
+    FRAME_CHECKSUM,
+    FRAME_GPU,
+    FRAME_NEEDS_CHECK,
+    check_frames,
+    decode_zstd_cpu,
+    inspect_zstd_chunk,
+)
+from linumpy.io.engine.plan import ReadPlan
+
+__all__ = ["Backend", "Fetched", "Group", "Stats", "make_groups", "run"]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Stored chunks fetched together into one staging buffer and decoded together.
+
+    Attributes
+    ----------
+    entries
+        Indices into the plan's ``reads``.
+    layout
+        Where they go in the staging buffer and the file reads that put them there.
+    """
+
+    entries: np.ndarray
+    layout: Layout
+
+
+@dataclass(slots=True)
+class Fetched:
+    """A group read and checked: what the back end needs to decode and scatter it.
+
+    Attributes
+    ----------
+    index, slot
+        The group's number and the staging slot it was read into.
+    group
+        The group.
+    staging
+        The host buffer holding its compressed chunks.
+    sizes
+        Per chunk of the group: its compressed size.
+    verdicts
+        Per chunk of the group: ``FRAME_GPU`` or ``FRAME_CHECKSUM`` (one frame, size declared,
+        checked), or ``FRAME_NEEDS_CHECK`` for chunks decoded on the CPU already.
+    decoded
+        ``(position in the group, decoded bytes)`` of chunks only libzstd decodes (several or
+        skippable frames, no declared size) or too large for the back end's decoder.
+    seconds, read_seconds
+        Time spent fetching and checking the group, and of it reading files.
+    """
+
+    index: int
+    slot: int
+    group: Group
+    staging: np.ndarray
+    sizes: np.ndarray
+    verdicts: np.ndarray
+    decoded: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    seconds: float = 0.0
+    read_seconds: float = 0.0
+
+
+class Backend(Protocol):
+    """What :func:`run` needs of a back end (see :mod:`linumpy.io.engine.cpu` for one)."""
+
+    slots: int  # staging buffers in use at once
+    max_decode_bytes: int  # larger chunks are decoded by libzstd in the fetch stage
+
+    def staging(self, slot: int, nbytes: int) -> np.ndarray:
+        """A host buffer of at least ``nbytes`` for ``slot``, free to overwrite."""
+        ...
+
+    def fill(self, entries: np.ndarray) -> None:
+        """Fill the output of these plan entries (reads and then missing) with the fill value."""
+        ...
+
+    def submit(self, fetched: Fetched) -> None:
+        """Decode and scatter a fetched group (may return before the work is done)."""
+        ...
+
+
+@dataclass(slots=True)
+class Stats:
+    """What one :func:`run` did, for reports.
+
+    Examples
+    --------
+    >>> Stats().n_groups
+    0
+    """
+
+    n_reads: int = 0
+    n_fill: int = 0
+    n_cpu_decoded: int = 0
+    n_groups: int = 0
+    compressed_bytes: int = 0
+    staging_bytes: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def make_groups(
+    order: np.ndarray,
+    sizes: np.ndarray,
+    *,
+    chunk_nbytes: int,
+    max_compressed: int,
+    max_total: int,
+    min_groups: int = 1,
+) -> list[np.ndarray]:
+    """Split stored chunks, in ``order``, into consecutive groups that fit the back end's budgets.
+
+    Parameters
+    ----------
+    order
+        Indices of the chunks to read, in the order to read them.
+    sizes
+        Compressed size per chunk (indexed like the plan's reads).
+    chunk_nbytes
+        Decoded size of a chunk.
+    max_compressed
+        Most compressed bytes per group (staging capacity); a larger chunk gets a group alone.
+    max_total
+        Most compressed plus decoded bytes per group (the back end's memory per group).
+    min_groups
+        Split into at least this many groups when there are enough chunks (for overlap).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sizes = np.array([10, 10, 10, 10])
+    >>> make_groups(np.arange(4), sizes, chunk_nbytes=20, max_compressed=25, max_total=1000)
+    [array([0, 1]), array([2, 3])]
+    >>> [g.tolist() for g in make_groups(np.arange(4), sizes, chunk_nbytes=20,
+    ...                                  max_compressed=100, max_total=1000, min_groups=4)]
+    [[0], [1], [2], [3]]
+    """
+    if len(order) == 0:
+        return []
+    weights = sizes[order].astype(np.int64)
+    total = int(weights.sum()) + chunk_nbytes * len(order)
+    per_group = min(max_total, math.ceil(total / max(1, min(min_groups, len(order)))))
+    groups: list[np.ndarray] = []
+    start = 0
+    compressed = decoded = 0
+    for k, weight in enumerate(weights.tolist()):
+        if k > start and (
+            compressed + weight > max_compressed
+            or compressed + weight + decoded + chunk_nbytes > per_group
+        ):
+            groups.append(order[start:k])
+            start, compressed, decoded = k, 0, 0
+        compressed += weight
+        decoded += chunk_nbytes
+    groups.append(order[start:])
+    return groups
+
+
+def _fetch(
+    plan: ReadPlan,
+    backend: Backend,
+    group: Group,
+    index: int,
+    sizes: np.ndarray,
+    *,
+    reader: str,
+    pool: ThreadPoolExecutor,
+    threads: int,
+) -> Fetched:
+    """Read and check one group (on the producer thread)."""
+    started = time.perf_counter()
+    slot = index % backend.slots
+    staging = backend.staging(slot, group.layout.nbytes)
+    reads = plan.reads
+    entries = group.entries
+
+    def key(i: int) -> str:
+        return reads[int(entries[i])].key
+
+    read_group(staging, group.layout, key, reader=reader, pool=pool, threads=threads)
+    read_seconds = time.perf_counter() - started
+    offsets = group.layout.offsets
+    nbytes = sizes[entries]
+    verdicts = check_frames(staging, offsets, nbytes, plan.chunk_nbytes)
+    unusual = np.flatnonzero(verdicts == FRAME_NEEDS_CHECK).tolist()
+    too_large = plan.chunk_nbytes > backend.max_decode_bytes
+    on_cpu = []
+    for i in range(len(entries)) if too_large else unusual:
+        frame = staging[offsets[i] : offsets[i] + nbytes[i]]
+        if verdicts[i] == FRAME_NEEDS_CHECK:
+            info = inspect_zstd_chunk(frame, key=key(i), expected_size=plan.chunk_nbytes)
+            if info.gpu_decodable and not too_large:
+                verdicts[i] = FRAME_GPU if info.checksum is None else FRAME_CHECKSUM
+                continue
+        on_cpu.append(i)
+
+    def decode(i: int) -> tuple[int, np.ndarray]:
+        frame = staging[offsets[i] : offsets[i] + nbytes[i]]
+        return i, decode_zstd_cpu(frame, key=key(i), expected_size=plan.chunk_nbytes)
+
+    decoded = list(pool.map(decode, on_cpu)) if len(on_cpu) > 1 else [decode(i) for i in on_cpu]
+    verdicts[on_cpu] = FRAME_NEEDS_CHECK
+    return Fetched(
+        index,
+        slot,
+        group,
+        staging,
+        nbytes,
+        verdicts,
+        decoded,
+        time.perf_counter() - started,
+        read_seconds,
+    )
+
+
+def run(
+    plan: ReadPlan,
+    backend: Backend,
+    *,
+    reader: str,
+    threads: int,
+    group_bytes: Callable[[np.ndarray], tuple[int, int, int]],
+) -> Stats:
+    """Execute ``plan`` through ``backend``: fetch and check group k+1 while k is decoded.
+
+    Parameters
+    ----------
+    plan
+        From :func:`linumpy.io.engine.plan.plan_read`.
+    backend
+        The CPU or GPU back end, holding the output.
+    reader
+        ``"pread"`` or ``"kvikio"`` (see :func:`linumpy.io.engine.fetch.read_group`).
+    threads
+        Threads reading files (and decoding the chunks only libzstd decodes).
+    group_bytes
+        ``group_bytes(sizes)``: the back end's ``(max_compressed, max_total, min_groups)`` for
+        :func:`make_groups`, given the compressed sizes.
+
+    Returns
+    -------
+    Stats
+        Counts, bytes and per-phase seconds.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io.engine.cpu import CpuBackend
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4, 4), chunks=(2, 2),
+    ...                           dtype="int16")
+    >>> array[:2] = 7
+    >>> plan = plan_read(array)
+    >>> backend = CpuBackend(plan, threads=2)
+    >>> stats = run(plan, backend, reader="pread", threads=2, group_bytes=backend.group_bytes)
+    >>> backend.out.tolist(), stats.n_reads, stats.n_fill
+    ([[7, 7, 7, 7], [7, 7, 7, 7], [0, 0, 0, 0], [0, 0, 0, 0]], 2, 2)
+    """
+    stats = Stats(n_reads=len(plan.reads))
+    phases = stats.phases
+    mark = time.perf_counter()
+    reads = plan.reads
+    paths = [r.path for r in reads]
+    file_offsets = np.fromiter((r.offset for r in reads), dtype=np.int64, count=len(reads))
+    planned = np.fromiter((r.nbytes for r in reads), dtype=np.int64, count=len(reads))
+    sizes = chunk_sizes(paths, file_offsets, planned)
+    phases["sizes"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    stored = sizes >= 0
+    absent = np.flatnonzero(~stored)
+    missing = np.concatenate([absent, len(reads) + np.arange(len(plan.missing))])
+    stats.n_fill = len(missing)
+    if len(missing):
+        backend.fill(missing)
+    order = np.flatnonzero(stored)
+    max_compressed, max_total, min_groups = group_bytes(sizes[order])
+    groups = [
+        Group(
+            entries,
+            layout_group([paths[i] for i in entries], file_offsets[entries], sizes[entries]),
+        )
+        for entries in make_groups(
+            order,
+            sizes,
+            chunk_nbytes=plan.chunk_nbytes,
+            max_compressed=max_compressed,
+            max_total=max_total,
+            min_groups=min_groups,
+        )
+    ]
+    stats.n_groups = len(groups)
+    stats.compressed_bytes = int(sizes[order].sum())
+    stats.staging_bytes = max((g.layout.nbytes for g in groups), default=0)
+    phases["groups"] = time.perf_counter() - mark
+    for name in ("fetch", "fetch_read", "fetch_wait", "submit"):
+        phases[name] = 0.0
+    with (
+        ThreadPoolExecutor(threads, thread_name_prefix="linumpy-read") as pool,
+        ThreadPoolExecutor(1, thread_name_prefix="linumpy-fetch") as producer,
+    ):
+
+        def fetch(k: int) -> Fetched:
+            return _fetch(
+                plan, backend, groups[k], k, sizes, reader=reader, pool=pool, threads=threads
+            )
+
+        pending = producer.submit(fetch, 0) if groups else None
+        for k in range(len(groups)):
+            mark = time.perf_counter()
+            fetched = pending.result()  # type: ignore[union-attr]
+            phases["fetch_wait"] += time.perf_counter() - mark
+            phases["fetch"] += fetched.seconds
+            phases["fetch_read"] += fetched.read_seconds
+            stats.n_cpu_decoded += len(fetched.decoded)
+            pending = producer.submit(fetch, k + 1) if k + 1 < len(groups) else None
+            mark = time.perf_counter()
+            try:
+                backend.submit(fetched)
+            except BaseException:
+                if pending is not None and not pending.cancel():
+                    with suppress(BaseException):  # the first error is the one to report
+                        pending.result()  # a running fetch finishes before buffers go back
+                raise
+            phases["submit"] += time.perf_counter() - mark
+    return stats

@@ -1,0 +1,110 @@
+""":func:`read_volume`: a zarr volume, or a region of it, into host or GPU memory.
+
+Both destinations go through the same engine (:mod:`linumpy.io.engine`): the CPU back end
+decodes with libzstd in threads, the GPU back end (:mod:`linumpy.gpu`) with nvCOMP. Layouts the
+engine does not plan are read by zarr itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from linumpy import settings as _settings
+from linumpy.errors import GPUUnavailableError, LinumpyError, UnsupportedLayoutError
+from linumpy.io.engine.cpu import read_plan
+from linumpy.io.engine.plan import parse_region, plan_read
+from linumpy.io.omezarr import open_array
+
+__all__ = ["GPU_INSTALL_HINT", "read_volume"]
+
+logger = logging.getLogger(__name__)
+
+#: How to get the GPU libraries: from a checkout or conda (the package index's ``linumpy`` is
+#: another project).
+GPU_INSTALL_HINT = (
+    "install the GPU extra from the linumpy checkout (pip install -e '.[gpu-cu13]', or "
+    "'.[gpu-cu12]' for CUDA 12) or create the conda environment (environment.yml)"
+)
+
+
+def read_volume(
+    path: str | os.PathLike[str],
+    *,
+    level: int = 0,
+    gpu: bool = False,
+    region: slice | Sequence[slice] | None = None,
+    settings: _settings.Settings | Mapping[str, Any] | None = None,
+) -> Any:
+    """Read a zarr volume, or a region of it, into memory.
+
+    Parameters
+    ----------
+    path
+        An OME-Zarr image (NGFF 0.4 or 0.5) or a plain zarr array (v2 or v3).
+    level
+        The multiscale level of an OME-Zarr image (0 is full resolution).
+    gpu
+        Return a ``cupy.ndarray`` decoded on the GPU by nvCOMP (GPU extra).
+    region
+        A tuple of slices (step 1) selecting the part to read; the whole array by default.
+    settings
+        A :class:`linumpy.settings.Settings`, or a dict of its fields overriding the current
+        ones (:func:`linumpy.settings.get`), for this call.
+
+    Returns
+    -------
+    numpy.ndarray or cupy.ndarray
+        The data, byte-identical to ``zarr.open_array(...)[region]``.
+
+    Raises
+    ------
+    LinumpyError
+        For a missing path, a path that is not zarr, a level out of range, a region out of
+        bounds, or a non-numeric dtype; the message names them.
+    ChunkDecodeError
+        When a stored chunk is corrupt or truncated; it names the chunk.
+    GPUUnavailableError
+        When ``gpu=True`` and cupy, nvCOMP or a CUDA device is missing.
+    DeviceMemoryError
+        When ``gpu=True`` and the region does not fit in the device's free memory.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> save_omezarr(np.arange(4096, dtype=np.uint16).reshape(16, 16, 16), path,
+    ...              voxel_size=(1, 1, 1), chunks=(8, 8, 8))
+    >>> read_volume(path, region=(slice(0, 1), slice(0, 2), slice(0, 4)))
+    array([[[ 0,  1,  2,  3],
+            [16, 17, 18, 19]]], dtype=uint16)
+    >>> read_volume(path, region=(slice(0, 1),), settings={"io_threads": 1}).shape
+    (1, 16, 16)
+    """
+    resolved = _settings.resolve(settings)
+    array = open_array(path, level)
+    source = f"{path} (level {level})"
+    if np.dtype(array.dtype).kind not in "biufc":
+        raise LinumpyError(
+            f"{source}: dtype {array.dtype} is not supported; read_volume reads numeric arrays "
+            "(bool, integers, floats, complex)"
+        )
+    if gpu:
+        try:
+            from linumpy.gpu.zarr_io import read_zarr_to_gpu
+        except ImportError as exc:
+            raise GPUUnavailableError(
+                f"read_volume(gpu=True) needs linumpy's GPU support ({exc}): {GPU_INSTALL_HINT}"
+            ) from None
+        return read_zarr_to_gpu(array, region=region, settings=resolved)
+    try:
+        plan = plan_read(array, region)
+    except UnsupportedLayoutError as exc:
+        logger.info("%s: reading through zarr: %s", source, exc)
+        return array[parse_region(region, array.shape, source)]
+    return read_plan(plan, threads=resolved.io_threads)[0]
