@@ -6,6 +6,7 @@ a CPU-only run imports none of them and creates no CUDA context.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from typing import TYPE_CHECKING
 
@@ -42,8 +43,7 @@ def gpu_unavailable_reason() -> str | None:
     except ImportError as exc:
         return f"cupy is not installed ({exc})"
     try:
-        import nvidia.libnvcomp  # noqa: F401
-        import nvidia.nvcomp  # noqa: F401
+        importlib.import_module("nvidia.libnvcomp")
     except ImportError as exc:
         return f"nvidia-nvcomp is not installed ({exc})"
     try:

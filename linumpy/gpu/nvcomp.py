@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -101,10 +102,12 @@ _SIGNATURES: dict[str, tuple[Any, ...]] = {
 def _library() -> ctypes.CDLL:
     """libnvcomp, loaded the way the ``nvidia-nvcomp`` wheels load it, with typed functions."""
     try:
-        import nvidia.libnvcomp
+        # ``nvidia.nvcomp`` deletes the ``libnvcomp`` attribute of the ``nvidia`` namespace after
+        # importing it, so look the module up rather than through the attribute.
+        libnvcomp = importlib.import_module("nvidia.libnvcomp")
     except ImportError as exc:
         raise GPUUnavailableError(f"nvidia-libnvcomp is not installed ({exc})") from None
-    library = nvidia.libnvcomp.load_library()
+    library = libnvcomp.load_library()
     if library is None:
         raise GPUUnavailableError("libnvcomp could not be loaded")
     for name, argtypes in _SIGNATURES.items():
