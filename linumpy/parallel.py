@@ -17,6 +17,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import dask
+import dask.threaded
 from dask.callbacks import Callback
 from dask.utils import format_bytes, parse_bytes
 from tqdm import tqdm
@@ -252,9 +253,10 @@ class Cluster:
         with tqdm(desc=desc, unit="task", disable=not progress, total=0) as bar:
             if self.client is None:
                 with _TaskBar(bar):
-                    return dask.compute(collection, scheduler="threads", num_workers=self.threads)[
-                        0
-                    ]
+                    # the threaded get itself: scheduler="threads" would import distributed
+                    return dask.compute(
+                        collection, scheduler=dask.threaded.get, num_workers=self.threads
+                    )[0]
             from distributed import as_completed, futures_of
 
             persisted = self.client.persist(collection)

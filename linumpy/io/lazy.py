@@ -9,14 +9,15 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dask.array as da
 import numpy as np
 import zarr
-from dask.base import tokenize
 
 from linumpy.errors import LinumpyError
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "grow_block", "open_volume", "round_block", "storage_unit"]
 
@@ -214,6 +215,9 @@ def open_volume(
     >>> open_volume(path, region=(slice(4, 20),), chunks=8).chunks[0]  # cut at the chunk grid
     (4, 8, 4)
     """
+    import dask.array as da
+    from dask.base import tokenize
+
     from linumpy.io import open_array
 
     array = open_array(path, level)

@@ -12,22 +12,25 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import dask.array as da
 import numpy as np
 import zarr
-from tqdm import tqdm
 
 from linumpy._xp import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
-from linumpy.io import OmeZarrWriter, downsample_mean, open_array, read_omezarr, read_volume
+from linumpy.io import OmeZarrWriter, open_array, open_volume, read_omezarr, read_volume
+from linumpy.io.dask_write import align_blocks, empty_meta, store_dask, write_pyramid
+from linumpy.io.lazy import grow_block, storage_unit
 from linumpy.io.omezarr import NgffVersion
+from linumpy.mosaic.out_of_core import plan_stitch_block, projection_lazy, stitch_lazy
 from linumpy.mosaic.registration import PairMeasurement, estimate_transform
-from linumpy.mosaic.stitch import Blending, parse_blending, stitch
+from linumpy.mosaic.stitch import Blending, parse_blending
 from linumpy.mosaic.transform import TileTransform, parse_tile_shape
+from linumpy.parallel import Cluster
 
 __all__ = [
     "ATTRS_KEY",
@@ -122,19 +125,15 @@ def mosaic_tile_shape(
     return parse_tile_shape(chunks[-2:])
 
 
-def _slabs(depth: int, step: int) -> Iterator[tuple[int, int]]:
-    for start in range(0, depth, step):
-        yield start, min(start + step, depth)
-
-
 def average_intensity_projection(
     path: str | os.PathLike[str],
     *,
     gpu: bool = False,
     slab_depth: int | None = None,
     progress: bool = False,
+    cluster: Cluster | None = None,
 ) -> Any:
-    """Mean of a 3D volume along z (axis 0), read slab by slab.
+    """Mean of a 3D volume along z (axis 0), read slab by slab, column by column.
 
     Parameters
     ----------
@@ -145,7 +144,10 @@ def average_intensity_projection(
     slab_depth
         Planes read at once; the array's chunk depth by default.
     progress
-        Show a progress bar over the slabs.
+        Show a progress bar over the tasks.
+    cluster
+        Where the work runs and how much memory a task may use
+        (:func:`linumpy.parallel.dask_cluster`); local threads by default.
 
     Returns
     -------
@@ -165,21 +167,9 @@ def average_intensity_projection(
            [10., 11., 12., 13.],
            [14., 15., 16., 17.]], dtype=float32)
     """
-    xp = gpu_module(gpu)
-    array = open_array(path)
-    if array.ndim != 3:
-        raise LinumpyError(
-            f"{path}: an average intensity projection needs a 3D volume, not "
-            f"{array.ndim}D {array.shape}"
-        )
-    depth = array.shape[0]
-    step = slab_depth or array.chunks[0]
-    total = xp.zeros(array.shape[1:], dtype=xp.float64)
-    slabs = list(_slabs(depth, step))
-    for z0, z1 in tqdm(slabs, desc="projection", unit="slab", disable=not progress):
-        block = read_volume(path, gpu=gpu, region=(slice(z0, z1), slice(None), slice(None)))
-        total += block.sum(axis=0, dtype=xp.float64)
-    return (total / depth).astype(xp.float32)
+    cluster = cluster or Cluster()
+    lazy = projection_lazy(path, gpu=gpu, slab_depth=slab_depth, cluster=cluster)
+    return cluster.compute(lazy, desc="projection", progress=progress)
 
 
 def save_png(image: Any, path: str | os.PathLike[str], *, percentiles=(0.5, 99.5)) -> None:
@@ -266,41 +256,6 @@ def _output_chunks(shape: tuple[int, ...], slab_depth: int) -> tuple[int, ...]:
     return (min(math.gcd(slab_depth, 128), shape[0]), *yx)
 
 
-@contextmanager
-def _level_arrays(writer: OmeZarrWriter, gpu: bool) -> Iterator[list[zarr.Array]]:
-    """The writer's level arrays; on the GPU reopened inside ``gpu_zarr_context`` so that zarr
-    takes cupy blocks and encodes them with nvCOMP."""
-    if not gpu:
-        yield writer.arrays
-        return
-    from linumpy.gpu.zarr_io import gpu_zarr_context
-
-    with gpu_zarr_context():
-        yield [
-            zarr.open_array(store=os.fspath(writer.path / array.path), mode="r+")
-            for array in writer.arrays
-        ]
-
-
-def _write_levels(writer: OmeZarrWriter, block: Any, z0: int | None, gpu: bool) -> None:
-    """Write ``block`` (planes ``z0`` and up, or the whole image when ``z0`` is None) into every
-    pyramid level of ``writer``, downsampling in memory: ``z0`` and the block's depth must be
-    multiples of ``2 ** (levels - 1)`` unless the block ends the image."""
-    with _level_arrays(writer, gpu) as levels:
-        for index, level_array in enumerate(levels):
-            if index:
-                block = downsample_mean(block)
-            if z0 is None:
-                level_array[...] = block
-            else:
-                start = z0 // 2**index
-                level_array[start : start + block.shape[0]] = block
-    if gpu:
-        import cupy
-
-        cupy.cuda.get_current_stream().synchronize()
-
-
 def _slab_depth(requested: int | None, chunk_depth: int, depth: int, n_levels: int) -> int:
     unit = 2 ** (n_levels - 1)
     return min(math.ceil((requested or chunk_depth) / unit) * unit, depth)
@@ -320,11 +275,16 @@ def stitch_omezarr(
     slab_depth: int | None = None,
     overwrite: bool = False,
     progress: bool = False,
+    cluster: Cluster | None = None,
 ) -> None:
-    """Stitch a mosaic grid OME-Zarr into a float32 OME-Zarr image with a pyramid.
+    """Stitch a mosaic grid OME-Zarr into a float32 OME-Zarr image with a pyramid, out of core.
 
-    The grid is read, stitched and written slab by slab along z (3D) or at once (2D); each slab's
-    pyramid levels are computed in memory, so the whole pipeline runs on the GPU with ``gpu``.
+    The output is cut into blocks of whole shards (or chunks): whole planes, as many as fit the
+    memory one task may use, else parts of planes. Each block is one dask task that reads the
+    tiles overlapping it, stitches and writes them; then each pyramid level is computed from
+    the level above as stored, block by block. Memory stays bounded whatever the volume's size,
+    and the result equals stitching the whole grid in memory. With ``gpu`` the tiles are read,
+    stitched, averaged and encoded on the GPU.
 
     Parameters
     ----------
@@ -341,12 +301,21 @@ def stitch_omezarr(
     n_levels, chunks, shards, level
         Pyramid levels, chunk and shard shapes, zstd level of the output.
     slab_depth
-        Planes stitched at once; by default the source's chunk depth, rounded up to a multiple
-        of ``2 ** (n_levels - 1)`` so that slabs downsample independently.
+        Sets the output's chunk depth when ``chunks`` is not given: the largest power of 2 up
+        to 128 dividing it; by default the source's chunk depth, rounded up to a multiple of
+        ``2 ** (n_levels - 1)``.
     overwrite
         Replace an existing ``target``.
     progress
-        Show a progress bar over the tiles.
+        Show progress bars over the tasks.
+    cluster
+        Where the tasks run and how much memory each may use
+        (:func:`linumpy.parallel.dask_cluster`); local threads by default.
+
+    Raises
+    ------
+    MemoryLimitError
+        When the cluster's memory limit cannot hold one output shard (or chunk) and its tiles.
 
     Examples
     --------
@@ -382,23 +351,15 @@ def stitch_omezarr(
         level=level,
         overwrite=overwrite,
     )
-    slabs = list(_slabs(depth, step))
-    timings = {"read": 0.0, "stitch": 0.0, "write": 0.0}
-    with tqdm(
-        total=len(slabs) * transform.n_tiles, desc="stitch", unit="tile", disable=not progress
-    ) as bar:
-        for z0, z1 in slabs:
-            start = time.perf_counter()
-            region = (slice(z0, z1), slice(None), slice(None))[3 - array.ndim :]
-            block = read_volume(source, gpu=gpu, region=region)
-            timings["read"] += time.perf_counter() - start
-            start = time.perf_counter()
-            stitched = stitch(block, transform, blending, on_tile=bar.update)
-            del block
-            timings["stitch"] += time.perf_counter() - start
-            start = time.perf_counter()
-            _write_levels(writer, stitched, z0 if array.ndim == 3 else None, gpu)
-            timings["write"] += time.perf_counter() - start
+    cluster = cluster or Cluster()
+    block = plan_stitch_block(
+        array.shape, np.dtype(array.dtype).itemsize, transform, storage_unit(writer.array), cluster
+    )
+    start = time.perf_counter()
+    stitched = stitch_lazy(source, transform, blending, block=block, gpu=gpu)
+    store_dask(stitched, writer.array, cluster=cluster, progress=progress, desc="stitch")
+    middle = time.perf_counter()
+    write_pyramid(writer.arrays, gpu=gpu, cluster=cluster, progress=progress)
     write_linumpy_attrs(
         target,
         {
@@ -410,14 +371,15 @@ def stitch_omezarr(
         },
     )
     logger.info(
-        "stitched %s -> %s (%s, %s): read %.2f s, stitch %.2f s, write %.2f s",
+        "stitched %s -> %s (%s, %s, blocks %s, %s): level 0 %.2f s, pyramid %.2f s",
         source,
         target,
         "GPU" if gpu else "CPU",
         blending,
-        timings["read"],
-        timings["stitch"],
-        timings["write"],
+        block,
+        cluster,
+        middle - start,
+        time.perf_counter() - middle,
     )
 
 
@@ -483,11 +445,15 @@ def convert_to_omezarr(
     gpu: bool = False,
     overwrite: bool = False,
     progress: bool = False,
+    cluster: Cluster | None = None,
 ) -> None:
-    """Convert a TIFF stack, ``.npy`` file or zarr array to a zstd OME-Zarr image.
+    """Convert a TIFF stack, ``.npy`` file or zarr array to a zstd OME-Zarr image, out of core.
 
-    The data goes through in slabs along the first axis; the pyramid is built in memory slab by
-    slab. With ``gpu`` the slabs are encoded on the GPU (nvCOMP; NGFF 0.5 only).
+    The data goes through in blocks of whole output shards (or chunks), one dask task each
+    (zarr inputs are read with :func:`linumpy.io.open_volume`, ``.npy`` files through a memory
+    map; TIFF stacks are read whole); each pyramid level is then computed from the level above
+    as stored, block by block. With ``gpu`` the blocks are encoded on the GPU (nvCOMP; NGFF 0.5
+    only).
 
     Parameters
     ----------
@@ -504,7 +470,10 @@ def convert_to_omezarr(
     overwrite
         Replace an existing ``target``.
     progress
-        Show a progress bar over the slabs.
+        Show progress bars over the tasks.
+    cluster
+        Where the tasks run and how much memory each may use
+        (:func:`linumpy.parallel.dask_cluster`); local threads by default.
 
     Examples
     --------
@@ -541,10 +510,23 @@ def convert_to_omezarr(
         overwrite=overwrite,
         ngff_version=ngff_version,
     )
-    xp = gpu_module(gpu)
-    write_block = writer.array.shards or writer.array.chunks
-    step = _slab_depth(None, write_block[0], data.shape[0], n_levels)
-    for z0, z1 in tqdm(
-        list(_slabs(data.shape[0], step)), desc="convert", unit="slab", disable=not progress
-    ):
-        _write_levels(writer, xp.asarray(data[z0:z1]), z0, gpu)
+    cluster = cluster or Cluster()
+    unit = storage_unit(writer.array)
+    if isinstance(data, zarr.Array):
+        unit = tuple(math.lcm(u, s) for u, s in zip(unit, storage_unit(data)))
+    unit = tuple(min(u, n) for u, n in zip(unit, data.shape))
+    per_element = 3 * data.dtype.itemsize  # the block, its copy in zarr, the encoded chunks
+    budget = cluster.task_bytes(math.prod(unit) * per_element, "the conversion")
+    block = grow_block(unit, data.shape, per_element, budget)
+    if isinstance(data, zarr.Array):
+        lazy = open_volume(source, chunks=block, gpu=gpu)
+    else:
+        lazy = da.from_array(data, chunks=block, meta=empty_meta(data.dtype, data.ndim, False))
+        if gpu:
+            lazy = lazy.map_blocks(
+                gpu_module(gpu).asarray, meta=empty_meta(data.dtype, data.ndim, True)
+            )
+    store_dask(
+        align_blocks(lazy, unit), writer.array, cluster=cluster, progress=progress, desc="convert"
+    )
+    write_pyramid(writer.arrays, gpu=gpu, cluster=cluster, progress=progress)

@@ -1,0 +1,290 @@
+"""Mosaic operations as lazy dask arrays of bounded blocks: stitching and projection.
+
+Each block is one task that reads what it needs with :func:`linumpy.io.read_volume` (the tiles
+overlapping a stitched block; a column of slabs for a projection), so a job holds a few blocks
+in memory whatever the volume's size. Block shapes are whole multiples of the output's shards
+(or chunks) and are sized with :meth:`linumpy.parallel.Cluster.task_bytes`. Results equal the
+in-memory functions' bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from linumpy._xp import gpu_module
+from linumpy.errors import LinumpyError
+from linumpy.io import open_array, read_volume
+from linumpy.io.dask_write import empty_meta
+from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
+from linumpy.mosaic.stitch import Blending, parse_blending, stitch_region, tiles_in_region
+from linumpy.mosaic.transform import TileTransform
+from linumpy.parallel import Cluster
+
+__all__ = ["plan_stitch_block", "projection_lazy", "stitch_lazy"]
+
+
+def _whole(shape: Sequence[int]) -> tuple[slice, ...]:
+    return tuple(slice(0, n) for n in shape)
+
+
+def _stitch_cost(
+    transform: TileTransform, out_shape: Sequence[int], itemsize: int
+) -> Callable[[tuple[int, ...]], int]:
+    """Working set of the costliest block of a shape: the tiles it reads, the float32 output
+    with its weights and encoded copy, and one weighted tile."""
+    th, tw = transform.tile_shape
+    height, width = out_shape[-2:]
+    positions = transform.pixel_positions().reshape(-1, 2)
+    grid_cols = transform.grid_shape[1]
+
+    def cost(block: tuple[int, ...]) -> int:
+        depth = block[0] if len(block) == 3 else 1
+        h, w = block[-2:]
+        widest = 0
+        for y0 in range(0, height, h):
+            rows_hit = (positions[:, 0] < y0 + h) & (positions[:, 0] + th > y0)
+            for x0 in range(0, width, w):
+                hit = rows_hit & (positions[:, 1] < x0 + w) & (positions[:, 1] + tw > x0)
+                if hit.any():
+                    rows, cols = np.divmod(np.nonzero(hit)[0], grid_cols)
+                    box = (rows.max() - rows.min() + 1) * (cols.max() - cols.min() + 1)
+                    widest = max(widest, int(box))
+        tiles = depth * widest * th * tw * itemsize
+        return tiles + 2 * depth * h * w * 4 + depth * th * tw * 4 + h * w * 4
+
+    return cost
+
+
+def plan_stitch_block(
+    source_shape: Sequence[int],
+    itemsize: int,
+    transform: TileTransform,
+    out_unit: Sequence[int],
+    cluster: Cluster,
+) -> tuple[int, ...]:
+    """Block shape for stitching: whole output shards (or chunks), whole planes when they fit
+    the cluster's per-task memory, then as many planes as fit.
+
+    Parameters
+    ----------
+    source_shape, itemsize
+        Shape and item size of the mosaic grid.
+    transform
+        Tile layout, normalized.
+    out_unit
+        The output's shard (or chunk) shape.
+    cluster
+        Gives the memory one task may use.
+
+    Raises
+    ------
+    MemoryLimitError
+        When one output shard (or chunk) and its tiles do not fit the memory limit.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.out_of_core import plan_stitch_block
+    >>> from linumpy.mosaic.transform import TileTransform
+    >>> from linumpy.parallel import Cluster
+    >>> transform = TileTransform([[100.0, 0.0], [0.0, 100.0]], (0.0, 0.0), (128, 128), (4, 4))
+    >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64), Cluster(threads=1))
+    (64, 428, 428)
+    >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64),
+    ...                   Cluster(memory_limit=2**22, threads=1))
+    (8, 128, 128)
+    """
+    out_shape = (*source_shape[:-2], *transform.output_shape())
+    cost = _stitch_cost(transform, out_shape, itemsize)
+    unit = tuple(min(u, n) for u, n in zip(out_unit, out_shape))
+    budget = cluster.task_bytes(cost(unit), "stitching")
+    ndim = len(out_shape)
+    block = grow_block(unit, out_shape, 0, budget, axes=(ndim - 2, ndim - 1), cost=cost)
+    if ndim == 3:
+        block = grow_block(block, out_shape, 0, budget, axes=(0,), cost=cost)
+    return block
+
+
+def _stitch_block(
+    source: str,
+    transform: TileTransform,
+    blending: Blending,
+    gpu: bool,
+    block_info: dict[Any, Any] | None = None,
+) -> Any:
+    info = block_info[None]
+    (y0, y1), (x0, x1) = info["array-location"][-2:]
+    hit = tiles_in_region(transform, (y0, x0), (y1 - y0, x1 - x0))
+    if hit is None:
+        return gpu_module(gpu).zeros(info["chunk-shape"], dtype=np.float32)
+    rows, cols = hit
+    th, tw = transform.tile_shape
+    region = tuple(slice(a, b) for a, b in info["array-location"][:-2]) + (
+        slice(rows.start * th, rows.stop * th),
+        slice(cols.start * tw, cols.stop * tw),
+    )
+    tiles = read_volume(source, gpu=gpu, region=region)
+    return stitch_region(
+        tiles,
+        transform,
+        blending,
+        origin=(y0, x0),
+        shape=(y1 - y0, x1 - x0),
+        grid_origin=(rows.start, cols.start),
+    )
+
+
+def stitch_lazy(
+    source: str | os.PathLike[str],
+    transform: TileTransform,
+    blending: Blending = "linear",
+    *,
+    block: Sequence[int],
+    gpu: bool = False,
+) -> da.Array:
+    """The stitched image of a mosaic grid as a lazy float32 dask array.
+
+    Each block is one task: it reads the tiles that overlap it (one :func:`read_volume` call)
+    and stitches them with :func:`linumpy.mosaic.stitch.stitch_region`; the result equals
+    :func:`linumpy.mosaic.stitch.stitch` of the whole grid.
+
+    Parameters
+    ----------
+    source
+        Mosaic grid OME-Zarr image (or zarr array), ``([Z,] rows * tile_h, cols * tile_w)``.
+    transform
+        Tile layout, normalized.
+    blending
+        As for :func:`linumpy.mosaic.stitch.stitch`.
+    block
+        Block shape (see :func:`plan_stitch_block`).
+    gpu
+        Read and stitch on the GPU (cupy blocks).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import read_volume
+    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> from linumpy.mosaic.out_of_core import stitch_lazy
+    >>> from linumpy.mosaic.stitch import stitch
+    >>> path = tempfile.mkdtemp() + "/mosaic.ome.zarr"
+    >>> _ = make_demo_data(path, grid_shape=(2, 3), tile_shape=(8, 64, 64))
+    >>> transform = read_demo_truth(path).normalized()
+    >>> lazy = stitch_lazy(path, transform, block=(4, 64, 64))
+    >>> lazy.numblocks
+    (2, 2, 3)
+    >>> bool((lazy.compute() == stitch(read_volume(path), transform)).all())
+    True
+    """
+    blending = parse_blending(blending)
+    shape = open_array(source).shape
+    transform.check_mosaic_shape(shape, f"{source}: mosaic grid")
+    out_shape = (*shape[:-2], *transform.output_shape())
+    return da.map_blocks(
+        _stitch_block,
+        os.fspath(source),
+        transform,
+        blending,
+        gpu,
+        chunks=aligned_chunks(_whole(out_shape), block),
+        dtype=np.float32,
+        meta=empty_meta(np.float32, len(out_shape), gpu),
+    )
+
+
+def _project_column(
+    path: str, gpu: bool, step: int, depth: int, block_info: dict[Any, Any] | None = None
+) -> Any:
+    xp = gpu_module(gpu)
+    (y0, y1), (x0, x1) = block_info[None]["array-location"]
+    total = xp.zeros((y1 - y0, x1 - x0), dtype=xp.float64)
+    for z0 in range(0, depth, step):
+        region = (slice(z0, min(z0 + step, depth)), slice(y0, y1), slice(x0, x1))
+        total += read_volume(path, gpu=gpu, region=region).sum(axis=0, dtype=xp.float64)
+    return (total / depth).astype(xp.float32)
+
+
+def projection_lazy(
+    path: str | os.PathLike[str],
+    *,
+    gpu: bool = False,
+    slab_depth: int | None = None,
+    align: Sequence[int] | None = None,
+    cluster: Cluster | None = None,
+) -> da.Array:
+    """Mean of a 3D volume along z as a lazy float32 dask array of ``(Y, X)`` blocks.
+
+    Each block is one task that reads its column of the volume ``slab_depth`` planes at a time
+    and adds the slabs' sums in z order, so the result equals summing slab by slab over whole
+    planes. Blocks are whole multiples of the volume's shards (or chunks) in y and x (and of
+    ``align``) and fit the cluster's per-task memory.
+
+    Parameters
+    ----------
+    path
+        OME-Zarr image or zarr array ``(Z, Y, X)``.
+    gpu
+        Read and sum on the GPU (cupy blocks).
+    slab_depth
+        Planes read at once; the volume's chunk depth by default.
+    align
+        ``(y, x)``: blocks are also multiples of this (the output's shards or chunks).
+    cluster
+        Gives the memory one task may use; local threads by default.
+
+    Raises
+    ------
+    LinumpyError
+        For a volume that is not 3D.
+    MemoryLimitError
+        When one block does not fit the memory limit.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> from linumpy.mosaic.out_of_core import projection_lazy
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> volume = np.arange(4 * 6 * 8, dtype=np.uint16).reshape(4, 6, 8)
+    >>> save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(2, 4, 4))
+    >>> lazy = projection_lazy(path, slab_depth=1)
+    >>> lazy.dtype, lazy.shape
+    (dtype('float32'), (6, 8))
+    >>> bool((lazy.compute() == volume.mean(axis=0)).all())
+    True
+    """
+    array = open_array(path)
+    if array.ndim != 3:
+        raise LinumpyError(
+            f"{path}: an average intensity projection needs a 3D volume, not "
+            f"{array.ndim}D {array.shape}"
+        )
+    step = slab_depth or array.chunks[0]
+    itemsize = np.dtype(array.dtype).itemsize
+    unit = storage_unit(array)[1:]
+    if align is not None:
+        unit = tuple(math.lcm(u, a) for u, a in zip(unit, align))
+    unit = tuple(min(u, n) for u, n in zip(unit, array.shape[1:]))
+
+    def cost(block: tuple[int, ...]) -> int:
+        return math.prod(block) * (min(step, array.shape[0]) * itemsize + 3 * 8 + 2 * 4)
+
+    cluster = cluster or Cluster()
+    budget = cluster.task_bytes(cost(unit), "the projection")
+    block = grow_block(unit, array.shape[1:], 0, budget, cost=cost)
+    return da.map_blocks(
+        _project_column,
+        os.fspath(path),
+        gpu,
+        step,
+        array.shape[0],
+        chunks=aligned_chunks(_whole(array.shape[1:]), block),
+        dtype=np.float32,
+        meta=empty_meta(np.float32, 2, gpu),
+    )
