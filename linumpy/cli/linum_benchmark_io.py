@@ -6,14 +6,14 @@ chunks) is generated, or taken from --input (a zarr array, or an OME-Zarr image'
 written in each layout: 128^3 and 64^3 chunks, and both in 128x512x512 shards by default.
 For each layout, in GB/s of decompressed volume (warm-up runs, then medians of repeats):
 
-  CPU reads   linumpy read_volume, zarr, tensorstore and zarr with the zarrs codec pipeline
-              (these two when installed)
-  GPU reads   read_volume(gpu=True), zarr in gpu_zarr_context (nvCOMP codec), zarr enable_gpu()
-  writes      zarr's CPU write, the GPU write (nvCOMP encode); --no-writes skips them
-  ceilings    N-thread os.preadv of the stored files (pinned memory with a GPU), numcodecs decode
-              of the frames in memory (N threads), pinned host->device copy, nvCOMP decode of all
-              frames on the device in one call, N-thread write of the stored files
-  --cold      read_volume (CPU and GPU) and the file read after posix_fadvise(DONTNEED)
+- CPU reads: linumpy read_volume, zarr, tensorstore and zarr with the zarrs codec pipeline (these
+  two when installed);
+- GPU reads: read_volume(gpu=True), zarr in gpu_zarr_context (nvCOMP codec), zarr enable_gpu();
+- writes: zarr's CPU write and the GPU write (nvCOMP encode); --no-writes skips them;
+- ceilings: N-thread os.preadv of the stored files (into pinned memory with a GPU), numcodecs
+  decode of the frames in memory (N threads), pinned host->device copy, nvCOMP decode of all
+  frames on the device in one call, N-thread write of the stored files;
+- with --cold: read_volume (CPU and GPU) and the file read after posix_fadvise(DONTNEED).
 
 Every read is checked against the volume. The last table printed gives each row's fraction of
 its ceilings. Results: OUT_DIR/benchmark_io.md, benchmark_io.json and benchmark_io.png (the chart
@@ -238,7 +238,22 @@ def _check_out_dir(parser: argparse.ArgumentParser, out_dir: Path, overwrite: bo
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run ``linum-benchmark-io`` (see the module docstring)."""
+    """Run ``linum-benchmark-io`` (see the module docstring).
+
+    Examples
+    --------
+    A CPU run on a tiny volume in 16^3 chunks; the tables are printed (not shown here):
+
+    >>> import contextlib, io, os, tempfile
+    >>> out = tempfile.mkdtemp() + "/bench"
+    >>> argv = [out, "--shape", "16", "32", "32", "--chunks", "16", "--no-shard", "--cpu-only"]
+    >>> with contextlib.redirect_stdout(io.StringIO()) as printed:
+    ...     main([*argv, "--repeats", "1"])
+    >>> sorted(os.listdir(out))
+    ['benchmark_io.json', 'benchmark_io.md', 'benchmark_io.png']
+    >>> "| 16^3 | linumpy read_volume (CPU) |" in printed.getvalue()
+    True
+    """
     parser = _build_arg_parser()
     args = parse_args(parser, argv)
     config = _config(parser, args)
