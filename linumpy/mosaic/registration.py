@@ -1,22 +1,36 @@
 """Tile layout estimation: phase correlation of overlapping tile pairs and a robust affine fit.
 
-Every function takes numpy or cupy arrays and computes with the module of its input.
+Sub-pixel phase correlation is scikit-image's
+:func:`skimage.registration.phase_cross_correlation` for numpy arrays and cuCIM's
+``cucim.skimage.registration.phase_cross_correlation`` for cupy arrays (cuCIM comes with the
+``gpu-cu12`` / ``gpu-cu13`` extras). Around it linumpy keeps only what those functions lack for
+overlapping tiles: a band-pass on the whitened spectra, several correlation peaks tried with each
+of their wrap-around candidates (restricted by direction and by overlap, scored by normalized
+cross-correlation), the iterative refinement on the overlapping parts, and the robust affine fit.
+
+A cupy array stays on the GPU when cuCIM is installed; without cuCIM it is copied to the host and
+registered with scikit-image, with a warning naming the extra (the projections registered are 2D
+and small next to the volumes they come from, so the CPU path costs little).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from linumpy._xp import array_module, ndimage_module
+from linumpy._xp import array_module, ndimage_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.mosaic.transform import TileTransform, parse_tile_shape
 
 __all__ = [
+    "CUCIM_INSTALL_HINT",
     "PairMeasurement",
     "estimate_transform",
     "fit_transform",
@@ -28,45 +42,74 @@ __all__ = [
 #: Default pass band of the phase correlation, in cycles per pixel: below it, illumination and
 #: vignetting; above it, detector noise that no two acquisitions share.
 DEFAULT_BAND = (0.01, 0.25)
-_SUBPIXEL_ITERATIONS = 8
+_SUBPIXEL_ITERATIONS = 10
+_COARSE_UPSAMPLE = 10
+_RESAMPLE_MARGIN = 8
+_RESAMPLE_STEP = 32
+#: How to get cuCIM (the GPU registration) into a linumpy environment.
+CUCIM_INSTALL_HINT = "pip install -e '.[gpu-cu13]' (or '.[gpu-cu12]') in a linumpy checkout"
 
 
-def _cross_power(fixed: Any, moving: Any, band: tuple[float, float]) -> Any:
-    """Band-limited normalized cross-power spectrum, scaled so a pure circular shift peaks at 1."""
-    xp = array_module(fixed)
-    product = xp.fft.fft2(fixed - fixed.mean()) * xp.fft.fft2(moving - moving.mean()).conj()
-    fy = xp.fft.fftfreq(fixed.shape[0])[:, None]
-    fx = xp.fft.fftfreq(fixed.shape[1])[None, :]
-    radius2 = fy**2 + fx**2
-    weight = xp.exp(-radius2 / band[1] ** 2) * -xp.expm1(-radius2 / band[0] ** 2)
-    weight *= weight.size / weight.sum()
-    return product * weight / xp.maximum(xp.abs(product), 1e-12)
-
-
-def _dft_surface(cross_power: Any, center: np.ndarray, step: float, half_width: int) -> Any:
-    """Inverse DFT of ``cross_power`` on a grid of ``2 * half_width + 1`` points per axis, ``step``
-    pixels apart, centred on ``center``: two small matrix products (the matrix-multiply DFT of
-    Guizar-Sicairos et al., Opt. Lett. 33, 2008)."""
-    xp = array_module(cross_power)
-    offsets = xp.arange(-half_width, half_width + 1, dtype=xp.float64) * step
-    kernels = []
-    for axis, n in enumerate(cross_power.shape):
-        freq = xp.fft.fftfreq(n)
-        kernels.append(
-            xp.exp(2j * np.pi * (float(center[axis]) + offsets)[:, None] * freq[None, :])
+@functools.cache
+def _cucim_phase_cross_correlation() -> Callable[..., Any] | None:
+    """cuCIM's ``phase_cross_correlation``, or None (warning once) when cuCIM cannot be imported."""
+    try:
+        from cucim.skimage.registration import phase_cross_correlation
+    except ImportError as exc:
+        warnings.warn(
+            f"cuCIM is not usable ({exc}): tile registration runs on the CPU with scikit-image; "
+            f"for the GPU, {CUCIM_INSTALL_HINT}",
+            RuntimeWarning,
+            stacklevel=2,
         )
-    return (kernels[0] @ cross_power @ kernels[1].T).real
+        return None
+    return phase_cross_correlation
 
 
-def _refine_peak(cross_power: Any, peak: np.ndarray, upsample: int) -> np.ndarray:
-    """Sub-pixel peak of the inverse DFT of ``cross_power`` near the integer ``peak``, to
-    ``1 / upsample`` pixel: first on a 0.1-pixel grid over +-1 pixel, then around its maximum."""
-    center = np.asarray(peak, dtype=np.float64)
-    for step, half_width in ((0.1, 10), (1.0 / upsample, math.ceil(upsample / 10))):
-        surface = _dft_surface(cross_power, center, step, half_width)
-        index = np.unravel_index(int(surface.argmax()), surface.shape)
-        center = center + (np.array(index, dtype=np.float64) - half_width) * step
-    return center
+def _backend(*arrays: Any) -> tuple[ModuleType, Callable[..., Any], list[Any]]:
+    """The array module, the ``phase_cross_correlation`` to use, and ``arrays`` where they will
+    be registered: cupy arrays stay on the GPU when cuCIM is importable, else go to the host."""
+    if array_module(arrays[0]) is not np:
+        gpu_function = _cucim_phase_cross_correlation()
+        if gpu_function is not None:
+            return array_module(arrays[0]), gpu_function, list(arrays)
+        arrays = tuple(to_numpy(array) for array in arrays)
+    from skimage.registration import phase_cross_correlation
+
+    return np, phase_cross_correlation, list(arrays)
+
+
+@functools.lru_cache(maxsize=32)
+def _band_amplitude_host(shape: tuple[int, int], band: tuple[float, float]) -> np.ndarray:
+    fy = np.fft.fftfreq(shape[0])[:, None]
+    fx = np.fft.fftfreq(shape[1])[None, :]
+    radius2 = fy**2 + fx**2
+    weight = np.exp(-radius2 / band[1] ** 2) * -np.expm1(-radius2 / band[0] ** 2)
+    # Unit mean power: a pure circular shift then correlates to 1.
+    return np.sqrt(weight / weight.mean())
+
+
+@functools.lru_cache(maxsize=32)
+def _band_amplitude_device(shape: tuple[int, int], band: tuple[float, float], device: int) -> Any:
+    import cupy
+
+    with cupy.cuda.Device(device):
+        return cupy.asarray(_band_amplitude_host(shape, band))
+
+
+def _whitened_spectrum(image: Any, band: tuple[float, float]) -> Any:
+    """Spectrum of ``image`` with unit magnitude, times the square root of the band-pass weight
+    (a Gaussian low-pass of width ``band[1]`` times a Gaussian high-pass of width ``band[0]``,
+    zero at the mean): the product of two such spectra is the band-limited phase correlation."""
+    xp = array_module(image)
+    spectrum = xp.fft.fft2(image.astype(xp.float64, copy=False))
+    shape = tuple(image.shape)
+    if xp is np:
+        amplitude = _band_amplitude_host(shape, band)
+    else:
+        amplitude = _band_amplitude_device(shape, band, xp.cuda.Device().id)
+    spectrum *= amplitude / xp.maximum(xp.abs(spectrum), 1e-12)
+    return spectrum
 
 
 def _top_peaks(correlation: Any, count: int) -> list[np.ndarray]:
@@ -96,7 +139,11 @@ def phase_correlation(
     upsample: int = 100,
     band: tuple[float, float] = DEFAULT_BAND,
 ) -> tuple[np.ndarray, float]:
-    """Translation between two equally shaped 2D images by phase correlation.
+    """Translation between two equally shaped 2D images by band-limited phase correlation.
+
+    The images' spectra are whitened and band-passed here; the correlation peak and its sub-pixel
+    refinement (the matrix-multiply DFT of Guizar-Sicairos et al., Opt. Lett. 33, 2008) are
+    ``phase_cross_correlation`` of scikit-image (numpy input) or cuCIM (cupy input).
 
     Parameters
     ----------
@@ -115,8 +162,8 @@ def phase_correlation(
         ``(dy, dx)`` such that ``fixed[y, x] ~ moving[y - dy, x - dx]``, each in ``(-n/2, n/2]``
         (the correlation is circular).
     peak
-        Height of the correlation peak (about 1 for a pure circular shift, near 0 for unrelated
-        images).
+        Magnitude of the correlation peak (about 1 for a pure circular shift, near 0 for
+        unrelated images, 0 when an image is flat).
 
     Examples
     --------
@@ -128,12 +175,21 @@ def phase_correlation(
     (array([ 3., -5.]), 1.0)
     """
     _check_pair(fixed, moving)
-    xp = array_module(fixed)
-    cross_power = _cross_power(fixed.astype(xp.float64), moving.astype(xp.float64), band)
-    correlation = xp.fft.ifft2(cross_power).real
-    (peak,) = _top_peaks(correlation, 1)
-    height = float(correlation[int(peak[0]), int(peak[1])])
-    return _refine_peak(cross_power, peak, upsample), height
+    _, cross_correlation, (fixed, moving) = _backend(fixed, moving)
+    with warnings.catch_warnings():
+        # A flat image (a tile without tissue) has no spectrum: its peak is reported as 0.
+        warnings.filterwarnings("ignore", "Could not determine RMS error", UserWarning)
+        shift, error, _ = cross_correlation(
+            _whitened_spectrum(fixed, band),
+            _whitened_spectrum(moving, band),
+            upsample_factor=upsample,
+            space="fourier",
+            normalization=None,
+        )
+    # For spectra of unit mean power, the invariant error is sqrt(1 - |peak|^2) (Fienup, 1997).
+    error = float(error)
+    peak = math.sqrt(max(0.0, 1.0 - error * error)) if math.isfinite(error) else 0.0
+    return np.array([float(s) for s in shift]), peak
 
 
 def _overlap_views(a: Any, b: Any, displacement: Sequence[int]) -> tuple[Any, Any]:
@@ -204,13 +260,15 @@ def measure_pair(
     (array([ 0., 48.]), 1.0)
     """
     _check_pair(a, b)
-    xp = array_module(a)
+    xp, _, (a, b) = _backend(a, b)
     a = a.astype(xp.float64)
     b = b.astype(xp.float64)
     shape = np.array(a.shape)
-    cross_power = _cross_power(a, b, band)
-    correlation = xp.fft.ifft2(cross_power).real
-    best: tuple[float, np.ndarray, np.ndarray] | None = None
+    # scikit-image and cuCIM return only the highest peak; a background tile's vignetting or a
+    # repeated structure can outrank the true one, so the candidates come from several.
+    product = _whitened_spectrum(a, band) * _whitened_spectrum(b, band).conj()
+    correlation = xp.fft.ifft2(product).real
+    best: tuple[float, np.ndarray] | None = None
     for peak in _top_peaks(correlation, n_peaks):
         # b[y, x] ~ a[y + d, x + d]: the circular shift is d modulo the tile size.
         base = np.mod(peak, shape).astype(int)
@@ -230,6 +288,26 @@ def measure_pair(
     return coarse + _subpixel(a, b, coarse, upsample, band), score
 
 
+def _resample_span(start: int, stop: int, size: int) -> tuple[slice, slice]:
+    """The span of a tile's axis to resample for its overlap ``start:stop``, and the overlap
+    within that span.
+
+    The span has a margin of at least ``_RESAMPLE_MARGIN`` pixels where the tile has them (the
+    cubic spline prefilter's influence falls by 0.27 per pixel, so the overlap is resampled as
+    if the whole tile were) and a length that is a multiple of ``_RESAMPLE_STEP`` or the whole
+    axis: cupyx.scipy.ndimage compiles its shift kernel for each output shape, so pairs of
+    slightly different overlaps share a few shapes, hence a few compiled kernels.
+    """
+    begin, end = max(start - _RESAMPLE_MARGIN, 0), min(stop + _RESAMPLE_MARGIN, size)
+    length = -(-(end - begin) // _RESAMPLE_STEP) * _RESAMPLE_STEP
+    if length >= size:
+        begin, end = 0, size
+    else:
+        end = min(begin + length, size)
+        begin = end - length
+    return slice(begin, end), slice(start - begin, stop - begin)
+
+
 def _subpixel(
     a: Any, b: Any, coarse: np.ndarray, upsample: int, band: tuple[float, float]
 ) -> np.ndarray:
@@ -241,20 +319,34 @@ def _subpixel(
     """
     xp = array_module(a)
     ndimage = ndimage_module(xp)
+    view_a, _ = _overlap_views(a, b, coarse)
+    dy, dx = (int(d) for d in coarse)
+    (ys, y_inner), (xs, x_inner) = (
+        _resample_span(max(-d, 0), n + min(-d, 0), n)
+        for d, n in ((dy, b.shape[0]), (dx, b.shape[1]))
+    )
+    block, inner = b[ys, xs], (y_inner, x_inner)
+    # Leave out the border, where resampling extrapolates when the overlap reaches b's edge.
+    crop = tuple(slice(2, n - 2) for n in view_a.shape)
+    fixed = view_a[crop]
     fraction = np.zeros(2)
+    if min(fixed.shape) < 4:
+        return fraction
+    # Coarse iterations at 1/10 pixel, then at 1/upsample: phase_cross_correlation's upsampled
+    # region is 1.5 * upsample_factor samples per axis, ten times less work at 10 than at 100.
+    factor = min(_COARSE_UPSAMPLE, upsample)
     for _ in range(_SUBPIXEL_ITERATIONS):
         shifted = (
-            ndimage.shift(b, tuple(fraction), order=3, mode="nearest") if fraction.any() else b
+            ndimage.shift(block, tuple(fraction), order=3, mode="nearest")
+            if fraction.any()
+            else block
         )
-        view_a, view_b = _overlap_views(a, shifted, coarse)
-        # Leave out the border that resampling filled in.
-        view_a, view_b = view_a[2:-2, 2:-2], view_b[2:-2, 2:-2]
-        if min(view_a.shape) < 4:
-            break
-        residual, _ = phase_correlation(view_a, view_b, upsample=upsample, band=band)
+        residual, _ = phase_correlation(fixed, shifted[inner][crop], upsample=factor, band=band)
         fraction += residual
-        if np.abs(residual).max() < 0.5 / upsample:
-            break
+        if np.abs(residual).max() < 0.5 / factor:
+            if factor == upsample:
+                break
+            factor = upsample
     return fraction
 
 
