@@ -158,14 +158,6 @@ def cpu_read_rows(
     return rows
 
 
-def _fetch_settings(fetch: str) -> contextlib.AbstractContextManager[Any]:
-    if fetch == "auto":
-        return contextlib.nullcontext()
-    import linumpy.settings
-
-    return linumpy.settings.set(fetch=fetch)
-
-
 def _report_note(row: Row) -> None:
     """Attach the fast path's own report of its last read to ``row``."""
     from linumpy.gpu.zarr_io import last_read_report
@@ -174,9 +166,18 @@ def _report_note(row: Row) -> None:
     if report is None or not row.runs:
         return
     row.extra = asdict(report) if is_dataclass(report) else {"report": repr(report)}
-    phases = getattr(report, "phases", None)
-    if isinstance(phases, dict):
-        row.note = "last run, ms: " + ", ".join(f"{k} {1e3 * v:.1f}" for k, v in phases.items())
+    extra = row.extra
+    parts = [f"{extra.get('path')} path, reader {extra.get('reader')}"]
+    if "n_batches" in extra:
+        parts.append(f"{extra['n_batches']} batches")
+    if "device_extra_bytes" in extra:
+        parts.append(
+            f"device memory beyond the output {extra['device_extra_bytes'] / 2**20:.0f} MiB"
+        )
+    phases = extra.get("phases")
+    if isinstance(phases, dict) and phases:
+        parts.append("last run, ms: " + ", ".join(f"{k} {1e3 * v:.1f}" for k, v in phases.items()))
+    row.note = "; ".join([row.note, *parts] if row.note else parts)
 
 
 def gpu_read_rows(
@@ -190,8 +191,8 @@ def gpu_read_rows(
 ) -> list[Row]:
     """Time the GPU reads of the array at ``path``, each checked against ``device_volume``.
 
-    ``fetch`` lists the file readers of the fast path to time (``"auto"``: the default
-    settings; ``"pread"``, ``"kvikio"``: through ``linumpy.settings``).
+    ``fetch`` lists the file readers of the fast path to time (``"auto"``: the settings in
+    force; ``"pread"``, ``"kvikio"``: passed as ``settings={"fetch": ...}``).
 
     Examples
     --------
@@ -210,11 +211,8 @@ def gpu_read_rows(
     measure = functools.partial(timer.measure, layout, kind="gpu", op="read", nbytes=nbytes)
 
     def fast(fetch: str) -> Callable[[], Any]:
-        def run() -> Any:
-            with _fetch_settings(fetch):
-                return read_volume(path, gpu=True)
-
-        return run
+        settings = None if fetch == "auto" else {"fetch": fetch}
+        return lambda: read_volume(path, gpu=True, settings=settings)
 
     rows = []
     for reader in fetch:

@@ -189,7 +189,10 @@ def _ceilings(
         timer.skip(layout, "ceilings", "ceiling", "none", f"skipped: {exc}")
         return 0
     buffer = host_buffer(files.nbytes, pinned=config.gpu)
-    read = file_read_ceiling(timer, layout, files, buffer, nbytes=nbytes, threads=threads)
+    pinned = config.gpu
+    read = file_read_ceiling(
+        timer, layout, files, buffer, nbytes=nbytes, threads=threads, pinned=pinned
+    )
     if not read.runs:
         return files.stored_bytes
     files = files.with_frames(buffer)
@@ -204,7 +207,14 @@ def _ceilings(
             shutil.rmtree(target, ignore_errors=True)
     if config.cold:
         file_read_ceiling(
-            timer, layout, files, buffer, nbytes=nbytes, threads=threads, cold_from=path
+            timer,
+            layout,
+            files,
+            buffer,
+            nbytes=nbytes,
+            threads=threads,
+            pinned=pinned,
+            cold_from=path,
         )
     return files.stored_bytes
 
