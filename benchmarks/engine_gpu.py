@@ -55,6 +55,9 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--settings", nargs="*", default=[], help="name=value")
+    parser.add_argument(
+        "--sweep", nargs="*", default=[], help="extra GPU-only configurations: 'a=1,b=2' each"
+    )
     args = parser.parse_args()
     settings = {}
     for item in args.settings:
@@ -64,6 +67,7 @@ def main() -> None:
     vol = volume((depth, 1024, 1024))
     root = Path(tempfile.mkdtemp())
     rows = []
+    sweeps = []
     # correctness on small odd shapes first
     small = vol[:70, :300, :260]
     for name, kw in LAYOUTS.items():
@@ -93,6 +97,22 @@ def main() -> None:
         tc, _ = timed(lambda p=path: read_volume(p), 1)
         rows.append((name, vol.nbytes / stored, t, ok, report, tc))
         print(name, report)
+        for config in args.sweep:
+            extra = dict(settings)
+            for item in config.split(","):
+                key, value = item.split("=")
+                extra[key] = value if key == "fetch" else int(value)
+            ts, out = timed(lambda p=path, e=extra: read_volume(p, gpu=True, settings=e), 3)
+            ok = bool(cupy.array_equal(out, cupy.asarray(vol)))
+            del out
+            report = last_read_report()
+            sweeps.append((name, config, vol.nbytes / ts / 1e9, ok, report))
+    print()
+    print("| layout | settings | GPU GB/s | ok | groups | phases (ms) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, config, gbps, ok, report in sweeps:
+        phases = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in report.phases.items())
+        print(f"| {name} | {config} | {gbps:.1f} | {ok} | {report.n_batches} | {phases} |")
     print()
     print("| layout | ratio | GPU GB/s | ok | groups | CPU GB/s | phases (ms) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -143,8 +143,7 @@ class GpuBackend:
         self.max_decode_bytes = min(settings.gpu_chunk_bytes, nvcomp.MAX_DECODE_BYTES)
         self._settings = settings
         self._pinned = pinned
-        self._entries = plan.reads + plan.missing
-        self._geometry = geometry(plan, self._entries)
+        self._geometry = geometry(plan)
         self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
         self._slots = [_Slot(stream) for stream in streams]
         self._checks = _Checks()
@@ -211,7 +210,7 @@ class GpuBackend:
         base = int(device.data.ptr)
         slots = base + decoded_at + np.arange(n, dtype=np.int64) * self._slot_nbytes
         runtime = cupy.cuda.runtime
-        keys = [self._entries[int(e)].key for e in entries]
+        keys = [self.plan.key(int(e)) for e in entries]
         with stream:
             runtime.memcpyAsync(
                 base, fetched.staging.ctypes.data, layout.nbytes, runtime.memcpyHostToDevice,
@@ -298,7 +297,7 @@ def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:
     >>> device_memory_needed(plan_read(array), Settings(scratch_bytes=2**20)) >= 2**20
     True
     """
-    chunks = max(1, len(plan.reads))
+    chunks = max(1, plan.n_entries)
     decoded = min(settings.scratch_bytes, chunks * plan.chunk_nbytes)
     # nvCOMP's work space grows with the decoded bytes in flight (measured through its Python
     # API: 1568 MiB for one call of 1 GiB); 64 MiB at least.

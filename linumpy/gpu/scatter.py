@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from linumpy.io.engine.plan import ChunkRead, ReadPlan
+from linumpy.io.engine.plan import ReadPlan
 
 if TYPE_CHECKING:
     import cupy
@@ -114,27 +114,36 @@ def _strides(shape: Sequence[int], order: str) -> np.ndarray:
     return strides
 
 
-def geometry(plan: ReadPlan, entries: Sequence[ChunkRead]) -> Geometry:
+def geometry(plan: ReadPlan) -> Geometry:
+    """Where each entry of ``plan`` lands, in words, for :func:`scatter_table`.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4, 6), chunks=(2, 4),
+    ...                           dtype="uint16")
+    >>> geo = geometry(plan_read(array))
+    >>> geo.word, geo.count.tolist(), geo.out_offset.tolist()
+    (2, [8, 4, 8, 4], [0, 4, 12, 16])
+    """
     stored = plan.stored_dtype
     components = 2 if stored.kind == "c" else 1
     word = stored.itemsize // components
     nd = len(plan.shape)
-    start = np.array([[s.start for s in e.out_sel] for e in entries], dtype=np.int64)
-    start = start.reshape(len(entries), nd)
-    stop = np.array([[s.stop for s in e.out_sel] for e in entries], dtype=np.int64)
-    extent = stop.reshape(len(entries), nd) - start
-    chunk_start = np.array([[s.start for s in e.chunk_sel] for e in entries], dtype=np.int64)
-    chunk_start = chunk_start.reshape(len(entries), nd)
+    n = plan.n_entries
+    start, stop, chunk_start = (b.reshape(n, nd) for b in plan.bounds())
+    extent = stop - start
     chunk_strides = _strides(plan.chunk_shape, plan.order) * components
     out_strides = _strides(plan.shape, "C") * components
     fill_strides = np.zeros(nd, dtype=np.int64)
     if components == 2:  # the real and imaginary words of an element
-        extent = np.concatenate([extent, np.full((len(entries), 1), 2)], axis=1)
+        extent = np.concatenate([extent, np.full((n, 1), 2)], axis=1)
         chunk_strides = np.append(chunk_strides, 1)
         out_strides = np.append(out_strides, 1)
         fill_strides = np.append(fill_strides, 1)
     if extent.shape[1] == 0:  # a 0-d array: one element
-        extent = np.ones((len(entries), 1), dtype=np.int64)
+        extent = np.ones((n, 1), dtype=np.int64)
         chunk_strides = out_strides = fill_strides = np.zeros(1, dtype=np.int64)
     return Geometry(
         ndim=extent.shape[1],

@@ -275,7 +275,7 @@ def gpu_read_route(
         obstacle = fast_path_obstacle(plan)
     except UnsupportedLayoutError as exc:
         obstacle = str(exc)
-    counts = (len(plan.reads), len(plan.missing)) if plan is not None else (0, 0)
+    counts = (int(plan.stored.sum()), int((~plan.stored).sum())) if plan is not None else (0, 0)
     reason = gpu_unavailable_reason()
     if reason is not None:
         would = "the fast path" if obstacle is None else f"zarr's GPU path ({obstacle})"
@@ -505,11 +505,12 @@ def _run_fast(
         _check_out(out, plan.shape, dtype)
     extra = device_memory_needed(plan, settings)
     check_free(
-        extra + (plan.nbytes if out is None else 0),
+        extra + (plan.out_nbytes if out is None else 0),
         plan.source,
         plan.shape,
         dtype,
-        f"output {format_size(plan.nbytes)}, buffers and nvCOMP work space {format_size(extra)}",
+        f"output {format_size(plan.out_nbytes)}, buffers and nvCOMP work space "
+        f"{format_size(extra)}",
     )
     memory_pool = cupy.get_default_memory_pool()
     pool_before = memory_pool.used_bytes()
@@ -537,7 +538,9 @@ def _run_fast(
             _quiet_synchronize(backend)  # nothing may still use buffers that go back
             raise
         phases["pipeline"] = time.perf_counter() - mark
-        device_extra = memory_pool.used_bytes() - pool_before - (plan.nbytes if out is None else 0)
+        device_extra = (
+            memory_pool.used_bytes() - pool_before - (plan.out_nbytes if out is None else 0)
+        )
         pinned_bytes = backend.pinned_bytes()
     phases |= stats.phases
     report = GpuReadReport(
@@ -550,7 +553,7 @@ def _run_fast(
         n_cpu_decoded=stats.n_cpu_decoded,
         n_batches=stats.n_groups,
         compressed_bytes=stats.compressed_bytes,
-        output_bytes=plan.nbytes,
+        output_bytes=plan.out_nbytes,
         device_extra_bytes=max(0, int(device_extra)),
         pinned_bytes=pinned_bytes,
         seconds=time.perf_counter() - started,

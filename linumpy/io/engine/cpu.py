@@ -16,7 +16,7 @@ import numpy as np
 from linumpy.errors import LinumpyError
 from linumpy.io.engine.fetch import ALIGN
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
-from linumpy.io.engine.plan import ChunkRead, ReadPlan, fill_missing, scatter_chunk
+from linumpy.io.engine.plan import ReadPlan, chunk_view
 from linumpy.io.engine.run import Fetched, Stats, run
 
 __all__ = ["CpuBackend", "read_plan"]
@@ -56,7 +56,7 @@ class CpuBackend:
         self.plan = plan
         self.out = out
         self.threads = threads
-        self._entries: tuple[ChunkRead, ...] = plan.reads + plan.missing
+        self._bounds = [b.tolist() for b in plan.bounds()]
         self._buffers: list[np.ndarray | None] = [None] * self.slots
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="linumpy-decode")
@@ -72,19 +72,24 @@ class CpuBackend:
             buffer = self._buffers[slot] = np.empty(max(nbytes, ALIGN), dtype=np.uint8)
         return buffer
 
+    def _selections(self, i: int) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+        """Entry ``i``'s part of the output and of its decoded chunk."""
+        out_start, out_stop, chunk_start = (b[i] for b in self._bounds)
+        out_sel = tuple(slice(a, b) for a, b in zip(out_start, out_stop))
+        chunk_sel = tuple(slice(c, c + b - a) for a, b, c in zip(out_start, out_stop, chunk_start))
+        return out_sel, chunk_sel
+
     def fill(self, entries: np.ndarray) -> None:
         """Set the output of chunks that are not stored to the fill value."""
         for i in entries.tolist():
-            fill_missing(self.out, self.plan, self._entries[i])
+            self.out[self._selections(i)[0]] = self.plan.fill_value
 
-    def _direct_target(self, read: ChunkRead) -> np.ndarray | None:
+    def _direct_target(self, out_sel: tuple[slice, ...], whole: bool) -> np.ndarray | None:
         """The output bytes a chunk can be decoded into in place, if its layout allows."""
         plan = self.plan
-        if plan.order != "C" or plan.stored_dtype != plan.dtype:
+        if not whole or plan.order != "C" or plan.stored_dtype != plan.dtype:
             return None
-        if any(s.stop - s.start != n for s, n in zip(read.chunk_sel, plan.chunk_shape)):
-            return None
-        target = self.out[(*read.out_sel, ...)]  # a view even for 0-d arrays
+        target = self.out[(*out_sel, ...)]  # a view even for 0-d arrays
         return target.reshape(-1).view(np.uint8) if target.flags.c_contiguous else None
 
     def _scratch(self) -> np.ndarray:
@@ -102,18 +107,20 @@ class CpuBackend:
         decoded = dict(fetched.decoded)
 
         def work(i: int) -> None:
-            read = self._entries[int(entries[i])]
+            entry = int(entries[i])
+            out_sel, chunk_sel = self._selections(entry)
             if fetched.verdicts[i] == FRAME_NEEDS_CHECK:
-                scatter_chunk(self.out, plan, read, decoded[i])
+                self.out[out_sel] = chunk_view(decoded[i], plan)[chunk_sel]
                 return
             frame = staging[offsets[i] : offsets[i] + fetched.sizes[i]]
-            target = self._direct_target(read)
+            whole = all(s.stop - s.start == n for s, n in zip(chunk_sel, plan.chunk_shape))
+            target = self._direct_target(out_sel, whole)
             if target is not None:
-                decode_zstd_cpu(frame, key=read.key, out=target, checked=True)
+                decode_zstd_cpu(frame, key=plan.key(entry), out=target, checked=True)
                 return
             scratch = self._scratch()
-            decode_zstd_cpu(frame, key=read.key, out=scratch, checked=True)
-            scatter_chunk(self.out, plan, read, scratch)
+            decode_zstd_cpu(frame, key=plan.key(entry), out=scratch, checked=True)
+            self.out[out_sel] = chunk_view(scratch, plan)[chunk_sel]
 
         if len(entries) < 2 or self.threads == 1:
             for i in range(len(entries)):

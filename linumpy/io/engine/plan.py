@@ -12,12 +12,10 @@ zarr itself.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import math
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -85,7 +83,12 @@ class ChunkRead(NamedTuple):
 
 @dataclass(frozen=True)
 class ReadPlan:
-    """Everything a reader needs to produce ``array[region]``.
+    """Everything a reader needs to produce ``array[region]``, as arrays over the plan's entries.
+
+    An entry is one chunk (an inner chunk of a shard for sharded arrays) that the region
+    touches. Entries are numbered in C order of the chunk grid; per-entry values are numpy
+    arrays, so that plans of large arrays cost no Python object per chunk. :meth:`entry` gives
+    one entry as a :class:`ChunkRead`.
 
     Attributes
     ----------
@@ -103,11 +106,24 @@ class ReadPlan:
         Memory order of decoded chunks (zarr v2 arrays may be ``"F"``).
     fill_value
         Value of elements whose chunk is not stored.
-    reads
-        Chunks to fetch; an unsharded chunk whose file is missing reads as ``fill_value``.
-    missing
-        Chunks known at plan time not to be stored (empty entries of shard indexes, missing
-        shards).
+    region
+        The region read, one slice per dimension.
+    files
+        The files entries are read from.
+    file_index
+        Per entry: index into ``files``.
+    offsets, nbytes
+        Per entry: where its compressed bytes start in its file and how many there are (-1: the
+        whole file, size unknown until read).
+    coords
+        Per entry: the chunk's coordinates in the (inner) chunk grid, shape ``(n, ndim)``.
+    stored
+        Per entry: False when the plan already knows the chunk is not stored (an empty entry of
+        a shard index, a missing shard); an unsharded chunk whose file is missing reads as
+        ``fill_value`` too.
+    chunks_per_shard
+        For sharded arrays, the inner chunks along each axis of a shard (keys name the inner
+        chunk); None otherwise.
 
     Examples
     --------
@@ -115,7 +131,7 @@ class ReadPlan:
     >>> path = tempfile.mkdtemp() + "/array.zarr"
     >>> array = zarr.create_array(path, shape=(8, 8), chunks=(4, 4), dtype="uint16")
     >>> plan = plan_read(array, (slice(2, 6), slice(0, 4)))
-    >>> plan.shape, plan.chunk_shape, len(plan.reads), plan.nbytes, plan.chunk_nbytes
+    >>> plan.shape, plan.chunk_shape, plan.n_entries, plan.out_nbytes, plan.chunk_nbytes
     ((4, 4), (4, 4), 2, 32, 32)
     """
 
@@ -126,8 +142,14 @@ class ReadPlan:
     chunk_shape: tuple[int, ...]
     order: Literal["C", "F"]
     fill_value: np.generic
-    reads: tuple[ChunkRead, ...]
-    missing: tuple[ChunkRead, ...]
+    region: Region
+    files: tuple[str, ...]
+    file_index: np.ndarray
+    offsets: np.ndarray
+    nbytes: np.ndarray
+    coords: np.ndarray
+    stored: np.ndarray
+    chunks_per_shard: tuple[int, ...] | None = None
 
     @property
     def chunk_nbytes(self) -> int:
@@ -135,9 +157,79 @@ class ReadPlan:
         return math.prod(self.chunk_shape) * self.stored_dtype.itemsize
 
     @property
-    def nbytes(self) -> int:
+    def out_nbytes(self) -> int:
         """Size in bytes of the output."""
         return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def n_entries(self) -> int:
+        """Number of chunks the region touches."""
+        return len(self.offsets)
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per entry, ``(n, ndim)`` arrays: output start, output stop, start inside the chunk.
+
+        Examples
+        --------
+        >>> import tempfile, zarr
+        >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
+        ...                           dtype="uint8")
+        >>> [b.ravel().tolist() for b in plan_read(array, (slice(2, 6),)).bounds()]
+        [[0, 2], [2, 4], [2, 0]]
+        """
+        ndim = len(self.shape)
+        chunk = np.array(self.chunk_shape, dtype=np.int64).reshape(1, ndim)
+        lo = np.array([s.start for s in self.region], dtype=np.int64).reshape(1, ndim)
+        hi = np.array([s.stop for s in self.region], dtype=np.int64).reshape(1, ndim)
+        origin = self.coords * chunk
+        start = np.maximum(origin, lo)
+        stop = np.minimum(origin + chunk, hi)
+        return start - lo, stop - lo, start - origin
+
+    def key(self, i: int) -> str:
+        """The name of entry ``i`` in errors: its file, and the inner chunk for shards.
+
+        Examples
+        --------
+        >>> import os, tempfile, zarr
+        >>> path = tempfile.mkdtemp() + "/array.zarr"
+        >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
+        >>> os.path.relpath(plan_read(array).key(3), path)
+        'c/1/1'
+        """
+        path = self.files[int(self.file_index[i])]
+        if self.chunks_per_shard is None:
+            return path
+        inner = np.mod(self.coords[i], self.chunks_per_shard).tolist()
+        return f"{path} [inner chunk {','.join(map(str, inner))}]"
+
+    def entry(self, i: int) -> ChunkRead:
+        """Entry ``i`` as a :class:`ChunkRead`.
+
+        Examples
+        --------
+        >>> import tempfile, zarr
+        >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
+        ...                           dtype="uint8")
+        >>> plan_read(array, (slice(1, 3),)).entry(1)[3:]
+        (-1, (slice(1, 2, None),), (slice(0, 1, None),))
+        """
+        out_start, out_stop, chunk_start = (b[i].tolist() for b in self.bounds())
+        out_sel = tuple(slice(a, b) for a, b in zip(out_start, out_stop))
+        chunk_sel = tuple(slice(c, c + b - a) for a, b, c in zip(out_start, out_stop, chunk_start))
+        path = self.files[int(self.file_index[i])]
+        offset, nbytes = int(self.offsets[i]), int(self.nbytes[i])
+        return ChunkRead(self.key(i), path, offset, nbytes, out_sel, chunk_sel)
+
+    @property
+    def reads(self) -> tuple[ChunkRead, ...]:
+        """The entries that may be stored, as :class:`ChunkRead` (slow for large plans)."""
+        return tuple(self.entry(i) for i in np.flatnonzero(self.stored).tolist())
+
+    @property
+    def missing(self) -> tuple[ChunkRead, ...]:
+        """The entries known not to be stored, as :class:`ChunkRead`."""
+        return tuple(self.entry(i) for i in np.flatnonzero(~self.stored).tolist())
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,45 +350,15 @@ def _parse_layout(array: zarr.Array) -> _Layout:
     )
 
 
-def _axis_pieces(sel: slice, block: int) -> list[tuple[int, slice, slice]]:
-    """Per block along one axis: (block index, slice of the output, slice of the block)."""
-    pieces = []
-    for index in range(sel.start // block, -(-sel.stop // block)):
-        lo = max(sel.start, index * block)
-        hi = min(sel.stop, (index + 1) * block)
-        pieces.append(
-            (
-                index,
-                slice(lo - sel.start, hi - sel.start),
-                slice(lo - index * block, hi - index * block),
-            )
-        )
-    return pieces
-
-
-def _chunks(
-    region: Region, block: tuple[int, ...]
-) -> Iterator[tuple[tuple[int, ...], Region, Region]]:
-    """Yield (chunk coordinates, output selection, chunk selection) of the chunks a region
-    touches; the per-axis work is done once, so a chunk costs one ``zip``."""
-    for combo in itertools.product(*(_axis_pieces(s, b) for s, b in zip(region, block))):
-        if combo:
-            yield tuple(zip(*combo))  # type: ignore[misc]
-        else:  # a 0-d array: one chunk
-            yield (), (), ()
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a plan is built: a plan allocates many small
-    objects and no cycles, and the collections they trigger can cost more than the planning."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+def _grid(region: Region, block: tuple[int, ...]) -> np.ndarray:
+    """Coordinates of the blocks a region touches, in C order, shape ``(n, ndim)``."""
+    axes = [np.arange(s.start // b, -(-s.stop // b), dtype=np.int64) for s, b in zip(region, block)]
+    if not axes:  # a 0-d array: one chunk
+        return np.zeros((1, 0), dtype=np.int64)
+    if any(len(a) == 0 for a in axes):
+        return np.zeros((0, len(axes)), dtype=np.int64)
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return np.stack([m.reshape(-1) for m in mesh], axis=1)
 
 
 def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) -> ReadPlan:
@@ -341,10 +403,11 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
     fill = metadata.fill_value
     dtype = np.dtype(array.dtype)
     fill_value = np.zeros((), dtype)[()] if fill is None else np.asarray(fill, dtype)[()]
-    reads: list[ChunkRead] = []
-    missing: list[ChunkRead] = []
-    with _gc_paused():
-        _plan_chunks(array, layout, region, reads, missing)
+    coords = _grid(region, layout.chunk_shape)
+    if layout.shard_index_location is None:
+        files, file_index, offsets, nbytes, stored = _unsharded(metadata, layout, coords)
+    else:
+        files, file_index, offsets, nbytes, stored = _sharded(metadata, layout, coords)
     return ReadPlan(
         source=source,
         shape=tuple(s.stop - s.start for s in region),
@@ -353,57 +416,56 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
         chunk_shape=layout.chunk_shape,
         order=layout.order,
         fill_value=fill_value,
-        reads=tuple(reads),
-        missing=tuple(missing),
+        region=region,
+        files=files,
+        file_index=file_index,
+        offsets=offsets,
+        nbytes=nbytes,
+        coords=coords,
+        stored=stored,
+        chunks_per_shard=None
+        if layout.shard_index_location is None
+        else tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape)),
     )
 
 
-def _plan_chunks(
-    array: zarr.Array,
-    layout: _Layout,
-    region: Region,
-    reads: list[ChunkRead],
-    missing: list[ChunkRead],
-) -> None:
-    """Append the chunks of ``region`` to ``reads``, and those known not to be stored to
-    ``missing``."""
-    metadata = array.metadata
-    if layout.shard_index_location is None:
-        root = layout.root.rstrip(os.sep) + os.sep
-        encode = metadata.encode_chunk_key
-        for coords, out_sel, chunk_sel in _chunks(region, layout.chunk_shape):
-            path = root + encode(coords)
-            reads.append(ChunkRead(path, path, 0, -1, out_sel, chunk_sel))
-    else:
-        _plan_inner_chunks(metadata, layout, region, reads, missing)
+_Entries = tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _plan_inner_chunks(
-    metadata: Any,
-    layout: _Layout,
-    region: Region,
-    reads: list[ChunkRead],
-    missing: list[ChunkRead],
-) -> None:
-    """The sharded case of :func:`_plan_chunks`: shard indexes are read once each (in this
-    thread: the reads are too short to gain from threads) and looked up for all chunks at once."""
+def _unsharded(metadata: Any, layout: _Layout, coords: np.ndarray) -> _Entries:
+    """One file per chunk, sized when read."""
+    root = layout.root.rstrip(os.sep) + os.sep
+    encode = metadata.encode_chunk_key
+    files = tuple(root + encode(tuple(c)) for c in coords.tolist())
+    n = len(files)
+    return (
+        files,
+        np.arange(n, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+        np.full(n, -1, dtype=np.int64),
+        np.ones(n, dtype=bool),
+    )
+
+
+def _sharded(metadata: Any, layout: _Layout, coords: np.ndarray) -> _Entries:
+    """Inner chunks of shards: each shard index is read once (in this thread: the reads are too
+    short to gain from threads) and looked up for all its chunks at once."""
     per_shard = tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape))
     n_inner = math.prod(per_shard)
-    inner_chunks = list(_chunks(region, layout.chunk_shape))
-    coords = np.array([c for c, _, _ in inner_chunks], dtype=np.int64)
-    coords = coords.reshape(len(inner_chunks), len(per_shard))
+    n = len(coords)
     shard_of, inner_of = np.divmod(coords, np.array(per_shard, dtype=np.int64))
-    if len(per_shard):
+    if len(per_shard) and n:
         shards, shard_id = np.unique(shard_of, axis=0, return_inverse=True)
         linear = np.ravel_multi_index(tuple(inner_of.T), per_shard)
-    else:  # a 0-d array: one shard of one chunk
-        shards, shard_id = shard_of[:1], np.zeros(len(coords), dtype=np.int64)
-        linear = np.zeros(len(coords), dtype=np.int64)
+    else:  # a 0-d array (one shard of one chunk), or nothing to read
+        shards, shard_id = shard_of[:1], np.zeros(n, dtype=np.int64)
+        linear = np.zeros(n, dtype=np.int64)
+    shard_id = shard_id.reshape(-1)
     table = np.full((len(shards), n_inner, 2), EMPTY_INNER_CHUNK, dtype=SHARD_INDEX_ENTRY)
-    paths = []
+    files = []
     for k, shard in enumerate(shards.tolist()):
         path = os.path.join(layout.root, metadata.encode_chunk_key(tuple(shard)))
-        paths.append(path)
+        files.append(path)
         index = read_shard_index(
             path,
             n_inner,
@@ -412,17 +474,11 @@ def _plan_inner_chunks(
         )
         if index is not None:
             table[k] = index
-    entries = table[shard_id.reshape(-1), linear]
-    stored = (entries[:, 0] != EMPTY_INNER_CHUNK).tolist()
-    offsets = entries[:, 0].tolist()
-    sizes = entries[:, 1].tolist()
-    for i, (_, out_sel, chunk_sel) in enumerate(inner_chunks):
-        path = paths[int(shard_id.flat[i])]
-        key = f"{path} [inner chunk {','.join(map(str, inner_of[i].tolist()))}]"
-        if stored[i]:
-            reads.append(ChunkRead(key, path, offsets[i], sizes[i], out_sel, chunk_sel))
-        else:
-            missing.append(ChunkRead(key, path, 0, 0, out_sel, chunk_sel))
+    entries = table[shard_id, linear]
+    stored = entries[:, 0] != EMPTY_INNER_CHUNK
+    offsets = np.where(stored, entries[:, 0], 0).astype(np.int64)
+    nbytes = np.where(stored, entries[:, 1], 0).astype(np.int64)
+    return tuple(files), shard_id.astype(np.int64), offsets, nbytes, stored
 
 
 def chunk_view(buffer: Any, plan: ReadPlan) -> Any:

@@ -43,7 +43,7 @@ class Group:
     Attributes
     ----------
     entries
-        Indices into the plan's ``reads``.
+        Indices of the plan's entries.
     layout
         Where they go in the staging buffer and the file reads that put them there.
     """
@@ -98,7 +98,7 @@ class Backend(Protocol):
         ...
 
     def fill(self, entries: np.ndarray) -> None:
-        """Fill the output of these plan entries (reads and then missing) with the fill value."""
+        """Fill the output of these plan entries (not stored) with the fill value."""
         ...
 
     def submit(self, fetched: Fetched) -> None:
@@ -164,21 +164,21 @@ def make_groups(
     if len(order) == 0:
         return []
     weights = sizes[order].astype(np.int64)
-    total = int(weights.sum()) + chunk_nbytes * len(order)
-    per_group = min(max_total, math.ceil(total / max(1, min(min_groups, len(order)))))
+    compressed = np.cumsum(weights)
+    total = np.cumsum(weights + chunk_nbytes)
+    per_group = min(max_total, math.ceil(int(total[-1]) / max(1, min(min_groups, len(order)))))
     groups: list[np.ndarray] = []
     start = 0
-    compressed = decoded = 0
-    for k, weight in enumerate(weights.tolist()):
-        if k > start and (
-            compressed + weight > max_compressed
-            or compressed + weight + decoded + chunk_nbytes > per_group
-        ):
-            groups.append(order[start:k])
-            start, compressed, decoded = k, 0, 0
-        compressed += weight
-        decoded += chunk_nbytes
-    groups.append(order[start:])
+    done_compressed = done_total = 0
+    while start < len(order):
+        end = min(
+            np.searchsorted(compressed, done_compressed + max_compressed, side="right"),
+            np.searchsorted(total, done_total + per_group, side="right"),
+        )
+        end = max(int(end), start + 1)
+        groups.append(order[start:end])
+        done_compressed, done_total = int(compressed[end - 1]), int(total[end - 1])
+        start = end
     return groups
 
 
@@ -197,11 +197,10 @@ def _fetch(
     started = time.perf_counter()
     slot = index % backend.slots
     staging = backend.staging(slot, group.layout.nbytes)
-    reads = plan.reads
     entries = group.entries
 
     def key(i: int) -> str:
-        return reads[int(entries[i])].key
+        return plan.key(int(entries[i]))
 
     read_group(staging, group.layout, key, reader=reader, pool=pool, threads=threads)
     read_seconds = time.perf_counter() - started
@@ -280,30 +279,31 @@ def run(
     >>> backend = CpuBackend(plan, threads=2)
     >>> stats = run(plan, backend, reader="pread", threads=2, group_bytes=backend.group_bytes)
     >>> backend.out.tolist(), stats.n_reads, stats.n_fill
-    ([[7, 7, 7, 7], [7, 7, 7, 7], [0, 0, 0, 0], [0, 0, 0, 0]], 2, 2)
+    ([[7, 7, 7, 7], [7, 7, 7, 7], [0, 0, 0, 0], [0, 0, 0, 0]], 4, 2)
     """
-    stats = Stats(n_reads=len(plan.reads))
+    stats = Stats()
     phases = stats.phases
     mark = time.perf_counter()
-    reads = plan.reads
-    paths = [r.path for r in reads]
-    file_offsets = np.fromiter((r.offset for r in reads), dtype=np.int64, count=len(reads))
-    planned = np.fromiter((r.nbytes for r in reads), dtype=np.int64, count=len(reads))
-    sizes = chunk_sizes(paths, file_offsets, planned)
+    sizes = chunk_sizes(plan)
     phases["sizes"] = time.perf_counter() - mark
     mark = time.perf_counter()
     stored = sizes >= 0
-    absent = np.flatnonzero(~stored)
-    missing = np.concatenate([absent, len(reads) + np.arange(len(plan.missing))])
+    missing = np.flatnonzero(~stored)
+    stats.n_reads = int(plan.stored.sum())
     stats.n_fill = len(missing)
     if len(missing):
         backend.fill(missing)
+    # Read in file order: the inner chunks of a shard are stored back to back (in zarr's order,
+    # not the grid's), so a group of whole shards reads each shard in one run.
     order = np.flatnonzero(stored)
+    order = order[np.lexsort((plan.offsets[order], plan.file_index[order]))]
     max_compressed, max_total, min_groups = group_bytes(sizes[order])
     groups = [
         Group(
             entries,
-            layout_group([paths[i] for i in entries], file_offsets[entries], sizes[entries]),
+            layout_group(
+                plan.files, plan.file_index[entries], plan.offsets[entries], sizes[entries]
+            ),
         )
         for entries in make_groups(
             order,
