@@ -10,6 +10,7 @@ scheduler or GPUs are asked for.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from linumpy.errors import LinumpyError
 
 __all__ = [
     "DEFAULT_TASK_BYTES",
+    "add_cluster_args",
+    "cluster_from_args",
     "Cluster",
     "ClusterError",
     "MemoryLimitError",
@@ -74,15 +77,16 @@ class MemoryLimitError(LinumpyError):
     Examples
     --------
     >>> from linumpy.parallel import MemoryLimitError
-    >>> print(MemoryLimitError(2**20, 24 * 2**20, "stitching"))
-    memory limit 1.00 MiB per worker is smaller than one block of stitching: use at least 24.00 MiB
+    >>> print(MemoryLimitError(2**20, 24 * 2**20, "stitching"))  # doctest: +NORMALIZE_WHITESPACE
+    memory limit 1.00 MiB per worker (--memory-limit) is smaller than one block of stitching:
+    use at least 24.00 MiB
     """
 
     def __init__(self, limit: int, needed: int, what: str) -> None:
         self.limit, self.needed, self.what = limit, needed, what
         super().__init__(
-            f"memory limit {format_bytes(limit)} per worker is smaller than one block of {what}: "
-            f"use at least {format_bytes(needed)}"
+            f"memory limit {format_bytes(limit)} per worker (--memory-limit) is smaller than one "
+            f"block of {what}: use at least {format_bytes(needed)}"
         )
 
     def __reduce__(self) -> tuple[type, tuple[int, int, str]]:
@@ -193,7 +197,10 @@ class Cluster:
         self.gpus = gpus
         if threads is None:
             threads = _cpu_count() if client is None else _worker_threads(client)
-        self.threads = max(1, int(threads))
+        self.max_threads = max(1, int(threads))
+        #: Tasks one worker runs at once in the current job (local threads: at most
+        #: ``max_threads``, fewer when the memory limit needs it).
+        self.threads = self.max_threads
 
     def __repr__(self) -> str:
         where = "threads" if self.client is None else f"scheduler {self.client.scheduler.address}"
@@ -227,6 +234,7 @@ class Cluster:
         """
         if self.memory_limit is None:
             return max(minimum, DEFAULT_TASK_BYTES)
+        self.threads = self.max_threads
         if self.memory_limit // self.threads >= minimum:
             return self.memory_limit // self.threads
         if self.client is not None:
@@ -364,3 +372,67 @@ def dask_cluster(
             cluster = stack.enter_context(_start_cuda_cluster(gpus, limit))
             client = stack.enter_context(Client(cluster))
         yield Cluster(client, memory_limit=limit or _worker_memory(client), gpus=gpus or 0)
+
+
+def _size_arg(value: str) -> str:
+    try:
+        parse_size(value)
+    except LinumpyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--memory-limit SIZE``, ``--scheduler ADDRESS`` and ``--gpus N`` (see
+    :func:`dask_cluster`).
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from linumpy.parallel import add_cluster_args
+    >>> parser = argparse.ArgumentParser(prog="linum-demo")
+    >>> add_cluster_args(parser)
+    >>> args = parser.parse_args(["--memory-limit", "2GiB", "--gpus", "2"])
+    >>> args.memory_limit, args.scheduler, args.gpus
+    ('2GiB', None, 2)
+    """
+    group = parser.add_argument_group("out of core and parallel (dask)")
+    group.add_argument(
+        "--memory-limit",
+        type=_size_arg,
+        metavar="SIZE",
+        help="Working set per worker, e.g. 2GiB: blocks are sized to fit it (with local threads, "
+        "fewer threads run when needed) [256MiB per task].",
+    )
+    where = group.add_mutually_exclusive_group()
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Run on an existing dask.distributed scheduler (e.g. tcp://host:8786); its workers "
+        "must see the input and output paths.",
+    )
+    where.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="Start a dask-cuda cluster with one worker per GPU on N GPUs (implies --use-gpu).",
+    )
+
+
+@contextmanager
+def cluster_from_args(args: argparse.Namespace) -> Iterator[Cluster]:
+    """:func:`dask_cluster` from the options :func:`add_cluster_args` adds.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from linumpy.parallel import cluster_from_args
+    >>> args = argparse.Namespace(memory_limit="1GiB", scheduler=None, gpus=None)
+    >>> with cluster_from_args(args) as cluster:
+    ...     cluster.client is None, cluster.memory_limit
+    (True, 1073741824)
+    """
+    with dask_cluster(
+        memory_limit=args.memory_limit, scheduler=args.scheduler, gpus=args.gpus
+    ) as cluster:
+        yield cluster

@@ -3,6 +3,11 @@
 
 Writes the 2D float32 projection as an OME-Zarr image (a mosaic grid's tile layout attributes are
 kept, so the projection can be stitched with linum-stitch-2d) and, with --png, an 8-bit preview.
+
+The volume is read out of core, one column of slabs per dask task, so volumes larger than memory
+are projected with bounded memory: --memory-limit sets the working set per worker, --scheduler
+runs the tasks on an existing dask.distributed cluster, --gpus N on a dask-cuda cluster with one
+worker per GPU.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.parallel import add_cluster_args, cluster_from_args
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:
@@ -23,6 +29,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser)
+    add_cluster_args(parser)
     return parser
 
 
@@ -33,31 +40,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     output = cli.check_output(parser, args.output, args.overwrite)
     png = cli.check_output(parser, args.png, args.overwrite) if args.png else None
     with cli.fail_on_errors(parser):
-        from linumpy.io import read_omezarr, save_omezarr
-        from linumpy.mosaic.pipeline import (
-            average_intensity_projection,
-            read_linumpy_attrs,
-            save_png,
-            write_linumpy_attrs,
-        )
+        from linumpy.io import read_volume
+        from linumpy.mosaic.pipeline import projection_omezarr, save_png
 
-        array, voxel_size = read_omezarr(args.input)
-        if array.ndim != 3:
-            parser.error(f"{args.input}: need a 3D volume, got shape {array.shape}")
-        gpu = cli.resolve_gpu(args.use_gpu)
-        aip = average_intensity_projection(args.input, gpu=gpu, progress=True)
-        mosaic = read_linumpy_attrs(args.input).get("mosaic")
-        chunks = mosaic["tile_shape"] if mosaic else None
-        with cli.output_path(output) as partial:
-            save_omezarr(
-                aip, partial, voxel_size=voxel_size[1:], chunks=chunks, n_levels=args.n_levels
+        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
+        with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
+            shape = projection_omezarr(
+                args.input,
+                partial,
+                gpu=gpu,
+                n_levels=args.n_levels,
+                progress=True,
+                cluster=cluster,
             )
-            if mosaic:
-                write_linumpy_attrs(partial, {"mosaic": mosaic})
-        if png is not None:
-            with cli.output_path(png) as partial:
-                save_png(aip, partial)
-    print(f"{output}: projection {tuple(aip.shape)} float32" + (f", preview {png}" if png else ""))
+            if png is not None:
+                with cli.output_path(png) as partial_png:
+                    save_png(read_volume(partial), partial_png)
+    print(f"{output}: projection {shape} float32" + (f", preview {png}" if png else ""))
 
 
 if __name__ == "__main__":

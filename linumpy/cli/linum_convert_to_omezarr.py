@@ -4,6 +4,12 @@
 Chunks, shards, pyramid levels, zstd level and OME-NGFF version (0.5: zarr v3, 0.4: zarr v2) are
 chosen on the command line; the voxel size comes from --voxel-size, else from an OME-Zarr input,
 else is 1. With --use-gpu the chunks are zstd-encoded on the GPU (nvCOMP; NGFF 0.5).
+
+The data goes through as dask tasks of whole output chunks (shards), and the pyramid is built
+from the stored levels, so zarr and .npy inputs larger than memory are converted with bounded
+memory (a TIFF stack is read whole): --memory-limit sets the working set per worker,
+--scheduler runs the tasks on an existing dask.distributed cluster, --gpus N on a dask-cuda
+cluster with one worker per GPU.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.parallel import add_cluster_args, cluster_from_args
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:
@@ -30,6 +37,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser, "Encode")
+    add_cluster_args(parser)
     return parser
 
 
@@ -41,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     with cli.fail_on_errors(parser):
         from linumpy.mosaic.pipeline import convert_to_omezarr
 
-        with cli.output_path(output) as partial:
+        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
+        with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
             convert_to_omezarr(
                 args.input,
                 partial,
@@ -51,8 +60,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 n_levels=args.n_levels,
                 level=args.level,
                 ngff_version=args.ngff_version,
-                gpu=cli.resolve_gpu(args.use_gpu),
+                gpu=gpu,
                 progress=True,
+                cluster=cluster,
             )
     print(f"{output}: written")
 

@@ -6,6 +6,11 @@ transform (from linum-estimate-transform) gives it; overlaps are blended ("none"
 overwrite, "average": mean, "linear": feathered ramps across the overlaps). The result is a
 float32 OME-Zarr image with a pyramid. With --use-gpu the grid is read and decoded on the GPU,
 stitched with cupy and encoded on the GPU.
+
+The work runs out of core as dask tasks, each stitching a block of whole output chunks (shards)
+from the tiles that overlap it, so grids larger than memory are stitched with bounded memory:
+--memory-limit sets the working set per worker, --scheduler runs the tasks on an existing
+dask.distributed cluster, --gpus N on a dask-cuda cluster with one worker per GPU.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.parallel import add_cluster_args, cluster_from_args
 
 #: Dimensionality of the mosaic grid this script stitches.
 NDIM = 3
@@ -40,6 +46,7 @@ def _build_arg_parser(ndim: int = NDIM, doc: str | None = __doc__) -> cli.LinumA
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser, "Read, stitch and encode")
+    add_cluster_args(parser)
     return parser
 
 
@@ -60,18 +67,20 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
             parser.error(
                 f"{args.input}: a {ndim}D mosaic grid is needed, this one is {source_ndim}D"
             )
-        with cli.output_path(output) as partial:
+        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
+        with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
             stitch_omezarr(
                 args.input,
                 partial,
                 transform,
                 blending=args.blending,
-                gpu=cli.resolve_gpu(args.use_gpu),
+                gpu=gpu,
                 n_levels=args.n_levels,
                 chunks=args.chunks,
                 shards=args.shards,
                 level=args.level,
                 progress=True,
+                cluster=cluster,
             )
     print(f"{output}: stitched {transform.n_tiles} tiles ({args.blending} blending)")
 

@@ -204,10 +204,13 @@ def _downsample_block(
 
 
 def _downsample_cost(dtype: np.dtype, factors: Sequence[int]) -> int:
-    """Bytes of working set per output element: the source block, its float copies while
-    averaging, and the output with its encoded copy."""
+    """Bytes of working set per output element: the source block, its float64 copy (integers),
+    the halved temporaries while averaging (at most the source's size), and the output with its
+    encoded copy."""
+    source = math.prod(factors)
     work = dtype.itemsize if dtype.kind in "fc" else 8
-    return math.prod(factors) * (dtype.itemsize + 2 * work) + 2 * dtype.itemsize
+    copy = 0 if dtype.kind in "fc" else source * work
+    return source * dtype.itemsize + copy + source * work + 2 * dtype.itemsize
 
 
 def write_pyramid(
