@@ -32,13 +32,13 @@ from linumpy.io import open_array, read_volume
 
 __all__ = ["DEFAULT_LAYOUTS", "BenchConfig", "BenchResult", "run_benchmark"]
 
-#: 128^3 and 64^3 chunk files, and both in (128, 512, 512) shards.
 DEFAULT_LAYOUTS = (
     Layout.cubic(128, 3),
     Layout.cubic(64, 3),
     Layout.cubic(128, 3, shards=(128, 512, 512)),
     Layout.cubic(64, 3, shards=(128, 512, 512)),
 )
+"""The benchmark's layouts: 128^3 and 64^3 chunk files, and both in (128, 512, 512) shards."""
 
 
 @dataclass(frozen=True)

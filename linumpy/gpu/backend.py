@@ -100,8 +100,19 @@ class _Slot:
 class _Checks:
     """Work to verify once the streams are done: nvCOMP statuses, checksums."""
 
-    statuses: list[tuple[Any, list[str]]] = field(default_factory=list)
-    hashes: list[tuple[Any, list[tuple[int, str]]]] = field(default_factory=list)
+    statuses: list[tuple[Any, np.ndarray]] = field(default_factory=list)  # entries per call
+    hashes: list[tuple[Any, list[tuple[int, int]]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    """Chunk names of some plan entries, made only when an error needs one."""
+
+    plan: ReadPlan
+    entries: np.ndarray
+
+    def __getitem__(self, i: int) -> str:
+        return self.plan.key(int(self.entries[i]))
 
 
 class GpuBackend:
@@ -168,7 +179,9 @@ class GpuBackend:
         if state.copied is not None:
             state.copied.synchronize()
         if state.staging is None or state.staging.nbytes < nbytes:
-            (buffer,) = self._pinned.enter_context(pinned_buffers(max(nbytes, ALIGN), count=1))
+            (buffer,) = self._pinned.enter_context(
+                pinned_buffers(max(nbytes, ALIGN), count=1, keep=self.slots)
+            )
             state.staging = buffer
         return state.staging
 
@@ -210,7 +223,6 @@ class GpuBackend:
         base = int(device.data.ptr)
         slots = base + decoded_at + np.arange(n, dtype=np.int64) * self._slot_nbytes
         runtime = cupy.cuda.runtime
-        keys = [self.plan.key(int(e)) for e in entries]
         with stream:
             runtime.memcpyAsync(
                 base, fetched.staging.ctypes.data, layout.nbytes, runtime.memcpyHostToDevice,
@@ -231,13 +243,13 @@ class GpuBackend:
                     np.full(len(on_gpu), self.plan.chunk_nbytes, dtype=np.int64),
                     stream=stream,
                 )
-                self._checks.statuses.append((pending, [keys[i] for i in on_gpu]))
+                self._checks.statuses.append((pending, entries[on_gpu]))
             checked = np.flatnonzero(fetched.verdicts == FRAME_CHECKSUM)
             if len(checked):
                 ends = layout.offsets[checked] + fetched.sizes[checked]
                 stored = [
-                    (int.from_bytes(fetched.staging[end - 4 : end].tobytes(), "little"), keys[i])
-                    for end, i in zip(ends.tolist(), checked.tolist())
+                    (int.from_bytes(fetched.staging[end - 4 : end].tobytes(), "little"), int(e))
+                    for end, e in zip(ends.tolist(), entries[checked].tolist())
                 ]
                 hashes = xxh64_batch(
                     device,
@@ -259,14 +271,14 @@ class GpuBackend:
     def finish(self) -> None:
         """Wait for every stream, then check nvCOMP's statuses and the stored checksums."""
         self.synchronize()
-        for pending, keys in self._checks.statuses:
-            pending.check(keys)
+        for pending, entries in self._checks.statuses:
+            pending.check(_Keys(self.plan, entries))
         for hashes, stored in self._checks.hashes:
-            for digest, (expected, key) in zip(hashes.get().tolist(), stored):
+            for digest, (expected, entry) in zip(hashes.get().tolist(), stored):
                 computed = digest & 0xFFFFFFFF
                 if computed != expected:
                     raise ChunkDecodeError(
-                        key,
+                        self.plan.key(entry),
                         f"content checksum mismatch: the frame stores 0x{expected:08X}, the "
                         f"decoded bytes hash to 0x{computed:08X}",
                     )

@@ -26,10 +26,11 @@ _IDLE_PINNED = 4  # the staging buffers of one read with the default number of s
 
 
 @contextmanager
-def pinned_buffers(nbytes: int, count: int = 2) -> Iterator[list[np.ndarray]]:
+def pinned_buffers(nbytes: int, count: int = 2, keep: int = 0) -> Iterator[list[np.ndarray]]:
     """Lend ``count`` page-locked host buffers of at least ``nbytes`` bytes each.
 
-    Buffers come back to a small cache on exit (the largest ``max(count, 4)`` stay idle).
+    Buffers come back to a small cache on exit: the largest ``max(count, keep, 4)`` stay idle
+    (``keep``: how many one reader uses at once, e.g. one per stream).
 
     Examples
     --------
@@ -55,7 +56,7 @@ def pinned_buffers(nbytes: int, count: int = 2) -> Iterator[list[np.ndarray]]:
         with _pinned_lock:
             _pinned_idle.extend(taken)
             _pinned_idle.sort(key=lambda e: -e[0])
-            del _pinned_idle[max(count, _IDLE_PINNED) :]
+            del _pinned_idle[max(count, keep, _IDLE_PINNED) :]
 
 
 def format_size(nbytes: float) -> str:

@@ -1,16 +1,12 @@
 """Tile layout estimation: phase correlation of overlapping tile pairs and a robust affine fit.
 
-Sub-pixel phase correlation is scikit-image's
-:func:`skimage.registration.phase_cross_correlation` for numpy arrays and cuCIM's
-``cucim.skimage.registration.phase_cross_correlation`` for cupy arrays (cuCIM comes with the
-``gpu-cu12`` / ``gpu-cu13`` extras). Around it linumpy keeps only what those functions lack for
-overlapping tiles: a band-pass on the whitened spectra, several correlation peaks tried with each
-of their wrap-around candidates (restricted by direction and by overlap, scored by normalized
-cross-correlation), the iterative refinement on the overlapping parts, and the robust affine fit.
-
-A cupy array stays on the GPU when cuCIM is installed; without cuCIM it is copied to the host and
-registered with scikit-image, with a warning naming the extra (the projections registered are 2D
-and small next to the volumes they come from, so the CPU path costs little).
+Sub-pixel phase correlation is ``phase_cross_correlation`` of scikit-image (numpy arrays) or
+cuCIM (cupy arrays; cuCIM comes with the ``gpu-cu12``/``gpu-cu13`` extras). linumpy adds what it
+lacks for overlapping tiles: a band-pass on whitened spectra, several peaks each tried with its
+wrap-around candidates (by direction and overlap, scored by normalized cross-correlation), the
+iterative refinement on the overlaps, and the robust fit. Without cuCIM, cupy input is copied to
+the host and registered with scikit-image, with a warning naming the extra (the 2D projections
+registered are small next to the volumes they come from).
 """
 
 from __future__ import annotations
@@ -80,21 +76,18 @@ def _backend(*arrays: Any) -> tuple[ModuleType, Callable[..., Any], list[Any]]:
 
 
 @functools.lru_cache(maxsize=32)
-def _band_amplitude_host(shape: tuple[int, int], band: tuple[float, float]) -> np.ndarray:
-    fy = np.fft.fftfreq(shape[0])[:, None]
-    fx = np.fft.fftfreq(shape[1])[None, :]
-    radius2 = fy**2 + fx**2
+def _band_amplitude(shape: tuple[int, int], band: tuple[float, float], device: int | None) -> Any:
+    """Square root of the band-pass weight, of unit mean (so that a pure circular shift
+    correlates to 1), on the host or, when ``device`` is not None, on that GPU."""
+    radius2 = np.fft.fftfreq(shape[0])[:, None] ** 2 + np.fft.fftfreq(shape[1])[None, :] ** 2
     weight = np.exp(-radius2 / band[1] ** 2) * -np.expm1(-radius2 / band[0] ** 2)
-    # Unit mean power: a pure circular shift then correlates to 1.
-    return np.sqrt(weight / weight.mean())
-
-
-@functools.lru_cache(maxsize=32)
-def _band_amplitude_device(shape: tuple[int, int], band: tuple[float, float], device: int) -> Any:
+    amplitude = np.sqrt(weight / weight.mean())
+    if device is None:
+        return amplitude
     import cupy
 
     with cupy.cuda.Device(device):
-        return cupy.asarray(_band_amplitude_host(shape, band))
+        return cupy.asarray(amplitude)
 
 
 def _whitened_spectrum(image: Any, band: tuple[float, float]) -> Any:
@@ -103,12 +96,10 @@ def _whitened_spectrum(image: Any, band: tuple[float, float]) -> Any:
     zero at the mean): the product of two such spectra is the band-limited phase correlation."""
     xp = array_module(image)
     spectrum = xp.fft.fft2(image.astype(xp.float64, copy=False))
-    shape = tuple(image.shape)
-    if xp is np:
-        amplitude = _band_amplitude_host(shape, band)
-    else:
-        amplitude = _band_amplitude_device(shape, band, xp.cuda.Device().id)
-    spectrum *= amplitude / xp.maximum(xp.abs(spectrum), 1e-12)
+    device = None if xp is np else xp.cuda.Device().id
+    spectrum *= _band_amplitude(tuple(image.shape), band, device) / xp.maximum(
+        xp.abs(spectrum), 1e-12
+    )
     return spectrum
 
 
@@ -492,6 +483,7 @@ def estimate_transform(
     from tqdm import tqdm
 
     h, w = parse_tile_shape(tile_shape)
+    _, _, (aip_grid,) = _backend(aip_grid)  # to the host once when cuCIM is missing
     if aip_grid.ndim != 2 or aip_grid.shape[0] % h or aip_grid.shape[1] % w:
         raise LinumpyError(
             f"a mosaic grid projection of shape {aip_grid.shape} is not a grid of {h}x{w} tiles"

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from linumpy.errors import LinumpyError
+from linumpy.errors import ChunkDecodeError, LinumpyError
 from linumpy.io.engine.fetch import ALIGN
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.plan import ReadPlan, chunk_view
@@ -115,11 +115,14 @@ class CpuBackend:
             frame = staging[offsets[i] : offsets[i] + fetched.sizes[i]]
             whole = all(s.stop - s.start == n for s, n in zip(chunk_sel, plan.chunk_shape))
             target = self._direct_target(out_sel, whole)
-            if target is not None:
-                decode_zstd_cpu(frame, key=plan.key(entry), out=target, checked=True)
-                return
-            scratch = self._scratch()
-            decode_zstd_cpu(frame, key=plan.key(entry), out=scratch, checked=True)
+            try:
+                if target is not None:
+                    decode_zstd_cpu(frame, key="", out=target, checked=True)
+                    return
+                scratch = self._scratch()
+                decode_zstd_cpu(frame, key="", out=scratch, checked=True)
+            except ChunkDecodeError as exc:  # the key is made only when needed
+                raise ChunkDecodeError(plan.key(entry), exc.reason) from None
             self.out[out_sel] = chunk_view(scratch, plan)[chunk_sel]
 
         if len(entries) < 2 or self.threads == 1:

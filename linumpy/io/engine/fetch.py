@@ -44,6 +44,8 @@ __all__ = [
 ALIGN = 16
 #: Bytes between two byte ranges of one file below which they are read as one range.
 MERGE_GAP = 4096
+#: Smallest piece a long run is cut into for the ``pread`` reader's threads.
+PIECE_BYTES = 4 * 1024 * 1024
 #: Files kept open at once by the kvikio reader (unsharded arrays have one file per chunk).
 _KVIKIO_OPEN_FILES = 256
 EMPTY_INNER_CHUNK = 2**64 - 1
@@ -283,6 +285,17 @@ def _reach_per_file(f: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return reach
 
 
+def _split_runs(
+    runs: Sequence[tuple[str, int, int, int, int]], piece: int
+) -> list[tuple[str, int, int, int, int]]:
+    """Runs cut into pieces of at most ``piece`` bytes, so that threads share a long run."""
+    pieces = []
+    for path, start, nbytes, at, first in runs:
+        for done in range(0, max(nbytes, 1), piece):
+            pieces.append((path, start + done, min(piece, nbytes - done), at + done, first))
+    return pieces
+
+
 def _pread_runs(
     runs: Sequence[tuple[str, int, int, int, int]], buffer: np.ndarray, keys: Any
 ) -> None:
@@ -387,6 +400,8 @@ def read_group(
     if reader == "kvikio":
         _kvikio_runs(runs, buffer, keys)
         return
+    if pool is not None and threads > 1:
+        runs = _split_runs(runs, max(PIECE_BYTES, layout.nbytes // (4 * threads)))
     if pool is None or threads < 2 or len(runs) < 2:
         _pread_runs(runs, buffer, keys)
         return

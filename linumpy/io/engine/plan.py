@@ -200,7 +200,7 @@ class ReadPlan:
         path = self.files[int(self.file_index[i])]
         if self.chunks_per_shard is None:
             return path
-        inner = np.mod(self.coords[i], self.chunks_per_shard).tolist()
+        inner = [c % n for c, n in zip(self.coords[i].tolist(), self.chunks_per_shard)]
         return f"{path} [inner chunk {','.join(map(str, inner))}]"
 
     def entry(self, i: int) -> ChunkRead:
