@@ -16,17 +16,13 @@ import cupy
 import numpy as np
 import zarr
 
+from linumpy.bench import oct_volume
 from linumpy.gpu.zarr_io import last_read_report
 from linumpy.io import read_volume
 
 
 def volume(shape: tuple[int, int, int]) -> np.ndarray:
-    rng = cupy.random.default_rng(0)
-    z = cupy.arange(shape[0], dtype=cupy.float32)[:, None, None]
-    atten = cupy.exp(-z / shape[0] * 3)
-    speckle = rng.exponential(1.0, shape).astype(cupy.float32)
-    noise = rng.standard_normal(shape, dtype=cupy.float32) * 20 + 100
-    return cupy.clip(speckle * 2000 * atten + noise, 0, 65535).astype(cupy.uint16).get()
+    return oct_volume(shape, xp=cupy).get()
 
 
 LAYOUTS = {

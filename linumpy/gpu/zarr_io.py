@@ -315,8 +315,8 @@ class GpuReadReport:
         Wall time of the call.
     phases
         Seconds spent in the engine's steps: planning, sizing files, grouping, allocating, the
-        pipeline, and inside it reading and checking chunks (``fetch``, of which reading files
-        ``fetch_read``), waiting for them (``fetch_wait``), queueing GPU work (``submit``) and
+        pipeline, and inside it reading files (``fetch``, on a producer thread), waiting for them
+        (``fetch_wait``), checking frames (``validate``), queueing GPU work (``submit``) and
         waiting for the GPU at the end (``final_sync``).
 
     Examples

@@ -72,8 +72,8 @@ class Fetched:
     decoded
         ``(position in the group, decoded bytes)`` of chunks only libzstd decodes (several or
         skippable frames, no declared size) or too large for the back end's decoder.
-    seconds, read_seconds
-        Time spent fetching and checking the group, and of it reading files.
+    seconds
+        Time spent reading the group's files.
     """
 
     index: int
@@ -84,7 +84,6 @@ class Fetched:
     verdicts: np.ndarray
     decoded: list[tuple[int, np.ndarray]] = field(default_factory=list)
     seconds: float = 0.0
-    read_seconds: float = 0.0
 
 
 class Backend(Protocol):
@@ -193,49 +192,62 @@ def _fetch(
     pool: ThreadPoolExecutor,
     threads: int,
 ) -> Fetched:
-    """Read and check one group (on the producer thread)."""
+    """Read one group into its slot's staging buffer (on the producer thread)."""
     started = time.perf_counter()
     slot = index % backend.slots
     staging = backend.staging(slot, group.layout.nbytes)
     entries = group.entries
-
-    def key(i: int) -> str:
-        return plan.key(int(entries[i]))
-
-    read_group(staging, group.layout, key, reader=reader, pool=pool, threads=threads)
-    read_seconds = time.perf_counter() - started
-    offsets = group.layout.offsets
+    read_group(
+        staging, group.layout, _Keys(plan, entries), reader=reader, pool=pool, threads=threads
+    )
+    seconds = time.perf_counter() - started
     nbytes = sizes[entries]
+    verdicts = np.full(len(entries), FRAME_NEEDS_CHECK, dtype=np.int8)
+    return Fetched(index, slot, group, staging, nbytes, verdicts, [], seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    """Chunk names of a group's entries, made only when an error needs one."""
+
+    plan: ReadPlan
+    entries: np.ndarray
+
+    def __call__(self, i: int) -> str:
+        return self.plan.key(int(self.entries[i]))
+
+
+def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPoolExecutor) -> None:
+    """Check a fetched group's frames; decode on the CPU what only libzstd decodes.
+
+    Runs on the calling thread while the producer reads the next group.
+    """
+    staging, offsets, nbytes = fetched.staging, fetched.group.layout.offsets, fetched.sizes
+    key = _Keys(plan, fetched.group.entries)
     verdicts = check_frames(staging, offsets, nbytes, plan.chunk_nbytes)
-    unusual = np.flatnonzero(verdicts == FRAME_NEEDS_CHECK).tolist()
     too_large = plan.chunk_nbytes > backend.max_decode_bytes
+    candidates = (
+        range(len(verdicts)) if too_large else np.flatnonzero(verdicts == FRAME_NEEDS_CHECK)
+    )
     on_cpu = []
-    for i in range(len(entries)) if too_large else unusual:
+    for i in candidates:
         frame = staging[offsets[i] : offsets[i] + nbytes[i]]
         if verdicts[i] == FRAME_NEEDS_CHECK:
             info = inspect_zstd_chunk(frame, key=key(i), expected_size=plan.chunk_nbytes)
             if info.gpu_decodable and not too_large:
                 verdicts[i] = FRAME_GPU if info.checksum is None else FRAME_CHECKSUM
                 continue
-        on_cpu.append(i)
+        on_cpu.append(int(i))
 
     def decode(i: int) -> tuple[int, np.ndarray]:
         frame = staging[offsets[i] : offsets[i] + nbytes[i]]
         return i, decode_zstd_cpu(frame, key=key(i), expected_size=plan.chunk_nbytes)
 
-    decoded = list(pool.map(decode, on_cpu)) if len(on_cpu) > 1 else [decode(i) for i in on_cpu]
-    verdicts[on_cpu] = FRAME_NEEDS_CHECK
-    return Fetched(
-        index,
-        slot,
-        group,
-        staging,
-        nbytes,
-        verdicts,
-        decoded,
-        time.perf_counter() - started,
-        read_seconds,
+    fetched.decoded = (
+        list(pool.map(decode, on_cpu)) if len(on_cpu) > 1 else [decode(i) for i in on_cpu]
     )
+    verdicts[on_cpu] = FRAME_NEEDS_CHECK
+    fetched.verdicts = verdicts
 
 
 def run(
@@ -318,7 +330,7 @@ def run(
     stats.compressed_bytes = int(sizes[order].sum())
     stats.staging_bytes = max((g.layout.nbytes for g in groups), default=0)
     phases["groups"] = time.perf_counter() - mark
-    for name in ("fetch", "fetch_read", "fetch_wait", "submit"):
+    for name in ("fetch", "fetch_wait", "validate", "submit"):
         phases[name] = 0.0
     with (
         ThreadPoolExecutor(threads, thread_name_prefix="linumpy-read") as pool,
@@ -336,11 +348,12 @@ def run(
             fetched = pending.result()  # type: ignore[union-attr]
             phases["fetch_wait"] += time.perf_counter() - mark
             phases["fetch"] += fetched.seconds
-            phases["fetch_read"] += fetched.read_seconds
-            stats.n_cpu_decoded += len(fetched.decoded)
             pending = producer.submit(fetch, k + 1) if k + 1 < len(groups) else None
             mark = time.perf_counter()
             try:
+                _validate(plan, backend, fetched, pool)
+                phases["validate"] += time.perf_counter() - mark
+                mark = time.perf_counter()
                 backend.submit(fetched)
             except BaseException:
                 if pending is not None and not pending.cancel():
@@ -348,4 +361,5 @@ def run(
                         pending.result()  # a running fetch finishes before buffers go back
                 raise
             phases["submit"] += time.perf_counter() - mark
+            stats.n_cpu_decoded += len(fetched.decoded)
     return stats
