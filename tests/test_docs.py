@@ -163,7 +163,7 @@ def _docstring_tests(module_name: str) -> list[doctest.DocTest]:
 
 def _modules_with_examples() -> list[pytest.param]:
     params = []
-    for name in _public_modules() + ["linumpy.gpu._fetch", "linumpy.gpu._xxhash"]:
+    for name in _public_modules() + ["linumpy.gpu._coalesce", "linumpy.gpu._xxhash"]:
         if not _docstring_tests(name):
             continue
         marks = [pytest.mark.gpu] if name.startswith(GPU_PACKAGE) else []
