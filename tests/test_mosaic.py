@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -180,6 +181,76 @@ def test_estimate_transform_without_tissue_says_so() -> None:
         estimate_transform(noise, (64, 64))
     with pytest.raises(LinumpyError, match="not a grid"):
         estimate_transform(noise, (60, 64))
+
+
+def _shifted_demo_tiles(demo, shift, size=96, margin=32):
+    """A 2D tile of the demo's tissue and the same place ``shift`` pixels away,
+    ``moved[y, x] = tile[y - dy, x - dx]``: resampled from the tissue around the tile (a real
+    shift) and as a circular shift of the tile itself (Fourier)."""
+    tissue = demo.tissue.mean(axis=0).astype(np.float64)
+    y, x = (n // 2 - size // 2 for n in tissue.shape)
+    region = tissue[y - margin : y + size + margin, x - margin : x + size + margin]
+    inner = (slice(margin, -margin),) * 2
+    tile = region[inner]
+    moved = ndimage.shift(region, shift, order=3, mode="nearest")[inner]
+    circular = np.fft.ifft2(ndimage.fourier_shift(np.fft.fft2(tile), shift)).real
+    return tile, moved, circular
+
+
+@pytest.mark.parametrize("shift", [(0.0, 0.0), (1.3, -2.6), (-4.45, 0.2), (7.0, 3.75)])
+def test_phase_correlation_equals_skimage_on_shifted_demo_tiles(demo, shift) -> None:
+    from skimage.registration import phase_cross_correlation
+
+    tile, moved, circular = _shifted_demo_tiles(demo, shift)
+    ours, peak = phase_correlation(circular, tile)
+    theirs, _, _ = phase_cross_correlation(circular, tile, upsample_factor=100)
+    np.testing.assert_allclose(ours, theirs, atol=0.02)
+    np.testing.assert_allclose(ours, shift, atol=0.011)
+    assert peak > 0.99
+    # A real shift: the tiles' edges do not match, both estimates are biased alike.
+    ours, peak = phase_correlation(moved, tile)
+    theirs, _, _ = phase_cross_correlation(moved, tile, upsample_factor=100)
+    np.testing.assert_allclose(ours, theirs, atol=0.1)
+    np.testing.assert_allclose(ours, shift, atol=0.15)
+    assert peak > 0.5
+
+
+@pytest.mark.parametrize("displacement", [(1.35, 50.6), (49.8, -2.25)])
+def test_measure_pair_equals_skimage_on_demo_overlaps(demo, displacement) -> None:
+    """Two 64x64 demo tiles ``displacement`` apart: the displacement measure_pair finds, and
+    scikit-image's phase_cross_correlation of the overlap it implies, agree."""
+    from skimage.registration import phase_cross_correlation
+
+    tissue = demo.tissue.mean(axis=0)
+    y, x = (n // 2 - 64 for n in tissue.shape)
+    a = tissue[y : y + 64, x : x + 64]
+    moved = ndimage.shift(tissue, (-displacement[0], -displacement[1]), order=3)
+    b = moved[y : y + 64, x : x + 64]  # b[y, x] = tissue[y + dy, x + dx]
+    axis = 0 if abs(displacement[0]) > abs(displacement[1]) else 1
+    measured, score = measure_pair(a, b, axis=axis)
+    assert score > 0.8
+    np.testing.assert_allclose(measured, displacement, atol=0.1)
+    coarse = np.round(measured).astype(int)
+    dy, dx = coarse
+    view_a = a[max(dy, 0) : 64 + min(dy, 0), max(dx, 0) : 64 + min(dx, 0)]
+    view_b = b[max(-dy, 0) : 64 + min(-dy, 0), max(-dx, 0) : 64 + min(-dx, 0)]
+    residual, _, _ = phase_cross_correlation(view_a, view_b, upsample_factor=100)
+    # one measurement on crops is biased towards 0 (their edges correlate at zero shift), which
+    # is why measure_pair iterates: it agrees with skimage within that bias
+    np.testing.assert_allclose(coarse + residual, measured, atol=0.35)
+
+
+@pytest.mark.parametrize(("start", "stop", "size"), [(0, 13, 64), (51, 64, 64), (3, 125, 128)])
+def test_resample_span_covers_the_overlap_with_a_margin(start, stop, size) -> None:
+    from linumpy.mosaic.registration import _RESAMPLE_MARGIN, _RESAMPLE_STEP, _resample_span
+
+    span, inner = _resample_span(start, stop, size)
+    length = span.stop - span.start
+    assert span.start >= 0 and span.stop <= size
+    assert length == size or length % _RESAMPLE_STEP == 0
+    assert span.start <= max(start - _RESAMPLE_MARGIN, 0)
+    assert span.stop >= min(stop + _RESAMPLE_MARGIN, size)
+    assert (inner.start + span.start, inner.stop + span.start) == (start, stop)
 
 
 def test_fit_transform_ignores_outliers_and_low_scores() -> None:
@@ -385,3 +456,54 @@ def test_gpu_file_pipeline_matches_cpu(tmp_path, demo, demo_path) -> None:
         cpu = read_omezarr(tmp_path / "cpu.ome.zarr", level)[0][...]
         gpu = read_omezarr(tmp_path / "gpu.ome.zarr", level)[0][...]
         np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_registration_runs_on_cucim_and_matches_the_cpu(demo) -> None:
+    import cupy
+
+    from linumpy.mosaic.registration import CUCIM_INSTALL_HINT, _backend
+
+    try:
+        import cucim.skimage.registration  # noqa: F401
+    except ImportError as exc:
+        pytest.fail(
+            f"cuCIM is not importable ({exc}); it comes with the GPU extras: {CUCIM_INSTALL_HINT}"
+        )
+    tile, moved, circular = _shifted_demo_tiles(demo, (1.3, -2.6))
+    assert _backend(cupy.asarray(tile))[0] is cupy
+    for fixed in (circular, moved):
+        cpu_shift, cpu_peak = phase_correlation(fixed, tile)
+        gpu_shift, gpu_peak = phase_correlation(cupy.asarray(fixed), cupy.asarray(tile))
+        assert isinstance(gpu_shift, np.ndarray) and isinstance(gpu_peak, float)
+        np.testing.assert_allclose(gpu_shift, cpu_shift, atol=0.011)
+        assert gpu_peak == pytest.approx(cpu_peak, abs=1e-6)
+    a, b = tile[:, :56], tile[:, 40:]
+    cpu_pair = measure_pair(a, b, axis=1)
+    gpu_pair = measure_pair(cupy.asarray(a), cupy.asarray(b), axis=1)
+    np.testing.assert_allclose(gpu_pair[0], cpu_pair[0], atol=0.011)
+    np.testing.assert_allclose(cpu_pair[0], [0, 40], atol=0.011)
+    assert gpu_pair[1] == pytest.approx(cpu_pair[1], abs=1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_registration_without_cucim_runs_on_the_cpu_with_a_warning(demo, monkeypatch) -> None:
+    import cupy
+
+    from linumpy.mosaic import registration
+
+    for name in ("cucim", "cucim.skimage", "cucim.skimage.registration"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import cucim...` raises ImportError
+    registration._cucim_phase_cross_correlation.cache_clear()
+    tile, moved, _ = _shifted_demo_tiles(demo, (1.3, -2.6))
+    try:
+        with pytest.warns(RuntimeWarning, match=r"cuCIM is not usable.*gpu-cu13"):
+            shift, peak = phase_correlation(cupy.asarray(moved), cupy.asarray(tile))
+        aip = cupy.asarray(demo.mosaic.mean(axis=0))
+        transform, _ = estimate_transform(aip, (64, 64))  # warned once already: runs quietly
+    finally:
+        registration._cucim_phase_cross_correlation.cache_clear()
+    expected = phase_correlation(moved, tile)
+    np.testing.assert_array_equal(shift, expected[0])
+    assert peak == expected[1]
+    assert transform.max_position_error(demo.transform) < 0.5
