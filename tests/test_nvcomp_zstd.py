@@ -20,15 +20,14 @@ import zarr
 from numcodecs import Zstd
 from zarr.codecs import ZstdCodec
 
-from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+from linumpy.errors import ChunkDecodeError, GPUUnavailableError, SettingsError
+from linumpy.gpu.codec_batches import _layout, _set_checksum
 from linumpy.gpu.nvcomp_zstd import (
     BATCH_SIZE_ENV,
     CONCURRENCY_ENV,
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
     NvcompZstdCodec,
-    _layout,
-    _set_checksum,
     gpu_zstd_config,
     register_nvcomp_zstd,
 )
@@ -127,8 +126,31 @@ def test_gpu_zstd_config_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "8"])
 @pytest.mark.parametrize("name", ["batch_size", "concurrency"])
 def test_gpu_zstd_config_rejects_bad_values(name: str, bad: object) -> None:
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(SettingsError, match=name):
         gpu_zstd_config(**{name: bad})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "many", ""])
+@pytest.mark.parametrize("variable", [BATCH_SIZE_ENV, CONCURRENCY_ENV])
+def test_gpu_zstd_config_names_a_bad_environment_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, bad: str
+) -> None:
+    monkeypatch.setenv(variable, bad)
+    with pytest.raises(SettingsError, match=variable):
+        gpu_zstd_config()
+
+
+def test_gpu_zstd_config_follows_linumpy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from linumpy import settings
+
+    monkeypatch.delenv(BATCH_SIZE_ENV, raising=False)
+    monkeypatch.delenv(CONCURRENCY_ENV, raising=False)
+    with settings.set(nvcomp_batch_size=5, nvcomp_concurrency=6):
+        config = gpu_zstd_config()
+        assert config["codec_pipeline.batch_size"] == 5
+        assert config["async.concurrency"] == 6
+        assert gpu_zstd_config(batch_size=9)["codec_pipeline.batch_size"] == 9
+    assert gpu_zstd_config()["codec_pipeline.batch_size"] == DEFAULT_BATCH_SIZE
 
 
 def test_import_touches_no_gpu_library() -> None:
