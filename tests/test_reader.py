@@ -10,11 +10,15 @@ import pytest
 import zarr
 from zarr_layouts import DTYPES, LAYOUTS, make_array, sample_data
 
-from linumpy.errors import ChunkDecodeError, GPUUnavailableError, LinumpyError
+from linumpy.errors import (
+    ChunkDecodeError,
+    GPUUnavailableError,
+    LinumpyError,
+    UnsupportedLayoutError,
+)
 from linumpy.io import read_volume, save_omezarr
-from linumpy.errors import UnsupportedLayoutError
-from linumpy.io.engine.plan import plan_read
 from linumpy.io.engine.cpu import read_plan
+from linumpy.io.engine.plan import plan_read
 
 SHAPE = (21, 34, 47)  # partial edge chunks on every axis
 CHUNKS = (8, 16, 16)
