@@ -24,12 +24,11 @@ from linumpy.bench.files import (
 )
 from linumpy.bench.report import bar_chart, ceilings_of, details_table, summary_table
 from linumpy.bench.rows import Layout, cpu_read_rows, gpu_read_rows, write_rows, write_volume
-from linumpy.bench.run import DEFAULT_LAYOUTS, BenchConfig, BenchResult, run_benchmark
+from linumpy.bench.run import BenchConfig, BenchResult, run_benchmark
 from linumpy.bench.timing import Row, Timer
 from linumpy.bench.volume import oct_volume
 
 __all__ = [
-    "DEFAULT_LAYOUTS",
     "BenchConfig",
     "BenchInputError",
     "BenchResult",

@@ -30,15 +30,15 @@ from linumpy.bench.timing import Row, Timer
 from linumpy.bench.volume import oct_volume
 from linumpy.io import open_array, read_volume
 
-__all__ = ["DEFAULT_LAYOUTS", "BenchConfig", "BenchResult", "run_benchmark"]
+__all__ = ["BenchConfig", "BenchResult", "run_benchmark"]
 
-DEFAULT_LAYOUTS = (
+# 128^3 and 64^3 chunk files, and both in (128, 512, 512) shards.
+_DEFAULT_LAYOUTS = (
     Layout.cubic(128, 3),
     Layout.cubic(64, 3),
     Layout.cubic(128, 3, shards=(128, 512, 512)),
     Layout.cubic(64, 3, shards=(128, 512, 512)),
 )
-"""The benchmark's layouts: 128^3 and 64^3 chunk files, and both in (128, 512, 512) shards."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class BenchConfig:
     shape: tuple[int, ...] = (512, 1024, 1024)
     dtype: str = "uint16"
     zstd_level: int = 3
-    layouts: tuple[Layout, ...] = DEFAULT_LAYOUTS
+    layouts: tuple[Layout, ...] = _DEFAULT_LAYOUTS
     input: Path | None = None
     gpu: bool = True
     writes: bool = True

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from linumpy.bench import DEFAULT_LAYOUTS, BenchConfig, Layout, run_benchmark
+from linumpy.bench import BenchConfig, Layout, run_benchmark
 from linumpy.bench.report import bar_chart, details_table, header, summary_table, write_json
 from linumpy.cli import (
     add_overwrite_arg,
@@ -43,7 +43,7 @@ from linumpy.cli import (
 )
 from linumpy.io import open_array
 
-_DEFAULT_SHARD = DEFAULT_LAYOUTS[-1].shards
+_DEFAULT_SHARD = BenchConfig().layouts[-1].shards
 
 
 def _positive(kind: type) -> object:
