@@ -8,7 +8,7 @@ import importlib.metadata
 import platform
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -219,8 +219,16 @@ def _ceilings(
     return files.stored_bytes
 
 
-def run_benchmark(config: BenchConfig, *, progress: bool | None = None) -> BenchResult:
+def run_benchmark(
+    config: BenchConfig,
+    *,
+    progress: bool | None = None,
+    on_layout: Callable[[BenchResult], None] | None = None,
+) -> BenchResult:
     """Run the benchmark that ``config`` describes and return its rows.
+
+    ``progress`` shows a progress bar (None: when the output is a terminal); ``on_layout`` is
+    called with the result so far after each layout (to save partial results, say).
 
     For each layout: the writes (which leave the array read next), the ceilings, the CPU reads,
     and, with ``config.gpu``, the GPU reads. A row that fails is recorded with its error and the
@@ -265,6 +273,7 @@ def run_benchmark(config: BenchConfig, *, progress: bool | None = None) -> Bench
         if config.gpu and device_volume is None:
             device_volume = cupy.asarray(volume)
         result = BenchResult(config, machine_info(config.gpu), volume.shape, str(volume.dtype))
+        result.rows = timer.rows  # the same list: rows show up as they are measured
         for layout, path in tqdm(
             plan, desc="layouts", disable=None if progress is None else not progress
         ):
@@ -288,5 +297,6 @@ def run_benchmark(config: BenchConfig, *, progress: bool | None = None) -> Bench
                 )
             if config.input is None and not config.keep:
                 shutil.rmtree(path, ignore_errors=True)
-    result.rows = timer.rows
+            if on_layout is not None:
+                on_layout(result)
     return result

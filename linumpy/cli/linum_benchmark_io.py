@@ -25,13 +25,14 @@ linum-benchmark-io OUT --size-mib 64 --chunks 64 --no-shard --cpu-only
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from linumpy.bench import BenchConfig, Layout, run_benchmark
+from linumpy.bench import BenchConfig, BenchResult, Layout, run_benchmark
 from linumpy.bench.report import bar_chart, details_table, header, summary_table, write_json
 from linumpy.cli import (
     add_overwrite_arg,
@@ -259,25 +260,32 @@ def main(argv: list[str] | None = None) -> None:
     config = _config(parser, args)
     _check_out_dir(parser, args.out_dir, args.overwrite)
     with fail_on_errors(parser):
+        save = functools.partial(_save, args.out_dir)
         if config.workdir is None:
             with tempfile.TemporaryDirectory(prefix=".volumes-", dir=args.out_dir) as workdir:
-                result = run_benchmark(replace(config, workdir=Path(workdir)))
+                result = run_benchmark(replace(config, workdir=Path(workdir)), on_layout=save)
         else:
-            result = run_benchmark(config)
-        lines = ["# I/O benchmark, " + result.machine["date"], "", *header(result), ""]
-        details = details_table(result.rows)
-        summary = summary_table(result.rows)
-        text = "\n".join(
-            [*lines, "## All rows", "", details, "", "## Fractions of the ceilings", "", summary]
-        )
-        (args.out_dir / "benchmark_io.md").write_text(text + "\n")
-        write_json(result, args.out_dir / "benchmark_io.json")
+            result = run_benchmark(config, on_layout=save)
+        details, summary = _save(args.out_dir, result)
         title = f"{result.shape} {result.dtype}, {result.machine.get('device', 'CPU only')}"
         charted = bar_chart(result.rows, args.out_dir / "benchmark_io.png", title[:150])
     print(details, "", sep="\n")
     if not charted:
         print("no chart: matplotlib is not installed (pip install -e '.[bench]')\n")
-    print("\n".join(lines[2:]), "", summary, sep="\n", flush=True)
+    print("\n".join(header(result)), "", summary, sep="\n", flush=True)
+
+
+def _save(out_dir: Path, result: BenchResult) -> tuple[str, str]:
+    """Write the tables and JSON of ``result`` (after each layout too: a cut run keeps them)."""
+    details = details_table(result.rows)
+    summary = summary_table(result.rows)
+    text = "\n".join(
+        [f"# I/O benchmark, {result.machine['date']}", "", *header(result), ""]
+        + ["## All rows", "", details, "", "## Fractions of the ceilings", "", summary]
+    )
+    (out_dir / "benchmark_io.md").write_text(text + "\n")
+    write_json(result, out_dir / "benchmark_io.json")
+    return details, summary
 
 
 if __name__ == "__main__":
