@@ -270,7 +270,8 @@ class GpuBackend:
 
     def finish(self) -> None:
         """Wait for every stream, then check nvCOMP's statuses and the stored checksums."""
-        self.synchronize()
+        for state in self._slots:
+            state.stream.synchronize()
         for pending, entries in self._checks.statuses:
             pending.check(_Keys(self.plan, entries))
         for hashes, stored in self._checks.hashes:
@@ -284,9 +285,12 @@ class GpuBackend:
                     )
 
     def synchronize(self) -> None:
-        """Wait for the work queued on every stream."""
+        """Wait for the work queued on every stream (errors are logged: one is being raised)."""
         for state in self._slots:
-            state.stream.synchronize()
+            try:
+                state.stream.synchronize()
+            except Exception:
+                logger.exception("synchronizing a GPU read stream after an error failed")
 
     def device_bytes(self) -> int:
         """Device memory held by the slots' buffers."""

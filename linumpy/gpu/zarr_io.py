@@ -523,20 +523,13 @@ def _run_fast(
     with ExitStack() as pinned:
         backend = GpuBackend(plan, settings, result, streams, pinned)
         mark = time.perf_counter()
-        try:
-            stats = run(
-                plan,
-                backend,
-                reader=reader,
-                threads=settings.io_threads,
-                group_bytes=backend.group_bytes,
-            )
-            waited = time.perf_counter()
-            backend.finish()
-            phases["final_sync"] = time.perf_counter() - waited
-        except BaseException:
-            _quiet_synchronize(backend)  # nothing may still use buffers that go back
-            raise
+        stats = run(
+            plan,
+            backend,
+            reader=reader,
+            threads=settings.io_threads,
+            group_bytes=backend.group_bytes,
+        )
         phases["pipeline"] = time.perf_counter() - mark
         device_extra = (
             memory_pool.used_bytes() - pool_before - (plan.out_nbytes if out is None else 0)
@@ -560,10 +553,3 @@ def _run_fast(
         phases={k: round(v, 6) for k, v in phases.items()},
     )
     return result, report
-
-
-def _quiet_synchronize(backend: GpuBackend) -> None:
-    try:
-        backend.synchronize()
-    except Exception:  # the error being raised is the one to report
-        logger.exception("synchronizing the GPU read streams after an error failed")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -42,7 +42,7 @@ class CpuBackend:
     See :func:`linumpy.io.engine.run.run`.
     """
 
-    slots = 2
+    slots = 3
     max_decode_bytes = 2**62
 
     def __init__(self, plan: ReadPlan, *, threads: int, out: np.ndarray | None = None) -> None:
@@ -58,6 +58,7 @@ class CpuBackend:
         self.threads = threads
         self._bounds = [b.tolist() for b in plan.bounds()]
         self._buffers: list[np.ndarray | None] = [None] * self.slots
+        self._pending: list[list[Future[None]]] = [[] for _ in range(self.slots)]
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="linumpy-decode")
 
@@ -66,7 +67,8 @@ class CpuBackend:
         return GROUP_BYTES, 2**62, 1
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
-        """A numpy buffer per slot, grown when needed (a group is decoded before it is reused)."""
+        """The slot's numpy buffer, once the group decoded from it last is done."""
+        self._wait(slot)
         buffer = self._buffers[slot]
         if buffer is None or buffer.nbytes < nbytes:
             buffer = self._buffers[slot] = np.empty(max(nbytes, ALIGN), dtype=np.uint8)
@@ -125,12 +127,28 @@ class CpuBackend:
                 raise ChunkDecodeError(plan.key(entry), exc.reason) from None
             self.out[out_sel] = chunk_view(scratch, plan)[chunk_sel]
 
-        if len(entries) < 2 or self.threads == 1:
+        if self.threads == 1:
             for i in range(len(entries)):
                 work(i)
             return
-        for _ in self._pool.map(work, range(len(entries))):
-            pass
+        # Queued, not waited for: the next group's chunks line up behind these, so every thread
+        # stays busy across groups; the slot is waited for before its buffer is reused.
+        self._pending[fetched.slot] = [self._pool.submit(work, i) for i in range(len(entries))]
+
+    def _wait(self, slot: int) -> None:
+        pending, self._pending[slot] = self._pending[slot], []
+        for future in pending:
+            future.result()
+
+    def finish(self) -> None:
+        """Wait for every queued chunk; raise the first error."""
+        for slot in range(self.slots):
+            self._wait(slot)
+
+    def synchronize(self) -> None:
+        """Wait for every queued chunk, ignoring errors (the caller is raising one already)."""
+        for slot in range(self.slots):
+            wait(self._pending[slot])
 
     def close(self) -> None:
         """Stop the decoding threads."""

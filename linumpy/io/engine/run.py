@@ -104,6 +104,14 @@ class Backend(Protocol):
         """Decode and scatter a fetched group (may return before the work is done)."""
         ...
 
+    def finish(self) -> None:
+        """Wait for all submitted work; raise the first error it met."""
+        ...
+
+    def synchronize(self) -> None:
+        """Wait for all submitted work, raising nothing (an error is being raised already)."""
+        ...
+
 
 @dataclass(slots=True)
 class Stats:
@@ -359,7 +367,15 @@ def run(
                 if pending is not None and not pending.cancel():
                     with suppress(BaseException):  # the first error is the one to report
                         pending.result()  # a running fetch finishes before buffers go back
+                backend.synchronize()
                 raise
             phases["submit"] += time.perf_counter() - mark
             stats.n_cpu_decoded += len(fetched.decoded)
+        mark = time.perf_counter()
+        try:
+            backend.finish()
+        except BaseException:
+            backend.synchronize()
+            raise
+        phases["final_sync"] = time.perf_counter() - mark
     return stats
