@@ -14,6 +14,7 @@ field                    environment variable             default
 ``fetch``                ``LINUMPY_GPU_FETCH``            ``auto`` (kvikio if it works, else pread)
 ``gpu_streams``          ``LINUMPY_GPU_STREAMS``          4 groups decoded at once
 ``batch_bytes``          ``LINUMPY_GPU_BATCH_MIB``        0: groups sized by scratch and streams
+``gpu_cpu_share``        ``LINUMPY_GPU_CPU_SHARE``        -1: automatic (0.2 for chunks >= 2 MiB)
 ``gpu_chunk_bytes``      ``LINUMPY_GPU_CHUNK_MIB``        16 MiB: larger chunks decode on the CPU
 ``nvcomp_batch_size``    ``LINUMPY_NVCOMP_BATCH_SIZE``    1024 chunks per codec call in zarr
 ``nvcomp_concurrency``   ``LINUMPY_NVCOMP_CONCURRENCY``   32 (zarr's ``async.concurrency``)
@@ -58,6 +59,14 @@ def _non_negative(name: str, value: object) -> int:
     return value
 
 
+def _share(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SettingsError(f"{name} must be a number between 0 and 1, or -1, got {value!r}")
+    if not (0 <= value <= 1 or value == -1):
+        raise SettingsError(f"{name} must be between 0 and 1, or -1 (automatic), got {value!r}")
+    return float(value)
+
+
 def _choice(name: str, value: object) -> str:
     if value not in FETCH_CHOICES:
         raise SettingsError(f"{name} must be one of {', '.join(FETCH_CHOICES)}; got {value!r}")
@@ -94,6 +103,11 @@ class Settings:
     batch_bytes
         Most decoded bytes per nvCOMP call (at least one chunk); 0 leaves it to
         ``scratch_bytes`` and ``gpu_streams``.
+    gpu_cpu_share
+        Fraction of a GPU read's decoded bytes that libzstd decodes on the CPU at the same time
+        (the last groups read, copied to the device and scattered there); -1 chooses: 0.2 for
+        chunks of 2 MiB or more, whose frames nvCOMP decodes one block after another (a 4 MiB
+        frame takes about 60 ms on an H200 however many run at once), else 0.
     gpu_chunk_bytes
         Largest decoded chunk nvCOMP decodes; larger ones are decoded by libzstd on the CPU.
     nvcomp_batch_size
@@ -121,6 +135,7 @@ class Settings:
     fetch: Literal["auto", "kvikio", "pread"] = "auto"
     gpu_streams: int = 4
     batch_bytes: int = 0
+    gpu_cpu_share: float = -1.0
     gpu_chunk_bytes: int = 16 * MIB
     nvcomp_batch_size: int = 1024
     nvcomp_concurrency: int = 32
@@ -169,6 +184,16 @@ def _env_mib0(variable: str, raw: str) -> int:
     return 0 if raw.strip() == "0" else _env_int(variable, raw, MIB)
 
 
+def _env_share(variable: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(
+            f"{variable} must be a number between 0 and 1, or -1, got {raw!r}"
+        ) from None
+    return _share(variable, value)
+
+
 def _env_choice(variable: str, raw: str) -> str:
     return _choice(variable, raw)
 
@@ -190,6 +215,7 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "fetch": ("LINUMPY_GPU_FETCH", _env_choice),
     "gpu_streams": ("LINUMPY_GPU_STREAMS", _env_int),
     "batch_bytes": ("LINUMPY_GPU_BATCH_MIB", _env_mib0),
+    "gpu_cpu_share": ("LINUMPY_GPU_CPU_SHARE", _env_share),
     "gpu_chunk_bytes": ("LINUMPY_GPU_CHUNK_MIB", _env_mib),
     "nvcomp_batch_size": ("LINUMPY_NVCOMP_BATCH_SIZE", _env_int),
     "nvcomp_concurrency": ("LINUMPY_NVCOMP_CONCURRENCY", _env_int),
@@ -203,6 +229,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "fetch": _choice,
     "gpu_streams": _positive,
     "batch_bytes": _non_negative,
+    "gpu_cpu_share": _share,
     "gpu_chunk_bytes": _positive,
     "nvcomp_batch_size": _positive,
     "nvcomp_concurrency": _positive,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from linumpy.gpu import nvcomp
 from linumpy.gpu.memory import pinned_buffers
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
 from linumpy.io.engine.fetch import ALIGN, align_up, kvikio_unusable_reason, use_kvikio_threads
-from linumpy.io.engine.frames import FRAME_CHECKSUM, FRAME_NEEDS_CHECK
+from linumpy.io.engine.frames import FRAME_CHECKSUM, FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.plan import ReadPlan
 from linumpy.io.engine.run import Fetched
 from linumpy.settings import Settings
@@ -43,6 +44,10 @@ logger = logging.getLogger(__name__)
 
 # Decoded chunks start on this boundary in device buffers (the XXH64 kernel needs 8).
 _SLOT_ALIGN = 256
+# Chunks this large decode slowly in nvCOMP (one block after another in a frame): a share of
+# them is decoded by libzstd on the CPU meanwhile.
+_SLOW_FRAME_BYTES = 2 * 1024 * 1024
+_AUTO_CPU_SHARE = 0.2
 # Below this many compressed bytes a read is one group: overlap would not pay for the calls.
 _OVERLAP_MIN_BYTES = 32 * 1024 * 1024
 
@@ -88,12 +93,14 @@ def choose_reader(fetch: str, threads: int) -> tuple[str, str]:
 
 @dataclass(slots=True)
 class _Slot:
-    """What one stream owns: its device buffer, its staging buffer, its last copy's event."""
+    """What one stream owns: its device buffer, its staging buffers, its last copy's event."""
 
     stream: Any
     device: Any = None
     staging: np.ndarray | None = None
-    copied: Any = None  # event: the staging buffer's last copy to the device is done
+    decoded: np.ndarray | None = None  # pinned: chunks decoded on the CPU
+    copied: Any = None  # event: the staging buffers' last copy to the device is done
+    cpu_done: Future[None] | None = None  # the CPU decode of its last group, then its copy
 
 
 @dataclass(slots=True)
@@ -158,6 +165,15 @@ class GpuBackend:
         self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
         self._slots = [_Slot(stream) for stream in streams]
         self._checks = _Checks()
+        self._device_id = cupy.cuda.runtime.getDevice()
+        share = settings.gpu_cpu_share
+        if share < 0:
+            share = _AUTO_CPU_SHARE if plan.chunk_nbytes >= _SLOW_FRAME_BYTES else 0.0
+        self._cpu_share = share
+        self._cpu_after = 0  # decoded bytes of the groups the GPU decodes; the rest: the CPU
+        self._submitted = 0
+        self._cpu_pool: ThreadPoolExecutor | None = None
+        self._finisher: ThreadPoolExecutor | None = None
         fill = np.array([plan.fill_value], dtype=plan.stored_dtype).view(np.uint8)
         with streams[0]:
             self._fill = cupy.asarray(fill)
@@ -171,11 +187,21 @@ class GpuBackend:
             per_slot = min(per_slot, max(settings.batch_bytes, self._slot_nbytes) + largest)
         compressed = max(settings.pinned_bytes // self.slots, largest)
         overlap = int(sizes.sum()) >= _OVERLAP_MIN_BYTES
-        return min(compressed, per_slot), per_slot, self.slots if overlap else 1
+        groups = self.slots if overlap else 1
+        decoded = len(sizes) * self.plan.chunk_nbytes
+        if overlap and self._cpu_share > 0:
+            self._cpu_after = int(decoded * (1 - self._cpu_share))
+            groups = max(groups, math.ceil(2 / self._cpu_share))  # about two groups for the CPU
+        else:
+            self._cpu_after = decoded
+        return min(compressed, per_slot), per_slot, groups
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
         """The slot's pinned buffer, once its last copy to the device is done."""
         state = self._slots[slot]
+        if state.cpu_done is not None:
+            done, state.cpu_done = state.cpu_done, None
+            done.result()
         if state.copied is not None:
             state.copied.synchronize()
         if state.staging is None or state.staging.nbytes < nbytes:
@@ -207,7 +233,89 @@ class GpuBackend:
                 state.device = cupy.empty(nbytes, dtype=np.uint8)
         return state.device
 
+    def _pinned_buffer(self, nbytes: int) -> np.ndarray:
+        (buffer,) = self._pinned.enter_context(
+            pinned_buffers(max(nbytes, ALIGN), count=1, keep=2 * self.slots)
+        )
+        return buffer
+
     def submit(self, fetched: Fetched) -> None:
+        """Queue the group: nvCOMP on its slot's stream, or libzstd threads for the last ones."""
+        decoded = len(fetched.group.entries) * self.plan.chunk_nbytes
+        on_cpu = self._submitted >= self._cpu_after
+        self._submitted += decoded
+        if on_cpu:
+            self._submit_cpu(fetched)
+        else:
+            self._submit_gpu(fetched)
+
+    def _submit_cpu(self, fetched: Fetched) -> None:
+        """Decode the group with libzstd in threads into pinned memory, then copy and scatter.
+
+        The frames checked as nvCOMP-ready are single frames of the chunk's size; libzstd also
+        verifies their stored checksums.
+        """
+        state = self._slots[fetched.slot]
+        n = len(fetched.group.entries)
+        if state.decoded is None or state.decoded.nbytes < n * self._slot_nbytes:
+            state.decoded = self._pinned_buffer(n * self._slot_nbytes)
+        host = state.decoded
+        if self._cpu_pool is None:
+            self._cpu_pool = ThreadPoolExecutor(
+                self._settings.io_threads, thread_name_prefix="linumpy-gpu-cpu-decode"
+            )
+            self._finisher = ThreadPoolExecutor(1, thread_name_prefix="linumpy-gpu-cpu-copy")
+        already = dict(fetched.decoded)
+        offsets, sizes = fetched.group.layout.offsets, fetched.sizes
+        chunk = self.plan.chunk_nbytes
+
+        def decode(i: int) -> None:
+            target = host[i * self._slot_nbytes : i * self._slot_nbytes + chunk]
+            if i in already:
+                target[...] = already[i]
+                return
+            frame = fetched.staging[offsets[i] : offsets[i] + sizes[i]]
+            try:
+                decode_zstd_cpu(frame, key="", out=target, checked=True)
+            except ChunkDecodeError as exc:
+                key = self.plan.key(int(fetched.group.entries[i]))
+                raise ChunkDecodeError(key, exc.reason) from None
+
+        futures = [self._cpu_pool.submit(decode, i) for i in range(n)]
+        state.cpu_done = self._finisher.submit(self._copy_decoded, fetched, futures)  # type: ignore[union-attr]
+
+    def _copy_decoded(self, fetched: Fetched, futures: list[Future[None]]) -> None:
+        """Once a CPU group is decoded: one copy of it to the device, then the scatter."""
+        import cupy
+
+        wait(futures)
+        for future in futures:
+            future.result()
+        state = self._slots[fetched.slot]
+        n = len(fetched.group.entries)
+        runtime = cupy.cuda.runtime
+        with cupy.cuda.Device(self._device_id), state.stream:
+            device = self._device(state, n * self._slot_nbytes)
+            base = int(device.data.ptr)
+            runtime.memcpyAsync(
+                base, state.decoded.ctypes.data, n * self._slot_nbytes,  # type: ignore[union-attr]
+                runtime.memcpyHostToDevice, state.stream.ptr,
+            )  # fmt: skip
+            state.copied = state.stream.record()
+            self._scatter(fetched, base + np.arange(n, dtype=np.int64) * self._slot_nbytes, state)
+
+    def _scatter(self, fetched: Fetched, sources: np.ndarray, state: _Slot) -> None:
+        table = scatter_table(
+            self._geometry,
+            np.asarray(fetched.group.entries, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+            sources=sources,
+            out_ptr=self.out.data.ptr,
+            fill_ptr=self._fill.data.ptr,
+        )
+        launch_scatter(self._geometry, table, state.stream)
+
+    def _submit_gpu(self, fetched: Fetched) -> None:
         """Queue the group's copy, decode, checksum hashes and scatter on its slot's stream."""
         import cupy
 
@@ -258,18 +366,14 @@ class GpuBackend:
                     stream=stream,
                 )
                 self._checks.hashes.append((hashes, stored))
-            table = scatter_table(
-                self._geometry,
-                np.asarray(entries, dtype=np.int64),
-                np.zeros(0, dtype=np.int64),
-                sources=slots,
-                out_ptr=self.out.data.ptr,
-                fill_ptr=self._fill.data.ptr,
-            )
-            launch_scatter(self._geometry, table, stream)
+            self._scatter(fetched, slots, state)
 
     def finish(self) -> None:
         """Wait for every stream, then check nvCOMP's statuses and the stored checksums."""
+        for state in self._slots:
+            if state.cpu_done is not None:
+                done, state.cpu_done = state.cpu_done, None
+                done.result()
         for state in self._slots:
             state.stream.synchronize()
         for pending, entries in self._checks.statuses:
@@ -287,10 +391,19 @@ class GpuBackend:
     def synchronize(self) -> None:
         """Wait for the work queued on every stream (errors are logged: one is being raised)."""
         for state in self._slots:
+            if state.cpu_done is not None:
+                wait([state.cpu_done])
+        for state in self._slots:
             try:
                 state.stream.synchronize()
             except Exception:
                 logger.exception("synchronizing a GPU read stream after an error failed")
+
+    def close(self) -> None:
+        """Stop the CPU decoding threads (after :meth:`finish` or :meth:`synchronize`)."""
+        for pool in (self._cpu_pool, self._finisher):
+            if pool is not None:
+                pool.shutdown()
 
     def device_bytes(self) -> int:
         """Device memory held by the slots' buffers."""
@@ -298,7 +411,8 @@ class GpuBackend:
 
     def pinned_bytes(self) -> int:
         """Pinned memory held by the slots' staging buffers."""
-        return sum(s.staging.nbytes for s in self._slots if s.staging is not None)
+        buffers = [b for s in self._slots for b in (s.staging, s.decoded) if b is not None]
+        return sum(b.nbytes for b in buffers)
 
 
 def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:

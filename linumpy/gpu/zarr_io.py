@@ -523,13 +523,16 @@ def _run_fast(
     with ExitStack() as pinned:
         backend = GpuBackend(plan, settings, result, streams, pinned)
         mark = time.perf_counter()
-        stats = run(
-            plan,
-            backend,
-            reader=reader,
-            threads=settings.io_threads,
-            group_bytes=backend.group_bytes,
-        )
+        try:
+            stats = run(
+                plan,
+                backend,
+                reader=reader,
+                threads=settings.io_threads,
+                group_bytes=backend.group_bytes,
+            )
+        finally:
+            backend.close()
         phases["pipeline"] = time.perf_counter() - mark
         device_extra = (
             memory_pool.used_bytes() - pool_before - (plan.out_nbytes if out is None else 0)
