@@ -13,8 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from numcodecs import Zstd
-from zarr_layouts import DTYPES, LAYOUTS, make_array, sample_data
+from zarr_layouts import (
+    DTYPES,
+    LAYOUTS,
+    make_array,
+    sample_data,
+    skippable_frame,
+    without_content_size,
+    zstd_frame,
+)
 
 from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine.cpu import CpuBackend, read_plan
@@ -97,20 +104,7 @@ DATA = sample_data((40, 64, 64), "uint16").ravel()  # several 128 KiB blocks per
 
 
 def _frame(data: np.ndarray = DATA, checksum: bool = False) -> bytes:
-    return bytes(Zstd(level=3, checksum=checksum).encode(data))
-
-
-def _skippable(content: bytes) -> bytes:
-    return (0x184D2A5E).to_bytes(4, "little") + len(content).to_bytes(4, "little") + content
-
-
-def _without_content_size(frame: bytes) -> bytes:
-    """The same frame with its content size field replaced by a 16 MiB window descriptor."""
-    descriptor = frame[4]
-    fcs_size = {0: 1 if descriptor & 0x20 else 0, 1: 2, 2: 4, 3: 8}[descriptor >> 6]
-    header_end = 5 + (0 if descriptor & 0x20 else 1) + fcs_size
-    new_descriptor = descriptor & 0x04  # keep the checksum flag only
-    return frame[:4] + bytes([new_descriptor, 14 << 3]) + frame[header_end:]
+    return zstd_frame(data, checksum)
 
 
 def _cases() -> list[bytes]:
@@ -121,9 +115,9 @@ def _cases() -> list[bytes]:
         good,
         with_checksum,
         _frame(DATA[:half]) + _frame(DATA[half:]),  # two frames
-        _skippable(b"meta") + good,
-        good + _skippable(b""),
-        _without_content_size(good),
+        skippable_frame(b"meta") + good,
+        good + skippable_frame(b""),
+        without_content_size(good),
         _frame(DATA[:-1]),  # declares another size
         b"",
         b"\x28\xb5\x2f\xfd",

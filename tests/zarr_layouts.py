@@ -49,3 +49,22 @@ def make_array(
     array = zarr.create_array(str(path), shape=data.shape, dtype=data.dtype, **kwargs)
     array[...] = data
     return array
+
+
+def zstd_frame(data: np.ndarray, checksum: bool = False) -> bytes:
+    """One zstd frame of ``data`` as zarr writes it (level 3, content size declared)."""
+    return bytes(numcodecs.Zstd(level=3, checksum=checksum).encode(data))
+
+
+def skippable_frame(content: bytes) -> bytes:
+    """A zstd skippable frame holding ``content`` (valid in a chunk; nvCOMP does not take it)."""
+    return (0x184D2A5E).to_bytes(4, "little") + len(content).to_bytes(4, "little") + content
+
+
+def without_content_size(frame: bytes) -> bytes:
+    """The same frame with its content size field replaced by a 16 MiB window descriptor."""
+    descriptor = frame[4]
+    fcs_size = {0: 1 if descriptor & 0x20 else 0, 1: 2, 2: 4, 3: 8}[descriptor >> 6]
+    header_end = 5 + (0 if descriptor & 0x20 else 1) + fcs_size
+    new_descriptor = descriptor & 0x04  # keep the checksum flag only
+    return frame[:4] + bytes([new_descriptor, 14 << 3]) + frame[header_end:]
