@@ -46,6 +46,12 @@ def timed(fn, repeat: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
+def _value(name: str, text: str) -> object:
+    if name == "fetch":
+        return text
+    return float(text) if "." in text else int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mib", type=int, default=1024)
@@ -58,7 +64,7 @@ def main() -> None:
     settings = {}
     for item in args.settings:
         name, value = item.split("=")
-        settings[name] = value if name == "fetch" else int(value)
+        settings[name] = _value(name, value)
     depth = args.size_mib * 2**20 // (1024 * 1024 * 2)
     vol = volume((depth, 1024, 1024))
     root = Path(tempfile.mkdtemp())
@@ -97,7 +103,7 @@ def main() -> None:
             extra = dict(settings)
             for item in config.split(","):
                 key, value = item.split("=")
-                extra[key] = value if key == "fetch" else int(value)
+                extra[key] = _value(key, value)
             ts, out = timed(lambda p=path, e=extra: read_volume(p, gpu=True, settings=e), 3)
             ok = bool(cupy.array_equal(out, cupy.asarray(vol)))
             del out
