@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -27,6 +28,7 @@ from linumpy.errors import LinumpyError
 
 __all__ = [
     "DEFAULT_TASK_BYTES",
+    "TASK_SHARE",
     "add_cluster_args",
     "cluster_from_args",
     "Cluster",
@@ -34,13 +36,17 @@ __all__ = [
     "MemoryLimitError",
     "dask_cluster",
     "parse_size",
+    "release_freed_memory",
     "visible_gpus",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: Working set of one task when no memory limit is given.
-DEFAULT_TASK_BYTES = 256 * 2**20
+DEFAULT_TASK_BYTES = 128 * 2**20
+#: Share of a worker's memory limit that its tasks' planned working sets may use; the rest is
+#: left to what a plan does not count (zarr's and the read engine's buffers, the allocator).
+TASK_SHARE = 0.75
 #: Seconds to wait for an existing scheduler before giving up.
 SCHEDULER_TIMEOUT_S = 3
 #: What brings dask-cuda (the package index's ``linumpy`` is another project).
@@ -137,6 +143,44 @@ def visible_gpus() -> int:
         return 0
 
 
+#: Allocations from this size up are mapped and unmapped one by one under a memory limit.
+MMAP_THRESHOLD = 256 * 2**10
+
+
+def release_freed_memory() -> bool:
+    """Make glibc return large freed blocks to the system at once (Linux, glibc only).
+
+    glibc raises its mmap threshold as large blocks are freed and then keeps later ones in its
+    per-thread arenas: a process that allocates and frees block after block in several threads
+    holds far more than it uses. Fixing the threshold (``mallopt(M_MMAP_THRESHOLD)``, what
+    ``MALLOC_MMAP_THRESHOLD_`` does at start-up) keeps the resident size near the working set.
+    ``dask.distributed``'s nanny does the like for its workers (``MALLOC_TRIM_THRESHOLD_``).
+
+    Returns
+    -------
+    bool
+        Whether the setting took effect.
+
+    Examples
+    --------
+    >>> from linumpy.parallel import release_freed_memory
+    >>> release_freed_memory() in (True, False)
+    True
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_mmap_threshold = -3
+    return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD))
+
+
 def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -178,8 +222,8 @@ class Cluster:
     >>> import dask.array as da
     >>> from linumpy.parallel import Cluster
     >>> cluster = Cluster(memory_limit=2**30, threads=2)
-    >>> cluster.task_bytes(minimum=2**20)  # each of the 2 threads may hold half the limit
-    536870912
+    >>> cluster.task_bytes(minimum=2**20)  # each of the 2 threads: half of 3/4 of the limit
+    402653184
     >>> int(cluster.compute(da.ones((10, 10), chunks=5).sum()))
     100
     """
@@ -208,7 +252,8 @@ class Cluster:
         return f"Cluster({where}, {self.threads} thread(s) per worker, memory limit {limit})"
 
     def task_bytes(self, minimum: int, what: str = "this job") -> int:
-        """The working set one task may use: the memory limit shared by a worker's threads.
+        """The working set one task may use: :data:`TASK_SHARE` of the memory limit, shared by
+        a worker's threads.
 
         With the local threaded scheduler, fewer threads run when the limit cannot hold
         ``minimum`` bytes per thread.
@@ -228,23 +273,25 @@ class Cluster:
         Examples
         --------
         >>> from linumpy.parallel import Cluster
-        >>> cluster = Cluster(memory_limit=3 * 2**20, threads=4)
+        >>> cluster = Cluster(memory_limit=4 * 2**20, threads=4)
         >>> cluster.task_bytes(minimum=2**20), cluster.threads  # 3 threads fit, not 4
         (1048576, 3)
         """
         if self.memory_limit is None:
             return max(minimum, DEFAULT_TASK_BYTES)
         self.threads = self.max_threads
-        if self.memory_limit // self.threads >= minimum:
-            return self.memory_limit // self.threads
+        usable = int(self.memory_limit * TASK_SHARE)
+        if usable // self.threads >= minimum:
+            return usable // self.threads
         if self.client is not None:
-            raise MemoryLimitError(self.memory_limit, minimum * self.threads, what)
-        fit = self.memory_limit // minimum
+            needed = math.ceil(minimum * self.threads / TASK_SHARE)
+            raise MemoryLimitError(self.memory_limit, needed, what)
+        fit = usable // minimum
         if fit < 1:
-            raise MemoryLimitError(self.memory_limit, minimum, what)
+            raise MemoryLimitError(self.memory_limit, math.ceil(minimum / TASK_SHARE), what)
         logger.info("%s: %d thread(s) fit the memory limit, not %d", what, fit, self.threads)
         self.threads = int(fit)
-        return self.memory_limit // self.threads
+        return usable // self.threads
 
     def compute(self, collection: Any, *, desc: str = "dask", progress: bool = False) -> Any:
         """Compute a dask collection here, with a progress bar over its tasks.
@@ -361,6 +408,8 @@ def dask_cluster(
     if scheduler is not None and gpus is not None:
         raise ClusterError("use either a scheduler address or gpus, not both")
     if scheduler is None and gpus is None:
+        if limit is not None:
+            release_freed_memory()
         yield Cluster(memory_limit=limit, threads=threads)
         return
     from distributed import Client
@@ -402,7 +451,7 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
         type=_size_arg,
         metavar="SIZE",
         help="Working set per worker, e.g. 2GiB: blocks are sized to fit it (with local threads, "
-        "fewer threads run when needed) [256MiB per task].",
+        "fewer threads run when needed) [128MiB per task].",
     )
     where = group.add_mutually_exclusive_group()
     where.add_argument(
