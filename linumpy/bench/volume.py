@@ -31,8 +31,9 @@ def oct_volume(
     The tissue is exponentially distributed speckle whose mean decays with depth below a smooth
     surface near mid-depth; everywhere there is a detector noise floor (mean 100, spread 8), so
     no chunk is all zeros. At zstd level 3 a uint16 volume of this kind compresses about 1.65
-    times (1.64 measured on 256^3 in 64^3 chunks). It is generated slab by slab, vectorised,
-    with ``xp`` (numpy, or cupy to generate on the GPU; the random draws then differ).
+    times (1.64-1.65 measured at 128 x 1024 x 1024 in the benchmark's four layouts). It is
+    generated slab by slab, vectorised, with ``xp`` (numpy, or cupy to generate on the GPU; the
+    random draws then differ).
 
     Parameters
     ----------
