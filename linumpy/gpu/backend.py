@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -172,6 +173,7 @@ class GpuBackend:
         self._cpu_share = share
         self._cpu_after = 0  # decoded bytes of the groups the GPU decodes; the rest: the CPU
         self._submitted = 0
+        self.phases: dict[str, float] = {"cpu_pinned": 0.0, "cpu_queue": 0.0}
         self._cpu_pool: ThreadPoolExecutor | None = None
         self._finisher: ThreadPoolExecutor | None = None
         fill = np.array([plan.fill_value], dtype=plan.stored_dtype).view(np.uint8)
@@ -257,8 +259,11 @@ class GpuBackend:
         """
         state = self._slots[fetched.slot]
         n = len(fetched.group.entries)
+        mark = time.perf_counter()
         if state.decoded is None or state.decoded.nbytes < n * self._slot_nbytes:
             state.decoded = self._pinned_buffer(n * self._slot_nbytes)
+        self.phases["cpu_pinned"] += time.perf_counter() - mark
+        mark = time.perf_counter()
         host = state.decoded
         if self._cpu_pool is None:
             self._cpu_pool = ThreadPoolExecutor(
@@ -283,6 +288,7 @@ class GpuBackend:
 
         futures = [self._cpu_pool.submit(decode, i) for i in range(n)]
         state.cpu_done = self._finisher.submit(self._copy_decoded, fetched, futures)  # type: ignore[union-attr]
+        self.phases["cpu_queue"] += time.perf_counter() - mark
 
     def _copy_decoded(self, fetched: Fetched, futures: list[Future[None]]) -> None:
         """Once a CPU group is decoded: one copy of it to the device, then the scatter."""

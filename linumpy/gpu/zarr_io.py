@@ -538,7 +538,7 @@ def _run_fast(
             memory_pool.used_bytes() - pool_before - (plan.out_nbytes if out is None else 0)
         )
         pinned_bytes = backend.pinned_bytes()
-    phases |= stats.phases
+    phases |= stats.phases | backend.phases
     report = GpuReadReport(
         source=plan.source,
         path="fast",
