@@ -29,6 +29,7 @@ import functools
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,38 +48,27 @@ from linumpy.io import open_array
 _DEFAULT_SHARD = BenchConfig().layouts[-1].shards
 
 
-def _positive(kind: type) -> object:
-    def parse(text: str) -> object:
+def _number(kind: type, low: float, high: float | None = None, *, strict: bool = False) -> Any:
+    """An argparse type: a ``kind`` (int or float) from ``low`` (above it if ``strict``) to
+    ``high``."""
+
+    def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if strict and not value > low:
+            raise argparse.ArgumentTypeError(f"must be more than {low}, got {text}")
+        if value < low or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"must be {span}, got {text}")
         return value
 
     parse.__name__ = kind.__name__
     return parse
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def _zstd_level(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 1 <= value <= 22:
-        raise argparse.ArgumentTypeError(f"zstd levels go from 1 to 22, got {text}")
-    return value
+_positive_int = _number(int, 0, strict=True)
 
 
 def _build_arg_parser() -> argparse.ArgumentParser:
@@ -90,29 +80,29 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     volume = p.add_argument_group("generated volume")
     volume.add_argument(
         "--size-mib",
-        type=_positive(int),
+        type=_positive_int,
         default=1024,
         help="Volume size: Z x 1024 x 1024 voxels [%(default)s].",
     )
     volume.add_argument(
-        "--shape", type=_positive(int), nargs=3, metavar=("Z", "Y", "X"), help="Volume shape."
+        "--shape", type=_positive_int, nargs=3, metavar=("Z", "Y", "X"), help="Volume shape."
     )
     volume.add_argument("--dtype", default="uint16", help="Volume dtype [%(default)s].")
     volume.add_argument(
         "--zstd-level",
         "--level",
         dest="zstd_level",
-        type=_zstd_level,
+        type=_number(int, 1, 22),
         default=3,
         help="zstd level (--level: the old name) [%(default)s].",
     )
     layout = p.add_argument_group("layouts")
     layout.add_argument(
-        "--chunks", type=_positive(int), nargs="+", default=[128, 64], help="Cubic chunk edges."
+        "--chunks", type=_positive_int, nargs="+", default=[128, 64], help="Cubic chunk edges."
     )
     layout.add_argument(
         "--shard",
-        type=_positive(int),
+        type=_positive_int,
         nargs=3,
         default=list(_DEFAULT_SHARD),
         metavar=("Z", "Y", "X"),
@@ -122,7 +112,7 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         "--shard-chunks",
         "--shard-chunk",
         dest="shard_chunks",
-        type=_positive(int),
+        type=_positive_int,
         nargs="+",
         default=[128, 64],
         help="Inner chunk edges of the sharded layouts [128 64].",
@@ -130,20 +120,20 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     layout.add_argument("--no-shard", action="store_true", help="Skip the sharded layouts.")
     timing = p.add_argument_group("timing")
     timing.add_argument(
-        "--warmup", type=_non_negative, default=1, help="Untimed runs per row [%(default)s]."
+        "--warmup", type=_number(int, 0), default=1, help="Untimed runs per row [%(default)s]."
     )
     timing.add_argument(
-        "--repeats", type=_positive(int), default=3, help="Timed runs per row [%(default)s]."
+        "--repeats", type=_positive_int, default=3, help="Timed runs per row [%(default)s]."
     )
     timing.add_argument(
         "--row-budget",
-        type=_positive(float),
+        type=_number(float, 0, strict=True),
         default=4.0,
         help="Stop repeating a row after this many seconds (one run at least) [%(default)s].",
     )
     timing.add_argument(
         "--threads",
-        type=_positive(int),
+        type=_positive_int,
         help="Threads of the file and numcodecs ceilings [the CPUs available].",
     )
     rows = p.add_argument_group("rows")
