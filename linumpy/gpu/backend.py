@@ -9,9 +9,10 @@ k calls on one stream cost k times one call) while calls on separate streams run
 reading overlaps decoding through the streams.
 
 Memory. Besides the output, each stream holds one device buffer (its group's compressed and
-decoded bytes) and one pinned staging buffer: the device memory is bounded by ``scratch_bytes``
-(at least one chunk per stream), the pinned memory by ``pinned_bytes``; nvCOMP's work space comes
-on top (``device_extra_bytes`` of the report includes it).
+decoded bytes) and one pinned staging buffer (kept for the next reads: page-locking is slow):
+the device memory is bounded by ``scratch_bytes`` (at least one chunk per stream), the staging
+memory by ``pinned_bytes``; groups decoded on the CPU also hold a pinned buffer of their decoded
+bytes; nvCOMP's work space comes on top (``device_extra_bytes`` of the report includes it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import logging
 import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
-from linumpy.gpu.memory import pinned_buffers
+from linumpy.gpu.memory import pinned_buffer
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
 from linumpy.io.engine.fetch import ALIGN, align_up, kvikio_unusable_reason, use_kvikio_threads
 from linumpy.io.engine.frames import FRAME_CHECKSUM, FRAME_NEEDS_CHECK, decode_zstd_cpu
@@ -136,8 +136,6 @@ class GpuBackend:
         The output: a C-contiguous cupy array of the plan's shape and native dtype.
     streams
         The CUDA streams, one per slot.
-    pinned
-        An ``ExitStack`` that lends the staging buffers until the read ends.
 
     Examples
     --------
@@ -152,7 +150,6 @@ class GpuBackend:
         settings: Settings,
         out: cupy.ndarray,
         streams: list[cupy.cuda.Stream],
-        pinned: ExitStack,
     ) -> None:
         import cupy
 
@@ -161,7 +158,6 @@ class GpuBackend:
         self.slots = len(streams)
         self.max_decode_bytes = min(settings.gpu_chunk_bytes, nvcomp.MAX_DECODE_BYTES)
         self._settings = settings
-        self._pinned = pinned
         self._geometry = geometry(plan)
         self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
         self._slots = [_Slot(stream) for stream in streams]
@@ -173,7 +169,9 @@ class GpuBackend:
         self._cpu_share = share
         self._cpu_after = 0  # decoded bytes of the groups the GPU decodes; the rest: the CPU
         self._submitted = 0
-        self.phases: dict[str, float] = {"cpu_pinned": 0.0, "cpu_queue": 0.0}
+        self.phases = dict.fromkeys(
+            ("pinned", "cpu_queue", "device_alloc", "nvcomp", "scatter"), 0.0
+        )
         self._cpu_pool: ThreadPoolExecutor | None = None
         self._finisher: ThreadPoolExecutor | None = None
         fill = np.array([plan.fill_value], dtype=plan.stored_dtype).view(np.uint8)
@@ -206,11 +204,9 @@ class GpuBackend:
             done.result()
         if state.copied is not None:
             state.copied.synchronize()
-        if state.staging is None or state.staging.nbytes < nbytes:
-            (buffer,) = self._pinned.enter_context(
-                pinned_buffers(max(nbytes, ALIGN), count=1, keep=self.slots)
-            )
-            state.staging = buffer
+        mark = time.perf_counter()
+        state.staging = pinned_buffer("staging", slot, max(nbytes, ALIGN))
+        self.phases["pinned"] += time.perf_counter() - mark
         return state.staging
 
     def fill(self, entries: np.ndarray) -> None:
@@ -235,12 +231,6 @@ class GpuBackend:
                 state.device = cupy.empty(nbytes, dtype=np.uint8)
         return state.device
 
-    def _pinned_buffer(self, nbytes: int) -> np.ndarray:
-        (buffer,) = self._pinned.enter_context(
-            pinned_buffers(max(nbytes, ALIGN), count=1, keep=2 * self.slots)
-        )
-        return buffer
-
     def submit(self, fetched: Fetched) -> None:
         """Queue the group: nvCOMP on its slot's stream, or libzstd threads for the last ones."""
         decoded = len(fetched.group.entries) * self.plan.chunk_nbytes
@@ -260,9 +250,8 @@ class GpuBackend:
         state = self._slots[fetched.slot]
         n = len(fetched.group.entries)
         mark = time.perf_counter()
-        if state.decoded is None or state.decoded.nbytes < n * self._slot_nbytes:
-            state.decoded = self._pinned_buffer(n * self._slot_nbytes)
-        self.phases["cpu_pinned"] += time.perf_counter() - mark
+        state.decoded = pinned_buffer("decoded", fetched.slot, n * self._slot_nbytes)
+        self.phases["pinned"] += time.perf_counter() - mark
         mark = time.perf_counter()
         host = state.decoded
         if self._cpu_pool is None:
@@ -333,7 +322,9 @@ class GpuBackend:
         entries = fetched.group.entries
         n = len(entries)
         decoded_at = align_up(layout.nbytes, _SLOT_ALIGN)
+        mark = time.perf_counter()
         device = self._device(state, decoded_at + n * self._slot_nbytes)
+        self.phases["device_alloc"] += time.perf_counter() - mark
         base = int(device.data.ptr)
         slots = base + decoded_at + np.arange(n, dtype=np.int64) * self._slot_nbytes
         runtime = cupy.cuda.runtime
@@ -349,6 +340,7 @@ class GpuBackend:
                     stream.ptr,
                 )  # fmt: skip
             state.copied = stream.record()
+            mark = time.perf_counter()
             if len(on_gpu):
                 pending = nvcomp.decode(
                     base + layout.offsets[on_gpu],
@@ -372,7 +364,10 @@ class GpuBackend:
                     stream=stream,
                 )
                 self._checks.hashes.append((hashes, stored))
+            self.phases["nvcomp"] += time.perf_counter() - mark
+            mark = time.perf_counter()
             self._scatter(fetched, slots, state)
+            self.phases["scatter"] += time.perf_counter() - mark
 
     def finish(self) -> None:
         """Wait for every stream, then check nvCOMP's statuses and the stored checksums."""

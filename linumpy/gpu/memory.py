@@ -18,7 +18,7 @@ import numpy as np
 
 from linumpy.errors import DeviceMemoryError
 
-__all__ = ["check_free", "format_size", "pinned_buffers"]
+__all__ = ["check_free", "format_size", "pinned_buffer", "pinned_buffers"]
 
 _pinned_lock = threading.Lock()
 _pinned_idle: list[tuple[int, Any, np.ndarray]] = []
@@ -57,6 +57,40 @@ def pinned_buffers(nbytes: int, count: int = 2, keep: int = 0) -> Iterator[list[
             _pinned_idle.extend(taken)
             _pinned_idle.sort(key=lambda e: -e[0])
             del _pinned_idle[max(count, keep, _IDLE_PINNED) :]
+
+
+_slots_lock = threading.Lock()
+_slots: dict[tuple[str, int], tuple[Any, np.ndarray]] = {}
+
+
+def pinned_buffer(role: str, slot: int, nbytes: int) -> np.ndarray:
+    """The page-locked buffer of a reader's ``(role, slot)``, kept for the process's next reads.
+
+    A slot's buffer is grown when a read needs more, never shrunk, and reused by every later read
+    (one at a time per slot: the GPU back end waits for a slot before reusing it). The pinned
+    memory held is the largest each slot needed, bounded by the ``pinned_bytes`` setting for
+    staging.
+
+    Examples
+    --------
+    >>> staging = pinned_buffer("staging", 0, 1 << 20)  # doctest: +SKIP
+    >>> pinned_buffer("staging", 0, 1 << 10) is staging  # doctest: +SKIP
+    False
+    """
+    import cupy
+
+    with _slots_lock:
+        entry = _slots.get((role, slot))
+        if entry is None or entry[1].nbytes < nbytes:
+            _slots.pop((role, slot), None)
+            entry = None
+    if entry is None:
+        memory = cupy.cuda.PinnedMemory(max(nbytes, 1))
+        pointer = cupy.cuda.PinnedMemoryPointer(memory, 0)
+        entry = (memory, np.frombuffer(pointer, dtype=np.uint8, count=max(nbytes, 1)))
+        with _slots_lock:
+            _slots[(role, slot)] = entry
+    return entry[1][:nbytes]
 
 
 def format_size(nbytes: float) -> str:

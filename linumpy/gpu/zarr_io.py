@@ -520,24 +520,21 @@ def _run_fast(
     with streams[0]:
         result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
     phases["allocate"] = time.perf_counter() - mark
-    with ExitStack() as pinned:
-        backend = GpuBackend(plan, settings, result, streams, pinned)
-        mark = time.perf_counter()
-        try:
-            stats = run(
-                plan,
-                backend,
-                reader=reader,
-                threads=settings.io_threads,
-                group_bytes=backend.group_bytes,
-            )
-        finally:
-            backend.close()
-        phases["pipeline"] = time.perf_counter() - mark
-        device_extra = (
-            memory_pool.used_bytes() - pool_before - (plan.out_nbytes if out is None else 0)
+    backend = GpuBackend(plan, settings, result, streams)
+    mark = time.perf_counter()
+    try:
+        stats = run(
+            plan,
+            backend,
+            reader=reader,
+            threads=settings.io_threads,
+            group_bytes=backend.group_bytes,
         )
-        pinned_bytes = backend.pinned_bytes()
+    finally:
+        backend.close()
+    phases["pipeline"] = time.perf_counter() - mark
+    device_extra = memory_pool.used_bytes() - pool_before - (plan.out_nbytes if out is None else 0)
+    pinned_bytes = backend.pinned_bytes()
     phases |= stats.phases | backend.phases
     report = GpuReadReport(
         source=plan.source,
