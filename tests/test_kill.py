@@ -1,0 +1,305 @@
+"""Kill tests: SIGKILL at random points of writes over an existing output.
+
+Each target (``save_omezarr``, ``OmeZarrWriter``, and the scripts ``linum-stitch-3d``,
+``linum-aip``, ``linum-convert-to-omezarr``) runs as a real process with the venv's python. It
+alternately writes one of two different outputs over the other; it is killed with SIGKILL after
+a random delay once its staging directory exists (children start ahead and wait for their turn,
+so that interpreter starts overlap). After each kill the output must read back
+exactly as one complete version, the old one unless the kill came after the swap (every level
+and the axes compared), and a rerun (in the test's process, to save the interpreter's start) must
+succeed, write the new version and leave no staging behind.
+
+``LINUMPY_KILL_N`` sets the kills per target (default 10), spread over two outputs written side
+by side.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from linumpy.io import read_volume
+from linumpy.io.demo import make_demo_data, read_demo_truth
+from linumpy.io.omezarr import read_axes, read_omezarr
+from linumpy.io.staging import STAGING_SUFFIX
+
+N_KILLS = int(os.environ.get("LINUMPY_KILL_N", "10"))
+LANES = 2  # outputs killed side by side, each N_KILLS / LANES times
+
+# Library writes: ``write(output, variant)``, run in a child as ``python -c CODE OUTPUT VARIANT``.
+SAVE_CODE = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from linumpy.io import save_omezarr
+
+    def write(out, variant):
+        data = np.random.default_rng(variant).integers(0, 4000, (32, 96, 96), dtype=np.uint16)
+        save_omezarr(data, out, voxel_size=(2, 1, 1), chunks=(8, 32, 32), n_levels=3,
+                     unit="nanometer", overwrite=True)
+    """
+)
+WRITER_CODE = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from linumpy.io import OmeZarrWriter
+
+    def write(out, variant):
+        rng = np.random.default_rng(variant)
+        with OmeZarrWriter(out, (32, 96, 96), np.float32, voxel_size=(1, 1, 1), chunks=(8, 32, 32),
+                           shards=(16, 64, 64), n_levels=2, overwrite=True) as writer:
+            for z in range(0, 32, 4):
+                writer[z : z + 4] = rng.normal(size=(4, 96, 96)).astype(np.float32)
+    """
+)
+# A child imports what it needs, then waits for a line on stdin before it writes: its
+# interpreter start (most of its time) overlaps the previous kill's checks.
+MAIN = (
+    "\nif __name__ == '__main__':\n"
+    "    sys.stdin.readline()\n"
+    "    write(sys.argv[1], int(sys.argv[2]))\n"
+)
+# A script runs as ``python -m`` runs it (runpy, as __main__), once its imports are done.
+SCRIPT = (
+    "import runpy, sys\n"
+    "import linumpy.io, linumpy.mosaic.pipeline, linumpy.cli.{name}\n"
+    "sys.stdin.readline()\n"
+    "runpy.run_module('linumpy.cli.{name}', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def _python(*args: object) -> list[str]:
+    return [sys.executable, *map(str, args)]
+
+
+class Library:
+    """A library write: in a child process, or (reruns) in this one."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+        namespace: dict[str, object] = {}
+        exec(code, namespace)
+        self.write = namespace["write"]
+
+    def argv(self, inputs: Path, variant: int, out: Path) -> list[str]:
+        return _python("-c", self.code + MAIN, out, variant)
+
+    def rerun(self, inputs: Path, variant: int, out: Path) -> None:
+        self.write(str(out), variant)  # type: ignore[operator]
+
+
+class Script:
+    """A script run as ``python -m linumpy.cli.NAME`` would run it (reruns call its ``main``
+    here)."""
+
+    def __init__(self, name: str, args: Callable[[Path, int, Path], list[object]]) -> None:
+        self.name, self.args = name, args
+
+    def argv(self, inputs: Path, variant: int, out: Path) -> list[str]:
+        code = SCRIPT.format(name=self.name)
+        return _python("-c", code, *self.args(inputs, variant, out))
+
+    def rerun(self, inputs: Path, variant: int, out: Path) -> None:
+        main = importlib.import_module(f"linumpy.cli.{self.name}").main
+        main([str(a) for a in self.args(inputs, variant, out)])
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two demo mosaic grids, their transform, and two .npy volumes."""
+    folder = tmp_path_factory.mktemp("kill-inputs")
+    for seed in (0, 1):
+        make_demo_data(
+            folder / f"mosaic{seed}.ome.zarr", grid_shape=(2, 3), tile_shape=(16, 64, 64), seed=seed
+        )
+        rng = np.random.default_rng(seed)
+        np.save(folder / f"volume{seed}.npy", rng.integers(0, 4000, (32, 96, 96), dtype=np.uint16))
+    read_demo_truth(folder / "mosaic0.ome.zarr").save(folder / "transform.json")
+    return folder
+
+
+TARGETS: dict[str, Library | Script] = {
+    "save_omezarr": Library(SAVE_CODE),
+    "OmeZarrWriter": Library(WRITER_CODE),
+    "linum-stitch-3d": Script(
+        "linum_stitch_3d",
+        lambda d, v, out: (
+            [d / "mosaic0.ome.zarr", d / "transform.json", out, "-f"]
+            + ["--blending", ("none", "linear")[v], "--n-levels", "2"]
+        ),
+    ),
+    "linum-aip": Script(
+        "linum_aip", lambda d, v, out: [d / f"mosaic{v}.ome.zarr", out, "-f", "--n-levels", "2"]
+    ),
+    "linum-convert-to-omezarr": Script(
+        "linum_convert_to_omezarr",
+        lambda d, v, out: (
+            [d / f"volume{v}.npy", out, "-f", "--chunks", "16", "32", "32"] + ["--n-levels", "2"]
+        ),
+    ),
+}
+
+
+def snapshot(path: Path) -> tuple[list[np.ndarray], tuple, list[tuple[float, ...]]]:
+    """Every level's data, the axes and the voxel sizes of an OME-Zarr image."""
+    levels, voxel_sizes, level = [], [], 0
+    while True:
+        try:
+            _, voxel_size = read_omezarr(path, level)
+        except Exception:
+            break
+        levels.append(read_volume(path, level=level))
+        voxel_sizes.append(voxel_size)
+        level += 1
+    return levels, read_axes(path), voxel_sizes
+
+
+def same(a: tuple, b: tuple) -> bool:
+    return (
+        len(a[0]) == len(b[0])
+        and all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a[0], b[0]))
+        and a[1:] == b[1:]
+    )
+
+
+def staging_of(folder: Path, name: str, pid: int | None = None) -> list[str]:
+    prefix = f".{name}." + (f"{pid}@" if pid is not None else "")
+    return [e for e in os.listdir(folder) if e.startswith(prefix) and e.endswith(STAGING_SUFFIX)]
+
+
+def spawn(argv: list[str]) -> subprocess.Popen:
+    """Start a child; it waits for :func:`go_and_kill` before writing."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=tempfile.TemporaryFile(),
+        start_new_session=True,
+    )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def go_and_kill(
+    proc: subprocess.Popen, folder: Path, name: str, delay: float
+) -> tuple[str, float | None]:
+    """Let ``proc`` write; once its staging directory exists, wait ``delay`` s and SIGKILL it.
+
+    Returns "killed" or "finished", and how long the staging directory existed (the write until
+    its commit), None if it still did at the kill.
+    """
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+        while not staging_of(folder, name, proc.pid) and proc.poll() is None:
+            time.sleep(0.001)
+        staged = time.perf_counter()
+        committed = None
+        while proc.poll() is None:
+            now = time.perf_counter()
+            if now - staged >= delay:
+                stop(proc)
+                return "killed", committed
+            if committed is None and not staging_of(folder, name, proc.pid):
+                committed = now - staged
+            time.sleep(0.001)
+        if proc.returncode:
+            proc.stderr.seek(0)
+            raise AssertionError(proc.stderr.read().decode()[-2000:])
+        return "finished", committed
+    finally:
+        stop(proc)
+
+
+def kill_loop(
+    writer: Library | Script,
+    inputs: Path,
+    versions: list[tuple],
+    output: Path,
+    kills: int,
+    seed: int,
+    window: float,
+) -> Counter[str]:
+    """``kills`` times: a write of the other version over ``output``, killed at a random time
+    within twice ``window`` of its staging's creation; the output must be one whole version; a
+    rerun must finish cleanly."""
+    rng = np.random.default_rng(seed)
+    outcomes: Counter[str] = Counter()
+    # all children start at once, and wait: their interpreters start while the others run
+    children = [spawn(writer.argv(inputs, k % 2, output)) for k in range(kills)]
+    try:
+        for k, child in enumerate(children):
+            new, current = k % 2, 1 - k % 2
+            delay = rng.uniform(0, 2 * window)  # writes run slower beside the other children
+            how, _ = go_and_kill(child, output.parent, output.name, delay)
+            after = snapshot(output)
+            if same(after, versions[current]):
+                outcomes[f"{how}: old version"] += 1
+            elif same(after, versions[new]):
+                outcomes[f"{how}: new version"] += 1
+            else:
+                raise AssertionError(f"after a kill the output is neither version ({outcomes})")
+            assert how == "killed" or same(after, versions[new])
+            # a rerun succeeds, writes the new version and removes what the kill left
+            writer.rerun(inputs, new, output)
+            assert same(snapshot(output), versions[new])
+            assert [e for e in os.listdir(output.parent) if e.startswith(".")] == []
+    finally:
+        for child in children:
+            stop(child)
+    return outcomes
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_sigkill_during_a_write_never_loses_the_output(
+    tmp_path: Path, inputs: Path, target: str
+) -> None:
+    writer = TARGETS[target]
+    versions = []
+    for variant in (0, 1):
+        reference = tmp_path / f"reference{variant}.ome.zarr"
+        writer.rerun(inputs, variant, reference)
+        versions.append(snapshot(reference))
+    assert not same(versions[0], versions[1])
+    outputs = [tmp_path / f"lane{lane}" / "image.ome.zarr" for lane in range(LANES)]
+    for output in outputs:
+        shutil.copytree(tmp_path / "reference1.ome.zarr", output)
+    # how long a write's staging exists (until the commit), in a write over an existing output
+    _, window = go_and_kill(
+        spawn(writer.argv(inputs, 0, outputs[0])), outputs[0].parent, outputs[0].name, 600
+    )
+    assert window is not None and same(snapshot(outputs[0]), versions[0])
+    writer.rerun(inputs, 1, outputs[0])
+    seed = sum(map(ord, target))
+    with ThreadPoolExecutor(LANES) as pool:
+        lanes = [
+            pool.submit(
+                kill_loop, writer, inputs, versions, output, -(-N_KILLS // LANES), seed + i, window
+            )
+            for i, output in enumerate(outputs)
+        ]
+        outcomes = sum((lane.result() for lane in lanes), Counter())
+    killed = sum(n for key, n in outcomes.items() if key.startswith("killed"))
+    assert sum(outcomes.values()) >= N_KILLS
+    assert killed >= N_KILLS // 2, dict(outcomes)
+    print(f"{target}: {dict(outcomes)} (staging existed {window:.2f} s)")
