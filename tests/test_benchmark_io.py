@@ -99,6 +99,7 @@ def _corrupt(tmp_path: Path) -> Path:
         ("file", "notzarr.txt"),
         ("corrupt", "corrupt.zarr"),
         ("size", "argument --size-mib: must be more than 0, got 0"),
+        ("huge", "argument --shape: a volume of 976.6 GiB needs about"),
         ("level", "argument --zstd-level/--level: must be from 1 to 22, got 99"),
         ("old-level", "argument --zstd-level/--level: must be from 1 to 22, got 0"),
         ("dtype", "argument --dtype"),
@@ -124,6 +125,8 @@ def test_user_mistakes_exit_2_with_one_line(
         argv += ["--input", str(_corrupt(tmp_path))]
     elif case == "size":
         argv += ["--size-mib", "0"]
+    elif case == "huge":
+        argv += ["--shape", "500000", "1024", "1024"]
     elif case == "level":
         argv += ["--zstd-level", "99"]
     elif case == "old-level":

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -178,10 +179,14 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> BenchC
         if depth < 1:
             parser.error(f"argument --size-mib: {args.size_mib} MiB is less than one 1024^2 slice")
         shape = (depth, 1024, 1024)
+    nbytes = math.prod(shape) * dtype.itemsize
+    option = "--shape" if args.shape else "--size-mib"
     if args.input is not None:
         check_input(parser, args.input)
         with fail_on_errors(parser):
-            open_array(args.input, 0)
+            array = open_array(args.input, 0)
+        nbytes, option = array.nbytes, "--input"
+    _check_memory(parser, nbytes, option)
     gpu = not args.cpu_only
     if gpu:
         reason = _gpu_missing()
@@ -205,6 +210,26 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> BenchC
         workdir=args.workdir,
         keep=args.keep,
     )
+
+
+#: Host memory a run needs, in volumes: the volume, a read's result, the files and decoded frames.
+_VOLUMES_IN_MEMORY = 3.5
+
+
+def _check_memory(parser: argparse.ArgumentParser, nbytes: int, option: str) -> None:
+    """Refuse a volume that would not fit in the memory available (Linux's MemAvailable)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return
+    needed = _VOLUMES_IN_MEMORY * nbytes
+    if needed > available:
+        parser.error(
+            f"argument {option}: a volume of {nbytes / 2**30:.1f} GiB needs about "
+            f"{needed / 2**30:.1f} GiB of memory; {available / 2**30:.1f} GiB is available"
+        )
 
 
 def _gpu_missing() -> str | None:
