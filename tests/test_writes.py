@@ -50,9 +50,8 @@ def save(data: np.ndarray, path: Path, **kwargs: object) -> None:
     save_omezarr(data, path, voxel_size=(1,) * data.ndim, chunks=(8,) * data.ndim, **kwargs)
 
 
-def first_chunk_frame(path: Path) -> bytes:
-    files = sorted(p for p in (path / "0").rglob("*") if p.is_file() and p.name.isdigit())
-    return files[0].read_bytes()
+def chunk_files(array: Path) -> list[Path]:
+    return sorted(p for p in array.rglob("*") if p.is_file() and p.name.isdigit())
 
 
 @pytest.fixture
@@ -276,8 +275,9 @@ def test_script_refuses_to_write_over_its_input(old_and_new, capsys, output: str
 # -- checksums ----------------------------------------------------------------------------------
 
 
-def checksum_flag(path: Path) -> bool:
-    frame = first_chunk_frame(path)
+def checksum_flag(path: Path, array: str = "0") -> bool:
+    """Whether the first chunk's (or shard's first inner chunk's) zstd frame has a checksum."""
+    frame = chunk_files(path / array)[0].read_bytes()
     assert frame[:4] == b"\x28\xb5\x2f\xfd"
     return bool(frame[4] & 0x04)  # Content_Checksum_flag of the frame header descriptor
 
@@ -417,3 +417,48 @@ def test_many_small_chunks_get_a_warning(tmp_path: Path, caplog) -> None:
     writer.abort()
     assert "131,072 chunks of 2 B each" in caplog.text
     assert json.dumps(sorted(os.listdir(tmp_path))) == "[]"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shards", [None, (32, 64, 64)], ids=["chunks", "sharded"])
+def test_gpu_written_checksums_read_back_by_the_cpu_and_zarr(tmp_path: Path, shards) -> None:
+    import cupy
+
+    from linumpy.errors import ChunkDecodeError
+    from linumpy.gpu.nvcomp_zstd import NvcompZstdCodec
+    from linumpy.gpu.zarr_io import gpu_zarr_context
+
+    data = sample_data((32, 64, 64), "uint16")
+    plain = tmp_path / "plain.zarr"
+    with gpu_zarr_context():
+        array = zarr.create_array(
+            str(plain),
+            shape=data.shape,
+            dtype=data.dtype,
+            chunks=(16, 32, 32),
+            shards=shards,
+            compressors=NvcompZstdCodec(level=3, checksum=True),
+            fill_value=0,
+        )
+        array[...] = cupy.asarray(data)
+    # as linumpy's pipeline writes on the GPU: the writer's arrays reopened in the GPU context
+    image = tmp_path / "image.ome.zarr"
+    writer = OmeZarrWriter(
+        image, data.shape, data.dtype, voxel_size=(1, 1, 1), chunks=(16, 32, 32), shards=shards
+    )
+    assert writer.checksum
+    with gpu_zarr_context():
+        zarr.open_array(store=str(writer.path / "0"), mode="r+")[...] = cupy.asarray(data)
+    writer.commit()
+    for path, array_dir in ((plain, "."), (image, "0")):
+        assert checksum_flag(path, array_dir)
+        np.testing.assert_array_equal(read_volume(path), data)
+        np.testing.assert_array_equal(zarr.open_array(str(path / array_dir), mode="r")[...], data)
+        chunk = chunk_files(path / array_dir)[0]
+        raw = bytearray(chunk.read_bytes())
+        raw[40] ^= 0x01  # inside the first frame's compressed data
+        chunk.write_bytes(bytes(raw))
+        with pytest.raises(ChunkDecodeError):
+            read_volume(path)
+        with pytest.raises(ChunkDecodeError):
+            read_volume(path, gpu=True)
