@@ -121,6 +121,8 @@ def parse_size(value: str | int) -> int:
         size = int(parse_bytes(value))
     except (ValueError, TypeError):
         size = 0
+    if isinstance(value, str) and not any(c.isdigit() for c in value):
+        size = 0  # dask reads "" as 1 byte
     if size <= 0:
         raise LinumpyError(f"{value!r} is not a size (examples: 512MiB, 2GiB, 1.5GB)")
     return size
