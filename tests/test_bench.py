@@ -112,11 +112,12 @@ def test_cpu_run_has_every_row_and_fractions(tmp_path: Path) -> None:
     assert read > 0 and cells[5] == cells[6] == "" and cells[7] == "yes"
 
 
-def test_float_volume_with_keep_leaves_the_array(tmp_path: Path) -> None:
+def test_checksum_layout_writes_checksummed_frames_and_keep_leaves_them(tmp_path: Path) -> None:
+    layouts = (Layout.cubic(16, 3), Layout.cubic(16, 3, checksum=True))
     config = BenchConfig(
         shape=(16, 32, 32),
         dtype="float32",
-        layouts=(Layout.cubic(16, 3),),
+        layouts=layouts,
         gpu=False,
         warmup=0,
         repeats=1,
@@ -124,6 +125,12 @@ def test_float_volume_with_keep_leaves_the_array(tmp_path: Path) -> None:
         keep=True,
     )
     result = run_benchmark(config, progress=False)
-    assert (tmp_path / "layout-0.zarr").is_dir()  # kept
+    assert {row.layout for row in result.rows} == {"16^3", "16^3, checksums"}
     reads = [row for row in result.rows if row.op == "read" and row.runs]
-    assert reads and all(row.matches for row in reads)
+    assert len(reads) >= 4 and all(row.matches for row in reads)
+    for i, checksum in enumerate((False, True)):
+        path = tmp_path / f"layout-{i}.zarr"  # kept
+        files = stored_files(zarr.open_array(path, mode="r"))
+        frame = Path(files.paths[0]).read_bytes()
+        assert frame[:4] == b"\x28\xb5\x2f\xfd"  # zstd magic
+        assert bool(frame[4] & 0x04) is checksum  # frame header: Content_Checksum_flag

@@ -33,27 +33,32 @@ ZARRS_PIPELINE = "zarrs.ZarrsCodecPipeline"
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """How a volume is stored: chunk shape, and shard shape when sharded.
+    """How a volume is stored: chunk shape, shard shape when sharded, zstd frame checksums.
 
     Examples
     --------
     >>> from linumpy.bench import Layout
     >>> Layout.cubic(64, 3).name, Layout.cubic(64, 3, shards=(128, 512, 512)).name
     ('64^3', 'sharded 64^3 in 128x512x512')
+    >>> Layout.cubic(64, 3, checksum=True).name
+    '64^3, checksums'
     """
 
     name: str
     chunks: tuple[int, ...]
     shards: tuple[int, ...] | None = None
+    checksum: bool = False
 
     @classmethod
-    def cubic(cls, edge: int, ndim: int, shards: Sequence[int] | None = None) -> Layout:
+    def cubic(
+        cls, edge: int, ndim: int, shards: Sequence[int] | None = None, *, checksum: bool = False
+    ) -> Layout:
         """Chunks of ``edge`` along every axis, in ``shards`` when given."""
         name = f"{edge}^{ndim}"
         if shards is not None:
             shards = tuple(int(s) for s in shards)
             name = f"sharded {name} in {'x'.join(map(str, shards))}"
-        return cls(name, (edge,) * ndim, shards)
+        return cls(name + (", checksums" if checksum else ""), (edge,) * ndim, shards, checksum)
 
 
 def _optional(name: str) -> ModuleType | None:
@@ -283,7 +288,7 @@ def write_rows(
     >>> rows[0].name, rows[0].op, path.is_dir()
     ('zarr CPU write', 'write', True)
     """
-    cpu_codec = zarr.codecs.ZstdCodec(level=zstd_level)
+    cpu_codec = zarr.codecs.ZstdCodec(level=zstd_level, checksum=layout.checksum)
     if not timed:
         write_volume(path, volume, layout, cpu_codec)
         return []
@@ -305,7 +310,8 @@ def write_rows(
 
     def gpu_write() -> None:
         with gpu_zarr_context():
-            write_volume(target, device_volume, layout, NvcompZstdCodec(level=zstd_level))
+            codec = NvcompZstdCodec(level=zstd_level, checksum=layout.checksum)
+            write_volume(target, device_volume, layout, codec)
 
     with _scratch(path.with_name(path.name + ".gpu-write")) as target:
         name = "GPU write (nvCOMP encode in gpu_zarr_context)"

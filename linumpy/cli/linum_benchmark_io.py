@@ -3,7 +3,8 @@ with the same run's ceilings.
 
 An OCT-like volume (speckle under depth attenuation, a noise floor everywhere: no all-zero
 chunks) is generated, or taken from --input (a zarr array, or an OME-Zarr image's level 0), and
-written in each layout: 128^3 and 64^3 chunks, and both in 128x512x512 shards by default.
+written in each layout: 128^3 and 64^3 chunks, and both in 128x512x512 shards by default
+(--checksum on/both: with zstd frame checksums too).
 For each layout, in GB/s of decompressed volume (warm-up runs, then medians of repeats):
 
 - CPU reads: linumpy read_volume, zarr, tensorstore and zarr with the zarrs codec pipeline (these
@@ -119,6 +120,13 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         help="Inner chunk edges of the sharded layouts [128 64].",
     )
     layout.add_argument("--no-shard", action="store_true", help="Skip the sharded layouts.")
+    layout.add_argument(
+        "--checksum",
+        choices=("off", "on", "both"),
+        default="off",
+        help="Write zstd frame checksums (reads then verify them); both: each layout twice, "
+        "to measure their cost [%(default)s].",
+    )
     timing = p.add_argument_group("timing")
     timing.add_argument(
         "--warmup", type=_number(int, 0), default=1, help="Untimed runs per row [%(default)s]."
@@ -160,9 +168,14 @@ def _build_arg_parser() -> argparse.ArgumentParser:
 
 
 def _layouts(args: argparse.Namespace, ndim: int) -> tuple[Layout, ...]:
-    layouts = [Layout.cubic(edge, ndim) for edge in args.chunks]
-    if not args.no_shard:
-        layouts += [Layout.cubic(edge, ndim, shards=args.shard) for edge in args.shard_chunks]
+    layouts = []
+    for checksum in {"off": [False], "on": [True], "both": [False, True]}[args.checksum]:
+        layouts += [Layout.cubic(edge, ndim, checksum=checksum) for edge in args.chunks]
+        if not args.no_shard:
+            layouts += [
+                Layout.cubic(edge, ndim, shards=args.shard, checksum=checksum)
+                for edge in args.shard_chunks
+            ]
     return tuple(layouts)
 
 
