@@ -1,0 +1,257 @@
+"""Out-of-core stitching, projection and conversion: same bytes as in memory, bounded memory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from linumpy.io import downsample_mean, read_volume, save_omezarr
+from linumpy.io.demo import make_demo_data, read_demo_truth
+from linumpy.mosaic.convert import convert_to_omezarr
+from linumpy.mosaic.out_of_core import plan_stitch_block, stitch_lazy
+from linumpy.mosaic.pipeline import (
+    average_intensity_projection,
+    projection_omezarr,
+    stitch_omezarr,
+)
+from linumpy.mosaic.stitch import BLENDING_MODES, stitch, stitch_region, tiles_in_region
+from linumpy.mosaic.transform import TileTransform
+from linumpy.parallel import Cluster, MemoryLimitError
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = {"grid_shape": (3, 4), "tile_shape": (12, 48, 48), "seed": 3}
+
+
+@pytest.fixture(scope="module")
+def mosaic(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ooc") / "mosaic.ome.zarr"
+    make_demo_data(path, **SMALL)
+    return path
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    """Every file of a zarr tree; the top group's metadata without the image's name."""
+    files = {}
+    for item in sorted(path.rglob("*")):
+        if item.is_file():
+            data = item.read_bytes()
+            if item.parent == path and item.name == "zarr.json":
+                meta = json.loads(data)
+                for multiscale in meta["attributes"]["ome"]["multiscales"]:
+                    multiscale.pop("name")
+                data = json.dumps(meta, sort_keys=True).encode()
+            files[str(item.relative_to(path))] = data
+    return files
+
+
+@pytest.mark.parametrize("blending", BLENDING_MODES)
+def test_regions_stitched_apart_equal_the_whole(blending: str) -> None:
+    rng = np.random.default_rng(0)
+    transform = TileTransform([[27.3, 1.6], [-2.2, 25.1]], (0.0, 0.0), (32, 30), (3, 4))
+    transform = transform.normalized()
+    mosaic = rng.integers(0, 4000, size=(3, 96, 120)).astype(np.uint16)
+    whole = stitch(mosaic, transform, blending)
+    height, width = transform.output_shape()
+    for by, bx in ((16, 16), (40, 24), (height, 7)):
+        assembled = np.full_like(whole, np.nan)
+        for y0 in range(0, height, by):
+            for x0 in range(0, width, bx):
+                shape = (min(by, height - y0), min(bx, width - x0))
+                hit = tiles_in_region(transform, (y0, x0), shape)
+                if hit is None:
+                    assembled[:, y0 : y0 + shape[0], x0 : x0 + shape[1]] = 0
+                    continue
+                rows, cols = hit
+                part = mosaic[:, rows.start * 32 : rows.stop * 32, cols.start * 30 : cols.stop * 30]
+                assembled[:, y0 : y0 + shape[0], x0 : x0 + shape[1]] = stitch_region(
+                    part,
+                    transform,
+                    blending,
+                    origin=(y0, x0),
+                    shape=shape,
+                    grid_origin=(rows.start, cols.start),
+                )
+        np.testing.assert_array_equal(assembled, whole)  # bit for bit, NaN-free
+
+
+def test_stitch_lazy_equals_stitch_for_2d_and_3d(tmp_path: Path, mosaic: Path) -> None:
+    transform = read_demo_truth(mosaic).normalized()
+    volume = read_volume(mosaic)
+    lazy = stitch_lazy(mosaic, transform, "average", block=(4, 32, 64))
+    np.testing.assert_array_equal(lazy.compute(), stitch(volume, transform, "average"))
+    save_omezarr(volume.mean(axis=0), tmp_path / "aip.ome.zarr", voxel_size=(1, 1))
+    flat = stitch_lazy(tmp_path / "aip.ome.zarr", transform, "linear", block=(32, 32))
+    expected = stitch(read_volume(tmp_path / "aip.ome.zarr"), transform, "linear")
+    np.testing.assert_array_equal(flat.compute(), expected)
+
+
+def test_stitch_under_a_memory_limit_writes_the_same_bytes(tmp_path: Path, mosaic: Path) -> None:
+    transform = read_demo_truth(mosaic)
+    options = {"n_levels": 3, "chunks": (4, 32, 32), "shards": (8, 64, 64)}
+    stitch_omezarr(mosaic, tmp_path / "a.ome.zarr", transform, **options)
+    small = Cluster(memory_limit=4 * 2**20, threads=2)
+    block = plan_stitch_block(
+        read_volume(mosaic).shape, 2, transform.normalized(), (8, 64, 64), small
+    )
+    assert block[1:] < tuple(transform.normalized().output_shape())  # planes are split
+    stitch_omezarr(mosaic, tmp_path / "b.ome.zarr", transform, cluster=small, **options)
+    assert _files(tmp_path / "a.ome.zarr") == _files(tmp_path / "b.ome.zarr")
+    level = stitch(read_volume(mosaic), transform.normalized(), "linear")
+    for index in range(3):
+        np.testing.assert_array_equal(read_volume(tmp_path / "b.ome.zarr", level=index), level)
+        level = downsample_mean(level)
+    with pytest.raises(MemoryLimitError, match="use at least"):
+        stitch_omezarr(
+            mosaic,
+            tmp_path / "c.ome.zarr",
+            transform,
+            cluster=Cluster(memory_limit=2**16),
+            **options,
+        )
+
+
+def test_projection_sums_slabs_in_z_order(tmp_path: Path, mosaic: Path) -> None:
+    stitch_omezarr(
+        mosaic, tmp_path / "s.ome.zarr", read_demo_truth(mosaic), n_levels=1, chunks=(4, 32, 32)
+    )
+    volume = read_volume(tmp_path / "s.ome.zarr")  # float32: the order of the sums shows
+    total = np.zeros(volume.shape[1:], np.float64)
+    for z0 in range(0, volume.shape[0], 4):
+        total += volume[z0 : z0 + 4].sum(axis=0, dtype=np.float64)
+    expected = (total / volume.shape[0]).astype(np.float32)
+    small = Cluster(memory_limit=2**20, threads=2)
+    for cluster in (None, small):
+        aip = average_intensity_projection(tmp_path / "s.ome.zarr", cluster=cluster)
+        np.testing.assert_array_equal(aip, expected)
+    projection_omezarr(
+        tmp_path / "s.ome.zarr", tmp_path / "aip.ome.zarr", n_levels=2, cluster=small
+    )
+    np.testing.assert_array_equal(read_volume(tmp_path / "aip.ome.zarr"), expected)
+    np.testing.assert_array_equal(
+        read_volume(tmp_path / "aip.ome.zarr", level=1), downsample_mean(expected)
+    )
+
+
+@pytest.mark.parametrize("kind", ["npy", "zarr"])
+def test_convert_under_a_memory_limit_writes_the_same_bytes(tmp_path: Path, kind: str) -> None:
+    data = (np.random.default_rng(2).random((30, 40, 50)) * 1000).astype(np.uint16)
+    if kind == "npy":
+        source = tmp_path / "in.npy"
+        np.save(source, data)
+    else:
+        source = tmp_path / "in.zarr"
+        zarr.create_array(source, data=data, chunks=(5, 40, 25))
+    options = {"voxel_size": (2, 1, 1), "chunks": (4, 8, 8), "shards": (8, 16, 16), "n_levels": 3}
+    convert_to_omezarr(source, tmp_path / "a.ome.zarr", **options)
+    small = Cluster(memory_limit=2**20, threads=2)
+    convert_to_omezarr(source, tmp_path / "b.ome.zarr", cluster=small, **options)
+    assert _files(tmp_path / "a.ome.zarr") == _files(tmp_path / "b.ome.zarr")
+    np.testing.assert_array_equal(read_volume(tmp_path / "b.ome.zarr"), data)
+
+
+# --- scripts ------------------------------------------------------------------------------------
+
+
+def _run(module: str, *args: object) -> None:
+    __import__(f"linumpy.cli.{module}", fromlist=["main"]).main([str(a) for a in args])
+
+
+def _fails(module: str, capsys, *args: object) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        _run(module, *args)
+    assert stop.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_scripts_under_a_memory_limit_write_the_same_bytes(tmp_path: Path, mosaic: Path) -> None:
+    transform = tmp_path / "transform.json"
+    read_demo_truth(mosaic).save(transform)
+    for name, limit in (("a", []), ("b", ["--memory-limit", "3MiB"])):
+        _run(
+            "linum_stitch_3d",
+            mosaic,
+            transform,
+            tmp_path / f"{name}.ome.zarr",
+            "--chunks",
+            4,
+            32,
+            32,
+            *limit,
+        )
+        _run(
+            "linum_aip",
+            tmp_path / f"{name}.ome.zarr",
+            tmp_path / f"{name}_aip.ome.zarr",
+            "--n-levels",
+            2,
+            *limit,
+        )
+        _run(
+            "linum_convert_to_omezarr",
+            tmp_path / f"{name}.ome.zarr",
+            tmp_path / f"{name}_c.ome.zarr",
+            "--chunks",
+            8,
+            16,
+            16,
+            "--n-levels",
+            2,
+            *limit,
+        )
+    for suffix in ("", "_aip", "_c"):
+        a, b = _files(tmp_path / f"a{suffix}.ome.zarr"), _files(tmp_path / f"b{suffix}.ome.zarr")
+        assert a == b, suffix
+
+
+def test_script_errors_for_cluster_options(tmp_path: Path, mosaic: Path, capsys) -> None:
+    transform = tmp_path / "transform.json"
+    read_demo_truth(mosaic).save(transform)
+    out = tmp_path / "s.ome.zarr"
+    line = _fails("linum_stitch_3d", capsys, mosaic, transform, out, "--memory-limit", "64KiB")
+    assert "--memory-limit" in line and "use at least" in line
+    line = _fails("linum_aip", capsys, mosaic, out, "--memory-limit", "plenty")
+    assert "argument --memory-limit: 'plenty' is not a size" in line
+    line = _fails("linum_aip", capsys, mosaic, out, "--scheduler", "tcp://127.0.0.1:9")
+    assert "cannot reach the dask scheduler" in line
+    line = _fails("linum_aip", capsys, mosaic, out, "--gpus", "2", "--scheduler", "x")
+    assert "not allowed with argument" in line
+    assert not out.exists()
+
+
+def test_memory_benchmark_stays_within_twice_the_limit(tmp_path: Path) -> None:
+    """The issue's benchmark at a small size: a volume 4x the limit stitched and projected with
+    a peak RSS within twice the limit above the interpreter and its imports."""
+    figures = tmp_path / "figures.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "out_of_core.py"),
+            "--memory-limit",
+            "32MiB",
+            "--chunk-depth",
+            "8",
+            "--folder",
+            str(tmp_path),
+            "--json",
+            str(figures),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert figures.exists(), done.stderr[-3000:]
+    result = json.loads(figures.read_text())
+    limit = result["memory_limit"]
+    assert result["mosaic"]["bytes"] >= 4 * limit
+    assert [row["run"] for row in result["runs"]] == ["stitch", "aip"]
+    for row in result["runs"]:
+        assert row["input_bytes"] >= 4 * limit
+        assert row["above_baseline"] <= 2 * limit, done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
