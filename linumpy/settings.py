@@ -10,11 +10,11 @@ field                    environment variable             default
 =======================  ===============================  ==========================================
 ``io_threads``           ``LINUMPY_IO_THREADS``           CPUs available to the process
 ``pinned_bytes``         ``LINUMPY_GPU_PINNED_MIB``       1024 MiB of page-locked staging
-``scratch_bytes``        ``LINUMPY_GPU_SCRATCH_MIB``      1024 MiB on the device beyond the output
+``scratch_bytes``        ``LINUMPY_GPU_SCRATCH_MIB``      2048 MiB on the device beyond the output
 ``fetch``                ``LINUMPY_GPU_FETCH``            ``auto`` (kvikio if it works, else pread)
 ``gpu_streams``          ``LINUMPY_GPU_STREAMS``          4 groups decoded at once
 ``batch_bytes``          ``LINUMPY_GPU_BATCH_MIB``        0: groups sized by scratch and streams
-``gpu_cpu_share``        ``LINUMPY_GPU_CPU_SHARE``        -1: automatic (0.2 for chunks >= 2 MiB)
+``gpu_cpu_share``        ``LINUMPY_GPU_CPU_SHARE``        0: nvCOMP decodes every chunk
 ``gpu_chunk_bytes``      ``LINUMPY_GPU_CHUNK_MIB``        16 MiB: larger chunks decode on the CPU
 ``nvcomp_batch_size``    ``LINUMPY_NVCOMP_BATCH_SIZE``    1024 chunks per codec call in zarr
 ``nvcomp_concurrency``   ``LINUMPY_NVCOMP_CONCURRENCY``   32 (zarr's ``async.concurrency``)
@@ -60,10 +60,8 @@ def _non_negative(name: str, value: object) -> int:
 
 
 def _share(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SettingsError(f"{name} must be a number between 0 and 1, or -1, got {value!r}")
-    if not (0 <= value <= 1 or value == -1):
-        raise SettingsError(f"{name} must be between 0 and 1, or -1 (automatic), got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise SettingsError(f"{name} must be a number between 0 and 1, got {value!r}")
     return float(value)
 
 
@@ -92,8 +90,9 @@ class Settings:
         Page-locked host memory the GPU back end stages compressed chunks in.
     scratch_bytes
         Device memory the GPU back end uses beyond the output: compressed chunks and decoded
-        chunks before they are scattered (at least one chunk's worth is always allowed).
-        nvCOMP's own work space comes on top (reported by ``last_read_report()``).
+        chunks before they are scattered (at least one chunk's worth is always allowed); less
+        when the device has less free beside the output. nvCOMP's own work space comes on top
+        (reported by ``last_read_report()``).
     fetch
         How the GPU back end reads files: ``"auto"``, ``"kvikio"`` or ``"pread"``.
     gpu_streams
@@ -104,10 +103,11 @@ class Settings:
         Most decoded bytes per nvCOMP call (at least one chunk); 0 leaves it to
         ``scratch_bytes`` and ``gpu_streams``.
     gpu_cpu_share
-        Fraction of a GPU read's decoded bytes that libzstd decodes on the CPU at the same time
-        (the last groups read, copied to the device and scattered there); -1 chooses: 0.2 for
-        chunks of 2 MiB or more, whose frames nvCOMP decodes one block after another (a 4 MiB
-        frame takes about 60 ms on an H200 however many run at once), else 0.
+        Fraction of a GPU read's decoded bytes that libzstd decodes on the CPU meanwhile (the
+        last groups read, copied to the device and scattered there). nvCOMP decodes a 4 MiB
+        frame block after block (one call of 256 such frames took about 70 ms on an H200), so
+        a host with cores to spare may gain; on the 16-core H200 host 0.15-0.3 was slower than
+        0 (reads, decodes and the calling thread oversubscribe the cores).
     gpu_chunk_bytes
         Largest decoded chunk nvCOMP decodes; larger ones are decoded by libzstd on the CPU.
     nvcomp_batch_size
@@ -131,11 +131,11 @@ class Settings:
 
     io_threads: int = field(default_factory=available_cpus)
     pinned_bytes: int = 1024 * MIB
-    scratch_bytes: int = 1024 * MIB
+    scratch_bytes: int = 2048 * MIB
     fetch: Literal["auto", "kvikio", "pread"] = "auto"
     gpu_streams: int = 4
     batch_bytes: int = 0
-    gpu_cpu_share: float = -1.0
+    gpu_cpu_share: float = 0.0
     gpu_chunk_bytes: int = 16 * MIB
     nvcomp_batch_size: int = 1024
     nvcomp_concurrency: int = 32
@@ -188,9 +188,7 @@ def _env_share(variable: str, raw: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise SettingsError(
-            f"{variable} must be a number between 0 and 1, or -1, got {raw!r}"
-        ) from None
+        raise SettingsError(f"{variable} must be a number between 0 and 1, got {raw!r}") from None
     return _share(variable, value)
 
 

@@ -45,10 +45,9 @@ logger = logging.getLogger(__name__)
 
 # Decoded chunks start on this boundary in device buffers (the XXH64 kernel needs 8).
 _SLOT_ALIGN = 256
-# Chunks this large decode slowly in nvCOMP (one block after another in a frame): a share of
-# them is decoded by libzstd on the CPU meanwhile.
+# Chunks this large decode slowly in nvCOMP (one block after another in a frame): their groups
+# are not tapered (each nvCOMP call costs a frame's latency, ~60 ms at 4 MiB).
 _SLOW_FRAME_BYTES = 2 * 1024 * 1024
-_AUTO_CPU_SHARE = 0.2
 # Below this many compressed bytes a read is one group: overlap would not pay for the calls.
 _OVERLAP_MIN_BYTES = 32 * 1024 * 1024
 
@@ -163,10 +162,8 @@ class GpuBackend:
         self._slots = [_Slot(stream) for stream in streams]
         self._checks = _Checks()
         self._device_id = cupy.cuda.runtime.getDevice()
-        share = settings.gpu_cpu_share
-        if share < 0:
-            share = _AUTO_CPU_SHARE if plan.chunk_nbytes >= _SLOW_FRAME_BYTES else 0.0
-        self._cpu_share = share
+        self._cpu_share = settings.gpu_cpu_share
+        self._taper = plan.chunk_nbytes < _SLOW_FRAME_BYTES
         self._cpu_after = 0  # decoded bytes of the groups the GPU decodes; the rest: the CPU
         self._submitted = 0
         self.phases = dict.fromkeys(
@@ -178,7 +175,7 @@ class GpuBackend:
         with streams[0]:
             self._fill = cupy.asarray(fill)
 
-    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int]:
+    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, bool]:
         """Budgets for :func:`~linumpy.io.engine.run.make_groups`: a slot's share of memory."""
         settings = self._settings
         largest = int(sizes.max()) if len(sizes) else 0
@@ -194,7 +191,7 @@ class GpuBackend:
             groups = max(groups, math.ceil(2 / self._cpu_share))  # about two groups for the CPU
         else:
             self._cpu_after = decoded
-        return min(compressed, per_slot), per_slot, groups
+        return min(compressed, per_slot), per_slot, groups, overlap and self._taper
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
         """The slot's pinned buffer, once its last copy to the device is done."""

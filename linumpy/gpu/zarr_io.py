@@ -493,6 +493,27 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
         )
 
 
+def _fit_scratch(plan: Any, settings: Settings, out_nbytes: int) -> Settings:
+    """``settings`` with ``scratch_bytes`` halved until the read fits the device's free memory.
+
+    It stays at least one chunk (compressed and decoded) per stream; :func:`check_free` then
+    says when even that does not fit.
+    """
+    import cupy
+
+    free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
+    least = settings.gpu_streams * 3 * plan.chunk_nbytes
+    scratch = settings.scratch_bytes
+    while (
+        scratch > least
+        and out_nbytes + device_memory_needed(plan, replace(settings, scratch_bytes=scratch)) > free
+    ):
+        scratch = max(least, scratch // 2)
+    return (
+        settings if scratch == settings.scratch_bytes else replace(settings, scratch_bytes=scratch)
+    )
+
+
 def _run_fast(
     plan: Any, settings: Settings, reader: str, out: cupy.ndarray | None
 ) -> tuple[cupy.ndarray, GpuReadReport]:
@@ -503,6 +524,7 @@ def _run_fast(
     dtype = plan.dtype.newbyteorder("=")
     if out is not None:
         _check_out(out, plan.shape, dtype)
+    settings = _fit_scratch(plan, settings, plan.out_nbytes if out is None else 0)
     extra = device_memory_needed(plan, settings)
     check_free(
         extra + (plan.out_nbytes if out is None else 0),

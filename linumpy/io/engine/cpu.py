@@ -62,9 +62,9 @@ class CpuBackend:
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="linumpy-decode")
 
-    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int]:
+    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, bool]:
         """Budgets for :func:`~linumpy.io.engine.run.make_groups`: staging only bounds a group."""
-        return GROUP_BYTES, 2**62, 1
+        return GROUP_BYTES, 2**62, 1, False
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
         """The slot's numpy buffer, once the group decoded from it last is done."""

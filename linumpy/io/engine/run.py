@@ -140,6 +140,7 @@ def make_groups(
     max_compressed: int,
     max_total: int,
     min_groups: int = 1,
+    taper: bool = False,
 ) -> list[np.ndarray]:
     """Split stored chunks, in ``order``, into consecutive groups that fit the back end's budgets.
 
@@ -157,6 +158,9 @@ def make_groups(
         Most compressed plus decoded bytes per group (the back end's memory per group).
     min_groups
         Split into at least this many groups when there are enough chunks (for overlap).
+    taper
+        Make the first group a quarter of the others, and halve the groups at the end: the
+        back end starts sooner and its work after the last read (one group's) is smaller.
 
     Examples
     --------
@@ -167,6 +171,9 @@ def make_groups(
     >>> [g.tolist() for g in make_groups(np.arange(4), sizes, chunk_nbytes=20,
     ...                                  max_compressed=100, max_total=1000, min_groups=4)]
     [[0], [1], [2], [3]]
+    >>> [len(g) for g in make_groups(np.arange(64), np.full(64, 10), chunk_nbytes=10,
+    ...                              max_compressed=10**6, max_total=320, taper=True)]
+    [4, 16, 16, 16, 6, 3, 3]
     """
     if len(order) == 0:
         return []
@@ -178,9 +185,18 @@ def make_groups(
     start = 0
     done_compressed = done_total = 0
     while start < len(order):
+        limit = per_group
+        if taper:
+            remaining = int(total[-1]) - done_total
+            if not groups:
+                limit = max(1, per_group // 4)
+            elif remaining <= per_group // 4:
+                limit = remaining
+            elif remaining <= per_group:
+                limit = remaining // 2
         end = min(
             np.searchsorted(compressed, done_compressed + max_compressed, side="right"),
-            np.searchsorted(total, done_total + per_group, side="right"),
+            np.searchsorted(total, done_total + limit, side="right"),
         )
         end = max(int(end), start + 1)
         groups.append(order[start:end])
@@ -264,7 +280,7 @@ def run(
     *,
     reader: str,
     threads: int,
-    group_bytes: Callable[[np.ndarray], tuple[int, int, int]],
+    group_bytes: Callable[[np.ndarray], tuple[int, int, int, bool]],
 ) -> Stats:
     """Execute ``plan`` through ``backend``: fetch and check group k+1 while k is decoded.
 
@@ -279,8 +295,8 @@ def run(
     threads
         Threads reading files (and decoding the chunks only libzstd decodes).
     group_bytes
-        ``group_bytes(sizes)``: the back end's ``(max_compressed, max_total, min_groups)`` for
-        :func:`make_groups`, given the compressed sizes.
+        ``group_bytes(sizes)``: the back end's ``(max_compressed, max_total, min_groups,
+        taper)`` for :func:`make_groups`, given the compressed sizes.
 
     Returns
     -------
@@ -317,7 +333,7 @@ def run(
     # not the grid's), so a group of whole shards reads each shard in one run.
     order = np.flatnonzero(stored)
     order = order[np.lexsort((plan.offsets[order], plan.file_index[order]))]
-    max_compressed, max_total, min_groups = group_bytes(sizes[order])
+    max_compressed, max_total, min_groups, taper = group_bytes(sizes[order])
     groups = [
         Group(
             entries,
@@ -332,6 +348,7 @@ def run(
             max_compressed=max_compressed,
             max_total=max_total,
             min_groups=min_groups,
+            taper=taper,
         )
     ]
     stats.n_groups = len(groups)
