@@ -14,7 +14,13 @@ import numpy as np
 
 from linumpy.errors import LinumpyError
 
-__all__ = ["TileTransform", "parse_grid_shape", "parse_tile_shape"]
+__all__ = [
+    "PairMeasurement",
+    "TileTransform",
+    "fit_transform",
+    "parse_grid_shape",
+    "parse_tile_shape",
+]
 
 _FORMAT = "linumpy-tile-transform"
 _FORMAT_VERSION = 1
@@ -252,3 +258,100 @@ class TileTransform:
             return cls.from_dict(data)
         except LinumpyError as exc:
             raise LinumpyError(f"{os.fspath(path)!r}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PairMeasurement:
+    """Measured displacement between two adjacent tiles.
+
+    Attributes
+    ----------
+    first, second
+        Tile indices ``(row, col)``; ``second`` is one row below or one column right of ``first``.
+    displacement
+        ``(dy, dx)`` of ``second`` relative to ``first`` in pixels.
+    score
+        Normalized cross-correlation of the overlap (see
+        :func:`linumpy.mosaic.registration.measure_pair`).
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.transform import PairMeasurement
+    >>> pair = PairMeasurement((0, 0), (0, 1), displacement=(1.0, 90.0), score=0.9)
+    >>> pair.axis
+    1
+    >>> PairMeasurement((0, 0), (1, 0), (95.0, -2.0), 0.8).axis
+    0
+    """
+
+    first: tuple[int, int]
+    second: tuple[int, int]
+    displacement: tuple[float, float]
+    score: float
+
+    @property
+    def axis(self) -> int:
+        """0 for a vertical pair (next row), 1 for a horizontal pair (next column)."""
+        return 0 if self.second[0] != self.first[0] else 1
+
+
+def _robust_mean(values: np.ndarray, weights: np.ndarray, tolerance: float) -> np.ndarray:
+    """Weighted mean of the rows of ``values`` within ``tolerance`` pixels of their median."""
+    median = np.median(values, axis=0)
+    inliers = np.linalg.norm(values - median, axis=1) <= tolerance
+    return np.average(values[inliers], axis=0, weights=weights[inliers])
+
+
+def fit_transform(
+    measurements: Sequence[PairMeasurement],
+    tile_shape: tuple[int, int],
+    grid_shape: tuple[int, int],
+    *,
+    min_score: float = 0.3,
+    tolerance: float = 2.0,
+) -> TileTransform:
+    """Fit the affine tile layout to pair measurements, ignoring unreliable ones.
+
+    Pairs scoring below ``min_score`` (tiles without tissue) are dropped; of the rest, those more
+    than ``tolerance`` pixels from the median displacement of their direction are outliers.
+
+    Raises
+    ------
+    LinumpyError
+        When a direction with adjacent tiles has no reliable pair.
+
+    Examples
+    --------
+    A 2x2 grid of 100x100 tiles; the vertical pair scoring 0.1 (no tissue) is ignored:
+
+    >>> import numpy as np
+    >>> from linumpy.mosaic.transform import PairMeasurement, fit_transform
+    >>> measurements = [
+    ...     PairMeasurement((0, 0), (0, 1), (1.0, 90.0), 0.9),
+    ...     PairMeasurement((1, 0), (1, 1), (1.0, 90.0), 0.8),
+    ...     PairMeasurement((0, 0), (1, 0), (95.0, -2.0), 0.9),
+    ...     PairMeasurement((0, 1), (1, 1), (60.0, 10.0), 0.1),
+    ... ]
+    >>> transform = fit_transform(measurements, (100, 100), (2, 2))
+    >>> np.round(transform.matrix, 6), transform.offset
+    (array([[95.,  1.],
+           [-2., 90.]]), (0.0, 2.0))
+    """
+    matrix = np.zeros((2, 2))
+    for axis in (0, 1):
+        pairs = [m for m in measurements if m.axis == axis]
+        good = [m for m in pairs if m.score >= min_score]
+        if grid_shape[axis] == 1:
+            # A single row (column): that column of the matrix never matters; use the tile size.
+            matrix[axis, axis] = tile_shape[axis]
+            continue
+        if not good:
+            direction = "vertical" if axis == 0 else "horizontal"
+            raise LinumpyError(
+                f"no reliable {direction} tile pair (of {len(pairs)}, none scored >= {min_score}): "
+                "too little tissue in the overlaps to estimate the layout"
+            )
+        values = np.array([m.displacement for m in good])
+        weights = np.array([m.score for m in good])
+        matrix[:, axis] = _robust_mean(values, weights, tolerance)
+    return TileTransform(matrix.tolist(), (0.0, 0.0), tile_shape, grid_shape).normalized()
