@@ -319,3 +319,30 @@ def test_gpu_local_cuda_cluster_on_two_gpus(tmp_path: Path) -> None:
         assert len(cluster.client.scheduler_info()["workers"]) == 2
         total = cluster.compute(open_volume(source, gpu=True, chunks=(16, -1, -1)).sum())
     assert int(total) == int(data.sum())
+
+
+def test_scripts_on_a_local_cluster_write_the_same_bytes(tmp_path: Path, local_cluster) -> None:
+    from linumpy.cli import linum_aip, linum_stitch_3d
+    from linumpy.io.demo import make_demo_data, read_demo_truth
+
+    mosaic = tmp_path / "mosaic.ome.zarr"
+    make_demo_data(mosaic, grid_shape=(2, 3), tile_shape=(8, 48, 48))
+    read_demo_truth(mosaic).save(tmp_path / "transform.json")
+    where = {"threads": [], "cluster": ["--scheduler", local_cluster.scheduler_address]}
+    for name, options in where.items():
+        stitched = tmp_path / name / "stitched.ome.zarr"
+        stitched.parent.mkdir()
+        linum_stitch_3d.main(
+            [str(mosaic), str(tmp_path / "transform.json"), str(stitched), *options]
+        )
+        linum_aip.main([str(stitched), str(tmp_path / name / "aip.ome.zarr"), *options])
+    for image in ("stitched.ome.zarr", "aip.ome.zarr"):
+        trees = [
+            {
+                p.relative_to(tmp_path / n): p.read_bytes()
+                for p in (tmp_path / n / image).rglob("*")
+                if p.is_file()
+            }
+            for n in where
+        ]
+        assert trees[0] == trees[1], image
