@@ -153,6 +153,47 @@ def summary_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def reads_by_layout(rows: list[Row]) -> str:
+    """One line per layout: the decode ceilings and each warm read, GB/s (fraction of decode).
+
+    Examples
+    --------
+    >>> from linumpy.bench import Row
+    >>> from linumpy.bench.report import reads_by_layout
+    >>> rows = [
+    ...     Row("8^3", "read_volume (CPU)", "cpu", "read", 2.0, 0.1, 3, True),
+    ...     Row("8^3", "numcodecs, 2 threads", "ceiling", "decode-cpu", 4.0, 0.05, 3),
+    ... ]
+    >>> print(reads_by_layout(rows))
+    | layout | numcodecs, 2 threads | read_volume (CPU) |
+    | --- | ---: | ---: |
+    | 8^3 | 4.00 | 2.00 (0.50) |
+    """
+    shown = [
+        r for r in rows if (r.op == "read" and not r.cold) or r.op in ("decode-gpu", "decode-cpu")
+    ]
+    decode = {(r.layout, r.op): r for r in shown if r.kind == "ceiling" and r.runs}
+    names = list(dict.fromkeys(r.name for r in sorted(shown, key=lambda r: r.kind != "ceiling")))
+    layouts = list(dict.fromkeys(r.layout for r in shown))
+    cells = {(r.layout, r.name): r for r in shown}
+    lines = [
+        "| layout | " + " | ".join(n.removeprefix("ceiling: ") for n in names) + " |",
+        "| --- | " + " | ".join("---:" for _ in names) + " |",
+    ]
+    for layout in layouts:
+        row_cells = []
+        for name in names:
+            r = cells.get((layout, name))
+            if r is None or not r.runs:
+                row_cells.append("-" if r is not None else "")
+                continue
+            ceiling = decode.get((layout, ceilings_of(r).get("decode", "")))
+            share = f" ({r.gbps / ceiling.gbps:.2f})" if ceiling and ceiling.gbps else ""
+            row_cells.append(f"{r.gbps:.2f}{share}")
+        lines.append(f"| {layout} | " + " | ".join(row_cells) + " |")
+    return "\n".join(lines)
+
+
 def write_json(result: BenchResult, path: Path) -> None:
     """The run as JSON: machine, volume, settings and rows.
 

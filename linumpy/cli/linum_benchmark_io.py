@@ -36,7 +36,14 @@ from typing import Any
 import numpy as np
 
 from linumpy.bench import BenchConfig, BenchResult, Layout, run_benchmark
-from linumpy.bench.report import bar_chart, details_table, header, summary_table, write_json
+from linumpy.bench.report import (
+    bar_chart,
+    details_table,
+    header,
+    reads_by_layout,
+    summary_table,
+    write_json,
+)
 from linumpy.cli import (
     add_overwrite_arg,
     add_verbose_arg,
@@ -297,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
         details, summary = _save(args.out_dir, result)
         title = f"{result.shape} {result.dtype}, {result.machine.get('device', 'CPU only')}"
         charted = bar_chart(result.rows, args.out_dir / "benchmark_io.png", title[:150])
-    print(details, "", sep="\n")
+    print(details, "", reads_by_layout(result.rows), "", sep="\n")
     if not charted:
         print("no chart: matplotlib is not installed (pip install -e '.[bench]')\n")
     print("\n".join(header(result)), "", summary, sep="\n", flush=True)
@@ -309,7 +316,9 @@ def _save(out_dir: Path, result: BenchResult) -> tuple[str, str]:
     summary = summary_table(result.rows)
     text = "\n".join(
         [f"# I/O benchmark, {result.machine['date']}", "", *header(result), ""]
-        + ["## All rows", "", details, "", "## Fractions of the ceilings", "", summary]
+        + ["## All rows", "", details, ""]
+        + ["## Reads (fraction of the decode ceiling)", "", reads_by_layout(result.rows), ""]
+        + ["## Fractions of the ceilings", "", summary]
     )
     (out_dir / "benchmark_io.md").write_text(text + "\n")
     write_json(result, out_dir / "benchmark_io.json")
