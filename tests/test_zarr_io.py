@@ -469,3 +469,20 @@ def test_nvcomp_statuses_are_checked() -> None:
     assert out.get().tobytes() == b"".join(chunk.tobytes() for chunk in chunks)
     empty = np.zeros(0, dtype=np.int64)
     nvcomp.decode(empty, empty, empty, empty, stream=stream).check([])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["v3", "v3-sharded"])
+def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: str) -> None:
+    """gpu_cpu_share: the last groups of a large read are decoded on the CPU, then scattered."""
+    rng = np.random.default_rng(2)
+    data = rng.integers(0, 2**16, (40, 512, 1024), dtype=np.uint16)  # 40 MiB to read: overlap
+    data[:, :, :256] //= 256  # some compressible chunks too
+    make_array(tmp_path / "a.zarr", layout, data, chunks=(16, 256, 256), shards=(32, 512, 512))
+    # -1 is automatic: 2 MiB chunks get a CPU share.
+    for share, on_cpu in ((0.0, False), (0.5, True), (1.0, True), (-1.0, True)):
+        settings = {"gpu_cpu_share": share, "gpu_streams": 2}
+        assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+        report = last_read_report()
+        assert report is not None and report.path == "fast"
+        assert (report.phases.get("cpu_queue", 0.0) > 0) is on_cpu, (share, report.phases)
