@@ -217,24 +217,41 @@ def test_chunks_over_gpu_chunk_bytes_are_decoded_on_the_cpu(tmp_path: Path, layo
         assert report.n_cpu_decoded == (report.n_reads if on_cpu else 0)
 
 
+def _damage(path: Path, offset: int, nbytes: int, how: str) -> bytes:
+    """Corrupt the frame at ``offset`` of a chunk or shard file; return the file's old bytes."""
+    stored = path.read_bytes()
+    frame = bytearray(stored[offset : offset + nbytes])
+    if how == "truncate":  # only for a chunk file of its own
+        path.write_bytes(stored[: nbytes // 2])
+        return stored
+    if how == "garbage":
+        frame[:] = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8).tobytes()
+    else:  # the stored checksum
+        frame[-1] ^= 0x5A
+    path.write_bytes(stored[:offset] + bytes(frame) + stored[offset + nbytes :])
+    return stored
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "checksum"])
-def test_corrupt_chunk_names_it_and_the_next_read_works(tmp_path: Path, damage: str) -> None:
+@pytest.mark.parametrize(
+    ("layout", "damage"),
+    [(layout, d) for layout in LAYOUTS for d in ("truncate", "garbage", "checksum")
+     if not (layout == "v3-sharded" and d == "truncate")],
+)  # fmt: skip
+def test_corrupt_chunk_names_it_and_the_next_read_works(
+    tmp_path: Path, layout: str, damage: str
+) -> None:
     data = sample_data(SHAPE, "uint16")
-    array = make_array(tmp_path / "a.zarr", "v3", data, chunks=CHUNKS, checksum=True)
-    read = plan_read(array).reads[7]
-    stored = Path(read.path).read_bytes()
-    if damage == "truncate":
-        broken = stored[: len(stored) // 2]
-    elif damage == "garbage":
-        broken = bytes(np.random.default_rng(0).integers(0, 256, len(stored), dtype=np.uint8))
-    else:
-        broken = stored[:-1] + bytes([stored[-1] ^ 0x5A])
-    Path(read.path).write_bytes(broken)
-    with pytest.raises(ChunkDecodeError) as info:
-        read_zarr_to_gpu(tmp_path / "a.zarr")
-    assert info.value.key == read.key == read.path
-    Path(read.path).write_bytes(stored)
+    array = make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS, checksum=True)
+    plan = plan_read(array)
+    victim = 7
+    path = Path(plan.files[plan.file_index[victim]])
+    stored = _damage(path, int(plan.offsets[victim]), int(chunk_sizes(plan)[victim]), damage)
+    for settings in (None, TINY):
+        with pytest.raises(ChunkDecodeError) as info:
+            read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings)
+        assert info.value.key == plan.key(victim)
+    path.write_bytes(stored)
     assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr"), data)
 
 
@@ -478,7 +495,10 @@ def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: 
     rng = np.random.default_rng(2)
     data = rng.integers(0, 2**16, (40, 512, 1024), dtype=np.uint16)  # 40 MiB to read: overlap
     data[:, :, :256] //= 256  # some compressible chunks too
-    make_array(tmp_path / "a.zarr", layout, data, chunks=(16, 256, 256), shards=(32, 512, 512))
+    array = make_array(
+        tmp_path / "a.zarr", layout, data, chunks=(16, 256, 256), shards=(32, 512, 512),
+        checksum=True,
+    )  # fmt: skip
     # -1 is automatic: 2 MiB chunks get a CPU share.
     for share, on_cpu in ((0.0, False), (0.5, True), (1.0, True), (-1.0, True)):
         settings = {"gpu_cpu_share": share, "gpu_streams": 2}
@@ -486,3 +506,13 @@ def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: 
         report = last_read_report()
         assert report is not None and report.path == "fast"
         assert (report.phases.get("cpu_queue", 0.0) > 0) is on_cpu, (share, report.phases)
+    # A corrupt chunk in a group decoded on the CPU is named too.
+    plan = plan_read(array)
+    victim = plan.n_entries - 1
+    path = Path(plan.files[plan.file_index[victim]])
+    stored = _damage(path, int(plan.offsets[victim]), int(chunk_sizes(plan)[victim]), "checksum")
+    with pytest.raises(ChunkDecodeError) as info:
+        read_zarr_to_gpu(tmp_path / "a.zarr", settings={"gpu_cpu_share": 1.0})
+    assert info.value.key == plan.key(victim)
+    path.write_bytes(stored)
+    assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings={"gpu_cpu_share": 1.0}), data)
