@@ -298,6 +298,21 @@ def good_array(tmp_path: Path) -> Callable[[], None]:
 
 
 @pytest.mark.gpu
+def test_codec_stream_is_one_stream_per_thread(cp: object) -> None:
+    import threading
+
+    from linumpy.gpu.availability import codec_stream
+
+    first = codec_stream()
+    assert codec_stream() is first
+    others: list[object] = []
+    thread = threading.Thread(target=lambda: others.append(codec_stream()))
+    thread.start()
+    thread.join()
+    assert len(others) == 1 and others[0] is not first
+
+
+@pytest.mark.gpu
 def test_registration_routes_zstd(cp: object) -> None:
     from zarr.registry import get_codec_class
 

@@ -116,6 +116,30 @@ def test_cpu_work_imports_no_gpu_library_and_creates_no_cuda_context(tmp_path: P
     assert "no CUDA" in result.stdout
 
 
+_WITHOUT_GPU_LIBRARIES_SCRIPT = """
+import importlib, pkgutil, sys
+for name in ("cupy", "cupyx", "kvikio", "nvidia.nvcomp", "nvidia.libnvcomp"):
+    sys.modules[name] = None  # importing it raises ImportError, as where it is not installed
+import linumpy.gpu
+names = [info.name for info in pkgutil.walk_packages(linumpy.gpu.__path__, "linumpy.gpu.")]
+for name in names:
+    importlib.import_module(name)
+print(len(names))
+"""
+
+
+def test_every_gpu_module_imports_without_the_gpu_libraries() -> None:
+    """GPU libraries are imported inside functions: the modules import on any machine."""
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_GPU_LIBRARIES_SCRIPT],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 10  # availability, memory, nvcomp, scatter, backend, ...
+
+
 # --- GPU ----------------------------------------------------------------------------------------
 
 
