@@ -112,37 +112,6 @@ class _Checks:
 
 
 @dataclass(frozen=True, slots=True)
-class _Work:
-    """One nvCOMP call's worth of chunks: where their frames and decoded bytes are, in a buffer.
-
-    ``decoded`` holds byte offsets of every entry's decoded slot; ``sources``/``sizes`` the
-    frames nvCOMP decodes (``on_gpu`` marks their entries); ``checked`` the entries whose frames
-    store a checksum (``stored``).
-    """
-
-    entries: np.ndarray
-    decoded: np.ndarray
-    on_gpu: np.ndarray
-    sources: np.ndarray
-    sizes: np.ndarray
-    checked: np.ndarray
-    stored: np.ndarray
-
-    @staticmethod
-    def concatenate(works: list[_Work]) -> _Work:
-        offsets = np.cumsum([0] + [len(w.entries) for w in works[:-1]])
-        return _Work(
-            entries=np.concatenate([w.entries for w in works]),
-            decoded=np.concatenate([w.decoded for w in works]),
-            on_gpu=np.concatenate([w.on_gpu for w in works]),
-            sources=np.concatenate([w.sources for w in works]),
-            sizes=np.concatenate([w.sizes for w in works]),
-            checked=np.concatenate([w.checked + o for w, o in zip(works, offsets)]),
-            stored=np.concatenate([w.stored for w in works]),
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class _Keys:
     """Chunk names of some plan entries, made only when an error needs one."""
 
@@ -194,11 +163,6 @@ class GpuBackend:
         self._checks = _Checks()
         self._device_id = cupy.cuda.runtime.getDevice()
         self._cpu_share = settings.gpu_cpu_share
-        self._deferred: list[tuple[_Work, Any]] | None = None  # groups waiting for one call
-        self._whole: Any = None  # the device buffer of a deferred read
-        self._decoded_at = 0  # its first decoded slot
-        self._cursor = 0
-        self._count = 0
         self._taper = plan.chunk_nbytes < _SLOW_FRAME_BYTES
         self._cpu_after = 0  # decoded bytes of the groups the GPU decodes; the rest: the CPU
         self._submitted = 0
@@ -222,18 +186,6 @@ class GpuBackend:
         overlap = int(sizes.sum()) >= _OVERLAP_MIN_BYTES
         groups = self.slots if overlap else 1
         decoded = len(sizes) * self.plan.chunk_nbytes
-        compressed_total = int(sizes.sum()) + len(sizes) * _SLOT_ALIGN
-        whole = align_up(compressed_total, self._slot_nbytes) + len(sizes) * self._slot_nbytes
-        if self._taper and self._cpu_share == 0 and whole <= settings.scratch_bytes:
-            # Small frames: one nvCOMP call of every frame, once all are on the device, costs
-            # about what the last of several calls would (a call takes its frames' latency,
-            # ~15 ms at 512 KiB), so groups only overlap reads with copies.
-            import cupy
-
-            with self._slots[0].stream:
-                self._whole = cupy.empty(whole, dtype=np.uint8)
-            self._decoded_at = align_up(compressed_total, self._slot_nbytes) // self._slot_nbytes
-            self._deferred = []
         if overlap and self._cpu_share > 0:
             self._cpu_after = int(decoded * (1 - self._cpu_share))
             groups = max(groups, math.ceil(2 / self._cpu_share))  # about two groups for the CPU
@@ -342,120 +294,84 @@ class GpuBackend:
                 runtime.memcpyHostToDevice, state.stream.ptr,
             )  # fmt: skip
             state.copied = state.stream.record()
-            sources = base + np.arange(n, dtype=np.int64) * self._slot_nbytes
-            self._scatter(fetched.group.entries, sources, state.stream)
+            self._scatter(fetched, base + np.arange(n, dtype=np.int64) * self._slot_nbytes, state)
 
-    def _scatter(self, entries: np.ndarray, sources: np.ndarray, stream: Any) -> None:
+    def _scatter(self, fetched: Fetched, sources: np.ndarray, state: _Slot) -> None:
         table = scatter_table(
             self._geometry,
-            np.asarray(entries, dtype=np.int64),
+            np.asarray(fetched.group.entries, dtype=np.int64),
             np.zeros(0, dtype=np.int64),
             sources=sources,
             out_ptr=self.out.data.ptr,
             fill_ptr=self._fill.data.ptr,
         )
-        launch_scatter(self._geometry, table, stream)
+        launch_scatter(self._geometry, table, state.stream)
 
     def _submit_gpu(self, fetched: Fetched) -> None:
-        """Queue the group's copy; then its decode and scatter, or keep them for one call."""
+        """Queue the group's copy, decode, checksum hashes and scatter on its slot's stream."""
         import cupy
+
+        from linumpy.gpu._xxhash import xxh64_batch
 
         state = self._slots[fetched.slot]
         stream = state.stream
         layout = fetched.group.layout
         entries = fetched.group.entries
         n = len(entries)
+        decoded_at = align_up(layout.nbytes, _SLOT_ALIGN)
         mark = time.perf_counter()
-        room = self._decoded_at * self._slot_nbytes - self._cursor
-        if self._deferred is not None and align_up(layout.nbytes, _SLOT_ALIGN) <= room:
-            buffer = self._whole
-            compressed_at = self._cursor
-            self._cursor += align_up(layout.nbytes, _SLOT_ALIGN)
-            first = self._count
-            self._count += n
-            decoded = self._decoded_at + np.arange(first, first + n, dtype=np.int64)
-        else:
-            compressed_at = 0
-            first = align_up(layout.nbytes, _SLOT_ALIGN) // self._slot_nbytes + 1
-            buffer = self._device(state, (first + n) * self._slot_nbytes)
-            decoded = np.arange(first, first + n, dtype=np.int64)
-        decoded *= self._slot_nbytes
+        device = self._device(state, decoded_at + n * self._slot_nbytes)
         self.phases["device_alloc"] += time.perf_counter() - mark
-        base = int(buffer.data.ptr)
+        base = int(device.data.ptr)
+        slots = base + decoded_at + np.arange(n, dtype=np.int64) * self._slot_nbytes
         runtime = cupy.cuda.runtime
         with stream:
             runtime.memcpyAsync(
-                base + compressed_at, fetched.staging.ctypes.data, layout.nbytes,
-                runtime.memcpyHostToDevice, stream.ptr,
+                base, fetched.staging.ctypes.data, layout.nbytes, runtime.memcpyHostToDevice,
+                stream.ptr,
             )  # fmt: skip
+            on_gpu = np.flatnonzero(fetched.verdicts != FRAME_NEEDS_CHECK)
             for i, data in fetched.decoded:
                 runtime.memcpyAsync(
-                    base + int(decoded[i]), data.ctypes.data, data.nbytes,
-                    runtime.memcpyHostToDevice, stream.ptr,
+                    int(slots[i]), data.ctypes.data, data.nbytes, runtime.memcpyHostToDevice,
+                    stream.ptr,
                 )  # fmt: skip
             state.copied = stream.record()
-        on_gpu = fetched.verdicts != FRAME_NEEDS_CHECK
-        checked = np.flatnonzero(fetched.verdicts == FRAME_CHECKSUM)
-        ends = layout.offsets[checked] + fetched.sizes[checked]
-        work = _Work(
-            entries=np.asarray(entries, dtype=np.int64),
-            decoded=decoded,
-            on_gpu=on_gpu,
-            sources=compressed_at + layout.offsets[on_gpu],
-            sizes=fetched.sizes[on_gpu],
-            checked=checked,
-            stored=np.array(
-                [int.from_bytes(fetched.staging[e - 4 : e].tobytes(), "little") for e in ends],
-                dtype=np.int64,
-            ),
-        )
-        if buffer is self._whole:
-            self._deferred.append((work, state.copied))  # type: ignore[union-attr]
-        else:
-            self._decode_and_scatter(work, buffer, stream)
-
-    def _decode_and_scatter(self, work: _Work, buffer: Any, stream: Any) -> None:
-        """Queue one nvCOMP call, the checksum hashes and one scatter for ``work``."""
-        from linumpy.gpu._xxhash import xxh64_batch
-
-        base = int(buffer.data.ptr)
-        mark = time.perf_counter()
-        if work.on_gpu.any():
-            pending = nvcomp.decode(
-                base + work.sources,
-                work.sizes,
-                base + work.decoded[work.on_gpu],
-                np.full(len(work.sizes), self.plan.chunk_nbytes, dtype=np.int64),
-                stream=stream,
-            )
-            self._checks.statuses.append((pending, work.entries[work.on_gpu]))
-        if len(work.checked):
-            hashes = xxh64_batch(
-                buffer,
-                work.decoded[work.checked].tolist(),
-                [self.plan.chunk_nbytes] * len(work.checked),
-                stream=stream,
-            )
-            stored = list(zip(work.stored.tolist(), work.entries[work.checked].tolist()))
-            self._checks.hashes.append((hashes, stored))
-        self.phases["nvcomp"] += time.perf_counter() - mark
-        mark = time.perf_counter()
-        self._scatter(work.entries, base + work.decoded, stream)
-        self.phases["scatter"] += time.perf_counter() - mark
+            mark = time.perf_counter()
+            if len(on_gpu):
+                pending = nvcomp.decode(
+                    base + layout.offsets[on_gpu],
+                    fetched.sizes[on_gpu],
+                    slots[on_gpu],
+                    np.full(len(on_gpu), self.plan.chunk_nbytes, dtype=np.int64),
+                    stream=stream,
+                )
+                self._checks.statuses.append((pending, entries[on_gpu]))
+            checked = np.flatnonzero(fetched.verdicts == FRAME_CHECKSUM)
+            if len(checked):
+                ends = layout.offsets[checked] + fetched.sizes[checked]
+                stored = [
+                    (int.from_bytes(fetched.staging[end - 4 : end].tobytes(), "little"), int(e))
+                    for end, e in zip(ends.tolist(), entries[checked].tolist())
+                ]
+                hashes = xxh64_batch(
+                    device,
+                    (slots[checked] - base).tolist(),
+                    [self.plan.chunk_nbytes] * len(checked),
+                    stream=stream,
+                )
+                self._checks.hashes.append((hashes, stored))
+            self.phases["nvcomp"] += time.perf_counter() - mark
+            mark = time.perf_counter()
+            self._scatter(fetched, slots, state)
+            self.phases["scatter"] += time.perf_counter() - mark
 
     def finish(self) -> None:
-        """Run a deferred decode, wait for every stream, check statuses and checksums."""
+        """Wait for every stream, then check nvCOMP's statuses and the stored checksums."""
         for state in self._slots:
             if state.cpu_done is not None:
                 done, state.cpu_done = state.cpu_done, None
                 done.result()
-        if self._deferred:
-            stream = self._slots[0].stream
-            for _, copied in self._deferred:
-                stream.wait_event(copied)
-            work = _Work.concatenate([w for w, _ in self._deferred])
-            self._deferred = []
-            self._decode_and_scatter(work, self._whole, stream)
         for state in self._slots:
             state.stream.synchronize()
         for pending, entries in self._checks.statuses:
