@@ -39,13 +39,26 @@ def test_volume_has_no_zero_chunks_and_compresses_like_oct() -> None:
     assert oct_volume((4, 8, 8), "float32").dtype == np.float32
 
 
-@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
-def test_stored_frames_decode_to_the_chunks(tmp_path: Path, layout: Layout) -> None:
+@pytest.mark.parametrize("layout", [*LAYOUTS, None], ids=["16^3", "sharded", "v2"])
+def test_stored_frames_decode_to_the_chunks(tmp_path: Path, layout: Layout | None) -> None:
     volume = oct_volume(SHAPE)
     volume[16:, :16] = 0  # 4 chunks not stored, inside a shard that is
     volume[:16, 48:] = 0  # 12 chunks not stored, a whole shard
     path = tmp_path / "a.zarr"
-    write_volume(path, volume, layout, zarr.codecs.ZstdCodec(level=3))
+    if layout is None:  # zarr v2 (OME-Zarr 0.4), "/" between chunk indices
+        array = zarr.create_array(
+            path,
+            shape=SHAPE,
+            chunks=(16,) * 3,
+            dtype="u2",
+            zarr_format=2,
+            compressors=numcodecs.Zstd(level=3),
+            fill_value=0,
+            chunk_key_encoding={"name": "v2", "separator": "/"},
+        )
+        array[...] = volume
+    else:
+        write_volume(path, volume, layout, zarr.codecs.ZstdCodec(level=3))
     files = stored_files(zarr.open_array(path, mode="r"))
     buffer = np.empty(files.nbytes, np.uint8)
     read_files(files, buffer, threads=3)
