@@ -148,3 +148,18 @@ def test_checksum_layout_writes_checksummed_frames_and_keep_leaves_them(tmp_path
         frame = Path(files.paths[0]).read_bytes()
         assert frame[:4] == b"\x28\xb5\x2f\xfd"  # zstd magic
         assert bool(frame[4] & 0x04) is checksum  # frame header: Content_Checksum_flag
+
+
+def test_input_without_zstd_is_read_and_its_ceilings_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "raw.zarr"
+    volume = oct_volume((16, 32, 32))
+    array = zarr.create_array(
+        path, shape=volume.shape, chunks=(8, 16, 16), dtype="u2", compressors=None
+    )
+    array[...] = volume
+    result = run_benchmark(BenchConfig(input=path, gpu=False, warmup=0, repeats=1), progress=False)
+    ceilings = [row for row in result.rows if row.kind == "ceiling"]
+    assert len(ceilings) == 1 and "the ceilings need zstd chunks" in ceilings[0].note
+    reads = [row for row in result.rows if row.op == "read" and row.runs]
+    assert len(reads) >= 2 and all(row.matches for row in reads)
+    assert result.ratios == {} and (path / "zarr.json").is_file()
