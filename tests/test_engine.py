@@ -14,12 +14,16 @@ import numpy as np
 import pytest
 import zarr
 from zarr_layouts import (
+    CHUNKS,
     DTYPES,
     LAYOUTS,
+    REGIONS,
+    SHAPE,
     make_array,
     sample_data,
     skippable_frame,
     without_content_size,
+    zarr_read,
     zstd_frame,
 )
 
@@ -44,15 +48,6 @@ from linumpy.io.engine.frames import (
 from linumpy.io.engine.plan import ReadPlan, plan_read
 from linumpy.io.engine.run import Fetched, Stats, make_groups, run
 
-SHAPE = (21, 34, 47)  # partial edge chunks on every axis
-CHUNKS = (8, 16, 16)
-REGIONS = [
-    None,
-    (slice(2, 19), slice(7, 33), slice(1, 46)),
-    (slice(16, 21), slice(32, 34), slice(32, 47)),  # only edge chunks
-    (slice(9, 10), slice(0, 34), slice(5, 6)),
-    (slice(0, 21), slice(3, 3)),  # empty
-]
 READERS = [
     "pread",
     pytest.param(
@@ -62,10 +57,6 @@ READERS = [
         ),
     ),
 ]
-
-
-def _expected(path: Path, region: tuple[slice, ...] | None) -> np.ndarray:
-    return zarr.open_array(path, mode="r")[region if region is not None else ...]
 
 
 def _file_bytes(path: str, offset: int, nbytes: int) -> bytes:
@@ -355,6 +346,20 @@ def test_layout_group_of_nothing() -> None:
 # --- groups -------------------------------------------------------------------------------------
 
 
+def _group_limit(per_group: int, remaining: int, first: bool, taper: bool) -> int:
+    """The total bytes a group may take, as make_groups documents its taper."""
+    if not taper:
+        return per_group
+    if first:
+        return max(1, per_group // 4)
+    if remaining <= per_group // 4:
+        return remaining
+    if remaining <= per_group:
+        return remaining // 2
+    return per_group
+
+
+@pytest.mark.parametrize("taper", [False, True])
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize(
     ("max_compressed", "max_total", "min_groups"),
@@ -368,7 +373,7 @@ def test_layout_group_of_nothing() -> None:
     ],
 )
 def test_make_groups_invariants(
-    seed: int, max_compressed: int, max_total: int, min_groups: int
+    seed: int, max_compressed: int, max_total: int, min_groups: int, taper: bool
 ) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 80))
@@ -383,26 +388,41 @@ def test_make_groups_invariants(
         max_compressed=max_compressed,
         max_total=max_total,
         min_groups=min_groups,
+        taper=taper,
     )
     assert all(len(g) for g in groups)
     flat = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     assert flat.tolist() == order.tolist()  # every stored entry once, in order
-    for group in groups:
+    weights = sizes[order] + chunk_nbytes
+    per_group = min(max_total, -(-int(weights.sum()) // min(min_groups, len(order))))
+    remaining = int(weights.sum())
+    for k, group in enumerate(groups):
         compressed = int(sizes[group].sum())
         total = compressed + chunk_nbytes * len(group)
-        if len(group) > 1:
-            assert compressed <= max_compressed and total <= max_total
-    # The budgets are met with as few groups as greedy packing allows: a group ends only where
-    # its next chunk would break one.
-    for group, following in zip(groups, groups[1:]):
-        extended = np.append(group, following[0])
-        compressed = int(sizes[extended].sum())
-        total = compressed + chunk_nbytes * len(extended)
-        share = -(-int((sizes[order] + chunk_nbytes).sum()) // min(min_groups, len(order)))
-        assert compressed > max_compressed or total > min(max_total, share)
-    weights = sizes[order] + chunk_nbytes
-    if weights.max(initial=0) <= weights.sum() / min_groups:  # no chunk above its share
-        assert len(groups) >= min(min_groups, len(order))
+        limit = _group_limit(per_group, remaining, k == 0, taper)
+        if len(group) > 1:  # budgets hold, except for a chunk alone
+            assert compressed <= max_compressed and total <= limit <= max_total
+        if k + 1 < len(groups):  # a group ends only where its next chunk would break a budget
+            following = groups[k + 1][0]
+            assert (
+                compressed + sizes[following] > max_compressed
+                or total + sizes[following] + chunk_nbytes > limit
+            )
+        remaining -= total
+    if not taper and weights.max(initial=0) <= weights.sum() / min_groups:
+        assert len(groups) >= min(min_groups, len(order))  # no chunk above its share
+
+
+def test_make_groups_taper_starts_small_and_ends_small() -> None:
+    sizes = np.full(64, 10)
+    plain = make_groups(np.arange(64), sizes, chunk_nbytes=10, max_compressed=10**6, max_total=320)
+    tapered = make_groups(
+        np.arange(64), sizes, chunk_nbytes=10, max_compressed=10**6, max_total=320, taper=True
+    )
+    assert [len(g) for g in plain] == [16, 16, 16, 16]
+    lengths = [len(g) for g in tapered]
+    assert lengths[0] == 4 and max(lengths) == 16 and sum(lengths) == 64
+    assert lengths[-1] < 16 and lengths[-2:] == sorted(lengths[-2:], reverse=True)
 
 
 def test_make_groups_of_nothing() -> None:
@@ -426,15 +446,20 @@ class RecordingBackend(CpuBackend):
 
 
 def _run(
-    plan: ReadPlan, *, threads: int = 2, group: int | None = None, min_groups: int = 1
+    plan: ReadPlan,
+    *,
+    threads: int = 2,
+    group: int | None = None,
+    min_groups: int = 1,
+    taper: bool = False,
 ) -> tuple[np.ndarray, Stats, RecordingBackend]:
     """run() through the CPU back end; ``group`` caps each group's compressed bytes."""
     backend = RecordingBackend(plan, threads=threads)
 
-    def budgets(sizes: np.ndarray) -> tuple[int, int, int]:
+    def budgets(sizes: np.ndarray) -> tuple[int, int, int, bool]:
         if group is None:
             return backend.group_bytes(sizes)
-        return group, 2**62, min_groups
+        return group, 2**62, min_groups, taper
 
     try:
         stats = run(plan, backend, reader="pread", threads=threads, group_bytes=budgets)
@@ -452,11 +477,11 @@ def test_run_matches_zarr(tmp_path: Path, layout: str, dtype: str) -> None:
     array = zarr.open_array(tmp_path / "a.zarr", mode="r")
     for region in REGIONS:
         plan = plan_read(array, region)
-        expected = _expected(tmp_path / "a.zarr", region)
-        for group, threads in ((None, 2), (3000, 1), (3000, 3)):
+        expected = zarr_read(tmp_path / "a.zarr", region)
+        for group, threads, taper in ((None, 2, False), (3000, 1, False), (3000, 3, True)):
             if plan.out_nbytes == 0:
                 continue
-            out, stats, backend = _run(plan, threads=threads, group=group)
+            out, stats, backend = _run(plan, threads=threads, group=group, taper=taper)
             assert out.dtype == expected.dtype
             assert out.tobytes() == expected.tobytes()
             assert stats.n_groups == len(backend.submitted)

@@ -39,7 +39,7 @@ BAD = {
     "fetch": ["gds", "PREAD", ""],
     "gpu_streams": ["0", "x"],
     "batch_bytes": ["-1", "big"],
-    "gpu_cpu_share": ["1.5", "-0.5", "half", "nan", ""],
+    "gpu_cpu_share": ["1.5", "-0.5", "-1", "half", "nan", ""],
     "gpu_chunk_bytes": ["0", "16MiB"],
     "nvcomp_batch_size": ["0", "1e3"],
     "nvcomp_concurrency": ["-5", "many"],
@@ -53,7 +53,7 @@ BAD_VALUES = {
     "fetch": ["gds", None, 1],
     "gpu_streams": [0, 1.0],
     "batch_bytes": [-1, 0.5],
-    "gpu_cpu_share": [1.01, -2, -0.1, True, "0.2", float("nan")],
+    "gpu_cpu_share": [1.01, -1, -0.1, True, "0.2", float("nan")],
     "gpu_chunk_bytes": [0, "16"],
     "nvcomp_batch_size": [0, False],
     "nvcomp_concurrency": [0, 3.0],
@@ -81,9 +81,9 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
     defaults = Settings()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert defaults.io_threads == cpus
-    assert (defaults.pinned_bytes, defaults.scratch_bytes) == (1024 * MIB, 1024 * MIB)
+    assert (defaults.pinned_bytes, defaults.scratch_bytes) == (1024 * MIB, 2048 * MIB)
     assert (defaults.fetch, defaults.gpu_streams, defaults.batch_bytes) == ("auto", 4, 0)
-    assert defaults.gpu_cpu_share == -1  # automatic
+    assert defaults.gpu_cpu_share == 0  # nvCOMP decodes every chunk
     assert defaults.gpu_chunk_bytes == 16 * MIB
     assert (defaults.nvcomp_batch_size, defaults.nvcomp_concurrency) == (1024, 32)
     assert defaults.write_checksum is True
@@ -116,7 +116,7 @@ def test_batch_bytes_variable_accepts_zero(clean_env: pytest.MonkeyPatch) -> Non
     assert Settings.from_env().batch_bytes == 0
 
 
-@pytest.mark.parametrize(("text", "value"), [("0", 0.0), ("1", 1.0), ("-1", -1.0), ("0.2", 0.2)])
+@pytest.mark.parametrize(("text", "value"), [("0", 0.0), ("1", 1.0), ("0.2", 0.2), ("1e-1", 0.1)])
 def test_cpu_share_variable_bounds(clean_env: pytest.MonkeyPatch, text: str, value: float) -> None:
     clean_env.setenv("LINUMPY_GPU_CPU_SHARE", text)
     assert Settings.from_env().gpu_cpu_share == value

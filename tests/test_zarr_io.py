@@ -18,12 +18,16 @@ import pytest
 import zarr
 from conftest import gpu_missing_reason
 from zarr_layouts import (
+    CHUNKS,
     DTYPES,
     LAYOUTS,
+    REGIONS,
+    SHAPE,
     make_array,
     sample_data,
     skippable_frame,
     without_content_size,
+    zarr_read,
     zstd_frame,
 )
 
@@ -41,15 +45,6 @@ from linumpy.io.engine.frames import FRAME_GPU, check_frames
 from linumpy.io.engine.plan import plan_read
 from linumpy.settings import Settings
 
-SHAPE = (21, 34, 47)  # partial edge chunks on every axis
-CHUNKS = (8, 16, 16)
-REGIONS = [
-    None,
-    (slice(2, 19), slice(7, 33), slice(1, 46)),
-    (slice(16, 21), slice(32, 34), slice(32, 47)),  # only edge chunks
-    (slice(9, 10), slice(0, 34), slice(5, 6)),
-    (slice(0, 21), slice(3, 3)),  # empty
-]
 # Settings that force groups of one or two chunks on two streams.
 TINY = {"pinned_bytes": 6000, "scratch_bytes": 9000, "io_threads": 3, "gpu_streams": 2}
 
@@ -143,11 +138,6 @@ def test_every_gpu_module_imports_without_the_gpu_libraries() -> None:
 # --- GPU ----------------------------------------------------------------------------------------
 
 
-def _expected(path: Path, region: tuple[slice, ...] | None) -> np.ndarray:
-    data = zarr.open_array(path, mode="r")[region if region is not None else ...]
-    return data.astype(data.dtype.newbyteorder("="))
-
-
 def assert_same_on_gpu(actual: object, expected: np.ndarray) -> None:
     import cupy
 
@@ -167,7 +157,7 @@ def test_fast_path_matches_zarr(tmp_path: Path, layout: str, dtype: str) -> None
     for settings in (None, TINY, GpuReadSettings.from_env(**TINY)):
         for region in REGIONS:
             actual = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=settings)
-            expected = _expected(tmp_path / "a.zarr", region)
+            expected = zarr_read(tmp_path / "a.zarr", region, native=True)
             assert_same_on_gpu(actual, expected)
             report = last_read_report()
             assert report is not None and report.path == "fast"
@@ -194,7 +184,7 @@ def test_fill_values_checksums_order_and_byte_order(tmp_path: Path, layout: str)
         make_array(tmp_path / "f.zarr", "v2", big, chunks=CHUNKS, order="F")
         for region in REGIONS:
             actual = read_zarr_to_gpu(tmp_path / "f.zarr", region=region, settings=tiny)
-            assert_same_on_gpu(actual, _expected(tmp_path / "f.zarr", region))
+            assert_same_on_gpu(actual, zarr_read(tmp_path / "f.zarr", region, native=True))
 
 
 @pytest.mark.gpu
@@ -427,7 +417,7 @@ def test_any_number_of_streams_gives_the_same_volume(tmp_path: Path, layout: str
         settings = {"gpu_streams": streams, "scratch_bytes": 6 * chunk_nbytes, "io_threads": 3}
         for part in (None, region):
             actual = read_zarr_to_gpu(tmp_path / "a.zarr", region=part, settings=settings)
-            assert_same_on_gpu(actual, _expected(tmp_path / "a.zarr", part))
+            assert_same_on_gpu(actual, zarr_read(tmp_path / "a.zarr", part, native=True))
         report = last_read_report()
         assert report is not None and report.path == "fast"
         assert report.n_batches >= streams  # every stream had work
@@ -442,7 +432,7 @@ def test_groups_of_one_chunk_give_the_same_volume(tmp_path: Path, layout: str, d
     tiny = {"scratch_bytes": 1, "pinned_bytes": 1, "gpu_streams": 3}
     for region in (None, (slice(7, 33), slice(31, 65), slice(1, 95))):
         actual = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=tiny)
-        assert_same_on_gpu(actual, _expected(tmp_path / "a.zarr", region))
+        assert_same_on_gpu(actual, zarr_read(tmp_path / "a.zarr", region, native=True))
         report = last_read_report()
         assert report is not None
         assert report.n_fill == 0 and report.n_batches == report.n_reads > 1
@@ -523,8 +513,7 @@ def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: 
         tmp_path / "a.zarr", layout, data, chunks=(16, 256, 256), shards=(32, 512, 512),
         checksum=True,
     )  # fmt: skip
-    # -1 is automatic: 2 MiB chunks get a CPU share.
-    for share, on_cpu in ((0.0, False), (0.5, True), (1.0, True), (-1.0, True)):
+    for share, on_cpu in ((0.0, False), (0.5, True), (1.0, True)):
         settings = {"gpu_cpu_share": share, "gpu_streams": 2}
         assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
         report = last_read_report()

@@ -10,6 +10,15 @@ import zarr
 
 LAYOUTS = ("v3", "v3-sharded", "v2")
 DTYPES = ("uint8", "uint16", "float32", "complex64")
+SHAPE = (21, 34, 47)  # partial edge chunks on every axis
+CHUNKS = (8, 16, 16)
+REGIONS = [
+    None,
+    (slice(2, 19), slice(7, 33), slice(1, 46)),
+    (slice(16, 21), slice(32, 34), slice(32, 47)),  # only edge chunks
+    (slice(9, 10), slice(0, 34), slice(5, 6)),
+    (slice(0, 21), slice(3, 3)),  # empty
+]
 
 
 def sample_data(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
@@ -49,6 +58,12 @@ def make_array(
     array = zarr.create_array(str(path), shape=data.shape, dtype=data.dtype, **kwargs)
     array[...] = data
     return array
+
+
+def zarr_read(path: Path, region: tuple[slice, ...] | None, native: bool = False) -> np.ndarray:
+    """What zarr itself reads of ``path[region]``; ``native``: in native byte order (as cupy)."""
+    data = zarr.open_array(path, mode="r")[region if region is not None else ...]
+    return data.astype(data.dtype.newbyteorder("=")) if native else data
 
 
 def zstd_frame(data: np.ndarray, checksum: bool = False) -> bytes:
