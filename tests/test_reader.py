@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from zarr_layouts import DTYPES, LAYOUTS, make_array, sample_data
+from zarr_layouts import CHUNKS, DTYPES, LAYOUTS, SHAPE, make_array, sample_data
 
 from linumpy.errors import (
     ChunkDecodeError,
@@ -19,9 +19,6 @@ from linumpy.errors import (
 from linumpy.io import read_volume, save_omezarr
 from linumpy.io.engine.cpu import read_plan
 from linumpy.io.engine.plan import plan_read
-
-SHAPE = (21, 34, 47)  # partial edge chunks on every axis
-CHUNKS = (8, 16, 16)
 
 REGIONS = [
     None,
