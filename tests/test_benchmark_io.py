@@ -51,6 +51,11 @@ def test_cpu_run_writes_tables_json_and_chart(
         assert any(name.startswith("ceiling: numcodecs") for name in names)
     assert all(row["matches"] for row in rows if row["op"] == "read" and row["runs"])
     assert not [row for row in rows if row["kind"] == "gpu"]
+    for row in rows:
+        if row["name"] == "linumpy read_volume (CPU)":
+            assert set(row["fractions"]) == {"decode", "file read"}
+        elif row["name"] == "zarr CPU write":
+            assert set(row["fractions"]) == {"file write"}
     # The table printed last gives fractions of the ceilings, one line per row.
     last = printed[printed.rindex("| layout | path | GB/s | x decode") :]
     assert last.count("\n| ") == len(rows) + 1

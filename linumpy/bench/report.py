@@ -50,6 +50,31 @@ def ceilings_of(row: Row) -> dict[str, str]:
     return {"decode": "decode-gpu", "file read": read, "H2D copy": "copy"}
 
 
+def fractions(rows: list[Row]) -> list[dict[str, float]]:
+    """For each row, its fraction of each ceiling that judges it (column -> fraction).
+
+    Examples
+    --------
+    >>> from linumpy.bench import Row
+    >>> from linumpy.bench.report import fractions
+    >>> fractions([
+    ...     Row("8^3", "read_volume (CPU)", "cpu", "read", 2.0, 0.1, 3, True),
+    ...     Row("8^3", "numcodecs, 2 threads", "ceiling", "decode-cpu", 4.0, 0.05, 3),
+    ... ])
+    [{'decode': 0.5}, {}]
+    """
+    ceilings = {(r.layout, r.op): r for r in rows if r.kind == "ceiling" and r.runs}
+    result = []
+    for r in rows:
+        shares = {}
+        for column, op in ceilings_of(r).items():
+            ceiling = ceilings.get((r.layout, op))
+            if ceiling is not None and ceiling.gbps and r.runs:
+                shares[column] = r.gbps / ceiling.gbps
+        result.append(shares)
+    return result
+
+
 def _ok(row: Row) -> str:
     return {None: "", True: "yes", False: "**MISMATCH**"}[row.matches]
 
@@ -131,7 +156,7 @@ def summary_table(rows: list[Row]) -> str:
     | 8^3 | read_volume (CPU) | 2.00 | 0.50 |  |  |  | yes |
     | 8^3 | numcodecs, 2 threads | 4.00 |  |  |  |  |  |
     """
-    ceilings = {(r.layout, r.op): r for r in rows if r.kind == "ceiling" and r.runs}
+    shares = {id(r): f for r, f in zip(rows, fractions(rows), strict=True)}
     lines = [
         "| layout | path | GB/s | " + " | ".join(f"x {c}" for c in CEILING_COLUMNS) + " | ok |",
         "| --- | --- | ---: | " + " | ".join("---:" for _ in CEILING_COLUMNS) + " | --- |",
@@ -140,12 +165,8 @@ def summary_table(rows: list[Row]) -> str:
     for layout in layouts:
         mine = [r for r in rows if r.layout == layout]
         for r in sorted(mine, key=lambda r: r.kind == "ceiling"):
-            cells = []
-            relevant = ceilings_of(r)
-            for column in CEILING_COLUMNS:
-                ceiling = ceilings.get((layout, relevant.get(column, "")))
-                fraction = r.gbps / ceiling.gbps if ceiling and r.runs and ceiling.gbps else None
-                cells.append("" if fraction is None else f"{fraction:.2f}")
+            share = shares[id(r)]
+            cells = [f"{share[c]:.2f}" if c in share else "" for c in CEILING_COLUMNS]
             name = r.name if r.runs else f"{r.name} ({r.note})"
             lines.append(
                 f"| {layout} | {name} | {_gbps(r)} | " + " | ".join(cells) + f" | {_ok(r)} |"
@@ -195,7 +216,7 @@ def reads_by_layout(rows: list[Row]) -> str:
 
 
 def write_json(result: BenchResult, path: Path) -> None:
-    """The run as JSON: machine, volume, settings and rows.
+    """The run as JSON: machine, volume, settings and rows (each with its ``fractions``).
 
     Examples
     --------
@@ -212,7 +233,10 @@ def write_json(result: BenchResult, path: Path) -> None:
         "machine": result.machine,
         "volume": {"shape": list(result.shape), "dtype": result.dtype, "ratios": result.ratios},
         "settings": {k: str(v) for k, v in asdict(result.config).items()},
-        "rows": [asdict(r) for r in result.rows],
+        "rows": [
+            asdict(r) | {"fractions": f}
+            for r, f in zip(result.rows, fractions(result.rows), strict=True)
+        ],
     }
     path.write_text(json.dumps(payload, indent=2, default=str))
 
