@@ -163,3 +163,15 @@ def test_input_without_zstd_is_read_and_its_ceilings_skipped(tmp_path: Path) -> 
     reads = [row for row in result.rows if row.op == "read" and row.runs]
     assert len(reads) >= 2 and all(row.matches for row in reads)
     assert result.ratios == {} and (path / "zarr.json").is_file()
+
+
+@pytest.mark.gpu
+def test_volume_generated_on_the_gpu() -> None:
+    import cupy
+
+    volume = oct_volume((64, 128, 128), xp=cupy)
+    assert isinstance(volume, cupy.ndarray) and volume.dtype == np.uint16
+    host = cupy.asnumpy(volume)
+    assert host.reshape(4, 16, 8, 16, 8, 16).max(axis=(1, 3, 5)).min() > 0
+    stored = len(numcodecs.Zstd(level=3).encode(host))
+    assert 1.3 < host.nbytes / stored < 2.2
