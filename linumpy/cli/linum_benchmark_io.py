@@ -107,7 +107,11 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     )
     layout = p.add_argument_group("layouts")
     layout.add_argument(
-        "--chunks", type=_positive_int, nargs="+", default=[128, 64], help="Cubic chunk edges."
+        "--chunks",
+        type=_positive_int,
+        nargs="+",
+        default=[128, 64],
+        help="Cubic chunk edges [128 64].",
     )
     layout.add_argument(
         "--shard",
