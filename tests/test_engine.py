@@ -509,11 +509,6 @@ def test_run_reads_each_stored_chunk_once(tmp_path: Path, layout: str) -> None:
     assert stats.n_fill == int((sizes < 0).sum()) == 3 * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="run() counts n_reads from plan.stored, which is True for chunk files the plan has "
-    "not looked for; missing files of unsharded arrays count as reads and as fills",
-)
 @pytest.mark.parametrize("layout", ["v3", "v2"])
 def test_run_counts_missing_chunk_files_as_fills_only(tmp_path: Path, layout: str) -> None:
     data = sample_data(SHAPE, "uint16")

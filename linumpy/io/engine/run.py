@@ -315,7 +315,7 @@ def run(
     >>> backend = CpuBackend(plan, threads=2)
     >>> stats = run(plan, backend, reader="pread", threads=2, group_bytes=backend.group_bytes)
     >>> backend.out.tolist(), stats.n_reads, stats.n_fill
-    ([[7, 7, 7, 7], [7, 7, 7, 7], [0, 0, 0, 0], [0, 0, 0, 0]], 4, 2)
+    ([[7, 7, 7, 7], [7, 7, 7, 7], [0, 0, 0, 0], [0, 0, 0, 0]], 2, 2)
     """
     stats = Stats()
     phases = stats.phases
@@ -325,7 +325,7 @@ def run(
     mark = time.perf_counter()
     stored = sizes >= 0
     missing = np.flatnonzero(~stored)
-    stats.n_reads = int(plan.stored.sum())
+    stats.n_reads = int(stored.sum())
     stats.n_fill = len(missing)
     if len(missing):
         backend.fill(missing)
