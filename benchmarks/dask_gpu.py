@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""GPU throughput of ``open_volume(gpu=True)``: one process against ``read_volume(gpu=True)``,
+and a dask-cuda ``LocalCUDACluster`` on 1 against 2 GPUs.
+
+(a) On one sharded uint16 volume (64^3 chunks in 128x512x512 shards; OCT-like speckle, page
+cache warm), ``read_volume(gpu=True)`` of the whole volume against ``open_volume(gpu=True)``
+with each block summed on the device (block sizes and local thread counts varied). Target:
+open_volume at >= 0.8 of read_volume's throughput.
+(b) ``--device-limit``: the same volume read block by block under a cupy memory-pool limit of a
+quarter of its size; peak pool use sampled after each task. Target: within the limit.
+(c) With ``--gpus 2``: the same sum on a ``LocalCUDACluster`` with 1 worker (1 GPU), then with
+2 workers (2 GPUs). Target: >= 1.8x.
+
+Medians of ``--repeats`` runs after one warm-up; a short table is printed last. Development tool
+(not installed); run from the checkout: ``python benchmarks/dask_gpu.py --gpus 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GIB = 2**30
+
+
+def make_volume(path: Path, size_gib: float) -> tuple[int, ...]:
+    """Sharded uint16 volume of about ``size_gib``: speckle-like noise with a dim background."""
+    import zarr
+
+    side = 512
+    depth = max(128, int(round(size_gib * GIB / (2 * 1024 * 1024) / 128)) * 128)
+    shape = (depth, 1024, 1024)
+    array = zarr.create_array(
+        str(path),
+        shape=shape,
+        chunks=(64, 64, 64),
+        shards=(128, side, side),
+        dtype="uint16",
+        compressors=zarr.codecs.ZstdCodec(level=3),
+    )
+    rng = np.random.default_rng(0)
+    slab = rng.gamma(2.0, 300.0, size=(128, 1024, 1024))
+    slab[:, :, :300] *= 0.05  # background
+    slab = np.clip(slab, 0, 65535).astype(np.uint16)
+    for z0 in range(0, depth, 128):
+        array[z0 : z0 + 128] = np.roll(slab, z0 // 128 * 37, axis=2)
+    return shape
+
+
+def _block_sums(lazy: Any) -> Any:
+    """One float per block, each block summed on the GPU (host gets 8 bytes per block)."""
+    return lazy.map_blocks(
+        lambda b: np.full((1,) * b.ndim, float(b.sum(dtype="float64"))),
+        chunks=tuple((1,) * len(c) for c in lazy.chunks),
+        dtype=np.float64,
+        meta=np.empty((0,) * lazy.ndim, np.float64),
+    ).sum()
+
+
+def timed(fn, repeats: int) -> tuple[float, Any]:
+    result = fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def single_gpu(path: Path, nbytes: int, repeats: int) -> list[dict[str, Any]]:
+    import cupy
+
+    from linumpy.io import open_volume, read_volume
+    from linumpy.parallel import Cluster
+
+    def read() -> float:
+        volume = read_volume(path, gpu=True)
+        total = float(volume.sum(dtype="float64"))
+        del volume
+        return total
+
+    seconds, expected = timed(read, repeats)
+    rows = [{"what": "read_volume(gpu=True) + sum", "s": seconds, "GB/s": nbytes / seconds / 1e9}]
+    cupy.get_default_memory_pool().free_all_blocks()
+    for chunks in ("128MiB", "512MiB"):
+        for threads in (1, 2, 4):
+            cluster = Cluster(threads=threads)
+            lazy = _block_sums(open_volume(path, gpu=True, chunks=chunks))
+            seconds, total = timed(lambda: float(cluster.compute(lazy)), repeats)  # noqa: B023
+            assert total == expected, (total, expected)
+            rows.append(
+                {
+                    "what": f"open_volume(gpu=True), {chunks} blocks, {threads} thread(s)",
+                    "s": seconds,
+                    "GB/s": nbytes / seconds / 1e9,
+                    "ratio": rows[0]["s"] / seconds,
+                }
+            )
+            cupy.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def device_limit(path: Path, nbytes: int) -> dict[str, Any]:
+    """Read the volume block by block with the cupy pool limited to a quarter of its size."""
+    import cupy
+    from dask.callbacks import Callback
+
+    from linumpy.io import open_volume
+    from linumpy.parallel import Cluster
+
+    pool = cupy.get_default_memory_pool()
+    pool.free_all_blocks()
+    limit = nbytes // 4
+    pool.set_limit(size=limit)
+    peak = [0]
+
+    class Peak(Callback):
+        def _posttask(self, *args: Any) -> None:
+            peak[0] = max(peak[0], pool.total_bytes())
+
+    try:
+        lazy = _block_sums(open_volume(path, gpu=True, chunks=f"{limit // 8}B"))
+        start = time.perf_counter()
+        with Peak():
+            Cluster(threads=2).compute(lazy)
+        seconds = time.perf_counter() - start
+    finally:
+        pool.set_limit(size=0)
+    return {
+        "what": f"open_volume(gpu=True) under a {limit / GIB:.2f} GiB pool limit "
+        f"(volume {nbytes / GIB:.2f} GiB)",
+        "s": seconds,
+        "GB/s": nbytes / seconds / 1e9,
+        "peak pool GiB": peak[0] / GIB,
+        "ok": peak[0] <= limit,
+    }
+
+
+def multi_gpu(path: Path, nbytes: int, repeats: int, gpus: int) -> list[dict[str, Any]]:
+    from linumpy.io import open_volume
+    from linumpy.parallel import dask_cluster
+
+    rows = []
+    for n in (1, gpus):
+        with dask_cluster(gpus=n) as cluster:
+            lazy = _block_sums(open_volume(path, gpu=True, chunks=(128, 512, 512)))
+            seconds, _ = timed(lambda: float(cluster.compute(lazy)), repeats)  # noqa: B023
+        rows.append(
+            {
+                "what": f"LocalCUDACluster, {n} GPU(s), 128x512x512 blocks",
+                "s": seconds,
+                "GB/s": nbytes / seconds / 1e9,
+            }
+        )
+    rows[-1]["ratio"] = rows[0]["s"] / rows[-1]["s"]
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-gib", type=float, default=2.0, help="volume size [%(default)s]")
+    parser.add_argument("--gpus", type=int, default=1, help="2: also run (c) [%(default)s]")
+    parser.add_argument("--repeats", type=int, default=3, help="[%(default)s]")
+    parser.add_argument("--no-device-limit", action="store_true", help="skip (b)")
+    parser.add_argument("--folder", help="where the volume goes (a temporary folder by default)")
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(dir=args.folder) as folder:
+        path = Path(folder) / "volume.zarr"
+        start = time.perf_counter()
+        shape = make_volume(path, args.size_gib)
+        nbytes = int(np.prod(shape)) * 2
+        print(
+            f"volume {shape} uint16 ({nbytes / GIB:.2f} GiB) written in "
+            f"{time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
+        rows += single_gpu(path, nbytes, args.repeats)
+        if not args.no_device_limit:
+            rows.append(device_limit(path, nbytes))
+        if args.gpus > 1:
+            rows += multi_gpu(path, nbytes, args.repeats, args.gpus)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    print("\n| what | s | GB/s | ratio / peak |")
+    print("| --- | --- | --- | --- |")
+    for row in rows:
+        extra = (
+            f"{row['ratio']:.2f}"
+            if "ratio" in row
+            else f"peak {row['peak pool GiB']:.2f} GiB, {'ok' if row['ok'] else 'OVER'}"
+            if "peak pool GiB" in row
+            else ""
+        )
+        print(f"| {row['what']} | {row['s']:.3f} | {row['GB/s']:.2f} | {extra} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
