@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -99,6 +100,26 @@ def test_a_new_image_is_deleted_on_an_exception(tmp_path: Path) -> None:
         writer[...] = np.ones((8, 8), np.uint8)
         raise RuntimeError("stop")
     assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_save_omezarr_stages_a_new_image_too(tmp_path: Path) -> None:
+    path = tmp_path / "new.ome.zarr"
+
+    def block(index: int) -> np.ndarray:
+        assert not path.exists()  # nothing appears under the name before the commit
+        if index == 3:
+            raise RuntimeError("stop")
+        return np.full((8, 16), index, np.uint8)
+
+    failing = da.concatenate(
+        [da.from_delayed(dask.delayed(block)(i), (8, 16), np.uint8) for i in range(4)]
+    )
+    with pytest.raises(RuntimeError, match="stop"):
+        save_omezarr(failing, path, voxel_size=(1, 1), chunks=(8, 16))
+    assert list(tmp_path.iterdir()) == []
+    save_omezarr(failing[:24], path, voxel_size=(1, 1), chunks=(8, 16))
+    assert read_volume(path)[::8, 0].tolist() == [0, 1, 2]
+    assert list(tmp_path.iterdir()) == [path]
 
 
 def test_a_writer_never_committed_is_discarded(old_and_new, caplog) -> None:

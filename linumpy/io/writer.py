@@ -120,8 +120,8 @@ class OmeZarrWriter:
     it (:attr:`path`) and swapped in at :meth:`commit` (called by :meth:`finalize` and at the end
     of a ``with`` block); until then the old image stays readable and intact, and an exception in
     the ``with`` block, a kill or a writer never committed leaves it as it was (see
-    :mod:`linumpy.io.staging`). A new image is written in place (``path`` is the target) and
-    deleted on an exception in the ``with`` block.
+    :mod:`linumpy.io.staging`). A new image is written in place (``path`` is the target; it is
+    deleted on an exception in the ``with`` block), or staged too with ``always_stage``.
 
     Parameters
     ----------
@@ -153,6 +153,10 @@ class OmeZarrWriter:
         Axis names (``"cyx"``), or :class:`~linumpy.io.metadata.Axis` entries with types and
         units (as :func:`~linumpy.io.omezarr.read_axes` returns them); by default the last
         axes of ``tczyx``.
+    always_stage
+        Stage a new image too, so that nothing appears under ``path`` before :meth:`commit` (an
+        interrupted write of a new image then leaves nothing under its name). The caller must
+        commit: :meth:`finalize`, :meth:`commit` or the end of a ``with`` block.
     checksum
         Store a zstd content checksum (XXH64) in every chunk, verified on every read; by default
         ``linumpy.settings.get().write_checksum`` (True unless ``LINUMPY_ZSTD_CHECKSUM=0``).
@@ -193,6 +197,7 @@ class OmeZarrWriter:
         fill_value: Any = 0,
         axes: AxesArg = None,
         checksum: bool | None = None,
+        always_stage: bool = False,
     ) -> None:
         self.target = Path(path)
         self.shape = tuple(int(s) for s in shape)
@@ -213,9 +218,10 @@ class OmeZarrWriter:
         check_chunk_count(self.shape, chunks, self.dtype.itemsize)
         recover_staging(self.target)
         self._staged: StagedWrite | None = None
-        if self.target.exists() or self.target.is_symlink():
-            if not overwrite:
-                raise LinumpyError(f"{self.target} exists; pass overwrite=True to replace it")
+        exists = self.target.exists() or self.target.is_symlink()
+        if exists and not overwrite:
+            raise LinumpyError(f"{self.target} exists; pass overwrite=True to replace it")
+        if exists or always_stage:
             self._staged = StagedWrite(self.target)
             self.path = self._staged.path
         else:
@@ -382,9 +388,10 @@ def save_omezarr(
 ) -> None:
     """Write an array as a zstd-compressed OME-Zarr multiscale image.
 
-    Replacing an image (``overwrite``) is atomic: the new image is written beside the old one
-    and swapped in once complete, so an interrupted write leaves the old image intact, and data
-    read from the image being replaced (a dask array of it) is read before the swap.
+    The image is written in a staging directory beside ``path`` and moved into place once
+    complete: an interrupted write leaves nothing under ``path``, or, when replacing an image
+    (``overwrite``), the old image intact; data read from the image being replaced (a dask array
+    of it) is read before the swap.
 
     Parameters
     ----------
@@ -425,6 +432,7 @@ def save_omezarr(
         unit=unit,
         axes=axes,
         checksum=checksum,
+        always_stage=True,
     )
     with writer:
         if is_dask:
