@@ -11,6 +11,7 @@ __all__ = [
     "ChunkDecodeError",
     "DeviceMemoryError",
     "GPUUnavailableError",
+    "HostMemoryError",
     "LinumpyError",
     "SettingsError",
     "UnsupportedLayoutError",
@@ -95,6 +96,23 @@ class DeviceMemoryError(LinumpyError, MemoryError):
     ...     volume = read_volume("huge.ome.zarr", gpu=True)
     ... except DeviceMemoryError:
     ...     volume = read_volume("huge.ome.zarr", gpu=True, region=(slice(0, 256),))
+    """
+
+
+class HostMemoryError(LinumpyError, MemoryError):
+    """A read would need more host memory than the machine has available (raised before
+    allocating); the message says how much was asked for.
+
+    Examples
+    --------
+    >>> issubclass(HostMemoryError, MemoryError)
+    True
+    >>> from linumpy.io.engine.memory import check_host_memory
+    >>> try:
+    ...     check_host_memory(2**62, "v.zarr", "the output")
+    ... except HostMemoryError as exc:
+    ...     print(str(exc).split(",")[0])
+    v.zarr: the output needs 4194304.0 TiB of host memory
     """
 
 

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from linumpy.errors import DeviceMemoryError
+from linumpy.io.engine.memory import format_size
 
-__all__ = ["check_free", "format_size", "pinned_buffer", "pinned_buffers"]
+__all__ = ["check_free", "pinned_buffer", "pinned_buffers"]
 
 _pinned_lock = threading.Lock()
 _pinned_idle: list[tuple[int, Any, np.ndarray]] = []
@@ -91,21 +92,6 @@ def pinned_buffer(role: str, slot: int, nbytes: int) -> np.ndarray:
         with _slots_lock:
             _slots[(role, slot)] = entry
     return entry[1][:nbytes]
-
-
-def format_size(nbytes: float) -> str:
-    """A byte count for people.
-
-    Examples
-    --------
-    >>> format_size(512), format_size(3 * 2**30)
-    ('512 bytes', '3.0 GiB')
-    """
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if nbytes < 1024 or unit == "TiB":
-            return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    raise AssertionError("unreachable")
 
 
 def check_free(needed: int, source: str, shape: tuple[int, ...], dtype: Any, what: str) -> None:

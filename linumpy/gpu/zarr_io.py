@@ -38,8 +38,9 @@ from linumpy.gpu.backend import (
     device_memory_needed,
     fast_path_obstacle,
 )
-from linumpy.gpu.memory import check_free, format_size
+from linumpy.gpu.memory import check_free
 from linumpy.io.engine.fetch import kvikio_unusable_reason
+from linumpy.io.engine.memory import format_size
 from linumpy.io.engine.plan import parse_region, plan_read
 from linumpy.io.engine.run import run
 from linumpy.io.omezarr import open_array

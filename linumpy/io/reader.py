@@ -8,6 +8,7 @@ engine does not plan are read by zarr itself.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 from linumpy import settings as _settings
 from linumpy.errors import GPUUnavailableError, LinumpyError, UnsupportedLayoutError
 from linumpy.io.engine.cpu import read_plan
+from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.engine.plan import parse_region, plan_read
 from linumpy.io.omezarr import open_array
 
@@ -102,9 +104,14 @@ def read_volume(
                 f"read_volume(gpu=True) needs linumpy's GPU support ({exc}): {GPU_INSTALL_HINT}"
             ) from None
         return read_zarr_to_gpu(array, region=region, settings=resolved)
+    selection = parse_region(region, array.shape, source)
+    shape = tuple(s.stop - s.start for s in selection)
+    check_host_memory(
+        math.prod(shape) * np.dtype(array.dtype).itemsize, source, f"an output of shape {shape}"
+    )
     try:
-        plan = plan_read(array, region)
+        plan = plan_read(array, selection)
     except UnsupportedLayoutError as exc:
         logger.info("%s: reading through zarr: %s", source, exc)
-        return array[parse_region(region, array.shape, source)]
+        return array[selection]
     return read_plan(plan, threads=resolved.io_threads)[0]

@@ -16,6 +16,7 @@ import numpy as np
 from linumpy.errors import ChunkDecodeError, LinumpyError
 from linumpy.io.engine.fetch import ALIGN
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
+from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
 from linumpy.io.engine.run import Fetched, Stats, run
 
@@ -187,6 +188,17 @@ def read_plan(
     array([[ 4,  5,  6,  7],
            [ 8,  9, 10, 11]], dtype=int16)
     """
+    if out is None:
+        check_host_memory(plan.out_nbytes, plan.source, f"an output of shape {plan.shape}")
+    scratch = plan.chunk_nbytes * min(threads, max(1, plan.n_entries)) + GROUP_BYTES * 3
+    check_host_memory(
+        scratch,
+        plan.source,
+        f"decoding its chunks of shape {plan.chunk_shape} ({format_size(plan.chunk_nbytes)} "
+        f"each) in {threads} threads",
+        "the array's chunks are too large for this machine: rechunk it, or use fewer threads "
+        "(LINUMPY_IO_THREADS)",
+    )
     backend = CpuBackend(plan, threads=threads, out=out)
     try:
         if math.prod(plan.shape) == 0:

@@ -252,6 +252,9 @@ def decode_zstd_cpu(
 ) -> np.ndarray:
     """Validate and decode one zstd chunk on the CPU with numcodecs (libzstd).
 
+    When the decoded size is known (``out`` or ``expected_size``) the decoder never writes more:
+    a frame that declares no size and inflates past the chunk fails at the chunk's size.
+
     The chunk is first checked with :func:`inspect_zstd_chunk`; libzstd then decodes every valid
     layout (several frames, skippable frames, no declared size) and verifies stored checksums.
 
@@ -290,17 +293,23 @@ def decode_zstd_cpu(
     """
     if out is not None:
         expected_size = out.nbytes
-    if checked and out is not None:
-        direct = True
-    else:
+    single = True
+    if not (checked and out is not None):
         info = inspect_zstd_chunk(data, key=key, expected_size=expected_size)
-        # With a verified declared size libzstd fills ``out`` exactly; otherwise the decoded
-        # length is only known after decoding, so decode into a buffer of its own and check it.
-        direct = out is not None and info.content_size is not None
+        single = info.n_frames == 1 and info.n_skippable == 0
+    # One frame (its declared size, if any, was checked): decoding into a buffer of the chunk's
+    # size writes no more than that, and libzstd fails when a frame that declares no size
+    # decodes to more or fewer bytes, so it cannot inflate past the chunk. Several frames are
+    # decoded into a buffer of their own (libzstd sizes it from the frames) and checked after.
+    target = out
+    if single and target is None and expected_size is not None:
+        target = np.empty(expected_size, dtype=np.uint8)
     try:
-        decoded = _ZSTD.decode(data, out=out if direct else None)
+        decoded = _ZSTD.decode(data, out=target if single else None)
     except (RuntimeError, ValueError) as exc:
         raise ChunkDecodeError(key, f"zstd decode failed: {exc}") from None
+    if single and target is not None:
+        return target
     result = np.frombuffer(decoded, dtype=np.uint8)
     if expected_size is not None and result.nbytes != expected_size:
         raise ChunkDecodeError(
@@ -308,8 +317,7 @@ def decode_zstd_cpu(
         )
     if out is None:
         return result
-    if not direct:
-        out[...] = result
+    out[...] = result
     return out
 
 

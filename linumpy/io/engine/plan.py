@@ -27,6 +27,7 @@ from zarr.storage import LocalStore
 
 from linumpy.errors import LinumpyError, UnsupportedLayoutError
 from linumpy.io.engine.fetch import EMPTY_INNER_CHUNK, SHARD_INDEX_ENTRY, read_shard_index
+from linumpy.io.engine.memory import check_host_memory
 
 __all__ = [
     "ChunkRead",
@@ -350,8 +351,18 @@ def _parse_layout(array: zarr.Array) -> _Layout:
     )
 
 
-def _grid(region: Region, block: tuple[int, ...]) -> np.ndarray:
+#: Host bytes a plan holds per chunk (coordinates, offsets, sizes, flags), for the memory check.
+_PLAN_BYTES_PER_CHUNK = 96
+
+
+def _grid(region: Region, block: tuple[int, ...], source: str) -> np.ndarray:
     """Coordinates of the blocks a region touches, in C order, shape ``(n, ndim)``."""
+    counts = [max(0, -(-s.stop // b) - s.start // b) for s, b in zip(region, block)]
+    check_host_memory(
+        math.prod(counts) * _PLAN_BYTES_PER_CHUNK,
+        source,
+        f"planning a region of {math.prod(counts)} chunks of shape {block}",
+    )
     axes = [np.arange(s.start // b, -(-s.stop // b), dtype=np.int64) for s, b in zip(region, block)]
     if not axes:  # a 0-d array: one chunk
         return np.zeros((1, 0), dtype=np.int64)
@@ -403,7 +414,7 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
     fill = metadata.fill_value
     dtype = np.dtype(array.dtype)
     fill_value = np.zeros((), dtype)[()] if fill is None else np.asarray(fill, dtype)[()]
-    coords = _grid(region, layout.chunk_shape)
+    coords = _grid(region, layout.chunk_shape, source)
     if layout.shard_index_location is None:
         files, file_index, offsets, nbytes, stored = _unsharded(metadata, layout, coords)
     else:

@@ -1,0 +1,66 @@
+"""Host memory checks: a read that cannot fit fails before it allocates, saying how much it asked.
+
+Hostile or mistaken metadata (a shape of 2**60 voxels, chunks of 2**48) must not make a reader
+try to allocate it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from linumpy.errors import HostMemoryError
+
+__all__ = ["available_memory", "check_host_memory", "format_size"]
+
+
+def available_memory() -> int:
+    """Host memory available to new allocations, in bytes (``MemAvailable`` on Linux).
+
+    Examples
+    --------
+    >>> available_memory() > 0
+    True
+    """
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_host_memory(
+    nbytes: int,
+    source: str,
+    what: str,
+    hint: str = "read a region at a time (region=...) or lazily with linumpy.io.open_volume",
+) -> None:
+    """Raise :class:`~linumpy.errors.HostMemoryError` before allocating more than is available.
+
+    Examples
+    --------
+    >>> check_host_memory(1024, "v.zarr", "the output")  # fits: nothing happens
+    """
+    available = available_memory()
+    if nbytes > available:
+        raise HostMemoryError(
+            f"{source}: {what} needs {format_size(nbytes)} of host memory, but "
+            f"{format_size(available)} is available; {hint}"
+        )
+
+
+def format_size(nbytes: float) -> str:
+    """A byte count for people.
+
+    Examples
+    --------
+    >>> format_size(512), format_size(3 * 2**30)
+    ('512 bytes', '3.0 GiB')
+    """
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if nbytes < 1024 or unit == "TiB":
+            return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError("unreachable")
