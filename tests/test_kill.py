@@ -184,19 +184,19 @@ def staging_of(folder: Path, name: str, pid: int | None = None) -> list[str]:
 
 def spawn(argv: list[str]) -> subprocess.Popen:
     """Start a child; it waits for :func:`go_and_kill` before writing."""
-    return subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=tempfile.TemporaryFile(),
-        start_new_session=True,
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
     )
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
 
 
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    proc.log.close()  # type: ignore[attr-defined]
 
 
 def go_and_kill(
@@ -224,8 +224,8 @@ def go_and_kill(
                 committed = now - staged
             time.sleep(0.001)
         if proc.returncode:
-            proc.stderr.seek(0)
-            raise AssertionError(proc.stderr.read().decode()[-2000:])
+            proc.log.seek(0)  # type: ignore[attr-defined]
+            raise AssertionError(proc.log.read().decode()[-2000:])  # type: ignore[attr-defined]
         return "finished", committed
     finally:
         stop(proc)
