@@ -166,6 +166,7 @@ def test_fast_path_matches_zarr(tmp_path: Path, layout: str, dtype: str) -> None
             assert report.n_cpu_decoded == 0
             if region is None:
                 assert report.n_fill == 3 * 3  # the first slab of chunks is not stored
+                assert report.n_reads == 3 * 3 * 3 - report.n_fill
                 assert report.n_batches >= 1 and report.compressed_bytes > 0
                 assert {"plan", "pipeline", "fetch", "submit", "final_sync"} <= set(report.phases)
 
@@ -302,6 +303,7 @@ def test_region_reads_only_its_chunks_and_memory_stays_bounded(tmp_path: Path) -
     sizes = chunk_sizes(plan)
     assert plan.n_entries == 2 * 2 * 2
     assert report.n_fill == int((sizes < 0).sum()) == 4  # the background's chunks: not stored
+    assert report.n_reads == plan.n_entries - report.n_fill
     assert report.compressed_bytes == int(sizes[sizes >= 0].sum())
     assert report.device_extra_bytes <= device_memory_needed(plan, settings)
     assert report.pinned_bytes <= settings.pinned_bytes + ALIGN * plan.n_entries
