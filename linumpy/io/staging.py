@@ -158,7 +158,11 @@ class StagedWrite:
         elif not _exchange(ready, self.target):
             if ready.is_dir() or (self.target.is_dir() and not self.target.is_symlink()):
                 os.rename(self.target, self.staging / "old")
-                os.rename(ready, self.target)
+                try:
+                    os.rename(ready, self.target)
+                except OSError:
+                    os.rename(self.staging / "old", self.target)  # put the old content back
+                    raise
             else:
                 os.replace(ready, self.target)  # files replace each other in one step
         _sync_dir(self.target.parent)
