@@ -35,7 +35,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
+import google_crc32c
 from zarr.abc.codec import BytesBytesCodec
+from zarr.codecs import Crc32cCodec
 from zarr.codecs.zstd import parse_checksum, parse_zstd_level
 from zarr.core.common import parse_named_configuration
 from zarr.registry import fully_qualified_name, register_codec
@@ -57,6 +59,7 @@ __all__ = [
     "CONCURRENCY_ENV",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_CONCURRENCY",
+    "DeviceCrc32cCodec",
     "NvcompZstdCodec",
     "gpu_unavailable_reason",
     "gpu_zstd_config",
@@ -183,6 +186,39 @@ class NvcompZstdCodec(BytesBytesCodec):
         return encoded
 
 
+class DeviceCrc32cCodec(Crc32cCodec):
+    """zarr's ``crc32c`` codec, whose buffers are made from bytes under GPU buffer prototypes.
+
+    The index of a shard ends with a crc32c; under ``zarr.config.enable_gpu()`` zarr's own codec
+    hands the checked index back with ``from_array_like`` of a host array, which zarr's GPU
+    buffer copies with a "falling back to slow copy based path" warning on every shard read (and
+    write). This one checks and appends the same checksum and builds its buffers with
+    ``from_bytes``: the same few bytes reach the device, without the warning.
+    :func:`gpu_zstd_config` routes ``crc32c`` through it.
+
+    Examples
+    --------
+    >>> DeviceCrc32cCodec().to_dict()
+    {'name': 'crc32c'}
+    """
+
+    def _decode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
+        data = chunk_bytes.as_numpy_array()
+        inner, stored = data[:-4].tobytes(), data[-4:].tobytes()
+        computed = google_crc32c.value(inner).to_bytes(4, "little")
+        if computed != stored:
+            raise ValueError(
+                f"Stored and computed checksum do not match. Stored: {stored!r}. "
+                f"Computed: {computed!r}."
+            )
+        return chunk_spec.prototype.buffer.from_bytes(inner)
+
+    def _encode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer | None:
+        data = chunk_bytes.as_numpy_array().tobytes()
+        checksum = google_crc32c.value(data).to_bytes(4, "little")
+        return chunk_spec.prototype.buffer.from_bytes(data + checksum)
+
+
 def register_nvcomp_zstd() -> bool:
     """Register :class:`NvcompZstdCodec` with zarr as an implementation of ``zstd``.
 
@@ -209,6 +245,7 @@ def register_nvcomp_zstd() -> bool:
         logger.debug("nvCOMP zstd codec not registered: %s", reason)
         return False
     register_codec("zstd", NvcompZstdCodec)
+    register_codec("crc32c", DeviceCrc32cCodec)
     return True
 
 
@@ -237,7 +274,8 @@ def gpu_zstd_config(
     Returns
     -------
     dict
-        ``{"codecs.zstd": ..., "codec_pipeline.batch_size": ..., "async.concurrency": ...}``.
+        ``{"codecs.zstd": ..., "codecs.crc32c": ..., "codec_pipeline.batch_size": ...,
+        "async.concurrency": ...}``.
 
     Raises
     ------
@@ -248,8 +286,9 @@ def gpu_zstd_config(
     --------
     >>> import zarr
     >>> gpu_zstd_config(batch_size=256, concurrency=16)  # doctest: +NORMALIZE_WHITESPACE
-    {'codecs.zstd': 'linumpy.gpu.nvcomp_zstd.NvcompZstdCodec', 'codec_pipeline.batch_size': 256,
-     'async.concurrency': 16}
+    {'codecs.zstd': 'linumpy.gpu.nvcomp_zstd.NvcompZstdCodec',
+     'codecs.crc32c': 'linumpy.gpu.nvcomp_zstd.DeviceCrc32cCodec',
+     'codec_pipeline.batch_size': 256, 'async.concurrency': 16}
     >>> with zarr.config.set(gpu_zstd_config(batch_size=256)):
     ...     zarr.config.get("codec_pipeline.batch_size")
     256
@@ -258,6 +297,7 @@ def gpu_zstd_config(
     chosen = resolve({k: v for k, v in overrides.items() if v is not None})
     return {
         "codecs.zstd": fully_qualified_name(NvcompZstdCodec),
+        "codecs.crc32c": fully_qualified_name(DeviceCrc32cCodec),
         "codec_pipeline.batch_size": chosen.nvcomp_batch_size,
         "async.concurrency": chosen.nvcomp_concurrency,
     }
