@@ -105,6 +105,7 @@ def test_gpu_zstd_config_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     config = gpu_zstd_config()
     assert config == {
         "codecs.zstd": "linumpy.gpu.nvcomp_zstd.NvcompZstdCodec",
+        "codecs.crc32c": "linumpy.gpu.nvcomp_zstd.DeviceCrc32cCodec",
         "codec_pipeline.batch_size": DEFAULT_BATCH_SIZE,
         "async.concurrency": DEFAULT_CONCURRENCY,
     }
@@ -121,6 +122,36 @@ def test_gpu_zstd_config_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         # Dotted keys leave zarr's other codecs in place.
         assert zarr.config.get("codecs.bytes") == "zarr.codecs.bytes.BytesCodec"
     assert zarr.config.get("codecs.zstd") == "zarr.codecs.zstd.ZstdCodec"
+
+
+def test_device_crc32c_codec_checks_like_zarrs(tmp_path: Path) -> None:
+    """Arrays written through DeviceCrc32cCodec read back with zarr's codec, and the other way;
+    a damaged index fails the same check (CPU buffers here; the GPU run checks no warning)."""
+    from zarr.registry import register_codec
+
+    from linumpy.gpu.nvcomp_zstd import DeviceCrc32cCodec
+
+    data = np.arange(4096, dtype=np.uint16).reshape(64, 64)
+    register_codec("crc32c", DeviceCrc32cCodec)
+    zarr.create_array(tmp_path / "a.zarr", shape=(64, 64), chunks=(16, 16), shards=(32, 32),
+                      dtype="uint16")  # fmt: skip
+    with zarr.config.set({"codecs.crc32c": "linumpy.gpu.nvcomp_zstd.DeviceCrc32cCodec"}):
+        ours = zarr.open_array(tmp_path / "a.zarr", mode="r+")  # codecs are fixed at open
+        assert type(ours.metadata.codecs[0].index_codecs[-1]) is DeviceCrc32cCodec
+        ours[...] = data
+        assert np.array_equal(ours[...], data)
+    theirs = zarr.open_array(tmp_path / "a.zarr", mode="r")
+    assert type(theirs.metadata.codecs[0].index_codecs[-1]) is not DeviceCrc32cCodec
+    assert np.array_equal(theirs[...], data)
+    shard = tmp_path / "a.zarr" / "c" / "0" / "0"
+    raw = bytearray(shard.read_bytes())
+    raw[-6] ^= 0xFF  # inside the index, before its checksum
+    shard.write_bytes(bytes(raw))
+    with (
+        zarr.config.set({"codecs.crc32c": "linumpy.gpu.nvcomp_zstd.DeviceCrc32cCodec"}),
+        pytest.raises(ValueError, match="checksum do not match"),
+    ):
+        zarr.open_array(tmp_path / "a.zarr", mode="r")[...]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "8"])
