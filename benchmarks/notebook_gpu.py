@@ -250,7 +250,7 @@ if gpu:
         )
         if result.returncode:
             raise RuntimeError(result.stderr)
-        first, second = (float(value) for value in result.stdout.split())
+        first, second = (float(value) for value in result.stdout.split()[-2:])
         print(f"new process, {label}: estimate {first:.2f} s, again {second:.3f} s")
     kernels = sum(1 for item in cache.rglob("*") if item.is_file())
     print(f"kernels the layout estimate compiled: {kernels}")

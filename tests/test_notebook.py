@@ -1,14 +1,48 @@
-"""The tile-stitching notebook runs top to bottom (on the CPU) and is committed with outputs."""
+"""The tile-stitching notebook runs top to bottom (on the CPU) and is committed with outputs;
+benchmarks/notebook_gpu.py is its export as a plain script (for GPU hosts without Jupyter).
+
+After editing the notebook, rewrite the export with ``python tests/test_notebook.py``.
+"""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "notebooks" / "tile_stitching.ipynb"
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "docs" / "notebooks" / "tile_stitching.ipynb"
+SCRIPT = ROOT / "benchmarks" / "notebook_gpu.py"
+
+_SCRIPT_HEADER = '''"""The tile-stitching notebook as a plain script (cells as ``# %%`` blocks).
+
+Exported from docs/notebooks/tile_stitching.ipynb for GPU hosts without Jupyter:
+``MPLBACKEND=Agg python benchmarks/notebook_gpu.py`` from the
+repository root runs the notebook top to bottom and prints its outputs (figures are not shown).
+Do not edit: ``python tests/test_notebook.py`` rewrites it from the notebook.
+"""
+
+# ruff: noqa: E402, E501
+'''
+
+
+def export_script(notebook: nbformat.NotebookNode) -> str:
+    """The notebook as a percent-format script: markdown cells as comments, code cells as code."""
+    blocks = [_SCRIPT_HEADER]
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            lines = [f"# {line}".rstrip() for line in cell.source.splitlines()]
+            blocks.append("# %% [markdown]\n" + "\n".join(lines) + "\n")
+        elif cell.cell_type == "code":
+            blocks.append("# %%\n" + cell.source + "\n")
+    return "\n".join(blocks)
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
 
 
 def _images(notebook: nbformat.NotebookNode) -> int:
@@ -29,6 +63,8 @@ def test_notebook_is_committed_with_outputs() -> None:
 
 
 def test_notebook_executes(tmp_path) -> None:
+    from nbclient import NotebookClient
+
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(
         notebook,
@@ -49,3 +85,17 @@ def test_notebook_executes(tmp_path) -> None:
     error = float(text.split("largest tile position error:")[1].split("px")[0])
     assert error < 0.5
     assert _images(notebook) >= 4
+
+
+def test_gpu_script_is_the_notebook_exported() -> None:
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    assert _lines(SCRIPT.read_text()) == _lines(export_script(notebook)), (
+        f"{SCRIPT.name} is stale: rewrite it with `python tests/test_notebook.py`"
+    )
+
+
+if __name__ == "__main__":
+    SCRIPT.parent.mkdir(exist_ok=True)
+    SCRIPT.write_text(export_script(nbformat.read(NOTEBOOK, as_version=4)))
+    subprocess.run([sys.executable, "-m", "ruff", "format", "-q", str(SCRIPT)], check=True)
+    print(f"wrote {SCRIPT}")
