@@ -34,7 +34,7 @@ def test_volume_has_no_zero_chunks_and_compresses_like_oct() -> None:
     assert profile[-8:].mean() < profile[32:40].mean()  # light decays below the surface
     stored = len(numcodecs.Zstd(level=3).encode(volume))
     assert 1.3 < volume.nbytes / stored < 2.2
-    assert np.array_equal(volume, oct_volume((64, 128, 128)))
+    assert np.array_equal(volume, oct_volume((64, 128, 128), threads=3))  # same bytes
     assert not np.array_equal(volume, oct_volume((64, 128, 128), seed=7))
     assert oct_volume((4, 8, 8), "float32").dtype == np.float32
 
@@ -166,12 +166,9 @@ def test_input_without_zstd_is_read_and_its_ceilings_skipped(tmp_path: Path) -> 
 
 
 @pytest.mark.gpu
-def test_volume_generated_on_the_gpu() -> None:
+def test_volume_on_the_gpu_has_the_same_bytes() -> None:
     import cupy
 
     volume = oct_volume((64, 128, 128), xp=cupy)
     assert isinstance(volume, cupy.ndarray) and volume.dtype == np.uint16
-    host = cupy.asnumpy(volume)
-    assert host.reshape(4, 16, 8, 16, 8, 16).max(axis=(1, 3, 5)).min() > 0
-    stored = len(numcodecs.Zstd(level=3).encode(host))
-    assert 1.3 < host.nbytes / stored < 2.2
+    assert np.array_equal(cupy.asnumpy(volume), oct_volume((64, 128, 128)))

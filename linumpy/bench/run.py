@@ -11,7 +11,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import zarr
@@ -255,7 +254,6 @@ def run_benchmark(
 
         sync = cupy.cuda.runtime.deviceSynchronize
     timer = Timer(warmup=config.warmup, repeats=config.repeats, budget=config.budget, sync=sync)
-    device_volume: Any = None
     with _workdir(config) as workdir:
         if config.input is not None:
             path, volume, layout = _input_volume(config)
@@ -265,13 +263,8 @@ def run_benchmark(
             plan = [
                 (layout, workdir / f"layout-{i}.zarr") for i, layout in enumerate(config.layouts)
             ]
-            if config.gpu:
-                device_volume = oct_volume(config.shape, config.dtype, xp=cupy)
-                volume = cupy.asnumpy(device_volume)
-            else:
-                volume = oct_volume(config.shape, config.dtype)
-        if config.gpu and device_volume is None:
-            device_volume = cupy.asarray(volume)
+            volume = oct_volume(config.shape, config.dtype)
+        device_volume = cupy.asarray(volume) if config.gpu else None
         result = BenchResult(config, machine_info(config.gpu), volume.shape, str(volume.dtype))
         result.rows = timer.rows  # the same list: rows show up as they are measured
         for layout, path in tqdm(
