@@ -70,6 +70,18 @@ def _chunk_description(shape: tuple[int, ...], dtype: ZDType[Any, Any]) -> str:
 
 
 def chunk_key(index: int, count: int, spec: ArraySpec) -> str:
+    """The name errors give a chunk of a codec batch (zarr does not tell a codec its key).
+
+    Examples
+    --------
+    >>> from zarr.core.array_spec import ArrayConfig, ArraySpec
+    >>> from zarr.core.buffer import default_buffer_prototype
+    >>> from zarr.core.dtype import UInt16
+    >>> spec = ArraySpec((4, 4), UInt16(), 0, ArrayConfig.from_dict({}),
+    ...                  default_buffer_prototype())
+    >>> chunk_key(2, 5, spec)
+    'batch item 2 of 5 (chunk shape (4, 4), dtype uint16)'
+    """
     return f"batch item {index} of {count} ({_chunk_description(spec.shape, spec.dtype)})"
 
 
@@ -216,7 +228,13 @@ def _set_checksum(frame: np.ndarray, checksum: int) -> None:
 
 
 def current_device() -> int | None:
-    """The calling thread's CuPy device, or None where there is none (the codec then raises)."""
+    """The calling thread's CuPy device, or None where there is none (the codec then raises).
+
+    Examples
+    --------
+    >>> current_device() in (None, 0, 1, 2, 3, 4, 5, 6, 7)
+    True
+    """
     try:
         import cupy
 
@@ -448,6 +466,12 @@ async def _encode_batch(
 
 
 async def decode_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Buffer]:
+    """Decode ``(chunk bytes, spec, name)`` items in one batch (the codec's merged calls).
+
+    Examples
+    --------
+    >>> decoded = await decode_items([(chunk, spec, "c/0")])  # doctest: +SKIP
+    """
     with ExitStack() as pinned:
         return await _decode_batch(*(list(c) for c in zip(*items, strict=True)), pinned=pinned)
 
@@ -455,6 +479,13 @@ async def decode_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Buffe
 async def encode_items(
     items: list[tuple[Buffer, ArraySpec, str]], *, level: int, checksum: bool
 ) -> list[Buffer]:
+    """Encode ``(chunk bytes, spec, name)`` items into zstd frames in one batch.
+
+    Examples
+    --------
+    >>> items = [(chunk, spec, "c/0")]  # doctest: +SKIP
+    >>> frames = await encode_items(items, level=3, checksum=True)  # doctest: +SKIP
+    """
     with ExitStack() as pinned:
         return await _encode_batch(
             *(list(c) for c in zip(*items, strict=True)),

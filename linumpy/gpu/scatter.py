@@ -91,7 +91,20 @@ def _scatter_kernel(ndim: int, word: int, swap: bool) -> cupy.RawKernel:
 
 @dataclass(frozen=True, slots=True)
 class Geometry:
-    """Per-entry placement of chunk parts, as arrays in words, ready for scatter tables."""
+    """Per-entry placement of chunk parts, as arrays in words, ready for scatter tables.
+
+    Made by :func:`geometry`.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
+    ...                           dtype="complex64")
+    >>> geo = geometry(plan_read(array))
+    >>> geo.ndim, geo.word  # a complex element is two words of 4 bytes
+    (2, 4)
+    """
 
     ndim: int  # dimensions of the kernel's index space (a complex axis added, at least 1)
     word: int  # bytes per word
@@ -168,7 +181,31 @@ def scatter_table(
     out_ptr: int,
     fill_ptr: int,
 ) -> np.ndarray:
-    """Rows of the scatter kernel's table: ``reads`` (decoded at addresses ``sources``), fills."""
+    """Rows of the scatter kernel's table: ``reads`` (decoded at addresses ``sources``), fills.
+
+    Parameters
+    ----------
+    geo
+        From :func:`geometry`.
+    reads, fills
+        Plan entries to copy from their decoded chunk, and entries to fill.
+    sources
+        Per read: device address of its decoded chunk.
+    out_ptr, fill_ptr
+        Device addresses of the output and of one fill value.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
+    ...                           dtype="uint8")
+    >>> geo = geometry(plan_read(array))
+    >>> table = scatter_table(geo, np.array([0]), np.array([1]), sources=np.array([1000]),
+    ...                       out_ptr=5000, fill_ptr=9000)
+    >>> table[:, :3].tolist()  # source, destination, element count
+    [[1000, 5000, 2], [9000, 5002, 2]]
+    """
     rows = np.concatenate([reads, fills]).astype(np.int64)
     n, nd = len(rows), geo.ndim
     table = np.empty((n, 3 + 3 * nd), dtype=np.int64)
@@ -184,6 +221,12 @@ def scatter_table(
 
 
 def launch_scatter(geo: Geometry, table: np.ndarray, stream: cupy.cuda.Stream) -> None:
+    """Queue the scatter kernel over every row of ``table`` on ``stream`` (not waited for).
+
+    Examples
+    --------
+    >>> launch_scatter(geo, table, stream)  # doctest: +SKIP
+    """
     import cupy
 
     if len(table) == 0:

@@ -206,6 +206,13 @@ class Layout:
         of one file merged; the chunk (position in the group) names the run in errors.
     nbytes
         Bytes of the buffer in use.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> layout = layout_group(["f"], np.array([0, 0]), np.array([0, 10]), np.array([10, 5]))
+    >>> layout.offsets.tolist(), len(layout.runs), layout.nbytes
+    ([0, 10], 1, 15)
     """
 
     offsets: np.ndarray

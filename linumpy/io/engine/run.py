@@ -46,6 +46,15 @@ class Group:
         Indices of the plan's entries.
     layout
         Where they go in the staging buffer and the file reads that put them there.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linumpy.io.engine.fetch import layout_group
+    >>> group = Group(np.array([3]), layout_group(["f"], np.array([0]), np.array([0]),
+    ...                                            np.array([7])))
+    >>> group.entries.tolist(), group.layout.nbytes
+    ([3], 7)
     """
 
     entries: np.ndarray
@@ -74,6 +83,14 @@ class Fetched:
         skippable frames, no declared size) or too large for the back end's decoder.
     seconds
         Time spent reading the group's files.
+
+    Examples
+    --------
+    What a back end's ``submit`` receives (see :func:`run`):
+
+    >>> def submit(fetched: Fetched) -> None:  # doctest: +SKIP
+    ...     frames = [fetched.staging[o : o + n]
+    ...               for o, n in zip(fetched.group.layout.offsets, fetched.sizes)]
     """
 
     index: int
@@ -87,7 +104,14 @@ class Fetched:
 
 
 class Backend(Protocol):
-    """What :func:`run` needs of a back end (see :mod:`linumpy.io.engine.cpu` for one)."""
+    """What :func:`run` needs of a back end (see :mod:`linumpy.io.engine.cpu` for one).
+
+    Examples
+    --------
+    >>> from linumpy.io.engine.cpu import CpuBackend
+    >>> all(hasattr(CpuBackend, name) for name in ("staging", "fill", "submit", "finish"))
+    True
+    """
 
     slots: int  # staging buffers in use at once
     max_decode_bytes: int  # larger chunks are decoded by libzstd in the fetch stage
