@@ -255,3 +255,14 @@ def test_memory_benchmark_stays_within_twice_the_limit(tmp_path: Path) -> None:
         assert row["input_bytes"] >= 4 * limit
         assert row["above_baseline"] <= 2 * limit, done.stdout
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+def test_overwrite_replaces_the_image_once_complete(tmp_path: Path, mosaic: Path) -> None:
+    transform = read_demo_truth(mosaic)
+    target = tmp_path / "s.ome.zarr"
+    stitch_omezarr(mosaic, target, transform, blending="none", n_levels=2)
+    stitch_omezarr(mosaic, target, transform, blending="average", n_levels=2, overwrite=True)
+    expected = stitch(read_volume(mosaic), transform.normalized(), "average")
+    np.testing.assert_array_equal(read_volume(target), expected)
+    np.testing.assert_array_equal(read_volume(target, level=1), downsample_mean(expected))
+    assert [p.name for p in tmp_path.iterdir()] == ["s.ome.zarr"]  # no staging left behind

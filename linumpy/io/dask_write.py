@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
@@ -25,10 +26,15 @@ from linumpy.errors import LinumpyError
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.parallel import Cluster
 
+if TYPE_CHECKING:
+    from linumpy.io import OmeZarrWriter
+
 __all__ = [
     "align_blocks",
     "array_path",
+    "committed",
     "empty_meta",
+    "space_axes",
     "store_dask",
     "store_graph",
     "write_pyramid",
@@ -200,7 +206,8 @@ def _downsample_block(
     region = tuple(
         slice(a * f, min(b * f, n)) for (a, b), f, n in zip(location, factors, source_shape)
     )
-    return downsample_mean(read_volume(source, gpu=gpu, region=region))
+    axes = [i for i, f in enumerate(factors) if f == 2]
+    return downsample_mean(read_volume(source, gpu=gpu, region=region), axes)
 
 
 def _downsample_cost(dtype: np.dtype, factors: Sequence[int]) -> int:
@@ -216,6 +223,7 @@ def _downsample_cost(dtype: np.dtype, factors: Sequence[int]) -> int:
 def write_pyramid(
     arrays: Sequence[zarr.Array],
     *,
+    axes: Sequence[int] | None = None,
     gpu: bool = False,
     cluster: Cluster | None = None,
     progress: bool = False,
@@ -223,7 +231,7 @@ def write_pyramid(
     """Fill pyramid levels 1 and up, each from the level above as stored, block by block.
 
     Level ``i`` is the 2x mean (:func:`linumpy.io.downsample_mean`) of level ``i - 1`` along
-    every axis longer than 1; each task reads the source region of one block of whole target
+    each of ``axes`` longer than 1; each task reads the source region of one block of whole target
     shards (or chunks) with :func:`linumpy.io.read_volume`, averages it and writes it, so memory
     holds a few blocks whatever the image's size. Equal to downsampling the whole level at once.
 
@@ -232,6 +240,8 @@ def write_pyramid(
     arrays
         The levels, full resolution first (for example ``OmeZarrWriter(...).arrays``); level 0
         must already be written.
+    axes
+        The axes that shrink (an OME-Zarr image's space axes); all by default.
     gpu
         Read, average and encode on the GPU (nvCOMP).
     cluster
@@ -260,7 +270,9 @@ def write_pyramid(
     """
     cluster = cluster or Cluster()
     for index, (source, target) in enumerate(zip(arrays, arrays[1:]), start=1):
-        factors = tuple(2 if n > 1 else 1 for n in source.shape)
+        factors = tuple(
+            2 if n > 1 and (axes is None or i in axes) else 1 for i, n in enumerate(source.shape)
+        )
         dtype = np.dtype(target.dtype)
         unit = storage_unit(target)
         per_element = _downsample_cost(dtype, factors)
@@ -278,6 +290,50 @@ def write_pyramid(
             meta=empty_meta(dtype, target.ndim, gpu),
         )
         store_dask(level, target, cluster=cluster, progress=progress, desc=f"level {index}")
+
+
+@contextmanager
+def committed(writer: OmeZarrWriter) -> Iterator[OmeZarrWriter]:
+    """Commit an :class:`~linumpy.io.OmeZarrWriter` whose every level the ``with`` block writes
+    (a replacement moves into place); on an exception, abort it (the old image stays).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import OmeZarrWriter, read_volume
+    >>> from linumpy.io.dask_write import committed, write_pyramid
+    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
+    >>> for value in (1, 2):  # the second image replaces the first
+    ...     writer = OmeZarrWriter(path, (4, 4), np.uint8, voxel_size=(1, 1), n_levels=2,
+    ...                            overwrite=True)
+    ...     with committed(writer):
+    ...         writer.array[...] = value
+    ...         write_pyramid(writer.arrays)
+    >>> int(read_volume(path, level=1)[0, 0])
+    2
+    """
+    try:
+        yield writer
+    except BaseException:
+        writer.abort()
+        raise
+    writer.commit()
+
+
+def space_axes(writer: OmeZarrWriter) -> list[int]:
+    """The axes of a writer's image that its pyramid shrinks: the space axes.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import OmeZarrWriter
+    >>> from linumpy.io.dask_write import space_axes
+    >>> writer = OmeZarrWriter(tempfile.mkdtemp() + "/i.ome.zarr", (2, 8, 8), np.uint8,
+    ...                        voxel_size=(1, 1, 1), axes="cyx")
+    >>> space_axes(writer)
+    [1, 2]
+    """
+    return [i for i, axis in enumerate(writer.axes) if axis.type == "space"]
 
 
 def empty_meta(dtype: np.typing.DTypeLike, ndim: int, gpu: bool) -> Any:

@@ -16,7 +16,14 @@ import zarr
 from linumpy._xp import gpu_module
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, open_volume, read_omezarr
-from linumpy.io.dask_write import align_blocks, empty_meta, store_dask, write_pyramid
+from linumpy.io.dask_write import (
+    align_blocks,
+    committed,
+    empty_meta,
+    space_axes,
+    store_dask,
+    write_pyramid,
+)
 from linumpy.io.lazy import grow_block, storage_unit
 from linumpy.io.omezarr import NgffVersion
 from linumpy.parallel import Cluster
@@ -169,7 +176,14 @@ def convert_to_omezarr(
             lazy = lazy.map_blocks(
                 gpu_module(gpu).asarray, meta=empty_meta(data.dtype, data.ndim, True)
             )
-    store_dask(
-        align_blocks(lazy, unit), writer.array, cluster=cluster, progress=progress, desc="convert"
-    )
-    write_pyramid(writer.arrays, gpu=gpu, cluster=cluster, progress=progress)
+    with committed(writer):
+        store_dask(
+            align_blocks(lazy, unit),
+            writer.array,
+            cluster=cluster,
+            progress=progress,
+            desc="convert",
+        )
+        write_pyramid(
+            writer.arrays, axes=space_axes(writer), gpu=gpu, cluster=cluster, progress=progress
+        )

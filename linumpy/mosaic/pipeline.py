@@ -21,7 +21,7 @@ import zarr
 from linumpy._xp import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
-from linumpy.io.dask_write import store_dask, write_pyramid
+from linumpy.io.dask_write import committed, space_axes, store_dask, write_pyramid
 from linumpy.io.lazy import storage_unit
 from linumpy.mosaic.convert import convert_to_omezarr, open_source
 from linumpy.mosaic.out_of_core import plan_stitch_block, projection_lazy, stitch_lazy
@@ -237,10 +237,11 @@ def projection_omezarr(
     lazy = projection_lazy(source, gpu=gpu, align=storage_unit(writer.array), cluster=cluster)
     if gpu:  # encoded on the CPU: a 2D image is small, and the bytes stay those of a CPU run
         lazy = lazy.map_blocks(to_numpy, meta=np.empty((0, 0), np.float32))
-    store_dask(lazy, writer.array, cluster=cluster, progress=progress, desc="projection")
-    write_pyramid(writer.arrays, cluster=cluster, progress=progress)
-    if mosaic:
-        write_linumpy_attrs(target, {"mosaic": mosaic})
+    with committed(writer):
+        store_dask(lazy, writer.array, cluster=cluster, progress=progress, desc="projection")
+        write_pyramid(writer.arrays, axes=space_axes(writer), cluster=cluster, progress=progress)
+        if mosaic:
+            write_linumpy_attrs(writer.path, {"mosaic": mosaic})
     return tuple(array.shape[1:])
 
 
@@ -428,20 +429,19 @@ def stitch_omezarr(
         array.shape, np.dtype(array.dtype).itemsize, transform, storage_unit(writer.array), cluster
     )
     start = time.perf_counter()
-    stitched = stitch_lazy(source, transform, blending, block=block, gpu=gpu)
-    store_dask(stitched, writer.array, cluster=cluster, progress=progress, desc="stitch")
-    middle = time.perf_counter()
-    write_pyramid(writer.arrays, gpu=gpu, cluster=cluster, progress=progress)
-    write_linumpy_attrs(
-        target,
-        {
-            "stitch": {
-                "source": os.fspath(source),
-                "blending": blending,
-                "transform": transform.to_dict(),
-            }
-        },
-    )
+    with committed(writer):
+        stitched = stitch_lazy(source, transform, blending, block=block, gpu=gpu)
+        store_dask(stitched, writer.array, cluster=cluster, progress=progress, desc="stitch")
+        middle = time.perf_counter()
+        write_pyramid(
+            writer.arrays, axes=space_axes(writer), gpu=gpu, cluster=cluster, progress=progress
+        )
+        stitch_attrs = {
+            "source": os.fspath(source),
+            "blending": blending,
+            "transform": transform.to_dict(),
+        }
+        write_linumpy_attrs(writer.path, {"stitch": stitch_attrs})
     logger.info(
         "stitched %s -> %s (%s, %s, blocks %s, %s): level 0 %.2f s, pyramid %.2f s",
         source,
