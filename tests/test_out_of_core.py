@@ -266,3 +266,34 @@ def test_overwrite_replaces_the_image_once_complete(tmp_path: Path, mosaic: Path
     np.testing.assert_array_equal(read_volume(target), expected)
     np.testing.assert_array_equal(read_volume(target, level=1), downsample_mean(expected))
     assert [p.name for p in tmp_path.iterdir()] == ["s.ome.zarr"]  # no staging left behind
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_core_pipeline(tmp_path: Path, mosaic: Path) -> None:
+    transform = read_demo_truth(mosaic)
+    options = {"n_levels": 2, "chunks": (4, 32, 32), "shards": (8, 64, 64)}
+    small = Cluster(memory_limit=4 * 2**20, threads=2)
+    stitch_omezarr(mosaic, tmp_path / "a.ome.zarr", transform, gpu=True, **options)
+    stitch_omezarr(mosaic, tmp_path / "b.ome.zarr", transform, gpu=True, cluster=small, **options)
+    for level in (0, 1):  # blocks stitched apart on the GPU: the same values
+        np.testing.assert_array_equal(
+            read_volume(tmp_path / "a.ome.zarr", level=level),
+            read_volume(tmp_path / "b.ome.zarr", level=level),
+        )
+    cpu = stitch(read_volume(mosaic), transform.normalized(), "linear")
+    np.testing.assert_allclose(read_volume(tmp_path / "b.ome.zarr"), cpu, rtol=1e-5, atol=1e-4)
+    aip = average_intensity_projection(tmp_path / "b.ome.zarr", gpu=True, cluster=small)
+    np.testing.assert_allclose(aip.get(), cpu.mean(axis=0), rtol=1e-5, atol=1e-4)
+    convert_to_omezarr(
+        tmp_path / "b.ome.zarr",
+        tmp_path / "c.ome.zarr",
+        gpu=True,
+        cluster=small,
+        chunks=(8, 16, 16),
+        n_levels=2,
+    )
+    for level in (0, 1):
+        np.testing.assert_array_equal(
+            read_volume(tmp_path / "c.ome.zarr", level=level),
+            read_volume(tmp_path / "b.ome.zarr", level=level),
+        )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,27 +91,18 @@ def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
     return data.rechunk(block)
 
 
-def _open_target(path: str, gpu: bool) -> tuple[zarr.Array, Any]:
-    if not gpu:
-        return zarr.open_array(store=path, mode="r+"), None
-    from linumpy.gpu.zarr_io import gpu_zarr_context
-
-    context = gpu_zarr_context()
-    context.__enter__()
-    return zarr.open_array(store=path, mode="r+"), context
-
-
 def _write_block(block: Any, path: str, block_info: dict[Any, Any] | None = None) -> np.ndarray:
     region = tuple(slice(a, b) for a, b in block_info[0]["array-location"])
     xp = array_module(block)
-    target, context = _open_target(path, gpu=xp is not np)
-    try:
+    with ExitStack() as stack:
+        if xp is not np:  # zarr fixes an array's codecs when it opens it: open inside
+            from linumpy.gpu.zarr_io import gpu_zarr_context
+
+            stack.enter_context(gpu_zarr_context())
+        target = zarr.open_array(store=path, mode="r+")
         target[region] = block
-        if context is not None:
+        if xp is not np:
             xp.cuda.get_current_stream().synchronize()
-    finally:
-        if context is not None:
-            context.__exit__(None, None, None)
     return np.full((1,) * block.ndim, block.nbytes, dtype=np.int64)
 
 
