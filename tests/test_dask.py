@@ -34,7 +34,7 @@ def test_open_volume_equals_zarr(tmp_path: Path, layout: str) -> None:
     array = make_array(tmp_path / "a.zarr", layout, data, chunks=(8, 16, 16))
     unit = storage_unit(array)
     for chunks in (None, (1, 1, 1), (20, -1, 33), "64KiB"):
-        lazy = open_volume(tmp_path / "a.zarr", chunks=chunks)
+        lazy = open_volume(tmp_path / "a.zarr", chunks=chunks, settings={"io_threads": 1})
         np.testing.assert_array_equal(lazy.compute(), array[...])
         # blocks cut at whole chunks (shards): no stored chunk is read by two tasks
         for axis_chunks, u in zip(lazy.chunks, unit):

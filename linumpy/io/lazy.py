@@ -153,8 +153,7 @@ def _read_block(
 
     location = block_info[None]["array-location"]
     region = tuple(slice(o + a, o + b) for o, (a, b) in zip(origin, location))
-    extra = {} if settings is None else {"settings": settings}
-    return read_volume(path, level=level, gpu=gpu, region=region, **extra)
+    return read_volume(path, level=level, gpu=gpu, region=region, settings=settings)
 
 
 def open_volume(
