@@ -33,7 +33,7 @@ from linumpy.gpu.nvcomp_zstd import (
 )
 from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk
 
-CODEC_LOGGER = "linumpy.gpu.nvcomp_zstd"
+CODEC_LOGGER = "linumpy.gpu.codec_batches"
 
 
 def _subprocess_python(code: str) -> subprocess.CompletedProcess[str]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
-from linumpy.gpu.memory import pinned_buffer
+from linumpy.gpu.memory import PinnedLease
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
 from linumpy.io.engine.fetch import ALIGN, align_up, kvikio_unusable_reason, use_kvikio_threads
 from linumpy.io.engine.frames import FRAME_CHECKSUM, FRAME_NEEDS_CHECK, decode_zstd_cpu
@@ -161,6 +161,7 @@ class GpuBackend:
         self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
         self._slots = [_Slot(stream) for stream in streams]
         self._checks = _Checks()
+        self._lease = PinnedLease()
         self._device_id = cupy.cuda.runtime.getDevice()
         self._cpu_share = settings.gpu_cpu_share
         self._taper = plan.chunk_nbytes < _SLOW_FRAME_BYTES
@@ -202,7 +203,7 @@ class GpuBackend:
         if state.copied is not None:
             state.copied.synchronize()
         mark = time.perf_counter()
-        state.staging = pinned_buffer("staging", slot, max(nbytes, ALIGN))
+        state.staging = self._lease.get("staging", slot, max(nbytes, ALIGN))
         self.phases["pinned"] += time.perf_counter() - mark
         return state.staging
 
@@ -247,7 +248,7 @@ class GpuBackend:
         state = self._slots[fetched.slot]
         n = len(fetched.group.entries)
         mark = time.perf_counter()
-        state.decoded = pinned_buffer("decoded", fetched.slot, n * self._slot_nbytes)
+        state.decoded = self._lease.get("decoded", fetched.slot, n * self._slot_nbytes)
         self.phases["pinned"] += time.perf_counter() - mark
         mark = time.perf_counter()
         host = state.decoded
@@ -398,10 +399,12 @@ class GpuBackend:
                 logger.exception("synchronizing a GPU read stream after an error failed")
 
     def close(self) -> None:
-        """Stop the CPU decoding threads (after :meth:`finish` or :meth:`synchronize`)."""
+        """Stop the CPU decoding threads and give the pinned buffers back (after :meth:`finish`
+        or :meth:`synchronize`: nothing may still copy from them)."""
         for pool in (self._cpu_pool, self._finisher):
             if pool is not None:
                 pool.shutdown()
+        self._lease.close()
 
     def device_bytes(self) -> int:
         """Device memory held by the slots' buffers."""
