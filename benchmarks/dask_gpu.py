@@ -215,13 +215,15 @@ def main() -> int:
     print("\n| what | s | GB/s | ratio / peak |")
     print("| --- | --- | --- | --- |")
     for row in rows:
-        extra = (
-            f"{row['ratio']:.2f}"
-            if "ratio" in row
-            else f"peak {row['peak pool GiB']:.2f} GiB, {'ok' if row['ok'] else 'OVER'}"
-            if "peak pool GiB" in row
-            else ""
-        )
+        if "error" in row:
+            print(f"| {row['what']} | failed | - | {row['error']} |")
+            continue
+        if "ratio" in row:
+            extra = f"{row['ratio']:.2f}" + ("" if row.get("sum ok", True) else " (WRONG SUM)")
+        elif "peak pool GiB" in row:
+            extra = f"peak {row['peak pool GiB']:.2f} GiB, {'ok' if row['ok'] else 'OVER'}"
+        else:
+            extra = ""
         print(f"| {row['what']} | {row['s']:.3f} | {row['GB/s']:.2f} | {extra} |")
     return 0
 
