@@ -138,12 +138,17 @@ def test_projection_sums_slabs_in_z_order(tmp_path: Path, mosaic: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("kind", ["npy", "zarr"])
+@pytest.mark.parametrize("kind", ["npy", "tiff", "zarr"])
 def test_convert_under_a_memory_limit_writes_the_same_bytes(tmp_path: Path, kind: str) -> None:
     data = (np.random.default_rng(2).random((30, 40, 50)) * 1000).astype(np.uint16)
     if kind == "npy":
         source = tmp_path / "in.npy"
         np.save(source, data)
+    elif kind == "tiff":
+        import tifffile
+
+        source = tmp_path / "in.tif"
+        tifffile.imwrite(source, data)
     else:
         source = tmp_path / "in.zarr"
         zarr.create_array(source, data=data, chunks=(5, 40, 25))

@@ -6,8 +6,8 @@ chosen on the command line; the voxel size comes from --voxel-size, else from an
 else is 1. With --use-gpu the chunks are zstd-encoded on the GPU (nvCOMP; NGFF 0.5).
 
 The data goes through as dask tasks of whole output chunks (shards), and the pyramid is built
-from the stored levels, so zarr and .npy inputs larger than memory are converted with bounded
-memory (a TIFF stack is read whole): --memory-limit sets the working set per worker,
+from the stored levels, so inputs larger than memory are converted with bounded memory (each
+task reads its region of the input): --memory-limit sets the working set per worker,
 --scheduler runs the tasks on an existing dask.distributed cluster, --gpus N on a dask-cuda
 cluster with one worker per GPU.
 """

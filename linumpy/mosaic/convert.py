@@ -24,7 +24,7 @@ from linumpy.io.dask_write import (
     store_dask,
     write_pyramid,
 )
-from linumpy.io.lazy import grow_block, storage_unit
+from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.io.omezarr import NgffVersion
 from linumpy.parallel import Cluster
 
@@ -33,13 +33,54 @@ __all__ = ["convert_to_omezarr", "open_source"]
 logger = logging.getLogger(__name__)
 
 
+TIFF_SUFFIXES = (".tif", ".tiff")
+
+
+def _open_tiff(path: str | os.PathLike[str]) -> zarr.Array:
+    import tifffile
+
+    return zarr.open(tifffile.imread(path, aszarr=True), mode="r")
+
+
+def _read_file_block(path: str, block_info: dict[Any, Any] | None = None) -> np.ndarray:
+    """One block of a TIFF stack or ``.npy`` file, opened by path in the task (so that tasks
+    pickle small and each reads only its region)."""
+    region = tuple(slice(a, b) for a, b in block_info[None]["array-location"])
+    if Path(path).suffix.lower() in TIFF_SUFFIXES:
+        return np.asarray(_open_tiff(path)[region])
+    return np.array(np.load(path, mmap_mode="r")[region])
+
+
+def _lazy_source(source: str | os.PathLike[str], data: Any, block: tuple[int, ...], gpu: bool):
+    """The input as a dask array of ``block``-shaped blocks (numpy, or cupy with ``gpu``)."""
+    is_file = Path(source).suffix.lower() in (*TIFF_SUFFIXES, ".npy")
+    if not is_file:
+        return open_volume(source, chunks=block, gpu=gpu)
+    whole = tuple(slice(0, n) for n in data.shape)
+    lazy = da.map_blocks(
+        _read_file_block,
+        os.fspath(source),
+        chunks=aligned_chunks(whole, block),
+        dtype=data.dtype,
+        meta=empty_meta(data.dtype, data.ndim, False),
+    )
+    if gpu:
+        lazy = lazy.map_blocks(
+            gpu_module(gpu).asarray, meta=empty_meta(data.dtype, data.ndim, True)
+        )
+    return lazy
+
+
 def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | None]:
     """Open an image to convert: a TIFF stack, a ``.npy`` file, an OME-Zarr image or a zarr array.
+
+    Nothing is read but metadata: a TIFF stack opens as a zarr view of its pages (tifffile's
+    ``aszarr``), a ``.npy`` file as a memory map.
 
     Returns
     -------
     array
-        Array-like (numpy memory map, numpy array or lazy zarr array).
+        Array-like (numpy memory map or lazy zarr array).
     voxel_size
         The OME-Zarr image's voxel size, else None.
 
@@ -69,10 +110,8 @@ def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | 
     try:
         if suffix == ".npy":
             return np.load(path, mmap_mode="r"), None
-        if suffix in (".tif", ".tiff"):
-            import tifffile
-
-            return tifffile.imread(path), None
+        if suffix in TIFF_SUFFIXES:
+            return _open_tiff(path), None
     except (OSError, ValueError) as exc:
         raise LinumpyError(f"{path}: cannot read it as {suffix[1:]}: {exc}") from None
     node = open_array(path)  # raises LinumpyError for anything that is not zarr
@@ -101,9 +140,9 @@ def convert_to_omezarr(
 
     The data goes through in blocks of whole output shards (or chunks), one dask task each
     (zarr inputs are read with :func:`linumpy.io.open_volume`, ``.npy`` files through a memory
-    map; TIFF stacks are read whole); each pyramid level is then computed from the level above
-    as stored, block by block. With ``gpu`` the blocks are encoded on the GPU (nvCOMP; NGFF 0.5
-    only).
+    map, TIFF stacks through tifffile's zarr view of their pages); each pyramid level is then
+    computed from the level above as stored, block by block. With ``gpu`` the blocks are
+    encoded on the GPU (nvCOMP; NGFF 0.5 only).
 
     Parameters
     ----------
@@ -168,14 +207,7 @@ def convert_to_omezarr(
     per_element = 3 * data.dtype.itemsize  # the block, its copy in zarr, the encoded chunks
     budget = cluster.task_bytes(math.prod(unit) * per_element, "the conversion")
     block = grow_block(unit, data.shape, per_element, budget)
-    if isinstance(data, zarr.Array):
-        lazy = open_volume(source, chunks=block, gpu=gpu)
-    else:
-        lazy = da.from_array(data, chunks=block, meta=empty_meta(data.dtype, data.ndim, False))
-        if gpu:
-            lazy = lazy.map_blocks(
-                gpu_module(gpu).asarray, meta=empty_meta(data.dtype, data.ndim, True)
-            )
+    lazy = _lazy_source(source, data, block, gpu)
     with committed(writer):
         store_dask(
             align_blocks(lazy, unit),
