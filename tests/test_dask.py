@@ -322,7 +322,7 @@ def test_gpu_local_cuda_cluster_on_two_gpus(tmp_path: Path) -> None:
 
 
 def test_scripts_on_a_local_cluster_write_the_same_bytes(tmp_path: Path, local_cluster) -> None:
-    from linumpy.cli import linum_aip, linum_stitch_3d
+    from linumpy.cli import linum_aip, linum_convert_to_omezarr, linum_stitch_3d
     from linumpy.io.demo import make_demo_data, read_demo_truth
 
     mosaic = tmp_path / "mosaic.ome.zarr"
@@ -336,7 +336,11 @@ def test_scripts_on_a_local_cluster_write_the_same_bytes(tmp_path: Path, local_c
             [str(mosaic), str(tmp_path / "transform.json"), str(stitched), *options]
         )
         linum_aip.main([str(stitched), str(tmp_path / name / "aip.ome.zarr"), *options])
-    for image in ("stitched.ome.zarr", "aip.ome.zarr"):
+        np.save(tmp_path / name / "aip.npy", zarr.open_array(str(stitched / "0"))[:, :40])
+        linum_convert_to_omezarr.main(
+            [str(tmp_path / name / "aip.npy"), str(tmp_path / name / "c.ome.zarr"), *options]
+        )
+    for image in ("stitched.ome.zarr", "aip.ome.zarr", "c.ome.zarr"):
         trees = [
             {
                 p.relative_to(tmp_path / n): p.read_bytes()
