@@ -73,3 +73,4 @@ def test_corrupted_checksummed_writes_never_read_wrong(tmp_path: Path, layout: s
     errors = sum(n for key, n in outcomes.items() if key.endswith("error"))
     assert errors >= 0.9 * N_CORRUPTIONS, dict(outcomes)
     np.testing.assert_array_equal(read_volume(path), data)
+    print(f"{layout}: {dict(sorted(outcomes.items()))}")
