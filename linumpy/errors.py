@@ -8,6 +8,7 @@ caller would otherwise catch: a :class:`DeviceMemoryError` is a :class:`MemoryEr
 from __future__ import annotations
 
 __all__ = [
+    "BenchInputError",
     "ChunkDecodeError",
     "DeviceMemoryError",
     "GPUUnavailableError",
@@ -29,6 +30,17 @@ class LinumpyError(Exception):
     ... except LinumpyError as exc:
     ...     print(exc)
     /no/such/volume.ome.zarr: no such file or directory
+    """
+
+
+class BenchInputError(LinumpyError, ValueError):
+    """An array the benchmark cannot measure (not on the local file system, not zstd).
+
+    Examples
+    --------
+    >>> from linumpy.errors import LinumpyError
+    >>> issubclass(BenchInputError, LinumpyError)
+    True
     """
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from linumpy.errors import LinumpyError
+from linumpy.errors import BenchInputError
 
 __all__ = [
     "BenchInputError",
@@ -37,18 +37,6 @@ __all__ = [
 ALIGN = 4096
 #: Shard index entry of an inner chunk that is not stored.
 _MISSING = 2**64 - 1
-
-
-class BenchInputError(LinumpyError, ValueError):
-    """An array the benchmark cannot measure (not on the local file system, not zstd).
-
-    Examples
-    --------
-    >>> from linumpy.bench import BenchInputError
-    >>> from linumpy.errors import LinumpyError
-    >>> issubclass(BenchInputError, LinumpyError)
-    True
-    """
 
 
 def available_cpus() -> int:
