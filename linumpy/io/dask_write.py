@@ -180,8 +180,9 @@ def store_dask(
     True
     """
     cluster = cluster or Cluster()
-    written = store_graph(data, target).sum()
-    return int(cluster.compute(written, desc=desc, progress=progress))
+    # one output per block, summed here: a distributed progress bar then counts the blocks
+    written = cluster.compute(store_graph(data, target), desc=desc, progress=progress)
+    return int(written.sum())
 
 
 def _downsample_block(
