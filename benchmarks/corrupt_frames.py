@@ -69,8 +69,8 @@ def run(method: str) -> None:
                          out=pynv.as_arrays(out, [0], [size], stream.ptr))  # fmt: skip
             stream.synchronize()
             ok += 1
-        print(f"{method}: {ok + wrong} decoded ({wrong} flagged), {checked_out} refused by the check",
-              flush=True)  # fmt: skip
+        done = f"{ok + wrong} decoded ({wrong} flagged)"
+        print(f"{method}: {done}, {checked_out} refused by the check", flush=True)
 
 
 def main() -> None:
