@@ -144,7 +144,7 @@ show([data[data.shape[0] // 3] for data, _ in levels], [f"level {i}, plane Z/3" 
 #   per output shape: the registration resamples spans of whole multiples of 32 pixels, so that
 #   tile pairs with slightly different overlaps share a few kernels.
 # - **FFT plans**: cuFFT plans are made per shape and kept in cupy's plan cache (16 plans). Tiles
-#   share one shape; overlaps longer than 128 pixels are trimmed to multiples of 16, so pairs share
+#   share one shape; overlap sides of 128 pixels or more are trimmed to multiples of 16, so pairs share
 #   a few shapes and their plans are made once.
 #
 # Then the projection, the layout estimate and the 3D stitch run on a benchmark mosaic of
