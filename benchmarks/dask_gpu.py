@@ -10,6 +10,8 @@ open_volume at >= 0.8 of read_volume's throughput.
 quarter of its size; peak pool use sampled after each task. Target: within the limit.
 (c) With ``--gpus 2``: the same sum on a ``LocalCUDACluster`` with 1 worker (1 GPU), then with
 2 workers (2 GPUs). Target: >= 1.8x.
+(d) With ``--gpus 2``: ``stitch_omezarr(gpu=True)`` of the volume read as a 4x4 mosaic grid, on
+1 then 2 dask-cuda workers (what ``linum-stitch-3d --use-gpu --gpus N`` runs). Target: >= 1.8x.
 
 Medians of ``--repeats`` runs after one warm-up; a short table is printed last. Development tool
 (not installed); run from the checkout: ``python benchmarks/dask_gpu.py --gpus 2``.
@@ -32,26 +34,31 @@ GIB = 2**30
 
 
 def make_volume(path: Path, size_gib: float) -> tuple[int, ...]:
-    """Sharded uint16 volume of about ``size_gib``: speckle-like noise with a dim background."""
-    import zarr
+    """Sharded uint16 OME-Zarr image of about ``size_gib`` (no zstd checksums, as the issue's
+    figures): speckle-like noise with a dim background. Read as a 4x4 mosaic grid of 256x256
+    tiles by the stitching rows."""
+    from linumpy.io import OmeZarrWriter
 
     side = 512
     depth = max(128, int(round(size_gib * GIB / (2 * 1024 * 1024) / 128)) * 128)
     shape = (depth, 1024, 1024)
-    array = zarr.create_array(
-        str(path),
-        shape=shape,
+    writer = OmeZarrWriter(
+        path,
+        shape,
+        np.uint16,
+        voxel_size=(1, 1, 1),
         chunks=(64, 64, 64),
         shards=(128, side, side),
-        dtype="uint16",
-        compressors=zarr.codecs.ZstdCodec(level=3),
+        checksum=False,
     )
+    array = writer.array
     rng = np.random.default_rng(0)
     slab = rng.gamma(2.0, 300.0, size=(128, 1024, 1024))
     slab[:, :, :300] *= 0.05  # background
     slab = np.clip(slab, 0, 65535).astype(np.uint16)
     for z0 in range(0, depth, 128):
         array[z0 : z0 + 128] = np.roll(slab, z0 // 128 * 37, axis=2)
+    writer.commit()
     return shape
 
 
@@ -185,18 +192,55 @@ def multi_gpu(path: Path, nbytes: int, repeats: int, gpus: int) -> list[dict[str
     return rows
 
 
+def multi_gpu_stitch(path: Path, nbytes: int, gpus: int) -> list[dict[str, Any]]:
+    """``stitch_omezarr(gpu=True)`` of the volume read as a 4x4 grid of 256x256 tiles (10%
+    overlap), one level, on 1 then ``gpus`` dask-cuda workers; one run each (after a warm-up
+    read of the input)."""
+    from linumpy.mosaic.pipeline import stitch_omezarr
+    from linumpy.mosaic.transform import TileTransform
+    from linumpy.parallel import dask_cluster
+
+    step = 0.9 * 256
+    transform = TileTransform([[step, 0.0], [0.0, step]], (0.0, 0.0), (256, 256), (4, 4))
+    rows = []
+    for n in (1, gpus):
+        target = path.parent / f"stitched_{n}.ome.zarr"
+        with dask_cluster(gpus=n) as cluster:
+            start = time.perf_counter()
+            stitch_omezarr(
+                path,
+                target,
+                transform,
+                gpu=True,
+                n_levels=1,
+                chunks=(64, 128, 128),
+                cluster=cluster,
+            )
+            seconds = time.perf_counter() - start
+        rows.append(
+            {
+                "what": f"stitch_omezarr(gpu=True), LocalCUDACluster, {n} GPU(s) (input GB/s)",
+                "s": seconds,
+                "GB/s": nbytes / seconds / 1e9,
+            }
+        )
+    rows[-1]["ratio"] = rows[0]["s"] / rows[-1]["s"]
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-gib", type=float, default=2.0, help="volume size [%(default)s]")
-    parser.add_argument("--gpus", type=int, default=1, help="2: also run (c) [%(default)s]")
+    parser.add_argument("--gpus", type=int, default=1, help="2: also (c), (d) [%(default)s]")
     parser.add_argument("--repeats", type=int, default=3, help="[%(default)s]")
     parser.add_argument("--no-device-limit", action="store_true", help="skip (b)")
+    parser.add_argument("--no-stitch", action="store_true", help="skip (d)")
     parser.add_argument("--folder", help="where the volume goes (a temporary folder by default)")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
-        path = Path(folder) / "volume.zarr"
+        path = Path(folder) / "volume.ome.zarr"
         start = time.perf_counter()
         shape = make_volume(path, args.size_gib)
         nbytes = int(np.prod(shape)) * 2
@@ -210,6 +254,8 @@ def main() -> int:
             rows.append(device_limit(path, nbytes))
         if args.gpus > 1:
             rows += multi_gpu(path, nbytes, args.repeats, args.gpus)
+            if not args.no_stitch:
+                rows += multi_gpu_stitch(path, nbytes, args.gpus)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     print("\n| what | s | GB/s | ratio / peak |")
