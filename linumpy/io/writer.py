@@ -226,7 +226,7 @@ class OmeZarrWriter:
             self.path = self._staged.path
         else:
             self.path = self.target
-        self._finalized = self._committed = False
+        self._finalized = self._committed = self._created = False
         try:
             self.arrays = self._create(chunks, shards, n_levels, level, fill_value)
         except BaseException:
@@ -243,6 +243,7 @@ class OmeZarrWriter:
     ) -> list[zarr.Array]:
         zarr_format = 3 if self.ngff_version == "0.5" else 2
         group = zarr.open_group(store=LocalStore(self.path), mode="w-", zarr_format=zarr_format)
+        self._created = True  # from here on, abort() deletes what was written in place
         shrink = [axis.type == "space" for axis in self.axes]
         arrays, datasets = [], []
         for index, level_shape in enumerate(_level_shapes(self.shape, n_levels, shrink)):
@@ -334,7 +335,7 @@ class OmeZarrWriter:
             return
         if self._staged is not None:
             self._staged.abort()
-        elif self.path.exists():
+        elif self._created:
             shutil.rmtree(self.path, ignore_errors=True)
         self._committed = True
 
