@@ -347,7 +347,7 @@ def _connect(address: str) -> Any:
         ) from None
 
 
-def _start_cuda_cluster(gpus: int, memory_limit: int | None) -> Any:
+def _start_cuda_cluster(gpus: int) -> Any:
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:
@@ -357,11 +357,10 @@ def _start_cuda_cluster(gpus: int, memory_limit: int | None) -> Any:
     visible = visible_gpus()
     if gpus > visible:
         raise ClusterError(f"--gpus {gpus}: only {visible} GPU(s) are visible to this process")
+    # dask's own worker memory limit (whole process: interpreter, CUDA context and all) stays
+    # its default; ``memory_limit`` sizes the blocks, whose working set it bounds
     return LocalCUDACluster(
-        n_workers=gpus,
-        CUDA_VISIBLE_DEVICES=list(range(gpus)),
-        threads_per_worker=1,
-        memory_limit=memory_limit or "auto",
+        n_workers=gpus, CUDA_VISIBLE_DEVICES=list(range(gpus)), threads_per_worker=1
     )
 
 
@@ -420,7 +419,7 @@ def dask_cluster(
         if scheduler is not None:
             client = stack.enter_context(_connect(scheduler))
         else:
-            cluster = stack.enter_context(_start_cuda_cluster(gpus, limit))
+            cluster = stack.enter_context(_start_cuda_cluster(gpus))
             client = stack.enter_context(Client(cluster))
         yield Cluster(client, memory_limit=limit or _worker_memory(client), gpus=gpus or 0)
 
