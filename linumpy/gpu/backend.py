@@ -154,12 +154,14 @@ class GpuBackend:
 
         self.plan = plan
         self.out = out
-        self.slots = len(streams)
+        # At least two staging slots: the run loop reads group k+1 while group k is still being
+        # checked and copied, so one slot alone would be overwritten under its own copy.
+        self.slots = max(2, len(streams))
         self.max_decode_bytes = min(settings.gpu_chunk_bytes, nvcomp.MAX_DECODE_BYTES)
         self._settings = settings
         self._geometry = geometry(plan)
         self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
-        self._slots = [_Slot(stream) for stream in streams]
+        self._slots = [_Slot(streams[i % len(streams)]) for i in range(self.slots)]
         self._checks = _Checks()
         self._lease = PinnedLease()
         self._device_id = cupy.cuda.runtime.getDevice()
