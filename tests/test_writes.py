@@ -21,7 +21,7 @@ from ome_zarr.reader import Reader
 from zarr_layouts import sample_data
 
 from linumpy import settings
-from linumpy.cli import linum_aip
+from linumpy.cli import linum_aip, linum_convert_to_omezarr
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume, save_omezarr
 from linumpy.io import staging as staging_module
@@ -430,6 +430,18 @@ def test_tiny_chunks_on_a_large_image_are_refused(old_and_new) -> None:
         )
     np.testing.assert_array_equal(read_volume(path), old)  # nothing was touched
     assert hidden(path.parent) == []
+
+
+def test_a_script_stops_on_tiny_chunks_with_the_numbers(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "big.npy"  # 256 MiB of zeros, a sparse file
+    np.lib.format.open_memmap(source, mode="w+", dtype=np.uint16, shape=(512, 512, 512)).flush()
+    output = tmp_path / "out.ome.zarr"
+    with pytest.raises(SystemExit) as stop:
+        linum_convert_to_omezarr.main([str(source), str(output), "--chunks", "1", "1", "1"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "134,217,728 chunks of 2 B each" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy"]
 
 
 def test_many_small_chunks_get_a_warning(tmp_path: Path, caplog) -> None:
