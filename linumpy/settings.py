@@ -105,9 +105,10 @@ class Settings:
     gpu_cpu_share
         Fraction of a GPU read's decoded bytes that libzstd decodes on the CPU meanwhile (the
         last groups read, copied to the device and scattered there). nvCOMP decodes a 4 MiB
-        frame block after block (one call of 256 such frames took about 70 ms on an H200), so
-        a host with cores to spare may gain; on the 16-core H200 host 0.15-0.3 was slower than
-        0 (reads, decodes and the calling thread oversubscribe the cores).
+        frame block after block (one call of 256 such frames took 61-77 ms on an H200), so a
+        host with cores to spare may gain; on the 16-core H200 host results were mixed (0.3:
+        10.6 against 9.7 GB/s at 128^3 in one run; 0.15: 6.0 against 11.0 in another). 1 decodes
+        every chunk with libzstd, which also rejects any corrupt frame (see the GPU guide).
     gpu_chunk_bytes
         Largest decoded chunk nvCOMP decodes; larger ones are decoded by libzstd on the CPU.
     nvcomp_batch_size
