@@ -33,10 +33,8 @@ __all__ = [
     "ChunkRead",
     "ReadPlan",
     "chunk_view",
-    "fill_missing",
     "parse_region",
     "plan_read",
-    "scatter_chunk",
 ]
 
 Region = tuple[slice, ...]
@@ -511,49 +509,3 @@ def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
            [14, 15]], dtype=uint8)
     """
     return buffer.view(plan.stored_dtype).reshape(plan.chunk_shape, order=plan.order)
-
-
-def scatter_chunk(out: Any, plan: ReadPlan, read: ChunkRead, buffer: Any) -> None:
-    """Copy the kept part of a decoded chunk into the output (numpy or cupy arrays alike).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.fetch import fetch_chunk
-    >>> from linumpy.io.engine.frames import decode_zstd_cpu
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
-    >>> array[:] = np.arange(16, dtype=np.uint8).reshape(4, 4)
-    >>> plan = plan_read(array, (slice(1, 3), slice(1, 3)))
-    >>> out = np.zeros(plan.shape, plan.dtype)
-    >>> for read in plan.reads:
-    ...     data = fetch_chunk(read.path, read.offset, read.nbytes, read.key)
-    ...     scatter_chunk(out, plan, read, decode_zstd_cpu(data, key=read.key))
-    >>> out
-    array([[ 5,  6],
-           [ 9, 10]], dtype=uint8)
-    """
-    out[read.out_sel] = chunk_view(buffer, plan)[read.chunk_sel]
-
-
-def fill_missing(out: Any, plan: ReadPlan, read: ChunkRead) -> None:
-    """Set the output elements of a chunk that is not stored to the fill value.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), shards=(4, 4),
-    ...                           dtype="uint8", fill_value=7)
-    >>> array[:2, :2] = 1
-    >>> plan = plan_read(array)
-    >>> out = np.zeros(plan.shape, plan.dtype)
-    >>> for read in plan.missing:
-    ...     fill_missing(out, plan, read)
-    >>> out
-    array([[0, 0, 7, 7],
-           [0, 0, 7, 7],
-           [7, 7, 7, 7],
-           [7, 7, 7, 7]], dtype=uint8)
-    """
-    out[read.out_sel] = plan.fill_value
