@@ -46,8 +46,12 @@ _BLOCK_RLE = 1
 _BLOCK_RESERVED = 3
 _MIN_FRAME = 6  # magic, descriptor and the smallest block header
 
-#: :func:`check_frames` verdicts.
-FRAME_GPU, FRAME_CHECKSUM, FRAME_NEEDS_CHECK = 0, 1, 2
+#: :func:`check_frames` verdict: one frame of the chunk's size, nvCOMP can decode it.
+FRAME_GPU = 0
+#: :func:`check_frames` verdict: the same, with a stored content checksum to verify.
+FRAME_CHECKSUM = 1
+#: :func:`check_frames` verdict: left to :func:`inspect_zstd_chunk` (and maybe libzstd).
+FRAME_NEEDS_CHECK = 2
 
 BytesLike = bytes | bytearray | memoryview | np.ndarray
 
