@@ -51,7 +51,20 @@ def _build_arg_parser(ndim: int = NDIM, doc: str | None = __doc__) -> cli.LinumA
 
 
 def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) -> None:
-    """Parse ``argv`` and stitch a ``ndim``-D mosaic grid (shared by linum-stitch-2d)."""
+    """Parse ``argv`` and stitch a ``ndim``-D mosaic grid (shared by linum-stitch-2d).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.cli.linum_stitch_3d import _build_arg_parser, run
+    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
+    >>> read_demo_truth(folder + "/grid.ome.zarr").save(folder + "/transform.json")
+    >>> argv = [folder + "/grid.ome.zarr", folder + "/transform.json", folder + "/s.ome.zarr"]
+    >>> run(_build_arg_parser(), argv, 3)  # doctest: +ELLIPSIS
+    /.../s.ome.zarr: stitched 4 tiles (linear blending)
+    """
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)
     cli.check_input(parser, args.transform)
@@ -86,6 +99,20 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Run ``linum-stitch-3d`` with ``argv`` (the command line by default).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.cli.linum_stitch_3d import main
+    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
+    >>> read_demo_truth(folder + "/grid.ome.zarr").save(folder + "/transform.json")
+    >>> main([folder + "/grid.ome.zarr", folder + "/transform.json", folder + "/s.ome.zarr",
+    ...       "--memory-limit", "64MiB", "--n-levels", "2"])  # doctest: +ELLIPSIS
+    /.../s.ome.zarr: stitched 4 tiles (linear blending)
+    """
     run(_build_arg_parser(), argv, NDIM)
 
 
