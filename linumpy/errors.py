@@ -10,10 +10,12 @@ from __future__ import annotations
 __all__ = [
     "BenchInputError",
     "ChunkDecodeError",
+    "ClusterError",
     "DeviceMemoryError",
     "GPUUnavailableError",
     "HostMemoryError",
     "LinumpyError",
+    "MemoryLimitError",
     "SettingsError",
     "UnsupportedLayoutError",
 ]
@@ -92,6 +94,53 @@ class GPUUnavailableError(LinumpyError, RuntimeError):
     >>> volume.shape
     (8, 8, 8)
     """
+
+
+class ClusterError(LinumpyError, RuntimeError):
+    """A dask cluster could not be started or reached (the message says what to change).
+
+    Examples
+    --------
+    >>> from linumpy.parallel import dask_cluster
+    >>> try:
+    ...     with dask_cluster(gpus=0):
+    ...         pass
+    ... except ClusterError as exc:
+    ...     print(exc)
+    gpus must be a positive number of GPUs, got 0
+    """
+
+
+class MemoryLimitError(LinumpyError, ValueError):
+    """The memory limit is smaller than the working set of the smallest block of a job.
+
+    Parameters
+    ----------
+    limit
+        The memory limit per worker, in bytes.
+    needed
+        The smallest limit that works, in bytes.
+    what
+        The job's name.
+
+    Examples
+    --------
+    >>> print(MemoryLimitError(2**20, 24 * 2**20, "stitching"))  # doctest: +NORMALIZE_WHITESPACE
+    memory limit 1.00 MiB per worker (--memory-limit) is smaller than one block of stitching:
+    use at least 24.00 MiB
+    """
+
+    def __init__(self, limit: int, needed: int, what: str) -> None:
+        from dask.utils import format_bytes
+
+        self.limit, self.needed, self.what = limit, needed, what
+        super().__init__(
+            f"memory limit {format_bytes(limit)} per worker (--memory-limit) is smaller than one "
+            f"block of {what}: use at least {format_bytes(needed)}"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[int, int, str]]:
+        return (type(self), (self.limit, self.needed, self.what))
 
 
 class DeviceMemoryError(LinumpyError, MemoryError):

@@ -24,7 +24,7 @@ from dask.callbacks import Callback
 from dask.utils import format_bytes, parse_bytes
 from tqdm import tqdm
 
-from linumpy.errors import LinumpyError
+from linumpy.errors import ClusterError, LinumpyError, MemoryLimitError
 
 __all__ = [
     "DEFAULT_TASK_BYTES",
@@ -51,52 +51,6 @@ TASK_SHARE = 0.75
 SCHEDULER_TIMEOUT_S = 3
 #: What brings dask-cuda (the package index's ``linumpy`` is another project).
 GPU_EXTRA_HINT = 'pip install -e ".[gpu-cu13]" (or ".[gpu-cu12]") from the linumpy checkout'
-
-
-class ClusterError(LinumpyError):
-    """A dask cluster could not be started or reached (the message says what to change).
-
-    Examples
-    --------
-    >>> from linumpy.parallel import ClusterError, dask_cluster
-    >>> try:
-    ...     with dask_cluster(gpus=0):
-    ...         pass
-    ... except ClusterError as exc:
-    ...     print(exc)
-    gpus must be a positive number of GPUs, got 0
-    """
-
-
-class MemoryLimitError(LinumpyError):
-    """The memory limit is smaller than the working set of the smallest block of a job.
-
-    Parameters
-    ----------
-    limit
-        The memory limit per worker, in bytes.
-    needed
-        The smallest limit that works, in bytes.
-    what
-        The job's name.
-
-    Examples
-    --------
-    >>> from linumpy.parallel import MemoryLimitError
-    >>> print(MemoryLimitError(2**20, 24 * 2**20, "stitching"))  # doctest: +NORMALIZE_WHITESPACE
-    memory limit 1.00 MiB per worker (--memory-limit) is smaller than one block of stitching:
-    use at least 24.00 MiB
-    """
-
-    def __init__(self, limit: int, needed: int, what: str) -> None:
-        self.limit, self.needed, self.what = limit, needed, what
-        super().__init__(
-            f"memory limit {format_bytes(limit)} per worker (--memory-limit) is smaller than one "
-            f"block of {what}: use at least {format_bytes(needed)}"
-        )
-
-    def __reduce__(self) -> tuple[type, tuple[int, int, str]]:
-        return (type(self), (self.limit, self.needed, self.what))
 
 
 def parse_size(value: str | int) -> int:
