@@ -435,9 +435,17 @@ def save_omezarr(
         checksum=checksum,
         always_stage=True,
     )
+    if is_dask:
+        # Out of core: whole shards (or chunks) per task, then each level from the one stored
+        # above it, block by block; committed only once every level is written.
+        # The level-0 write runs on dask's configured scheduler (a distributed client if one
+        # is active); the pyramid is built from the stored level on local threads.
+        from linumpy.io.dask_write import committed, space_axes, store_graph, write_pyramid
+
+        on_gpu = type(getattr(data, "_meta", None)).__module__.startswith("cupy")
+        with committed(writer):
+            store_graph(data, writer.array).sum().compute()
+            write_pyramid(writer.arrays, axes=space_axes(writer), gpu=on_gpu)
+        return
     with writer:
-        if is_dask:
-            target = writer.array
-            dask_array.store(data.rechunk(target.shards or target.chunks), target, lock=False)
-        else:
-            writer[...] = data
+        writer[...] = data
