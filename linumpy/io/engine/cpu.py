@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
 
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError, LinumpyError
-from linumpy.io.engine.fetch import ALIGN
+from linumpy.io.engine.fetch import ALIGN, fetch_chunk
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
@@ -101,8 +102,27 @@ class CpuBackend:
             scratch = self._local.scratch = np.empty(self.plan.chunk_nbytes, dtype=np.uint8)
         return scratch
 
+    def decode_entry(self, entry: int, frame: Any, *, checked: bool) -> None:
+        """Decode one stored chunk into the output (in place when its rows are contiguous).
+
+        ``checked``: the frame passed :func:`~linumpy.io.engine.frames.check_frames` already.
+        """
+        plan = self.plan
+        out_sel, chunk_sel = self._selections(entry)
+        whole = all(s.stop - s.start == n for s, n in zip(chunk_sel, plan.chunk_shape))
+        target = self._direct_target(out_sel, whole)
+        try:
+            if target is not None:
+                decode_zstd_cpu(frame, key="", out=target, checked=checked)
+                return
+            scratch = self._scratch()
+            decode_zstd_cpu(frame, key="", out=scratch, checked=checked)
+        except ChunkDecodeError as exc:  # the key is made only when needed
+            raise ChunkDecodeError(plan.key(entry), exc.reason) from None
+        self.out[out_sel] = chunk_view(scratch, plan)[chunk_sel]
+
     def submit(self, fetched: Fetched) -> None:
-        """Decode and scatter every chunk of the group; returns when they are in the output."""
+        """Queue every chunk of the group for decoding and scattering (see :meth:`finish`)."""
         plan = self.plan
         entries = fetched.group.entries
         offsets = fetched.group.layout.offsets
@@ -111,22 +131,12 @@ class CpuBackend:
 
         def work(i: int) -> None:
             entry = int(entries[i])
-            out_sel, chunk_sel = self._selections(entry)
             if fetched.verdicts[i] == FRAME_NEEDS_CHECK:
+                out_sel, chunk_sel = self._selections(entry)
                 self.out[out_sel] = chunk_view(decoded[i], plan)[chunk_sel]
                 return
             frame = staging[offsets[i] : offsets[i] + fetched.sizes[i]]
-            whole = all(s.stop - s.start == n for s, n in zip(chunk_sel, plan.chunk_shape))
-            target = self._direct_target(out_sel, whole)
-            try:
-                if target is not None:
-                    decode_zstd_cpu(frame, key="", out=target, checked=True)
-                    return
-                scratch = self._scratch()
-                decode_zstd_cpu(frame, key="", out=scratch, checked=True)
-            except ChunkDecodeError as exc:  # the key is made only when needed
-                raise ChunkDecodeError(plan.key(entry), exc.reason) from None
-            self.out[out_sel] = chunk_view(scratch, plan)[chunk_sel]
+            self.decode_entry(entry, frame, checked=True)
 
         if self.threads == 1:
             for i in range(len(entries)):
@@ -135,6 +145,41 @@ class CpuBackend:
         # Queued, not waited for: the next group's chunks line up behind these, so every thread
         # stays busy across groups; the slot is waited for before its buffer is reused.
         self._pending[fetched.slot] = [self._pool.submit(work, i) for i in range(len(entries))]
+
+    def read_files(self) -> Stats:
+        """Read an unsharded plan one chunk file per task: fetch, check, decode and scatter in
+        the same thread, while the chunk's bytes are still in cache.
+
+        With one file per chunk there is no byte range to merge, and a worker that reads its own
+        chunk overlaps reading with the other workers' decoding without a group barrier.
+        """
+        plan = self.plan
+        files, offsets, nbytes = plan.files, plan.offsets, plan.nbytes
+        file_index = plan.file_index.tolist()
+
+        def work(entry: int) -> int:
+            data = fetch_chunk(
+                files[file_index[entry]], int(offsets[entry]), int(nbytes[entry]), plan.key(entry)
+            )
+            if data is None:
+                self.out[self._selections(entry)[0]] = plan.fill_value
+                return -1
+            self.decode_entry(entry, data, checked=False)
+            return len(data)
+
+        entries = np.flatnonzero(plan.stored).tolist()
+        if self.threads == 1 or len(entries) < 2:
+            sizes = [work(e) for e in entries]
+        else:
+            sizes = list(self._pool.map(work, entries))
+        for entry in np.flatnonzero(~plan.stored).tolist():
+            self.out[self._selections(entry)[0]] = plan.fill_value
+        found = [n for n in sizes if n >= 0]
+        return Stats(
+            n_reads=len(found),
+            n_fill=plan.n_entries - len(found),
+            compressed_bytes=sum(found),
+        )
 
     def _wait(self, slot: int) -> None:
         pending, self._pending[slot] = self._pending[slot], []
@@ -203,7 +248,12 @@ def read_plan(
     try:
         if math.prod(plan.shape) == 0:
             return backend.out, Stats()
-        stats = run(plan, backend, reader=reader, threads=threads, group_bytes=backend.group_bytes)
+        if plan.chunks_per_shard is None and reader == "pread":
+            stats = backend.read_files()  # one file per chunk: nothing to merge
+        else:
+            stats = run(
+                plan, backend, reader=reader, threads=threads, group_bytes=backend.group_bytes
+            )
     finally:
         backend.close()
     return backend.out, stats
