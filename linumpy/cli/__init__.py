@@ -5,7 +5,9 @@
 - ``-v/--verbose`` logs what happens (``-vv`` for debug details).
 - ``--use-gpu/--no-use-gpu`` (alias ``--use_gpu``, off by default): without a usable GPU, a warning
   says what is missing and the CPU path runs.
-- Bad arguments and unreadable inputs end with exit code 2 and a one-line error.
+- Bad arguments, unreadable or corrupt inputs, malformed metadata and unwritable outputs end with
+  exit code 2 and a one-line error naming the file, option or chunk (``-v`` adds the traceback);
+  exit code 1 (a traceback) is a bug.
 - An output is never one of the inputs (nor inside one, nor containing one): such a run stops
   before anything is touched.
 - Outputs are written in a staging directory beside them and moved into place at the end (see
@@ -19,11 +21,12 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 from linumpy.errors import LinumpyError
 
@@ -51,6 +54,8 @@ EXIT_USAGE = 2
 _INPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
     weakref.WeakKeyDictionary()
 )
+# The -v count each parser parsed: fail_on_errors shows tracebacks with -v.
+_VERBOSE: weakref.WeakKeyDictionary[argparse.ArgumentParser, int] = weakref.WeakKeyDictionary()
 
 
 class LinumArgumentParser(argparse.ArgumentParser):
@@ -263,11 +268,13 @@ def check_output(
     overwrite: bool,
     *,
     make_parents: bool = False,
+    kind: Literal["file", "directory"] | None = None,
 ) -> Path:
     """Exit with a one-line error when ``path`` exists without ``-f``, cannot be created, or is an
     input of the script (checked with :func:`check_input` before), inside one or contains one.
 
-    With ``make_parents``, missing parent directories are created. What an interrupted earlier
+    With ``make_parents``, missing parent directories are created. With ``kind``, an existing
+    ``path`` of the other kind is never replaced, ``-f`` or not. What an interrupted earlier
     write of ``path`` left in staging is recovered or removed first.
 
     Examples
@@ -311,6 +318,9 @@ def check_output(
         from linumpy.io.staging import recover_staging
 
         recover_staging(path)
+    if path.exists() and kind is not None and path.is_dir() != (kind == "directory"):
+        found = "a directory" if path.is_dir() else "a file"
+        parser.error(f"output {os.fspath(path)!r} is {found}; it is not replaced by a {kind}")
     if path.exists() and not overwrite:
         parser.error(f"output {os.fspath(path)!r} exists; use -f to overwrite it")
     if make_parents:
@@ -320,6 +330,8 @@ def check_output(
             parser.error(f"cannot create {os.fspath(path.parent)!r}: {exc.strerror}")
     if not path.parent.is_dir():
         parser.error(f"cannot create {os.fspath(path)!r}: no directory {os.fspath(path.parent)!r}")
+    if not os.access(path.parent, os.W_OK | os.X_OK):  # a read-only file system too, for root
+        parser.error(f"cannot create {os.fspath(path)!r}: {os.fspath(path.parent)!r} is read-only")
     return path
 
 
@@ -331,7 +343,8 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     file system, so the final move is a rename; see :func:`linumpy.io.staging.staged`). On an
     exception (Ctrl-C included) it is deleted and ``path`` is left as it was; a killed run leaves
     the staging directory, which the next write of ``path`` removes. An existing ``path`` is
-    replaced only once the new one is complete, in one step.
+    replaced only once the new one is complete, in one step. An OS error about the staging
+    directory (a read-only folder, a full disk) becomes a :class:`LinumpyError` naming ``path``.
 
     Examples
     --------
@@ -357,16 +370,24 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     >>> os.listdir(folder), (folder / "result.txt").read_text()
     (['result.txt'], 'complete')
     """
-    from linumpy.io.staging import staged
+    from linumpy.io.staging import STAGING_SUFFIX, staged
 
-    with staged(path) as staging:
-        yield staging
+    try:
+        with staged(path) as staging:
+            yield staging
+    except OSError as exc:
+        if STAGING_SUFFIX not in f"{exc.filename} {exc.filename2}":
+            raise
+        reason = exc.strerror or type(exc).__name__
+        raise LinumpyError(f"cannot write {os.fspath(path)!r}: {reason}") from exc
 
 
 @contextmanager
 def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
     """Turn linumpy's errors and OS errors (unreadable input, unwritable output) into a one-line
-    error and exit status 2.
+    error and exit status 2; with ``-v`` (see :func:`parse_args`) the traceback comes first.
+
+    Any other exception is a bug: it propagates (a traceback and exit status 1).
 
     Examples
     --------
@@ -385,11 +406,13 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
     try:
         yield
     except (LinumpyError, OSError, ValueError) as exc:
+        if _VERBOSE.get(parser, 0) > 0:
+            traceback.print_exc(file=sys.stderr)
         parser.error(str(exc) or type(exc).__name__)
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse ``argv`` and set up logging from ``-v``.
+    """Parse ``argv`` and set up logging from ``-v`` (and tracebacks in :func:`fail_on_errors`).
 
     Examples
     --------
@@ -410,5 +433,6 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     >>> root.setLevel(level)
     """
     args = parser.parse_args(argv)
-    setup_logging(getattr(args, "verbose", 0), parser.prog)
+    _VERBOSE[parser] = getattr(args, "verbose", 0)
+    setup_logging(_VERBOSE[parser], parser.prog)
     return args

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.cli.options import png_name, positive_int
 from linumpy.parallel import add_cluster_args, cluster_from_args
 
 
@@ -22,9 +23,14 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser = cli.build_parser(__doc__, prog="linum-aip")
     parser.add_argument("input", help="3D OME-Zarr image (z, y, x).")
     parser.add_argument("output", help="2D OME-Zarr image to create.")
-    parser.add_argument("--png", help="Also write an 8-bit PNG preview here.")
     parser.add_argument(
-        "--n-levels", type=int, default=1, help="Pyramid levels of the output [%(default)s]."
+        "--png", type=png_name, help="Also write an 8-bit PNG preview here (a .png file)."
+    )
+    parser.add_argument(
+        "--n-levels",
+        type=positive_int,
+        default=1,
+        help="Pyramid levels of the output [%(default)s].",
     )
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
@@ -50,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)
-    output = cli.check_output(parser, args.output, args.overwrite)
-    png = cli.check_output(parser, args.png, args.overwrite) if args.png else None
+    output = cli.check_output(parser, args.output, args.overwrite, kind="directory")
+    png = cli.check_output(parser, args.png, args.overwrite, kind="file") if args.png else None
     with cli.fail_on_errors(parser):
         from linumpy.io import read_volume
         from linumpy.mosaic.pipeline import projection_omezarr, save_png
@@ -66,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 progress=True,
                 cluster=cluster,
             )
-            if png is not None:
+            if png is not None:  # before the projection moves into place: a failure leaves neither
                 with cli.output_path(png) as partial_png:
                     save_png(read_volume(partial), partial_png)
     print(f"{output}: projection {shape} float32" + (f", preview {png}" if png else ""))

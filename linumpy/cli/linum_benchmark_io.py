@@ -31,7 +31,6 @@ import math
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -52,32 +51,10 @@ from linumpy.cli import (
     fail_on_errors,
     parse_args,
 )
+from linumpy.cli.options import add_zstd_level_arg, number, positive_int
 from linumpy.io import open_array
 
 _DEFAULT_SHARD = BenchConfig().layouts[-1].shards
-
-
-def _number(kind: type, low: float, high: float | None = None, *, strict: bool = False) -> Any:
-    """An argparse type: a ``kind`` (int or float) from ``low`` (above it if ``strict``) to
-    ``high``."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if strict and not value > low:
-            raise argparse.ArgumentTypeError(f"must be more than {low}, got {text}")
-        if value < low or (high is not None and value > high):
-            span = f"from {low} to {high}" if high is not None else f"{low} or more"
-            raise argparse.ArgumentTypeError(f"must be {span}, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-_positive_int = _number(int, 0, strict=True)
 
 
 def _build_arg_parser() -> argparse.ArgumentParser:
@@ -89,33 +66,26 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     volume = p.add_argument_group("generated volume")
     volume.add_argument(
         "--size-mib",
-        type=_positive_int,
+        type=positive_int,
         default=1024,
         help="Volume size: Z x 1024 x 1024 voxels [%(default)s].",
     )
     volume.add_argument(
-        "--shape", type=_positive_int, nargs=3, metavar=("Z", "Y", "X"), help="Volume shape."
+        "--shape", type=positive_int, nargs=3, metavar=("Z", "Y", "X"), help="Volume shape."
     )
     volume.add_argument("--dtype", default="uint16", help="Volume dtype [%(default)s].")
-    volume.add_argument(
-        "--zstd-level",
-        "--level",
-        dest="zstd_level",
-        type=_number(int, 1, 22),
-        default=3,
-        help="zstd level (--level: the old name) [%(default)s].",
-    )
+    add_zstd_level_arg(volume)
     layout = p.add_argument_group("layouts")
     layout.add_argument(
         "--chunks",
-        type=_positive_int,
+        type=positive_int,
         nargs="+",
         default=[128, 64],
         help="Cubic chunk edges [128 64].",
     )
     layout.add_argument(
         "--shard",
-        type=_positive_int,
+        type=positive_int,
         nargs=3,
         default=list(_DEFAULT_SHARD),
         metavar=("Z", "Y", "X"),
@@ -125,7 +95,7 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         "--shard-chunks",
         "--shard-chunk",
         dest="shard_chunks",
-        type=_positive_int,
+        type=positive_int,
         nargs="+",
         default=[128, 64],
         help="Inner chunk edges of the sharded layouts [128 64].",
@@ -140,20 +110,20 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     )
     timing = p.add_argument_group("timing")
     timing.add_argument(
-        "--warmup", type=_number(int, 0), default=1, help="Untimed runs per row [%(default)s]."
+        "--warmup", type=number(int, 0), default=1, help="Untimed runs per row [%(default)s]."
     )
     timing.add_argument(
-        "--repeats", type=_positive_int, default=3, help="Timed runs per row [%(default)s]."
+        "--repeats", type=positive_int, default=3, help="Timed runs per row [%(default)s]."
     )
     timing.add_argument(
         "--row-budget",
-        type=_number(float, 0, strict=True),
+        type=number(float, 0, strict=True),
         default=4.0,
         help="Stop repeating a row after this many seconds (one run at least) [%(default)s].",
     )
     timing.add_argument(
         "--threads",
-        type=_positive_int,
+        type=positive_int,
         help="Threads of the file and numcodecs ceilings [the CPUs available].",
     )
     rows = p.add_argument_group("rows")

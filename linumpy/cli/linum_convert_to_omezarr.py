@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.cli.options import add_zstd_level_arg, positive_int
 from linumpy.parallel import add_cluster_args, cluster_from_args
 
 
@@ -27,10 +28,16 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser.add_argument(
         "--voxel-size", nargs="+", type=float, help="Voxel size per axis (micrometers)."
     )
-    parser.add_argument("--chunks", nargs="+", type=int, help="Chunk shape (default: 128s).")
-    parser.add_argument("--shards", nargs="+", type=int, help="Shard shape (NGFF 0.5 only).")
-    parser.add_argument("--n-levels", type=int, default=1, help="Pyramid levels [%(default)s].")
-    parser.add_argument("--level", type=int, default=3, help="zstd level [%(default)s].")
+    parser.add_argument(
+        "--chunks", nargs="+", type=positive_int, help="Chunk shape (default: 128s)."
+    )
+    parser.add_argument(
+        "--shards", nargs="+", type=positive_int, help="Shard shape (NGFF 0.5 only)."
+    )
+    parser.add_argument(
+        "--n-levels", type=positive_int, default=1, help="Pyramid levels [%(default)s]."
+    )
+    add_zstd_level_arg(parser)
     parser.add_argument(
         "--ngff-version", choices=("0.4", "0.5"), default="0.5", help="OME-NGFF version."
     )
@@ -57,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)
-    output = cli.check_output(parser, args.output, args.overwrite)
+    output = cli.check_output(parser, args.output, args.overwrite, kind="directory")
     with cli.fail_on_errors(parser):
         from linumpy.mosaic.pipeline import convert_to_omezarr
 
@@ -70,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 chunks=args.chunks,
                 shards=args.shards,
                 n_levels=args.n_levels,
-                level=args.level,
+                level=args.zstd_level,
                 ngff_version=args.ngff_version,
                 gpu=gpu,
                 progress=True,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.cli.options import number, positive_int
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:
@@ -22,13 +23,13 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser.add_argument(
         "--tile-shape",
         nargs=2,
-        type=int,
+        type=positive_int,
         metavar=("H", "W"),
         help="Tile height and width in pixels (default: from the image).",
     )
     parser.add_argument(
         "--min-score",
-        type=float,
+        type=number(float, 0, 1),
         default=0.3,
         help="Smallest overlap correlation of a pair that is used [%(default)s].",
     )
@@ -54,10 +55,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)
-    output = cli.check_output(parser, args.output, args.overwrite)
+    output = cli.check_output(parser, args.output, args.overwrite, kind="file")
     with cli.fail_on_errors(parser):
+        from linumpy.io import open_array
         from linumpy.mosaic.pipeline import estimate_transform_omezarr, read_linumpy_attrs
         from linumpy.mosaic.transform import TileTransform
+
+        open_array(args.input)  # malformed metadata: an error naming its file, before any work
 
         transform, pairs = estimate_transform_omezarr(
             args.input,

@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 
 from linumpy.cli import build_parser, check_input, fail_on_errors, parse_args
+from linumpy.cli.options import number
+from linumpy.errors import LinumpyError
 
 _ROUTES = {
     "fast": "fast path: batched reads, nvCOMP batch decode, scatter kernel",
@@ -23,7 +25,7 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("path", type=Path, nargs="?", help="A zarr array or OME-Zarr image.")
     parser.add_argument(
         "--level",
-        type=int,
+        type=number(int, 0),
         default=0,
         help="Multiscale (pyramid) level of an OME-Zarr image [%(default)s].",
     )
@@ -61,7 +63,13 @@ def main(argv: list[str] | None = None) -> None:
         if args.path is None:
             return
         check_input(parser, args.path)
-        route = gpu_read_route(open_array(args.path, args.level))
+        try:
+            array = open_array(args.path, args.level)
+        except LinumpyError as exc:
+            if args.level != 0 and open_array(args.path, 0) is not None:  # level 0 opens: --level
+                parser.error(f"argument --level: {exc}")
+            raise
+        route = gpu_read_route(array)
     print(f"\nread_volume({str(args.path)!r}, level={args.level}, gpu=True) takes:")
     print(f"  {_ROUTES.get(route.path, route.path)}")
     if route.reader is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.cli.options import number, positive_int
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:
@@ -20,7 +21,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser.add_argument(
         "--grid",
         nargs=2,
-        type=int,
+        type=positive_int,
         default=(4, 5),
         metavar=("ROWS", "COLS"),
         help="Tiles along y and x [%(default)s].",
@@ -28,13 +29,16 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser.add_argument(
         "--tile-shape",
         nargs=3,
-        type=int,
+        type=positive_int,
         default=(64, 128, 128),
         metavar=("Z", "H", "W"),
         help="Voxels of one tile [%(default)s].",
     )
     parser.add_argument(
-        "--overlap", type=float, default=0.2, help="Fraction of a tile shared with its neighbour."
+        "--overlap",
+        type=number(float, 0, 0.5),
+        default=0.2,
+        help="Fraction of a tile shared with its neighbour, 0 to 0.5 [%(default)s].",
     )
     parser.add_argument(
         "--rotation", type=float, default=1.5, help="Camera rotation against the stage, degrees."
@@ -43,7 +47,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser.add_argument(
         "--shards",
         nargs=3,
-        type=int,
+        type=positive_int,
         metavar=("Z", "Y", "X"),
         help="Shard shape, a multiple of the tile shape (default: no sharding).",
     )
@@ -65,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
-    output = cli.check_output(parser, args.output, args.overwrite, make_parents=True)
+    output = cli.check_output(
+        parser, args.output, args.overwrite, make_parents=True, kind="directory"
+    )
     with cli.fail_on_errors(parser):
         from linumpy._xp import gpu_module
         from linumpy.io.demo import make_demo_data

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.cli.options import add_zstd_level_arg, positive_int
 from linumpy.parallel import add_cluster_args, cluster_from_args
 
 #: Dimensionality of the mosaic grid this script stitches.
@@ -36,13 +37,21 @@ def _build_arg_parser(ndim: int = NDIM, doc: str | None = __doc__) -> cli.LinumA
         help="How overlapping tiles are combined [%(default)s].",
     )
     parser.add_argument(
-        "--n-levels", type=int, default=3, help="Pyramid levels of the output [%(default)s]."
+        "--n-levels",
+        type=positive_int,
+        default=3,
+        help="Pyramid levels of the output [%(default)s].",
     )
     parser.add_argument(
-        "--chunks", nargs=ndim, type=int, help="Chunk shape of the output (default: 128s)."
+        "--chunks",
+        nargs=ndim,
+        type=positive_int,
+        help="Chunk shape of the output (default: 128s).",
     )
-    parser.add_argument("--shards", nargs=ndim, type=int, help="Shard shape of the output.")
-    parser.add_argument("--level", type=int, default=3, help="zstd level [%(default)s].")
+    parser.add_argument(
+        "--shards", nargs=ndim, type=positive_int, help="Shard shape of the output."
+    )
+    add_zstd_level_arg(parser)
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser, "Read, stitch and encode")
@@ -68,7 +77,7 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)
     cli.check_input(parser, args.transform)
-    output = cli.check_output(parser, args.output, args.overwrite)
+    output = cli.check_output(parser, args.output, args.overwrite, kind="directory")
     with cli.fail_on_errors(parser):
         from linumpy.io import open_array
         from linumpy.mosaic.pipeline import stitch_omezarr
@@ -91,7 +100,7 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
                 n_levels=args.n_levels,
                 chunks=args.chunks,
                 shards=args.shards,
-                level=args.level,
+                level=args.zstd_level,
                 progress=True,
                 cluster=cluster,
             )

@@ -7,7 +7,9 @@ The metadata written here follows the OME-NGFF specification (``axes`` with unit
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import zarr
@@ -36,6 +38,37 @@ __all__ = [
 ]
 
 
+_METADATA_FILES = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
+
+
+def _metadata_file(folder: Path) -> Path:
+    """The metadata file of the zarr node at ``folder`` that is not a JSON object, else its first
+    one (``folder`` itself when it has none)."""
+    present = [folder / name for name in _METADATA_FILES if (folder / name).is_file()]
+    for file in present:
+        try:
+            if not isinstance(json.loads(file.read_bytes()), dict):
+                return file
+        except (OSError, ValueError):
+            return file
+    return present[0] if present else folder
+
+
+@contextlib.contextmanager
+def _malformed_metadata(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn the raw errors of malformed metadata (a missing key, a string where a list belongs,
+    invalid JSON) into a :class:`LinumpyError` naming the metadata file of the node at ``folder``.
+    """
+    try:
+        yield
+    except LinumpyError:
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, json.JSONDecodeError) as exc:
+        what = f"no {exc} entry" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        file = _metadata_file(Path(folder))
+        raise LinumpyError(f"{file}: malformed zarr or OME-NGFF metadata ({what})") from exc
+
+
 def _open_node(path: str | os.PathLike[str]) -> zarr.Array | zarr.Group:
     path = Path(path)
     if not path.exists():
@@ -45,7 +78,8 @@ def _open_node(path: str | os.PathLike[str]) -> zarr.Array | zarr.Group:
     if not path.exists():
         raise LinumpyError(f"{path}: no such file or directory")
     try:
-        return zarr.open(store=LocalStore(path, read_only=True), mode="r")
+        with _malformed_metadata(path):
+            return zarr.open(store=LocalStore(path, read_only=True), mode="r")
     except (FileNotFoundError, zarr.errors.NodeNotFoundError, ValueError) as exc:
         raise LinumpyError(f"{path}: not a zarr array or OME-Zarr image ({exc})") from None
 
@@ -88,12 +122,14 @@ def open_array(path: str | os.PathLike[str], level: int = 0) -> zarr.Array:
 
 
 def _level_array(node: zarr.Group, path: str | os.PathLike[str], level: int) -> zarr.Array:
-    paths = multiscale_dataset_paths(node, path)
+    with _malformed_metadata(path):
+        paths = multiscale_dataset_paths(node, path)
     if not 0 <= level < len(paths):
         raise LinumpyError(
             f"{path}: level {level} out of range; the image has levels 0 to {len(paths) - 1}"
         )
-    array = node.get(paths[level])
+    with _malformed_metadata(Path(path, paths[level])):
+        array = node.get(paths[level])
     if not isinstance(array, zarr.Array):
         raise LinumpyError(f"{path}: level {level} ({paths[level]!r}) is not a zarr array")
     return array
@@ -136,11 +172,13 @@ def read_omezarr(
     if isinstance(group, zarr.Array):
         raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
     array = _level_array(group, path, level)
-    multiscale = multiscale_metadata(group, path)
-    scale = scale_of(multiscale["datasets"][level].get("coordinateTransformations", []))
-    if scale is None:
-        raise LinumpyError(f"{path}: level {level} has no scale transformation")
-    global_scale = scale_of(multiscale.get("coordinateTransformations", [])) or [1.0] * len(scale)
+    with _malformed_metadata(path):
+        multiscale = multiscale_metadata(group, path)
+        scale = scale_of(multiscale["datasets"][level].get("coordinateTransformations", []))
+        if scale is None:
+            raise LinumpyError(f"{path}: level {level} has no scale transformation")
+        transforms = multiscale.get("coordinateTransformations", [])
+        global_scale = scale_of(transforms) or [1.0] * len(scale)
     return array, tuple(s * g for s, g in zip(scale, global_scale, strict=True))
 
 
@@ -169,7 +207,8 @@ def read_axes(path: str | os.PathLike[str]) -> tuple[Axis, ...]:
     group = _open_node(path)
     if isinstance(group, zarr.Array):
         raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
-    axes = multiscale_metadata(group, path).get("axes")
-    if not axes:
-        raise LinumpyError(f"{path}: the multiscales metadata has no axes")
-    return axes_from_ngff(axes)
+    with _malformed_metadata(path):
+        axes = multiscale_metadata(group, path).get("axes")
+        if not axes:
+            raise LinumpyError(f"{path}: the multiscales metadata has no axes")
+        return axes_from_ngff(axes)

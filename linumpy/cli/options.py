@@ -1,0 +1,119 @@
+"""Option types and options shared by the ``linum-*`` scripts.
+
+Bad values stop the parser with ``PROG: error: argument --OPTION: ...`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["ZSTD_LEVELS", "add_zstd_level_arg", "number", "png_name", "positive_int"]
+
+#: The zstd compression levels the scripts accept (zstd's fast negative levels are left out).
+ZSTD_LEVELS = (1, 22)
+
+
+def number(
+    kind: type, low: float, high: float | None = None, *, strict: bool = False
+) -> Callable[[str], Any]:
+    """An argparse ``type``: a finite ``kind`` (int or float) from ``low`` (above it if
+    ``strict``) to ``high``.
+
+    Examples
+    --------
+    >>> import contextlib, sys
+    >>> from linumpy.cli import build_parser
+    >>> from linumpy.cli.options import number
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> _ = parser.add_argument("--overlap", type=number(float, 0, 1), default=0.2)
+    >>> parser.parse_args(["--overlap", "0.5"]).overlap
+    0.5
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         parser.parse_args(["--overlap", "nan"])
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)
+    linum-demo: error: argument --overlap: must be from 0 to 1, got nan
+    exit status 2
+    """
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if strict and not value > low:
+            raise argparse.ArgumentTypeError(f"must be more than {low}, got {text}")
+        if not math.isfinite(value) or value < low or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"must be {span}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value" messages
+    return parse
+
+
+_positive_int = number(int, 0, strict=True)
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer of 1 or more.
+
+    Examples
+    --------
+    >>> from linumpy.cli.options import positive_int
+    >>> positive_int("64")
+    64
+    >>> positive_int("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be more than 0, got 0
+    """
+    return _positive_int(text)
+
+
+def add_zstd_level_arg(parser: argparse.ArgumentParser, default: int = 3) -> None:
+    """Add ``--zstd-level`` (1 to 22), with ``--level``, its old name, kept as an alias.
+
+    Examples
+    --------
+    >>> from linumpy.cli import build_parser
+    >>> from linumpy.cli.options import add_zstd_level_arg
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> add_zstd_level_arg(parser)
+    >>> for argv in ([], ["--zstd-level", "9"], ["--level", "5"]):
+    ...     print(parser.parse_args(argv).zstd_level)
+    3
+    9
+    5
+    """
+    parser.add_argument(
+        "--zstd-level",
+        "--level",
+        dest="zstd_level",
+        type=number(int, *ZSTD_LEVELS),
+        default=default,
+        metavar="N",
+        help="zstd compression level, 1 to 22 (--level: its old name, deprecated) [%(default)s].",
+    )
+
+
+def png_name(text: str) -> str:
+    """An argparse ``type``: a file name ending in ``.png``.
+
+    Examples
+    --------
+    >>> from linumpy.cli.options import png_name
+    >>> png_name("preview.PNG")
+    'preview.PNG'
+    >>> png_name("preview.jpg")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: a PNG file name ending in .png is needed, got 'preview.jpg'
+    """
+    if not text.lower().endswith(".png"):
+        raise argparse.ArgumentTypeError(f"a PNG file name ending in .png is needed, got {text!r}")
+    return text

