@@ -32,8 +32,6 @@ __all__ = [
     "add_cluster_args",
     "cluster_from_args",
     "Cluster",
-    "ClusterError",
-    "MemoryLimitError",
     "dask_cluster",
     "parse_size",
     "release_freed_memory",

@@ -12,11 +12,11 @@ import pytest
 import zarr
 from zarr_layouts import LAYOUTS, make_array, sample_data
 
-from linumpy.errors import ChunkDecodeError, LinumpyError
+from linumpy.errors import ChunkDecodeError, ClusterError, LinumpyError, MemoryLimitError
 from linumpy.io import OmeZarrWriter, downsample_mean, open_volume, save_omezarr
 from linumpy.io.dask_write import align_blocks, store_dask, store_graph, write_pyramid
 from linumpy.io.lazy import storage_unit
-from linumpy.parallel import Cluster, ClusterError, MemoryLimitError, dask_cluster, parse_size
+from linumpy.parallel import Cluster, dask_cluster, parse_size
 
 HAS_DASK_CUDA = importlib.util.find_spec("dask_cuda") is not None
 

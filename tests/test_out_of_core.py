@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import zarr
 
+from linumpy.errors import MemoryLimitError
 from linumpy.io import downsample_mean, read_volume, save_omezarr
 from linumpy.io.demo import make_demo_data, read_demo_truth
 from linumpy.mosaic.convert import convert_to_omezarr
@@ -22,7 +23,7 @@ from linumpy.mosaic.pipeline import (
 )
 from linumpy.mosaic.stitch import BLENDING_MODES, stitch, stitch_region, tiles_in_region
 from linumpy.mosaic.transform import TileTransform
-from linumpy.parallel import Cluster, MemoryLimitError
+from linumpy.parallel import Cluster
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"grid_shape": (3, 4), "tile_shape": (12, 48, 48), "seed": 3}
