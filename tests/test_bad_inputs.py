@@ -71,17 +71,23 @@ def _exit_2(name: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> s
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2x2 demo grid (3D), its projection (2D) and the demo's true tile transform."""
+    """A 2x2 demo grid (3D, unsharded and in one shard), its projection (2D) and the demo's true
+    tile transform."""
     folder = tmp_path_factory.mktemp("data")
     make_demo_data(folder / "grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
+    make_demo_data(
+        folder / "sharded.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32), shards=(8, 64, 64)
+    )
     read_demo_truth(folder / "grid.ome.zarr").save(folder / "t.json")
     linum_aip.main([str(folder / "grid.ome.zarr"), str(folder / "aip.ome.zarr")])
     return folder
 
 
-def _image(name: str, data: Path, tmp_path: Path) -> Path:
+def _image(name: str, data: Path, tmp_path: Path, sharded: bool = False) -> Path:
     """A copy of the demo image script ``name`` takes (2D for linum-stitch-2d, else 3D)."""
     source = data / ("aip.ome.zarr" if name == "linum-stitch-2d" else "grid.ome.zarr")
+    if sharded:
+        source = data / "sharded.ome.zarr"
     return Path(shutil.copytree(source, tmp_path / source.name))
 
 
@@ -132,9 +138,9 @@ def _corrupt(case: str, image: Path) -> str:
         return os.path.join("0", "zarr.json")
     chunk = _chunk(image)
     key = chunk.relative_to(image).as_posix()
-    if case == "chunk-flipped":
+    if case in ("chunk-flipped", "shard-flipped"):
         _flip_bytes(chunk)
-    elif case == "chunk-directory":
+    elif case in ("chunk-directory", "shard-directory"):
         _chunk_directory(chunk)
     else:
         raise AssertionError(case)
@@ -142,18 +148,7 @@ def _corrupt(case: str, image: Path) -> str:
 
 
 METADATA_CASES = ["no-dataset-path", "multiscales-string", "zarr-json-list", "level-json-broken"]
-CHUNK_CASES = [
-    "chunk-flipped",
-    pytest.param(
-        "chunk-directory",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="the read engine's pread path (linumpy/io/engine/fetch.py _read_exactly) lets "
-            "IsADirectoryError through without the chunk's key; fetch_chunk already turns it "
-            "into a ChunkDecodeError",
-        ),
-    ),
-]
+CHUNK_CASES = ["chunk-flipped", "chunk-directory", "shard-flipped", "shard-directory"]
 
 
 @pytest.mark.parametrize("name", INPUT_SCRIPTS)
@@ -179,9 +174,12 @@ def test_missing_and_not_zarr_inputs(
 def test_malformed_input(
     name: str, case: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if case.startswith("chunk-") and name not in DATA_SCRIPTS:
+    if case in CHUNK_CASES and name not in DATA_SCRIPTS:
         pytest.skip(f"{name} reads no chunk")
-    image = _image(name, data, tmp_path)
+    sharded = case.startswith("shard-")
+    if sharded and name == "linum-stitch-2d":
+        pytest.skip("the demo's sharded grid is 3D")
+    image = _image(name, data, tmp_path, sharded)
     named = _corrupt(case, image)
     out = tmp_path / "out"
     out.mkdir()
@@ -190,6 +188,18 @@ def test_malformed_input(
     if case in METADATA_CASES:
         assert image.name in error, error
     assert not [p for p in out.iterdir() if p.name != "bench"]
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{bad", '{"format": "linumpy-tile-transform"}'])
+@pytest.mark.parametrize("name", ["linum-stitch-3d", "linum-stitch-2d"])
+def test_malformed_transform(
+    name: str, text: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = _image(name, data, tmp_path)
+    (tmp_path / "bad.json").write_text(text)
+    argv = [str(image), str(tmp_path / "bad.json"), str(tmp_path / "s.ome.zarr")]
+    assert "bad.json" in _exit_2(name, argv, capsys)
+    assert not (tmp_path / "s.ome.zarr").exists()
 
 
 @pytest.mark.parametrize("name", OUTPUT_SCRIPTS)
