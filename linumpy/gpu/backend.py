@@ -375,8 +375,17 @@ class GpuBackend:
             if state.cpu_done is not None:
                 done, state.cpu_done = state.cpu_done, None
                 done.result()
-        for state in self._slots:
-            state.stream.synchronize()
+        try:
+            for state in self._slots:
+                state.stream.synchronize()
+        except Exception as exc:  # a CUDA error: cupy's own types, which callers cannot expect
+            raise ChunkDecodeError(
+                self.plan.source,
+                f"the GPU failed while decoding ({exc}); nvCOMP does not check the compressed "
+                "blocks inside a frame, and a damaged chunk can do this, after which this "
+                "process's CUDA context may be unusable. Read such data with "
+                "settings={'gpu_cpu_share': 1} (libzstd decodes) or on the CPU",
+            ) from exc
         for pending, entries in self._checks.statuses:
             pending.check(_Keys(self.plan, entries))
         for hashes, stored in self._checks.hashes:
