@@ -107,6 +107,10 @@ def _drop_path(doc: dict) -> None:
     del doc["attributes"]["ome"]["multiscales"][0]["datasets"][0]["path"]
 
 
+def _path_number(doc: dict) -> None:
+    doc["attributes"]["ome"]["multiscales"][0]["datasets"][0]["path"] = 0
+
+
 def _multiscales_string(doc: dict) -> None:
     doc["attributes"]["ome"]["multiscales"] = "0"
 
@@ -138,6 +142,9 @@ def _corrupt(case: str, image: Path) -> str:
     if case == "no-dataset-path":
         _edit_json(image / "zarr.json", _drop_path)
         return "zarr.json"
+    if case == "dataset-path-number":
+        _edit_json(image / "zarr.json", _path_number)
+        return os.path.join(image.name, "zarr.json")
     if case == "multiscales-string":
         _edit_json(image / "zarr.json", _multiscales_string)
         return "zarr.json"
@@ -164,7 +171,13 @@ def _corrupt(case: str, image: Path) -> str:
     return key[len("0/") :]  # the chunk's key in its array ("c/0/1/0")
 
 
-METADATA_CASES = ["no-dataset-path", "multiscales-string", "zarr-json-list", "level-json-broken"]
+METADATA_CASES = [
+    "no-dataset-path",
+    "dataset-path-number",
+    "multiscales-string",
+    "zarr-json-list",
+    "level-json-broken",
+]
 CHUNK_CASES = ["chunk-flipped", "chunk-directory", "shard-flipped", "shard-directory"]
 HOSTILE_CASES = ["huge-shape", "huge-chunks"]
 

@@ -41,23 +41,26 @@ __all__ = [
 _METADATA_FILES = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
 
 
-def _metadata_file(folder: Path) -> Path:
-    """The metadata file of the zarr node at ``folder`` that is not a JSON object, else its first
-    one (``folder`` itself when it has none)."""
-    present = [folder / name for name in _METADATA_FILES if (folder / name).is_file()]
-    for file in present:
-        try:
-            if not isinstance(json.loads(file.read_bytes()), dict):
+def _metadata_file(*folders: Path) -> Path:
+    """The first metadata file of the zarr nodes at ``folders`` that is not a JSON object, else
+    the last node's first metadata file (the last folder itself when it has none)."""
+    present: list[Path] = []
+    for folder in folders:
+        present = [folder / name for name in _METADATA_FILES if (folder / name).is_file()]
+        for file in present:
+            try:
+                if not isinstance(json.loads(file.read_bytes()), dict):
+                    return file
+            except (OSError, ValueError):
                 return file
-        except (OSError, ValueError):
-            return file
-    return present[0] if present else folder
+    return present[0] if present else folders[-1]
 
 
 @contextlib.contextmanager
-def _malformed_metadata(folder: str | os.PathLike[str]) -> Iterator[None]:
+def _malformed_metadata(*folders: str | os.PathLike[str]) -> Iterator[None]:
     """Turn the raw errors of malformed metadata (a missing key, a string where a list belongs,
-    invalid JSON) into a :class:`LinumpyError` naming the metadata file of the node at ``folder``.
+    invalid JSON) into a :class:`LinumpyError` naming the metadata file at fault, of the nodes at
+    ``folders`` (see :func:`_metadata_file`).
     """
     try:
         yield
@@ -65,7 +68,7 @@ def _malformed_metadata(folder: str | os.PathLike[str]) -> Iterator[None]:
         raise
     except (KeyError, TypeError, AttributeError, IndexError, json.JSONDecodeError) as exc:
         what = f"no {exc} entry" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
-        file = _metadata_file(Path(folder))
+        file = _metadata_file(*map(Path, folders))
         raise LinumpyError(f"{file}: malformed zarr or OME-NGFF metadata ({what})") from exc
 
 
@@ -128,7 +131,7 @@ def _level_array(node: zarr.Group, path: str | os.PathLike[str], level: int) -> 
         raise LinumpyError(
             f"{path}: level {level} out of range; the image has levels 0 to {len(paths) - 1}"
         )
-    with _malformed_metadata(Path(path, paths[level])):
+    with _malformed_metadata(Path(path, str(paths[level])), path):
         array = node.get(paths[level])
     if not isinstance(array, zarr.Array):
         raise LinumpyError(f"{path}: level {level} ({paths[level]!r}) is not a zarr array")
