@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from linumpy.cli import linum_aip
+from linumpy.cli import build_parser, fail_on_errors, linum_aip
+from linumpy.errors import LinumpyError
+from linumpy.io import read_volume, save_omezarr
 from linumpy.io.demo import make_demo_data, read_demo_truth
 
 REPO = Path(__file__).resolve().parents[1]
@@ -358,3 +360,35 @@ def test_no_traceback_reaches_the_terminal(
     assert "Traceback" not in run.stderr, run.stderr
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith(f"{name}: error: ") and named in last, run.stderr
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "named"),
+    [
+        (".zattrs", "[1]", ".zattrs"),
+        (os.path.join("0", ".zarray"), '{"zarr_format": 2, "sha', os.path.join("0", ".zarray")),
+        (".zattrs", '{"multiscales": [{"datasets": [{"scale": 1}]}]}', ".zattrs"),
+    ],
+)
+def test_malformed_ngff_04_metadata(
+    file: str, text: str, named: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same for an OME-NGFF 0.4 image (zarr v2: .zattrs, .zgroup, .zarray)."""
+    image = tmp_path / "v04.ome.zarr"
+    save_omezarr(
+        read_volume(data / "grid.ome.zarr"), image, voxel_size=(1, 1, 1), ngff_version="0.4"
+    )
+    (image / file).write_text(text)
+    error = _exit_2("linum-aip", [str(image), str(tmp_path / "aip.ome.zarr")], capsys)
+    assert os.path.join(image.name, named) in error, error
+
+
+def test_other_errors_are_bugs() -> None:
+    """Only linumpy's errors, OS errors and ValueErrors become exit status 2: anything else is a
+    bug, which keeps its traceback (exit status 1)."""
+    parser = build_parser("Demo.", prog="linum-demo")
+    with pytest.raises(ZeroDivisionError), fail_on_errors(parser):
+        _ = 1 / 0
+    with pytest.raises(SystemExit) as stop, fail_on_errors(parser):
+        raise LinumpyError("a user mistake")
+    assert stop.value.code == 2

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-_METADATA_FILES = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
+_METADATA_FILES = ("zarr.json", ".zattrs", ".zarray", ".zgroup")  # attributes first
 
 
 def _metadata_file(*folders: Path) -> Path:
