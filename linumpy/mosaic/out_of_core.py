@@ -21,6 +21,7 @@ from linumpy._xp import gpu_module
 from linumpy.errors import LinumpyError
 from linumpy.io import open_array, read_volume
 from linumpy.io.dask_write import empty_meta
+from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.mosaic.stitch import Blending, parse_blending, stitch_region, tiles_in_region
 from linumpy.mosaic.transform import TileTransform
@@ -265,6 +266,11 @@ def projection_lazy(
             f"{path}: an average intensity projection needs a 3D volume, not "
             f"{array.ndim}D {array.shape}"
         )
+    # The projection itself is held in memory (float32): refuse absurd metadata before the graph
+    # of its blocks, which would take longer than the computation, is built.
+    check_host_memory(
+        math.prod(array.shape[1:]) * 4, str(path), f"a projection of shape {array.shape[1:]}"
+    )
     step = slab_depth or array.chunks[0]
     itemsize = np.dtype(array.dtype).itemsize
     unit = storage_unit(array)[1:]

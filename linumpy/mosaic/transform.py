@@ -256,7 +256,7 @@ class TileTransform:
             raise LinumpyError(f"{os.fspath(path)!r} is not a tile transform")
         try:
             return cls.from_dict(data)
-        except LinumpyError as exc:
+        except (LinumpyError, ValueError, TypeError, KeyError) as exc:
             raise LinumpyError(f"{os.fspath(path)!r}: {exc}") from exc
 
 
