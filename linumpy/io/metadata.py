@@ -8,6 +8,7 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import zarr
@@ -22,6 +23,7 @@ __all__ = [
     "multiscale_dataset_paths",
     "parse_ngff_version",
     "parse_voxel_size",
+    "validate_image_attrs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -274,10 +276,17 @@ def multiscale_dataset_paths(group: zarr.Group, path: str | os.PathLike[str]) ->
 
 
 def multiscale_metadata(group: zarr.Group, path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The first ``multiscales`` entry of an OME-Zarr group (NGFF 0.4 or 0.5)."""
+    """The first ``multiscales`` entry of an OME-Zarr group (NGFF 0.4 or 0.5), its attributes
+    validated first (:func:`validate_image_attrs`)."""
     attrs = group.attrs.asdict()
     multiscales = attrs.get("ome", attrs).get("multiscales")
-    if not multiscales or not multiscales[0].get("datasets"):
+    if not multiscales:
+        raise LinumpyError(f"{path}: a zarr group without OME-NGFF multiscales metadata")
+    zarr_format = group.metadata.zarr_format
+    validate_image_attrs(
+        attrs, zarr_format, Path(path, "zarr.json" if zarr_format == 3 else ".zattrs")
+    )
+    if not multiscales[0].get("datasets"):
         raise LinumpyError(f"{path}: a zarr group without OME-NGFF multiscales metadata")
     return multiscales[0]
 
@@ -288,3 +297,100 @@ def scale_of(transforms: Sequence[dict[str, Any]]) -> list[float] | None:
         if transform.get("type") == "scale":
             return [float(v) for v in transform["scale"]]
     return None
+
+
+def validate_image_attrs(
+    attrs: Mapping[str, Any], zarr_format: int, source: str | os.PathLike[str]
+) -> NgffVersion | None:
+    """Validate an image group's attributes with ome-zarr-models (NGFF 0.4 or 0.5).
+
+    The model is the one of the version the attributes declare: 0.5 for zarr v3 attributes
+    holding ``"ome": {"version": "0.5"}``, 0.4 for zarr v2 ``multiscales`` declaring version 0.4
+    or none. Older versions (0.1 to 0.3), which ome-zarr-models does not model, are left to
+    linumpy's own parser and not validated. Axes without a ``type`` (optional in the
+    specification, required by the models' axis rules) get the type their name implies
+    (``t``, ``c``, ``z``, ``y``, ``x``) before validation, as linumpy has always read them.
+
+    Parameters
+    ----------
+    attrs
+        The group's attributes (``zarr.json``'s ``attributes`` or ``.zattrs``).
+    zarr_format
+        2 or 3.
+    source
+        The file the attributes come from, named in the error.
+
+    Returns
+    -------
+    str or None
+        The NGFF version validated, None when the attributes declare a version not validated.
+
+    Raises
+    ------
+    LinumpyError
+        When the models reject the attributes: the message names ``source`` and the first error.
+
+    Examples
+    --------
+    >>> axes = [{"name": n, "type": "space", "unit": "micrometer"} for n in "yx"]
+    >>> dataset = {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]}
+    >>> attrs = {"ome": {"version": "0.5", "multiscales": [{"axes": axes, "datasets": [dataset]}]}}
+    >>> validate_image_attrs(attrs, 3, "image.ome.zarr/zarr.json")
+    '0.5'
+    >>> dataset["coordinateTransformations"][0]["scale"] = [1, 1, 1]
+    >>> validate_image_attrs(attrs, 3, "image.ome.zarr/zarr.json")
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: image.ome.zarr/zarr.json: invalid OME-NGFF 0.5 metadata \
+(multiscales.0: The length of axes does not match the dimensionality of the scale transform in \
+datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has dimensionality 3)
+    """
+    # imported on first use: ome-zarr-models (pydantic) adds about 0.3 s to an import of linumpy
+    import pydantic
+    from ome_zarr_models.v04.image import ImageAttrs as ImageAttrsV04
+    from ome_zarr_models.v05.image import ImageAttrs as ImageAttrsV05
+
+    version: NgffVersion | None = None
+    if zarr_format == 3:
+        ome = attrs.get("ome")
+        if isinstance(ome, Mapping) and ome.get("version") == "0.5":
+            version, model, data = "0.5", ImageAttrsV05, ome
+    else:
+        multiscales = attrs.get("multiscales")
+        first = multiscales[0] if isinstance(multiscales, list) and multiscales else {}
+        if not isinstance(first, Mapping) or first.get("version", "0.4") == "0.4":
+            version, model, data = "0.4", ImageAttrsV04, attrs
+    if version is None:
+        return None
+    data = {**data, "multiscales": _with_axis_types(data.get("multiscales"))}
+    try:
+        model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        more = f"; {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+        raise LinumpyError(
+            f"{os.fspath(source)}: invalid OME-NGFF {version} metadata ({where}: {message}{more})"
+        ) from None
+    return version
+
+
+def _with_axis_types(multiscales: Any) -> Any:
+    """``multiscales`` with a type for every axis named t, c, z, y or x that has none."""
+    if not isinstance(multiscales, list):
+        return multiscales
+    result = []
+    for multiscale in multiscales:
+        if isinstance(multiscale, Mapping) and isinstance(multiscale.get("axes"), list):
+            axes = [
+                {**axis, "type": _TYPES_BY_NAME[axis["name"]]}
+                if isinstance(axis, Mapping)
+                and axis.get("type") is None
+                and axis.get("name") in _TYPES_BY_NAME
+                else axis
+                for axis in multiscale["axes"]
+            ]
+            multiscale = {**multiscale, "axes": axes}
+        result.append(multiscale)
+    return result

@@ -32,6 +32,7 @@ from linumpy.io.metadata import (
     parse_block,
     parse_ngff_version,
     parse_voxel_size,
+    validate_image_attrs,
 )
 from linumpy.io.staging import StagedWrite, recover_staging
 
@@ -293,6 +294,10 @@ class OmeZarrWriter:
             group.attrs["ome"] = {"version": "0.5", "multiscales": [multiscale]}
         else:
             group.attrs["multiscales"] = [{"version": "0.4", **multiscale}]
+        try:
+            validate_image_attrs(group.attrs.asdict(), zarr_format, self.target)
+        except LinumpyError as exc:
+            raise LinumpyError(f"{exc}: written by linumpy, this is a bug in linumpy") from None
         return arrays
 
     @property
