@@ -1,4 +1,10 @@
-"""Converting TIFF stacks, ``.npy`` files and zarr arrays to OME-Zarr images, out of core."""
+"""Converting TIFF stacks, ``.npy`` files and zarr arrays to OME-Zarr images, out of core.
+
+TIFF files are described by tifffile's own metadata: the series' axes become NGFF axes
+(``S``, RGB samples, and ``C`` a channel axis, ``T`` time, ``Z``/``Y``/``X`` space; an unnamed
+page axis ``Q``/``I`` is taken as ``z`` when the file names no ``Z``), and voxel sizes and units
+come from the ImageJ or OME-XML metadata.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
@@ -15,7 +21,7 @@ import zarr
 
 from linumpy._xp import gpu_module
 from linumpy.errors import LinumpyError
-from linumpy.io import OmeZarrWriter, open_array, open_volume, read_omezarr
+from linumpy.io import Axis, OmeZarrWriter, open_array, open_volume, read_axes, read_omezarr
 from linumpy.io.dask_write import (
     align_blocks,
     committed,
@@ -25,69 +31,280 @@ from linumpy.io.dask_write import (
     write_pyramid,
 )
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
+from linumpy.io.metadata import make_axes
 from linumpy.io.omezarr import NgffVersion
 from linumpy.parallel import Cluster
 
-__all__ = ["convert_to_omezarr", "open_source"]
+__all__ = [
+    "Converted",
+    "SeriesError",
+    "SourceImage",
+    "convert_to_omezarr",
+    "open_image",
+    "open_source",
+]
 
 logger = logging.getLogger(__name__)
 
 
 TIFF_SUFFIXES = (".tif", ".tiff")
+_NGFF_ORDER = "tczyx"
+#: tifffile's axis letters with an NGFF equivalent (S: the samples of an RGB(A) pixel).
+_TIFF_AXES = {"T": "t", "C": "c", "S": "c", "Z": "z", "Y": "y", "X": "x"}
+#: tifffile's letters for an axis of pages it knows nothing about (unknown, image sequence).
+_PAGE_AXES = "QI"
+_UNITS = {
+    "micrometer": ("um", "µm", "micron", "microns", "micrometer", "micrometre"),
+    "nanometer": ("nm", "nanometer", "nanometre"),
+    "millimeter": ("mm", "millimeter", "millimetre"),
+    "centimeter": ("cm", "centimeter", "centimetre"),
+    "meter": ("m", "meter", "metre"),
+    "picometer": ("pm", "picometer"),
+    "angstrom": ("å", "angstrom"),
+    "inch": ("in", "inch"),
+    "second": ("s", "sec", "second", "seconds"),
+    "millisecond": ("ms", "millisecond"),
+    "microsecond": ("µs", "us", "microsecond"),
+    "minute": ("min", "minute"),
+    "hour": ("h", "hour"),
+}
+_UNIT_NAMES = {alias: name for name, aliases in _UNITS.items() for alias in aliases}
+_UNCALIBRATED = ("", "pixel", "pixels", "px")
 
 
-def _open_tiff(path: str | os.PathLike[str]) -> zarr.Array:
+class SeriesError(LinumpyError):
+    """A TIFF series index that the file does not have (the CLI names ``--series``)."""
+
+
+class SourceImage(NamedTuple):
+    """An image to convert, as its file describes it (:func:`open_image`).
+
+    Parameters
+    ----------
+    data
+        The stored array, lazy (zarr array, or numpy memory map), in the file's axis order.
+    axes
+        The NGFF axes of the image, with units where the file gives them.
+    order
+        For each NGFF axis, the axis of ``data`` it comes from (axes of ``data`` of length 1
+        missing here are dropped).
+    voxel_size
+        One size per NGFF axis when the file gives them (1 for channels), else None.
+    voxel_size_from
+        Where ``voxel_size`` comes from (``"ImageJ metadata"``, ``"OME-XML metadata"``,
+        ``"the OME-Zarr input"``), or None.
+    file_axes
+        The file's own axis letters (tifffile's, for a TIFF), or None.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, tifffile
+    >>> path = tempfile.mkdtemp() + "/rgb.tif"
+    >>> tifffile.imwrite(path, np.zeros((40, 50, 3), np.uint8))
+    >>> image = open_image(path)
+    >>> image.file_axes, "".join(a.name for a in image.axes), image.shape
+    ('YXS', 'cyx', (3, 40, 50))
+    """
+
+    data: Any
+    axes: tuple[Axis, ...]
+    order: tuple[int, ...]
+    voxel_size: tuple[float, ...] | None = None
+    voxel_size_from: str | None = None
+    file_axes: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape in NGFF axis order."""
+        return tuple(int(self.data.shape[i]) for i in self.order)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The data type."""
+        return np.dtype(self.data.dtype)
+
+
+def _open_tiff(path: str | os.PathLike[str], series: int = 0) -> zarr.Array:
     import tifffile
 
-    return zarr.open(tifffile.imread(path, aszarr=True), mode="r")
+    return zarr.open(tifffile.imread(path, aszarr=True, series=series, level=0), mode="r")
 
 
-def _read_file_block(path: str, block_info: dict[Any, Any] | None = None) -> np.ndarray:
-    """One block of a TIFF stack or ``.npy`` file, opened by path in the task (so that tasks
-    pickle small and each reads only its region)."""
-    region = tuple(slice(a, b) for a, b in block_info[None]["array-location"])
-    if Path(path).suffix.lower() in TIFF_SUFFIXES:
-        return np.asarray(_open_tiff(path)[region])
-    return np.array(np.load(path, mmap_mode="r")[region])
+def _unit(value: Any, path: str | os.PathLike[str], what: str) -> str | None:
+    """The NGFF (UDUNITS) name of a unit as TIFF metadata spells it; None when uncalibrated or
+    unknown (then the sizes in that unit are ignored)."""
+    text = str(value).strip().replace("\\u00B5", "µ").replace("\u03bc", "µ")
+    if text.lower() in _UNCALIBRATED:
+        return None
+    name = _UNIT_NAMES.get(text) or _UNIT_NAMES.get(text.lower())
+    if name is None:
+        logger.warning("%s: unknown unit %r in the %s: its sizes are ignored", path, text, what)
+    return name
 
 
-def _lazy_source(source: str | os.PathLike[str], data: Any, block: tuple[int, ...], gpu: bool):
-    """The input as a dask array of ``block``-shaped blocks (numpy, or cupy with ``gpu``)."""
-    is_file = Path(source).suffix.lower() in (*TIFF_SUFFIXES, ".npy")
-    if not is_file:
-        return open_volume(source, chunks=block, gpu=gpu)
-    whole = tuple(slice(0, n) for n in data.shape)
-    lazy = da.map_blocks(
-        _read_file_block,
-        os.fspath(source),
-        chunks=aligned_chunks(whole, block),
-        dtype=data.dtype,
-        meta=empty_meta(data.dtype, data.ndim, False),
-    )
-    if gpu:
-        lazy = lazy.map_blocks(
-            gpu_module(gpu).asarray, meta=empty_meta(data.dtype, data.ndim, True)
-        )
-    return lazy
+def _imagej_scales(tf: Any, series: Any, path: str) -> dict[str, tuple[float, str | None]]:
+    meta = tf.imagej_metadata or {}
+    unit = _unit(meta.get("unit", ""), path, "ImageJ metadata")
+    scales: dict[str, tuple[float, str | None]] = {}
+    if unit is not None:
+        tags = series.keyframe.tags
+        for letter, tag in (("x", "XResolution"), ("y", "YResolution")):
+            if tag in tags:
+                pixels, length = tags[tag].value
+                if pixels > 0 and length > 0:
+                    scales[letter] = (length / pixels, unit)
+        if meta.get("spacing"):
+            scales["z"] = (float(meta["spacing"]), unit)
+    if meta.get("finterval"):
+        scales["t"] = (float(meta["finterval"]), "second")
+    return scales
 
 
-def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | None]:
-    """Open an image to convert: a TIFF stack, a ``.npy`` file, an OME-Zarr image or a zarr array.
+def _ome_scales(tf: Any, index: int, path: str) -> dict[str, tuple[float, str | None]]:
+    import tifffile
 
-    Nothing is read but metadata: a TIFF stack opens as a zarr view of its pages (tifffile's
-    ``aszarr``), a ``.npy`` file as a memory map.
+    images = tifffile.xml2dict(tf.ome_metadata).get("OME", {}).get("Image", [])
+    images = images if isinstance(images, list) else [images]
+    if index >= len(images):
+        return {}
+    pixels = images[index].get("Pixels", {})
+    scales: dict[str, tuple[float, str | None]] = {}
+    for name, key, default in (
+        ("x", "PhysicalSizeX", "µm"),
+        ("y", "PhysicalSizeY", "µm"),
+        ("z", "PhysicalSizeZ", "µm"),
+        ("t", "TimeIncrement", "s"),
+    ):
+        unit = _unit(pixels.get(f"{key}Unit", default), path, "OME-XML metadata")
+        if pixels.get(key) and unit is not None:
+            scales[name] = (float(pixels[key]), unit)
+    return scales
 
-    Returns
-    -------
-    array
-        Array-like (numpy memory map or lazy zarr array).
-    voxel_size
-        The OME-Zarr image's voxel size, else None.
+
+def _tiff_axes(letters: str, shape: Sequence[int], path: str) -> tuple[list[str], list[int]]:
+    """NGFF axis names and, for each, the TIFF axis it comes from (in NGFF order)."""
+    found: dict[str, int] = {}
+    for index, (letter, size) in enumerate(zip(letters, shape)):
+        name = _TIFF_AXES.get(letter)
+        if name is None and letter in _PAGE_AXES and "Z" not in letters and "z" not in found:
+            name = "z"
+        if name is None and size == 1:
+            continue
+        if name is None or name in found:
+            what = f"axis {letter} (length {size})"
+            why = "has no OME-Zarr equivalent" if name is None else f"is a second {name} axis"
+            raise LinumpyError(f"{path}: TIFF axes {letters} {tuple(shape)}: {what} {why}")
+        found[name] = index
+    names = sorted(found, key=_NGFF_ORDER.index)
+    return names, [found[n] for n in names]
+
+
+def _open_tiff_image(path: Path, series: int) -> SourceImage:
+    import tifffile
+
+    with tifffile.TiffFile(path) as tf:
+        if not 0 <= series < len(tf.series):
+            raise SeriesError(
+                f"{path}: series {series} asked for; the file holds {len(tf.series)} "
+                f"(0 to {len(tf.series) - 1})"
+            )
+        chosen = tf.series[series]
+        letters, shape = chosen.axes, tuple(chosen.shape)
+        names, order = _tiff_axes(letters, shape, os.fspath(path))
+        if tf.is_ome and tf.ome_metadata:
+            scales, origin = _ome_scales(tf, series, os.fspath(path)), "OME-XML metadata"
+        elif tf.is_imagej:
+            scales, origin = _imagej_scales(tf, chosen, os.fspath(path)), "ImageJ metadata"
+        else:
+            scales, origin = {}, None
+    space_units = [u for n, (_, u) in scales.items() if n in "zyx" and u]
+    default_unit = space_units[0] if space_units else "micrometer"
+    axes = []
+    for name in names:
+        unit = scales[name][1] if name in scales else default_unit if name in "zyx" else None
+        axes.append(Axis(name, None, unit))
+    try:
+        checked = make_axes(len(axes), axes)
+    except ValueError as exc:
+        raise LinumpyError(f"{path}: TIFF axes {letters} {shape}: {exc}") from None
+    voxel_size = None
+    if scales:
+        voxel_size = tuple(scales[n][0] if n in scales else 1.0 for n in names)
+    data = _open_tiff(path, series)
+    return SourceImage(data, checked, tuple(order), voxel_size, origin if scales else None, letters)
+
+
+def open_image(path: str | os.PathLike[str], *, series: int | None = None) -> SourceImage:
+    """Open an image to convert, with its axes and voxel size as the file describes them.
+
+    Nothing is read but metadata: a TIFF opens as a zarr view of its pages (tifffile's
+    ``aszarr``), with its series' axes mapped to NGFF axes and its ImageJ or OME-XML voxel
+    sizes; a ``.npy`` file as a memory map (axes: the last of ``tczyx``); an OME-Zarr image
+    with its axes and voxel size; a plain zarr array like a ``.npy`` file.
+
+    Parameters
+    ----------
+    path
+        The input.
+    series
+        The TIFF series to open (0 by default); only TIFF files have series.
 
     Raises
     ------
     LinumpyError
-        When the file cannot be read as any of these (the message names it).
+        When the file cannot be read, its axes have no OME-Zarr equivalent, or its data are not
+        numbers (the message names the file); :class:`SeriesError` for a series it lacks.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, tifffile
+    >>> path = tempfile.mkdtemp() + "/stack.tif"
+    >>> tifffile.imwrite(path, np.zeros((10, 20, 30), np.uint16), imagej=True,
+    ...                  resolution=(2, 2), metadata={"axes": "ZYX", "spacing": 3.0, "unit": "um"})
+    >>> image = open_image(path)
+    >>> image.axes[0], image.voxel_size, image.voxel_size_from
+    (Axis(name='z', type='space', unit='micrometer'), (3.0, 0.5, 0.5), 'ImageJ metadata')
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if series not in (None, 0) and suffix not in TIFF_SUFFIXES:
+        raise SeriesError(f"{path}: only TIFF files have series")
+    try:
+        if suffix == ".npy":
+            data = np.load(path, mmap_mode="r")
+            image = SourceImage(data, _default_axes(path, data.ndim), tuple(range(data.ndim)))
+        elif suffix in TIFF_SUFFIXES:
+            image = _open_tiff_image(path, series or 0)
+        else:
+            image = None
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise LinumpyError(f"{path}: cannot read it as {suffix[1:]}: {exc}") from None
+    if image is None:
+        node = open_array(path)  # raises LinumpyError for anything that is not zarr
+        try:
+            data, voxel_size = read_omezarr(path)
+        except LinumpyError:
+            image = SourceImage(node, _default_axes(path, node.ndim), tuple(range(node.ndim)))
+        else:
+            order = tuple(range(data.ndim))
+            image = SourceImage(data, read_axes(path), order, voxel_size, "the OME-Zarr input")
+    if image.dtype.kind not in "biufc":
+        raise LinumpyError(f"{path}: data of type {image.dtype} are not numbers")
+    return image
+
+
+def _default_axes(path: Path, ndim: int) -> tuple[Axis, ...]:
+    try:
+        return make_axes(ndim)
+    except ValueError:
+        raise LinumpyError(f"{path}: OME-Zarr images have 2 to 5 axes, not {ndim}") from None
+
+
+def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | None]:
+    """Open an image to convert: the stored array (lazy) and its voxel size, if it has one.
+
+    A shorthand for :func:`open_image` (which gives the axes too); the array is in the file's
+    axis order.
 
     Examples
     --------
@@ -105,20 +322,126 @@ def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | 
     >>> array.shape, voxel_size
     ((4, 6, 8), (5.0, 2.0, 2.0))
     """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".npy":
-            return np.load(path, mmap_mode="r"), None
-        if suffix in TIFF_SUFFIXES:
-            return _open_tiff(path), None
-    except (OSError, ValueError) as exc:
-        raise LinumpyError(f"{path}: cannot read it as {suffix[1:]}: {exc}") from None
-    node = open_array(path)  # raises LinumpyError for anything that is not zarr
-    try:
-        return read_omezarr(path)
-    except LinumpyError:
-        return node, None
+    image = open_image(path)
+    return image.data, image.voxel_size
+
+
+def _read_file_block(
+    path: str, series: int, order: tuple[int, ...], block_info: dict[Any, Any] | None = None
+) -> np.ndarray:
+    """One block of a TIFF series or ``.npy`` file, opened by path in the task (so that tasks
+    pickle small and each reads only its region), in NGFF axis order."""
+    if Path(path).suffix.lower() in TIFF_SUFFIXES:
+        source = _open_tiff(path, series)
+    else:
+        source = np.load(path, mmap_mode="r")
+    region: list[Any] = [0] * source.ndim  # axes of length 1 that the image drops
+    for axis, (start, stop) in zip(order, block_info[None]["array-location"]):
+        region[axis] = slice(start, stop)
+    kept = sorted(order)
+    return np.array(np.transpose(source[tuple(region)], [kept.index(a) for a in order]))
+
+
+def _lazy_source(
+    source: str | os.PathLike[str],
+    image: SourceImage,
+    series: int,
+    block: tuple[int, ...],
+    gpu: bool,
+):
+    """The input as a dask array of ``block``-shaped blocks (numpy, or cupy with ``gpu``)."""
+    is_file = Path(source).suffix.lower() in (*TIFF_SUFFIXES, ".npy")
+    if not is_file:
+        return open_volume(source, chunks=block, gpu=gpu)
+    whole = tuple(slice(0, n) for n in image.shape)
+    lazy = da.map_blocks(
+        _read_file_block,
+        os.fspath(source),
+        series,
+        image.order,
+        chunks=aligned_chunks(whole, block),
+        dtype=image.dtype,
+        meta=empty_meta(image.dtype, len(image.shape), False),
+    )
+    if gpu:
+        lazy = lazy.map_blocks(
+            gpu_module(gpu).asarray, meta=empty_meta(image.dtype, len(image.shape), True)
+        )
+    return lazy
+
+
+def _voxel_size(
+    image: SourceImage, given: Sequence[float] | None
+) -> tuple[tuple[float, ...], tuple[Axis, ...], str | None]:
+    """The voxel size, axes and where the sizes come from: ``given`` (one per axis, or one per
+    space axis in micrometers) over the file's own."""
+    axes, sizes = image.axes, image.voxel_size or (1.0,) * len(image.axes)
+    if given is None:
+        return tuple(sizes), axes, image.voxel_size_from
+    given = tuple(float(v) for v in given)
+    space = [i for i, a in enumerate(axes) if a.type == "space"]
+    if len(given) == len(space) < len(axes):
+        sizes = list(sizes)
+        for i, value in zip(space, given):
+            sizes[i] = value
+    elif len(given) == len(axes):
+        sizes = list(given)
+    else:
+        names = "".join(a.name for a in axes)
+        space_names = "".join(axes[i].name for i in space)
+        also = (
+            f" or {len(space)} for the space axes {space_names}" if len(space) < len(axes) else ""
+        )
+        raise ValueError(
+            f"voxel_size {given}: {len(axes)} values needed, one per axis of {names}{also}"
+        )
+    axes = tuple(a._replace(unit="micrometer") if a.type == "space" else a for a in axes)
+    return tuple(sizes), axes, "given"
+
+
+class Converted(NamedTuple):
+    """What :func:`convert_to_omezarr` wrote: the axes, voxel size and where the sizes came from.
+
+    Parameters
+    ----------
+    axes
+        The image's NGFF axes (names, types, units).
+    voxel_size
+        One size per axis.
+    voxel_size_from
+        ``"given"`` (the ``voxel_size`` argument), the metadata they come from
+        (``"ImageJ metadata"``, ``"OME-XML metadata"``, ``"the OME-Zarr input"``), or None
+        (none known: 1 per axis).
+
+    Examples
+    --------
+    >>> from linumpy.io.metadata import make_axes
+    >>> Converted(make_axes(2, "yx"), (1.0, 1.0), None).describe()
+    'axes yx, voxel size y 1 micrometer, x 1 micrometer (none known: 1 per axis)'
+    """
+
+    axes: tuple[Axis, ...]
+    voxel_size: tuple[float, ...]
+    voxel_size_from: str | None
+
+    def describe(self, given: str = "the voxel_size argument") -> str:
+        """One line: the axes, the voxel size with units, and where the sizes came from
+        (``given`` names the sizes passed explicitly).
+
+        Examples
+        --------
+        >>> from linumpy.io.metadata import make_axes
+        >>> Converted(make_axes(3, "cyx"), (1, 2, 2), "ImageJ metadata").describe()
+        'axes cyx, voxel size y 2 micrometer, x 2 micrometer (from ImageJ metadata)'
+        """
+        sizes = ", ".join(
+            f"{a.name} {v:g}" + (f" {a.unit}" if a.unit else "")
+            for a, v in zip(self.axes, self.voxel_size)
+            if a.type != "channel"
+        )
+        origin = given if self.voxel_size_from == "given" else self.voxel_size_from
+        origin = "none known: 1 per axis" if origin is None else f"from {origin}"
+        return f"axes {''.join(a.name for a in self.axes)}, voxel size {sizes} ({origin})"
 
 
 def convert_to_omezarr(
@@ -126,6 +449,7 @@ def convert_to_omezarr(
     target: str | os.PathLike[str],
     *,
     voxel_size: Sequence[float] | None = None,
+    series: int | None = None,
     chunks: Sequence[int] | None = None,
     shards: Sequence[int] | None = None,
     n_levels: int = 1,
@@ -135,25 +459,30 @@ def convert_to_omezarr(
     overwrite: bool = False,
     progress: bool = False,
     cluster: Cluster | None = None,
-) -> None:
-    """Convert a TIFF stack, ``.npy`` file or zarr array to a zstd OME-Zarr image, out of core.
+) -> Converted:
+    """Convert a TIFF, ``.npy`` file or zarr array to a zstd OME-Zarr image, out of core.
 
+    The axes and voxel size are the input's own (see :func:`open_image`: a TIFF's axes,
+    channels and RGB samples included, and its ImageJ or OME-XML voxel sizes and units).
     The data goes through in blocks of whole output shards (or chunks), one dask task each
     (zarr inputs are read with :func:`linumpy.io.open_volume`, ``.npy`` files through a memory
-    map, TIFF stacks through tifffile's zarr view of their pages); each pyramid level is then
-    computed from the level above as stored, block by block. With ``gpu`` the blocks are
-    encoded on the GPU (nvCOMP; NGFF 0.5 only).
+    map, TIFF series through tifffile's zarr view of their pages); each pyramid level is then
+    computed from the level above as stored, block by block (space axes only). With ``gpu`` the
+    blocks are encoded on the GPU (nvCOMP; NGFF 0.5 only).
 
     Parameters
     ----------
     source
-        The input (see :func:`open_source`).
+        The input (see :func:`open_image`).
     target
         The OME-Zarr image to create.
     voxel_size
-        Voxel size per axis; by default the source's (OME-Zarr) or 1.
+        Voxel size per axis, or per space axis (micrometers), over the input's own; 1 where
+        neither gives one.
+    series
+        The TIFF series to convert (0 by default).
     chunks, shards, n_levels, level, ngff_version
-        As for :class:`linumpy.io.OmeZarrWriter`.
+        As for :class:`linumpy.io.OmeZarrWriter` (in NGFF axis order).
     gpu
         Encode on the GPU.
     overwrite
@@ -164,6 +493,17 @@ def convert_to_omezarr(
         Where the tasks run and how much memory each may use
         (:func:`linumpy.parallel.dask_cluster`); local threads by default.
 
+    Returns
+    -------
+    Converted
+        The axes and voxel size written, and where the sizes came from.
+
+    Raises
+    ------
+    LinumpyError
+        For an input that cannot be read, axes without an OME-Zarr equivalent or data that are
+        not numbers (:class:`SeriesError` for a missing TIFF series).
+
     Examples
     --------
     >>> import numpy as np, tempfile
@@ -171,27 +511,30 @@ def convert_to_omezarr(
     >>> from linumpy.mosaic.convert import convert_to_omezarr
     >>> folder = tempfile.mkdtemp()
     >>> np.save(folder + "/volume.npy", np.arange(4 * 6 * 8, dtype=np.uint16).reshape(4, 6, 8))
-    >>> convert_to_omezarr(
+    >>> done = convert_to_omezarr(
     ...     folder + "/volume.npy", folder + "/volume.ome.zarr", voxel_size=(5.0, 2.5, 2.5)
     ... )
+    >>> done.describe()
+    'axes zyx, voxel size z 5 micrometer, y 2.5 micrometer, x 2.5 micrometer (from the \
+voxel_size argument)'
     >>> array, voxel_size = read_omezarr(folder + "/volume.ome.zarr")
     >>> array.shape, str(array.dtype), voxel_size, int(array[3, 5, 7])
     ((4, 6, 8), 'uint16', (5.0, 2.5, 2.5), 191)
     """
-    data, stored_voxel_size = open_source(source)
-    if not 2 <= data.ndim <= 5:
-        raise LinumpyError(f"{source}: OME-Zarr images have 2 to 5 axes, not {data.ndim}")
+    image = open_image(source, series=series)
+    shape, dtype = image.shape, image.dtype
     if gpu and ngff_version != "0.5":
         logger.warning(
             "GPU encoding writes zarr v3 only: encoding NGFF %s on the CPU", ngff_version
         )
         gpu = False
-    voxel_size = voxel_size or stored_voxel_size or (1.0,) * data.ndim
+    sizes, axes, origin = _voxel_size(image, voxel_size)
     writer = OmeZarrWriter(
         target,
-        data.shape,
-        data.dtype,
-        voxel_size=voxel_size,
+        shape,
+        dtype,
+        voxel_size=sizes,
+        axes=axes,
         chunks=chunks,
         shards=shards,
         n_levels=n_levels,
@@ -201,13 +544,14 @@ def convert_to_omezarr(
     )
     cluster = cluster or Cluster()
     unit = storage_unit(writer.array)
-    if isinstance(data, zarr.Array):
-        unit = tuple(math.lcm(u, s) for u, s in zip(unit, storage_unit(data)))
-    unit = tuple(min(u, n) for u, n in zip(unit, data.shape))
-    per_element = 3 * data.dtype.itemsize  # the block, its copy in zarr, the encoded chunks
+    if isinstance(image.data, zarr.Array):
+        stored = storage_unit(image.data)
+        unit = tuple(math.lcm(u, stored[i]) for u, i in zip(unit, image.order))
+    unit = tuple(min(u, n) for u, n in zip(unit, shape))
+    per_element = 3 * dtype.itemsize  # the block, its copy in zarr, the encoded chunks
     budget = cluster.task_bytes(math.prod(unit) * per_element, "the conversion")
-    block = grow_block(unit, data.shape, per_element, budget)
-    lazy = _lazy_source(source, data, block, gpu)
+    block = grow_block(unit, shape, per_element, budget)
+    lazy = _lazy_source(source, image, series or 0, block, gpu)
     with committed(writer):
         store_dask(
             align_blocks(lazy, unit),
@@ -219,3 +563,4 @@ def convert_to_omezarr(
         write_pyramid(
             writer.arrays, axes=space_axes(writer), gpu=gpu, cluster=cluster, progress=progress
         )
+    return Converted(writer.axes, writer.voxel_size, origin)
