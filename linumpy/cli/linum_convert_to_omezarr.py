@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
-"""Convert a TIFF stack, a .npy file or any zarr array to a zstd-compressed OME-Zarr image.
+"""Convert a TIFF, a .npy file or any zarr array to a zstd-compressed OME-Zarr image.
+
+A TIFF keeps the axes its metadata gives (tifffile's reading of it): RGB samples and channels
+become a channel axis c, then t, z, y, x in OME-Zarr order; a stack of unnamed pages is z; axes
+that OME-Zarr has no place for are refused, and so is data that is not numbers. --series picks one
+of the file's series (0 by default). Voxel sizes and units come from --voxel-size (micrometers,
+one per axis or one per space axis), else from the ImageJ or OME-XML metadata of a TIFF or from an
+OME-Zarr input, else are 1; the line printed at the end says which.
 
 Chunks, shards, pyramid levels, zstd level and OME-NGFF version (0.5: zarr v3, 0.4: zarr v2) are
-chosen on the command line; the voxel size comes from --voxel-size, else from an OME-Zarr input,
-else is 1. With --use-gpu the chunks are zstd-encoded on the GPU (nvCOMP; NGFF 0.5).
+chosen on the command line, in OME-Zarr axis order. With --use-gpu the chunks are zstd-encoded on
+the GPU (nvCOMP; NGFF 0.5).
 
 The data goes through as dask tasks of whole output chunks (shards), and the pyramid is built
 from the stored levels, so inputs larger than memory are converted with bounded memory (each
@@ -17,16 +24,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
-from linumpy.cli.options import add_zstd_level_arg, positive_int
+from linumpy.cli.options import add_zstd_level_arg, number, positive_int
 from linumpy.parallel import add_cluster_args, cluster_from_args
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:
     parser = cli.build_parser(__doc__, prog="linum-convert-to-omezarr")
-    parser.add_argument("input", help="TIFF stack (.tif/.tiff), .npy file or zarr array/image.")
+    parser.add_argument("input", help="TIFF (.tif/.tiff), .npy file or zarr array/image.")
     parser.add_argument("output", help="OME-Zarr image to create.")
     parser.add_argument(
-        "--voxel-size", nargs="+", type=float, help="Voxel size per axis (micrometers)."
+        "--voxel-size",
+        nargs="+",
+        type=number(float, 0, strict=True),
+        help="Voxel size per axis, or per space axis (micrometers) [the input's own, else 1].",
+    )
+    parser.add_argument(
+        "--series",
+        type=number(int, 0),
+        help="The TIFF series to convert, from 0 [0].",
     )
     parser.add_argument(
         "--chunks", nargs="+", type=positive_int, help="Chunk shape (default: 128s)."
@@ -59,31 +74,36 @@ def main(argv: Sequence[str] | None = None) -> None:
     >>> np.save(folder + "/volume.npy", np.zeros((16, 32, 32), np.uint16))
     >>> main([folder + "/volume.npy", folder + "/volume.ome.zarr", "--n-levels", "2"])
     ... # doctest: +ELLIPSIS
-    /.../volume.ome.zarr: written
+    /.../volume.ome.zarr: written (axes zyx, voxel size z 1 micrometer, y 1 micrometer, \
+x 1 micrometer (none known: 1 per axis))
     """
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)
     output = cli.check_output(parser, args.output, args.overwrite, kind="directory")
     with cli.fail_on_errors(parser):
-        from linumpy.mosaic.pipeline import convert_to_omezarr
+        from linumpy.mosaic.convert import SeriesError, convert_to_omezarr
 
         gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
         with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
-            convert_to_omezarr(
-                args.input,
-                partial,
-                voxel_size=args.voxel_size,
-                chunks=args.chunks,
-                shards=args.shards,
-                n_levels=args.n_levels,
-                level=args.zstd_level,
-                ngff_version=args.ngff_version,
-                gpu=gpu,
-                progress=True,
-                cluster=cluster,
-            )
-    print(f"{output}: written")
+            try:
+                done = convert_to_omezarr(
+                    args.input,
+                    partial,
+                    voxel_size=args.voxel_size,
+                    series=args.series,
+                    chunks=args.chunks,
+                    shards=args.shards,
+                    n_levels=args.n_levels,
+                    level=args.zstd_level,
+                    ngff_version=args.ngff_version,
+                    gpu=gpu,
+                    progress=True,
+                    cluster=cluster,
+                )
+            except SeriesError as exc:
+                parser.error(f"argument --series: {exc}")
+    print(f"{output}: written ({done.describe(given='--voxel-size')})")
 
 
 if __name__ == "__main__":

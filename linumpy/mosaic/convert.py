@@ -205,8 +205,8 @@ def _open_tiff_image(path: Path, series: int) -> SourceImage:
     with tifffile.TiffFile(path) as tf:
         if not 0 <= series < len(tf.series):
             raise SeriesError(
-                f"{path}: series {series} asked for; the file holds {len(tf.series)} "
-                f"(0 to {len(tf.series) - 1})"
+                f"{path} holds {len(tf.series)} series (0 to {len(tf.series) - 1}), "
+                f"not series {series}"
             )
         chosen = tf.series[series]
         letters, shape = chosen.axes, tuple(chosen.shape)
