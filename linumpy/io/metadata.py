@@ -19,6 +19,7 @@ __all__ = [
     "Axis",
     "check_axis_types",
     "check_chunk_count",
+    "image_attrs",
     "make_axes",
     "multiscale_dataset_paths",
     "parse_ngff_version",
@@ -197,9 +198,74 @@ expected 3 space axes
         raise LinumpyError(f"{os.fspath(source)}: axes {found}; expected {wanted} axes")
 
 
-def axes_to_ngff(axes: Sequence[Axis]) -> list[dict[str, str]]:
-    """The NGFF ``axes`` list (keys with None values left out)."""
-    return [{k: v for k, v in a._asdict().items() if v is not None} for a in axes]
+def image_attrs(
+    name: str, axes: Sequence[Axis], scales: Sequence[Sequence[float]], version: NgffVersion
+) -> dict[str, Any]:
+    """The attributes of an OME-Zarr image group, built with ome-zarr-models' pydantic models.
+
+    Parameters
+    ----------
+    name
+        The image's name (``multiscales[0].name``).
+    axes
+        The image's axes.
+    scales
+        Each level's scale, level 0 first (paths ``"0"``, ``"1"``...).
+    version
+        ``"0.5"`` (zarr v3: under ``"ome"``) or ``"0.4"`` (zarr v2).
+
+    Raises
+    ------
+    LinumpyError
+        When the models reject the metadata (a bug in linumpy: its arguments are checked before).
+
+    Examples
+    --------
+    >>> attrs = image_attrs("a", make_axes(2), [[0.5, 0.5], [1.0, 1.0]], "0.5")
+    >>> attrs["ome"]["version"], attrs["ome"]["multiscales"][0]["axes"][0]
+    ('0.5', {'name': 'y', 'type': 'space', 'unit': 'micrometer'})
+    >>> image_attrs("a", make_axes(2), [[0.5, 0.5]], "0.4")["multiscales"][0]["datasets"]
+    [{'path': '0', 'coordinateTransformations': [{'type': 'scale', 'scale': [0.5, 0.5]}]}]
+    """
+    import pydantic
+
+    if version == "0.5":
+        from ome_zarr_models.v05 import axes as axes_models
+        from ome_zarr_models.v05 import image as image_models
+        from ome_zarr_models.v05 import multiscales as multiscale_models
+    else:
+        from ome_zarr_models.v04 import axes as axes_models  # type: ignore[no-redef]
+        from ome_zarr_models.v04 import image as image_models  # type: ignore[no-redef]
+        from ome_zarr_models.v04 import multiscales as multiscale_models  # type: ignore[no-redef]
+    try:
+        multiscale = multiscale_models.Multiscale(
+            name=name,
+            axes=[axes_models.Axis(**axis._asdict()) for axis in axes],
+            datasets=[
+                multiscale_models.Dataset.build(path=str(i), scale=scale, translation=None)
+                for i, scale in enumerate(scales)
+            ],
+            **({"version": "0.4"} if version == "0.4" else {}),
+        )
+        model = image_models.ImageAttrs(
+            multiscales=[multiscale], **({"version": "0.5"} if version == "0.5" else {})
+        )
+    except pydantic.ValidationError as exc:
+        raise LinumpyError(
+            f"{name}: ome-zarr-models rejects the OME-NGFF {version} metadata linumpy built "
+            f"(a bug in linumpy): {_first_error(exc)}"
+        ) from None
+    attrs = model.model_dump(mode="json", exclude_none=True, by_alias=True)
+    return {"ome": attrs} if version == "0.5" else attrs
+
+
+def _first_error(exc: Any) -> str:
+    """The first error of a pydantic ValidationError (where: what), and how many more there are."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    more = f"; {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+    return f"{where}: {message}{more}"
 
 
 def axes_from_ngff(entries: Sequence[Any]) -> tuple[Axis, ...]:
@@ -366,12 +432,8 @@ datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has d
     try:
         model.model_validate(data)
     except pydantic.ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        more = f"; {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
         raise LinumpyError(
-            f"{os.fspath(source)}: invalid OME-NGFF {version} metadata ({where}: {message}{more})"
+            f"{os.fspath(source)}: invalid OME-NGFF {version} metadata ({_first_error(exc)})"
         ) from None
     return version
 

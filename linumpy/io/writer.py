@@ -26,8 +26,8 @@ from linumpy.errors import LinumpyError
 from linumpy.io.metadata import (
     Axis,
     NgffVersion,
-    axes_to_ngff,
     check_chunk_count,
+    image_attrs,
     make_axes,
     parse_block,
     parse_ngff_version,
@@ -246,7 +246,8 @@ class OmeZarrWriter:
         group = zarr.open_group(store=LocalStore(self.path), mode="w-", zarr_format=zarr_format)
         self._created = True  # from here on, abort() deletes what was written in place
         shrink = [axis.type == "space" for axis in self.axes]
-        arrays, datasets = [], []
+        arrays: list[zarr.Array] = []
+        scales: list[list[float]] = []
         for index, level_shape in enumerate(_level_shapes(self.shape, n_levels, shrink)):
             level_chunks = tuple(min(c, s) for c, s in zip(chunks, level_shape))
             level_shards = None
@@ -278,22 +279,8 @@ class OmeZarrWriter:
                 )
             )
             factor = _level_factor(self.shape, index, shrink)
-            scale = [v * f for v, f in zip(self.voxel_size, factor)]
-            datasets.append(
-                {
-                    "path": str(index),
-                    "coordinateTransformations": [{"type": "scale", "scale": scale}],
-                }
-            )
-        multiscale = {
-            "name": self.target.name,
-            "axes": axes_to_ngff(self.axes),
-            "datasets": datasets,
-        }
-        if zarr_format == 3:
-            group.attrs["ome"] = {"version": "0.5", "multiscales": [multiscale]}
-        else:
-            group.attrs["multiscales"] = [{"version": "0.4", **multiscale}]
+            scales.append([v * f for v, f in zip(self.voxel_size, factor)])
+        group.attrs.update(image_attrs(self.target.name, self.axes, scales, self.ngff_version))
         try:
             validate_image_attrs(group.attrs.asdict(), zarr_format, self.target)
         except LinumpyError as exc:
