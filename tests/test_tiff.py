@@ -46,16 +46,15 @@ def _axes(path: Path) -> list[tuple[str, str | None, str | None]]:
 UM, NM = "micrometer", "nanometer"
 
 
+def _imagej(path: Path, data: np.ndarray, pixel: float, **metadata: object) -> None:
+    """An ImageJ TIFF with a pixel size (resolution tags) and ``metadata`` (axes, unit...)."""
+    tifffile.imwrite(path, data, imagej=True, resolution=(1 / pixel, 1 / pixel), metadata=metadata)
+
+
 def test_imagej_stack_keeps_its_voxel_size_and_unit(tmp_path, capsys) -> None:
     data = _data((10, 20, 30))
     source = tmp_path / "stack.tif"
-    tifffile.imwrite(
-        source,
-        data,
-        imagej=True,
-        resolution=(1 / 0.5, 1 / 0.5),
-        metadata={"spacing": 2.0, "unit": "um", "axes": "ZYX"},
-    )
+    _imagej(source, data, 0.5, spacing=2.0, unit="um", axes="ZYX")
     line = _convert(capsys, source, tmp_path / "out.ome.zarr", "--chunks", 4, 8, 8)
     assert "axes zyx" in line and "from ImageJ metadata" in line, line
     array, voxel_size = read_omezarr(tmp_path / "out.ome.zarr")
@@ -66,13 +65,7 @@ def test_imagej_stack_keeps_its_voxel_size_and_unit(tmp_path, capsys) -> None:
 
 def test_imagej_units_other_than_micrometers(tmp_path) -> None:
     source = tmp_path / "stack.tif"
-    tifffile.imwrite(
-        source,
-        _data((4, 8, 8)),
-        imagej=True,
-        resolution=(10, 10),
-        metadata={"spacing": 50.0, "unit": "nm", "axes": "ZYX"},
-    )
+    _imagej(source, _data((4, 8, 8)), 0.1, spacing=50.0, unit="nm", axes="ZYX")
     done = convert_to_omezarr(source, tmp_path / "out.ome.zarr")
     assert done.voxel_size_from == "ImageJ metadata"
     assert read_omezarr(tmp_path / "out.ome.zarr")[1] == (50.0, 0.1, 0.1)
@@ -125,13 +118,7 @@ def test_ome_tiff_physical_sizes_and_units(tmp_path, capsys) -> None:
 def test_imagej_hyperstack_is_reordered_to_tczyx(tmp_path) -> None:
     data = _data((3, 4, 2, 20, 30))
     source = tmp_path / "hyper.tif"
-    tifffile.imwrite(
-        source,
-        data,
-        imagej=True,
-        resolution=(2, 2),
-        metadata={"axes": "TZCYX", "unit": "um", "spacing": 3.0, "finterval": 0.5},
-    )
+    _imagej(source, data, 0.5, axes="TZCYX", unit="um", spacing=3.0, finterval=0.5)
     target = tmp_path / "out.ome.zarr"
     convert_to_omezarr(source, target, chunks=(1, 1, 2, 8, 8), n_levels=2)
     array, voxel_size = read_omezarr(target)
@@ -171,15 +158,22 @@ def test_series_option(tmp_path, capsys) -> None:
     assert not (tmp_path / "c.ome.zarr").exists()
 
 
+def test_each_ome_series_has_its_own_sizes(tmp_path) -> None:
+    source = tmp_path / "two.ome.tif"
+    with tifffile.TiffWriter(source, ome=True) as tif:
+        sizes = {"PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5, "PhysicalSizeZ": 2.0}
+        tif.write(_data((3, 20, 30)), metadata={"axes": "ZYX", **sizes})
+        sizes = {"PhysicalSizeX": 4.0, "PhysicalSizeY": 4.0, "Name": "overview"}
+        tif.write(_data((20, 30), "uint8"), metadata={"axes": "YX", **sizes})
+    convert_to_omezarr(source, tmp_path / "a.ome.zarr")
+    convert_to_omezarr(source, tmp_path / "b.ome.zarr", series=1)
+    assert read_omezarr(tmp_path / "a.ome.zarr")[1] == (2.0, 0.5, 0.5)
+    assert read_omezarr(tmp_path / "b.ome.zarr")[1] == (4.0, 4.0)
+
+
 def test_voxel_size_option_overrides_the_metadata(tmp_path, capsys) -> None:
     source = tmp_path / "stack.tif"
-    tifffile.imwrite(
-        source,
-        _data((4, 8, 8)),
-        imagej=True,
-        resolution=(2, 2),
-        metadata={"spacing": 50.0, "unit": "nm", "axes": "ZYX"},
-    )
+    _imagej(source, _data((4, 8, 8)), 500.0, spacing=50.0, unit="nm", axes="ZYX")
     line = _convert(capsys, source, tmp_path / "a.ome.zarr", "--voxel-size", 3, 1, 1)
     assert "from --voxel-size" in line, line
     assert read_omezarr(tmp_path / "a.ome.zarr")[1] == (3.0, 1.0, 1.0)

@@ -161,10 +161,18 @@ def _imagej_scales(tf: Any, series: Any, path: str) -> dict[str, tuple[float, st
 
 
 def _ome_scales(tf: Any, index: int, path: str) -> dict[str, tuple[float, str | None]]:
+    from xml.etree.ElementTree import ParseError
+
     import tifffile
 
-    images = tifffile.xml2dict(tf.ome_metadata).get("OME", {}).get("Image", [])
+    try:
+        images = tifffile.xml2dict(tf.ome_metadata).get("OME", {}).get("Image", [])
+    except ParseError as exc:
+        raise LinumpyError(f"{path}: malformed OME-XML metadata: {exc}") from None
     images = images if isinstance(images, list) else [images]
+    # tifffile names an OME series after its Image; the index is the fallback
+    named = [i for i, image in enumerate(images) if image.get("Name") == tf.series[index].name]
+    index = named[0] if len(named) == 1 else index
     if index >= len(images):
         return {}
     pixels = images[index].get("Pixels", {})
@@ -277,7 +285,7 @@ def open_image(path: str | os.PathLike[str], *, series: int | None = None) -> So
             image = _open_tiff_image(path, series or 0)
         else:
             image = None
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+    except (OSError, ValueError) as exc:  # tifffile's TiffFileError is a ValueError
         raise LinumpyError(f"{path}: cannot read it as {suffix[1:]}: {exc}") from None
     if image is None:
         node = open_array(path)  # raises LinumpyError for anything that is not zarr
@@ -310,15 +318,9 @@ def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | 
     --------
     >>> import numpy as np, tempfile
     >>> from linumpy.io import save_omezarr
-    >>> from linumpy.mosaic.convert import open_source
-    >>> folder = tempfile.mkdtemp()
-    >>> volume = np.zeros((4, 6, 8), np.uint8)
-    >>> np.save(folder + "/volume.npy", volume)
-    >>> array, voxel_size = open_source(folder + "/volume.npy")
-    >>> array.shape, voxel_size
-    ((4, 6, 8), None)
-    >>> save_omezarr(volume, folder + "/volume.ome.zarr", voxel_size=(5, 2, 2))
-    >>> array, voxel_size = open_source(folder + "/volume.ome.zarr")
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> save_omezarr(np.zeros((4, 6, 8), np.uint8), path, voxel_size=(5, 2, 2))
+    >>> array, voxel_size = open_source(path)
     >>> array.shape, voxel_size
     ((4, 6, 8), (5.0, 2.0, 2.0))
     """
@@ -418,6 +420,8 @@ class Converted(NamedTuple):
     >>> from linumpy.io.metadata import make_axes
     >>> Converted(make_axes(2, "yx"), (1.0, 1.0), None).describe()
     'axes yx, voxel size y 1 micrometer, x 1 micrometer (none known: 1 per axis)'
+    >>> Converted(make_axes(3, "cyx"), (1, 2, 2), "ImageJ metadata").describe()
+    'axes cyx, voxel size y 2 micrometer, x 2 micrometer (from ImageJ metadata)'
     """
 
     axes: tuple[Axis, ...]
@@ -426,14 +430,7 @@ class Converted(NamedTuple):
 
     def describe(self, given: str = "the voxel_size argument") -> str:
         """One line: the axes, the voxel size with units, and where the sizes came from
-        (``given`` names the sizes passed explicitly).
-
-        Examples
-        --------
-        >>> from linumpy.io.metadata import make_axes
-        >>> Converted(make_axes(3, "cyx"), (1, 2, 2), "ImageJ metadata").describe()
-        'axes cyx, voxel size y 2 micrometer, x 2 micrometer (from ImageJ metadata)'
-        """
+        (``given`` names the sizes passed explicitly)."""
         sizes = ", ".join(
             f"{a.name} {v:g}" + (f" {a.unit}" if a.unit else "")
             for a, v in zip(self.axes, self.voxel_size)
