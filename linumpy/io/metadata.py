@@ -142,7 +142,7 @@ def make_axes(
     ------
     ValueError
         When the count is wrong, names repeat, or the axes break NGFF's rules (2 or 3 space axes,
-        at most one time and one channel axis, time first and space last).
+        at most one time, one channel and one axis of another type, time first and space last).
 
     Examples
     --------
@@ -170,6 +170,8 @@ def make_axes(
         raise ValueError(f"axes {label}: 2 or 3 space axes are needed (NGFF)")
     if types.count("time") > 1 or types.count("channel") > 1:
         raise ValueError(f"axes {label}: at most one time and one channel axis (NGFF)")
+    if sum(t not in ("space", "time", "channel") for t in types) > 1:
+        raise ValueError(f"axes {label}: at most one axis of another type (NGFF)")
     n_space = types.count("space")
     if types[-n_space:] != ["space"] * n_space:
         raise ValueError(f"axes {label}: space axes must come last (NGFF)")
@@ -434,6 +436,13 @@ datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has d
     except pydantic.ValidationError as exc:
         raise LinumpyError(
             f"{os.fspath(source)}: invalid OME-NGFF {version} metadata ({_first_error(exc)})"
+        ) from None
+    except (IndexError, KeyError, TypeError) as exc:
+        # ome-zarr-models 1.8 raises IndexError, not a ValidationError, for levels whose scales
+        # differ in length
+        raise LinumpyError(
+            f"{os.fspath(source)}: invalid OME-NGFF {version} metadata (ome-zarr-models failed "
+            f"with {type(exc).__name__}: {exc})"
         ) from None
     return version
 

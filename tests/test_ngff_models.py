@@ -1,0 +1,160 @@
+"""NGFF metadata against ome-zarr-models: every image linumpy writes (0.4 and 0.5, all the axes it
+supports) validates with the models; hand-broken metadata is refused on reading with an error
+naming the file; what linumpy accepted before and the models would refuse is still read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from ome_zarr_models.v04.image import Image as ImageV04
+from ome_zarr_models.v04.image import ImageAttrs as ImageAttrsV04
+from ome_zarr_models.v05.image import Image as ImageV05
+from ome_zarr_models.v05.image import ImageAttrs as ImageAttrsV05
+
+from linumpy.errors import LinumpyError
+from linumpy.io import open_array, read_axes, read_omezarr, save_omezarr
+from linumpy.io.metadata import Axis
+
+AXES = {"zyx": (6, 8, 8), "cyx": (3, 8, 8), "tczyx": (2, 3, 4, 8, 8), "yx": (8, 8)}
+
+
+def _attrs_file(image: Path, version: str) -> Path:
+    return image / ("zarr.json" if version == "0.5" else ".zattrs")
+
+
+def _edit_attrs(image: Path, version: str, edit: Callable[[dict], None]) -> None:
+    """Apply ``edit`` to the first multiscale of the image's attributes, in its file."""
+    file = _attrs_file(image, version)
+    doc = json.loads(file.read_text())
+    attrs = doc["attributes"]["ome"] if version == "0.5" else doc
+    edit(attrs["multiscales"][0])
+    file.write_text(json.dumps(doc))
+
+
+def _save(path: Path, version: str, shape: tuple[int, ...] = (4, 8, 8), **kwargs) -> Path:
+    voxel = (1.0,) * (len(shape) - 2) + (0.5, 0.5)
+    save_omezarr(
+        np.zeros(shape, np.uint8),
+        path,
+        voxel_size=voxel,
+        n_levels=2,
+        ngff_version=version,
+        **kwargs,
+    )
+    return path
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+@pytest.mark.parametrize("unit", ["nanometer", "micrometer"])
+@pytest.mark.parametrize("axes", AXES)
+def test_written_images_validate(tmp_path: Path, axes: str, unit: str, version: str) -> None:
+    image = _save(tmp_path / "a.ome.zarr", version, AXES[axes], axes=axes, unit=unit)
+    group = zarr.open_group(image, mode="r")
+    # the whole group (attributes and level arrays), as ome-zarr-models reads it
+    model = (ImageV05 if version == "0.5" else ImageV04).from_zarr(group)
+    attributes = model.attributes.ome if version == "0.5" else model.attributes
+    multiscale = attributes.multiscales[0]
+    assert [a.name for a in multiscale.axes] == list(axes)
+    assert [a.unit for a in multiscale.axes if a.type == "space"] == [unit] * (2 + ("z" in axes))
+    assert len(multiscale.datasets) == 2
+    # and the attributes file itself, read as JSON
+    doc = json.loads(_attrs_file(image, version).read_text())
+    if version == "0.5":
+        ImageAttrsV05.model_validate(doc["attributes"]["ome"])
+    else:
+        ImageAttrsV04.model_validate(doc)
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_a_custom_axis_validates(tmp_path: Path, version: str) -> None:
+    axes = [Axis("angle", "angle", "degree"), "y", "x"]
+    image = _save(tmp_path / "a.ome.zarr", version, (2, 8, 8), axes=axes)
+    model = (ImageV05 if version == "0.5" else ImageV04).from_zarr(zarr.open_group(image))
+    assert model.ome_zarr_version == version
+    assert read_axes(image)[0] == Axis("angle", "angle", "degree")
+
+
+def test_two_custom_axes_are_refused_before_writing(tmp_path: Path) -> None:
+    axes = [Axis("a", "angle"), Axis("p", "phase"), "y", "x"]
+    with pytest.raises(ValueError, match="at most one axis of another type"):
+        _save(tmp_path / "a.ome.zarr", "0.5", (2, 2, 8, 8), axes=axes)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _wrong_axis_type(multiscale: dict) -> None:
+    for axis in multiscale["axes"]:
+        axis["type"] = "spatial"
+
+
+def _no_transformations(multiscale: dict) -> None:
+    del multiscale["datasets"][1]["coordinateTransformations"]
+
+
+def _scale_too_long(multiscale: dict) -> None:
+    for dataset in multiscale["datasets"]:
+        dataset["coordinateTransformations"][0]["scale"].append(1.0)
+
+
+def _level_scale_too_long(multiscale: dict) -> None:
+    multiscale["datasets"][0]["coordinateTransformations"][0]["scale"].append(1.0)
+
+
+BROKEN = {
+    "wrong-axis-type": (_wrong_axis_type, "multiscales.0.axes: Length of space axes (0)"),
+    "no-transformations": (_no_transformations, "coordinateTransformations: Field required"),
+    "scale-too-long": (_scale_too_long, "the scale transform has dimensionality 4"),
+    # one level's scale longer than the next: ome-zarr-models 1.8 fails with an IndexError
+    "level-scale-too-long": (_level_scale_too_long, "IndexError"),
+}
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+@pytest.mark.parametrize("case", BROKEN)
+def test_broken_metadata_names_the_file(tmp_path: Path, case: str, version: str) -> None:
+    image = _save(tmp_path / "a.ome.zarr", version)
+    edit, message = BROKEN[case]
+    _edit_attrs(image, version, edit)
+    file = str(_attrs_file(image, version))
+    for read in (read_omezarr, open_array, read_axes):
+        with pytest.raises(LinumpyError) as error:
+            read(image)
+        text = str(error.value)
+        assert text.startswith(f"{file}: invalid OME-NGFF {version} metadata"), text
+        assert message in text, text
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_axes_without_types_are_still_read(tmp_path: Path, version: str) -> None:
+    """The specification makes an axis ``type`` optional; the models' axis rules need it. Such
+    images are read as before, the types implied by the names."""
+    image = _save(tmp_path / "a.ome.zarr", version)
+
+    def drop_types(multiscale: dict) -> None:
+        for axis in multiscale["axes"]:
+            del axis["type"]
+
+    _edit_attrs(image, version, drop_types)
+    array, voxel_size = read_omezarr(image, level=1)
+    assert array.shape == (2, 4, 4) and voxel_size == (2.0, 1.0, 1.0)
+    assert [a.type for a in read_axes(image)] == [None, None, None]
+
+
+def test_ngff_03_is_still_read(tmp_path: Path) -> None:
+    """ome-zarr-models has no model for NGFF 0.3 (axes as plain names): linumpy's own parser
+    reads it, unvalidated."""
+    image = _save(tmp_path / "a.ome.zarr", "0.4")
+
+    def as_03(multiscale: dict) -> None:
+        multiscale["version"] = "0.3"
+        multiscale["axes"] = ["z", "y", "x"]
+
+    _edit_attrs(image, "0.4", as_03)
+    with pytest.raises(Exception, match="valid dictionary"):
+        ImageAttrsV04.model_validate(json.loads((image / ".zattrs").read_text()))
+    assert open_array(image, level=1).shape == (2, 4, 4)
+    assert [a.name for a in read_axes(image)] == ["z", "y", "x"]
