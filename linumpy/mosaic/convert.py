@@ -73,7 +73,19 @@ _UNCALIBRATED = ("", "pixel", "pixels", "px")
 
 
 class SeriesError(LinumpyError):
-    """A TIFF series index that the file does not have (the CLI names ``--series``)."""
+    """A TIFF series index that the file does not have (the CLI names ``--series``).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, tifffile
+    >>> path = tempfile.mkdtemp() + "/one.tif"
+    >>> tifffile.imwrite(path, np.zeros((8, 8), np.uint8))
+    >>> try:
+    ...     open_image(path, series=1)
+    ... except SeriesError as exc:
+    ...     print(str(exc).split("/")[-1])
+    one.tif holds 1 series (0 to 0), not series 1
+    """
 
 
 class SourceImage(NamedTuple):
