@@ -10,7 +10,7 @@ import pytest
 import tifffile
 
 from linumpy.cli import linum_convert_to_omezarr
-from linumpy.io import read_axes, read_omezarr, save_omezarr
+from linumpy.io import read_axes, read_omezarr, read_volume, save_omezarr
 from linumpy.mosaic.convert import convert_to_omezarr
 
 RNG = np.random.default_rng(13)
@@ -221,3 +221,18 @@ def test_ome_zarr_input_keeps_its_axes(tmp_path) -> None:
     assert _axes(tmp_path / "out.ome.zarr") == _axes(tmp_path / "in.ome.zarr")
     assert read_omezarr(tmp_path / "out.ome.zarr")[1] == (1.0, 0.5, 0.5)
     assert read_omezarr(tmp_path / "out.ome.zarr", 1)[0].shape == (3, 8, 8)
+
+
+@pytest.mark.gpu
+def test_gpu_encoding_of_a_reordered_tiff_matches_the_cpu(tmp_path) -> None:
+    data = _data((3, 4, 2, 20, 30))
+    _imagej(tmp_path / "hyper.tif", data, 0.5, axes="TZCYX", unit="um", spacing=3.0)
+    for name, gpu in (("cpu", False), ("gpu", True)):
+        target = tmp_path / f"{name}.ome.zarr"
+        convert_to_omezarr(
+            tmp_path / "hyper.tif", target, chunks=(1, 1, 2, 8, 8), n_levels=2, gpu=gpu
+        )
+    for level in (0, 1):
+        cpu = read_omezarr(tmp_path / "cpu.ome.zarr", level)[0][...]
+        np.testing.assert_array_equal(read_omezarr(tmp_path / "gpu.ome.zarr", level)[0][...], cpu)
+    np.testing.assert_array_equal(read_volume(tmp_path / "gpu.ome.zarr"), np.swapaxes(data, 1, 2))
