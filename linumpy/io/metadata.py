@@ -4,6 +4,8 @@ checks a writer applies to its arguments (chunk shapes that would explode file c
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import math
 import os
@@ -413,38 +415,45 @@ def validate_image_attrs(
 (multiscales.0: The length of axes does not match the dimensionality of the scale transform in \
 datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has dimensionality 3)
     """
-    # imported on first use: ome-zarr-models (pydantic) adds about 0.3 s to an import of linumpy
-    import pydantic
-    from ome_zarr_models.v04.image import ImageAttrs as ImageAttrsV04
-    from ome_zarr_models.v05.image import ImageAttrs as ImageAttrsV05
-
     version: NgffVersion | None = None
     if zarr_format == 3:
         ome = attrs.get("ome")
         if isinstance(ome, Mapping) and ome.get("version") == "0.5":
-            version, model, data = "0.5", ImageAttrsV05, ome
+            version, data = "0.5", ome
     else:
         multiscales = attrs.get("multiscales")
         first = multiscales[0] if isinstance(multiscales, list) and multiscales else {}
         if not isinstance(first, Mapping) or first.get("version", "0.4") == "0.4":
-            version, model, data = "0.4", ImageAttrsV04, attrs
+            version, data = "0.4", attrs
     if version is None:
         return None
     data = {**data, "multiscales": _with_axis_types(data.get("multiscales"))}
+    error = _model_error(version, json.dumps(data, sort_keys=True))
+    if error is not None:
+        raise LinumpyError(f"{os.fspath(source)}: invalid OME-NGFF {version} metadata ({error})")
+    return version
+
+
+@functools.lru_cache(maxsize=256)
+def _model_error(version: NgffVersion, text: str) -> str | None:
+    """What ome-zarr-models finds wrong with the image attributes ``text`` (JSON), None if
+    nothing. Cached: validating takes about 2 ms, and every read of an image opens it again."""
+    # imported on first use: ome-zarr-models (pydantic) adds about 0.35 s to an import of linumpy
+    import pydantic
+
+    if version == "0.5":
+        from ome_zarr_models.v05.image import ImageAttrs
+    else:
+        from ome_zarr_models.v04.image import ImageAttrs  # type: ignore[assignment]
     try:
-        model.model_validate(data)
+        ImageAttrs.model_validate_json(text)
     except pydantic.ValidationError as exc:
-        raise LinumpyError(
-            f"{os.fspath(source)}: invalid OME-NGFF {version} metadata ({_first_error(exc)})"
-        ) from None
+        return _first_error(exc)
     except (IndexError, KeyError, TypeError) as exc:
         # ome-zarr-models 1.8 raises IndexError, not a ValidationError, for levels whose scales
         # differ in length
-        raise LinumpyError(
-            f"{os.fspath(source)}: invalid OME-NGFF {version} metadata (ome-zarr-models failed "
-            f"with {type(exc).__name__}: {exc})"
-        ) from None
-    return version
+        return f"ome-zarr-models failed with {type(exc).__name__}: {exc}"
+    return None
 
 
 def _with_axis_types(multiscales: Any) -> Any:
