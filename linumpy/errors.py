@@ -16,6 +16,7 @@ __all__ = [
     "HostMemoryError",
     "LinumpyError",
     "MemoryLimitError",
+    "SeriesError",
     "SettingsError",
     "UnsupportedLayoutError",
 ]
@@ -174,6 +175,23 @@ class HostMemoryError(LinumpyError, MemoryError):
     ... except HostMemoryError as exc:
     ...     print(str(exc).split(",")[0])
     v.zarr: the output needs 4194304.0 TiB of host memory
+    """
+
+
+class SeriesError(LinumpyError, IndexError):
+    """A TIFF series index that the file does not have (the CLI names ``--series``).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, tifffile
+    >>> path = tempfile.mkdtemp() + "/one.tif"
+    >>> tifffile.imwrite(path, np.zeros((8, 8), np.uint8))
+    >>> from linumpy.io.sources import open_image
+    >>> try:
+    ...     open_image(path, series=1)
+    ... except SeriesError as exc:
+    ...     print(str(exc).split("/")[-1])
+    one.tif holds 1 series (0 to 0), not series 1
     """
 
 

@@ -82,7 +82,8 @@ x 1 micrometer (none known: 1 per axis))
     cli.check_input(parser, args.input)
     output = cli.check_output(parser, args.output, args.overwrite, kind="directory")
     with cli.fail_on_errors(parser):
-        from linumpy.mosaic.convert import SeriesError, convert_to_omezarr
+        from linumpy.errors import SeriesError
+        from linumpy.mosaic.convert import convert_to_omezarr
 
         gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
         with cluster_from_args(args) as cluster, cli.output_path(output) as partial:

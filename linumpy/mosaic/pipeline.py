@@ -23,7 +23,8 @@ from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
 from linumpy.io.dask_write import committed, space_axes, store_dask, write_pyramid
 from linumpy.io.lazy import storage_unit
-from linumpy.mosaic.convert import convert_to_omezarr, open_source
+from linumpy.io.sources import open_source
+from linumpy.mosaic.convert import convert_to_omezarr
 from linumpy.mosaic.out_of_core import plan_stitch_block, projection_lazy, stitch_lazy
 from linumpy.mosaic.registration import PairMeasurement, estimate_transform
 from linumpy.mosaic.stitch import Blending, parse_blending

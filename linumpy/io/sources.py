@@ -1,0 +1,315 @@
+"""Images to convert, as their files describe them: TIFF stacks, ``.npy`` files, zarr arrays.
+
+TIFF files are described by tifffile's own metadata: the series' axes become NGFF axes
+(``S``, RGB samples, and ``C`` a channel axis, ``T`` time, ``Z``/``Y``/``X`` space; an unnamed
+page axis ``Q``/``I`` is taken as ``z`` when the file names no ``Z``), and voxel sizes and units
+come from the ImageJ or OME-XML metadata. :func:`linumpy.mosaic.convert.convert_to_omezarr`
+writes them as OME-Zarr images.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import zarr
+
+from linumpy.errors import LinumpyError, SeriesError
+from linumpy.io.metadata import Axis, make_axes
+from linumpy.io.omezarr import open_array, read_axes, read_omezarr
+
+__all__ = ["TIFF_SUFFIXES", "SourceImage", "open_image", "open_source", "open_tiff"]
+
+logger = logging.getLogger(__name__)
+
+_NGFF_ORDER = "tczyx"
+
+TIFF_SUFFIXES = (".tif", ".tiff")
+_NGFF_ORDER = "tczyx"
+#: tifffile's axis letters with an NGFF equivalent (S: the samples of an RGB(A) pixel).
+_TIFF_AXES = {"T": "t", "C": "c", "S": "c", "Z": "z", "Y": "y", "X": "x"}
+#: tifffile's letters for an axis of pages it knows nothing about (unknown, image sequence).
+_PAGE_AXES = "QI"
+_UNITS = {
+    "micrometer": ("um", "µm", "micron", "microns", "micrometer", "micrometre"),
+    "nanometer": ("nm", "nanometer", "nanometre"),
+    "millimeter": ("mm", "millimeter", "millimetre"),
+    "centimeter": ("cm", "centimeter", "centimetre"),
+    "meter": ("m", "meter", "metre"),
+    "picometer": ("pm", "picometer"),
+    "angstrom": ("å", "angstrom"),
+    "inch": ("in", "inch"),
+    "second": ("s", "sec", "second", "seconds"),
+    "millisecond": ("ms", "millisecond"),
+    "microsecond": ("µs", "us", "microsecond"),
+    "minute": ("min", "minute"),
+    "hour": ("h", "hour"),
+}
+_UNIT_NAMES = {alias: name for name, aliases in _UNITS.items() for alias in aliases}
+_UNCALIBRATED = ("", "pixel", "pixels", "px")
+
+
+class SourceImage(NamedTuple):
+    """An image to convert, as its file describes it (:func:`open_image`).
+
+    Parameters
+    ----------
+    data
+        The stored array, lazy (zarr array, or numpy memory map), in the file's axis order.
+    axes
+        The NGFF axes of the image, with units where the file gives them.
+    order
+        For each NGFF axis, the axis of ``data`` it comes from (axes of ``data`` of length 1
+        missing here are dropped).
+    voxel_size
+        One size per NGFF axis when the file gives them (1 for channels), else None.
+    voxel_size_from
+        Where ``voxel_size`` comes from (``"ImageJ metadata"``, ``"OME-XML metadata"``,
+        ``"the OME-Zarr input"``), or None.
+    file_axes
+        The file's own axis letters (tifffile's, for a TIFF), or None.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, tifffile
+    >>> path = tempfile.mkdtemp() + "/rgb.tif"
+    >>> tifffile.imwrite(path, np.zeros((40, 50, 3), np.uint8))
+    >>> image = open_image(path)
+    >>> image.file_axes, "".join(a.name for a in image.axes), image.shape
+    ('YXS', 'cyx', (3, 40, 50))
+    """
+
+    data: Any
+    axes: tuple[Axis, ...]
+    order: tuple[int, ...]
+    voxel_size: tuple[float, ...] | None = None
+    voxel_size_from: str | None = None
+    file_axes: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape in NGFF axis order."""
+        return tuple(int(self.data.shape[i]) for i in self.order)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The data type."""
+        return np.dtype(self.data.dtype)
+
+
+def open_tiff(path: str | os.PathLike[str], series: int = 0) -> zarr.Array:
+    """A TIFF series as a read-only zarr array (tifffile's zarr view of its pages, lazy).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, tifffile
+    >>> path = tempfile.mkdtemp() + "/stack.tif"
+    >>> tifffile.imwrite(path, np.arange(24, dtype=np.uint8).reshape(2, 3, 4))
+    >>> open_tiff(path)[1, 2].tolist()
+    [20, 21, 22, 23]
+    """
+    import tifffile
+
+    return zarr.open(tifffile.imread(path, aszarr=True, series=series, level=0), mode="r")
+
+
+def _unit(value: Any, path: str | os.PathLike[str], what: str) -> str | None:
+    """The NGFF (UDUNITS) name of a unit as TIFF metadata spells it; None when uncalibrated or
+    unknown (then the sizes in that unit are ignored)."""
+    text = str(value).strip().replace("\\u00B5", "µ").replace("\u03bc", "µ")
+    if text.lower() in _UNCALIBRATED:
+        return None
+    name = _UNIT_NAMES.get(text) or _UNIT_NAMES.get(text.lower())
+    if name is None:
+        logger.warning("%s: unknown unit %r in the %s: its sizes are ignored", path, text, what)
+    return name
+
+
+def _imagej_scales(tf: Any, series: Any, path: str) -> dict[str, tuple[float, str | None]]:
+    meta = tf.imagej_metadata or {}
+    unit = _unit(meta.get("unit", ""), path, "ImageJ metadata")
+    scales: dict[str, tuple[float, str | None]] = {}
+    if unit is not None:
+        tags = series.keyframe.tags
+        for letter, tag in (("x", "XResolution"), ("y", "YResolution")):
+            if tag in tags:
+                pixels, length = tags[tag].value
+                if pixels > 0 and length > 0:
+                    scales[letter] = (length / pixels, unit)
+        if meta.get("spacing"):
+            scales["z"] = (float(meta["spacing"]), unit)
+    if meta.get("finterval"):
+        scales["t"] = (float(meta["finterval"]), "second")
+    return scales
+
+
+def _ome_scales(tf: Any, index: int, path: str) -> dict[str, tuple[float, str | None]]:
+    from xml.etree.ElementTree import ParseError
+
+    import tifffile
+
+    try:
+        images = tifffile.xml2dict(tf.ome_metadata).get("OME", {}).get("Image", [])
+    except ParseError as exc:
+        raise LinumpyError(f"{path}: malformed OME-XML metadata: {exc}") from None
+    images = images if isinstance(images, list) else [images]
+    # tifffile names an OME series after its Image; the index is the fallback
+    named = [i for i, image in enumerate(images) if image.get("Name") == tf.series[index].name]
+    index = named[0] if len(named) == 1 else index
+    if index >= len(images):
+        return {}
+    pixels = images[index].get("Pixels", {})
+    scales: dict[str, tuple[float, str | None]] = {}
+    for name, key, default in (
+        ("x", "PhysicalSizeX", "µm"),
+        ("y", "PhysicalSizeY", "µm"),
+        ("z", "PhysicalSizeZ", "µm"),
+        ("t", "TimeIncrement", "s"),
+    ):
+        unit = _unit(pixels.get(f"{key}Unit", default), path, "OME-XML metadata")
+        if pixels.get(key) and unit is not None:
+            scales[name] = (float(pixels[key]), unit)
+    return scales
+
+
+def _tiff_axes(letters: str, shape: Sequence[int], path: str) -> tuple[list[str], list[int]]:
+    """NGFF axis names and, for each, the TIFF axis it comes from (in NGFF order)."""
+    found: dict[str, int] = {}
+    for index, (letter, size) in enumerate(zip(letters, shape)):
+        name = _TIFF_AXES.get(letter)
+        if name is None and letter in _PAGE_AXES and "Z" not in letters and "z" not in found:
+            name = "z"
+        if name is None and size == 1:
+            continue
+        if name is None or name in found:
+            what = f"axis {letter} (length {size})"
+            why = "has no OME-Zarr equivalent" if name is None else f"is a second {name} axis"
+            raise LinumpyError(f"{path}: TIFF axes {letters} {tuple(shape)}: {what} {why}")
+        found[name] = index
+    names = sorted(found, key=_NGFF_ORDER.index)
+    return names, [found[n] for n in names]
+
+
+def _open_tiff_image(path: Path, series: int) -> SourceImage:
+    import tifffile
+
+    with tifffile.TiffFile(path) as tf:
+        if not 0 <= series < len(tf.series):
+            raise SeriesError(
+                f"{path} holds {len(tf.series)} series (0 to {len(tf.series) - 1}), "
+                f"not series {series}"
+            )
+        chosen = tf.series[series]
+        letters, shape = chosen.axes, tuple(chosen.shape)
+        names, order = _tiff_axes(letters, shape, os.fspath(path))
+        if tf.is_ome and tf.ome_metadata:
+            scales, origin = _ome_scales(tf, series, os.fspath(path)), "OME-XML metadata"
+        elif tf.is_imagej:
+            scales, origin = _imagej_scales(tf, chosen, os.fspath(path)), "ImageJ metadata"
+        else:
+            scales, origin = {}, None
+    space_units = [u for n, (_, u) in scales.items() if n in "zyx" and u]
+    default_unit = space_units[0] if space_units else "micrometer"
+    axes = []
+    for name in names:
+        unit = scales[name][1] if name in scales else default_unit if name in "zyx" else None
+        axes.append(Axis(name, None, unit))
+    try:
+        checked = make_axes(len(axes), axes)
+    except ValueError as exc:
+        raise LinumpyError(f"{path}: TIFF axes {letters} {shape}: {exc}") from None
+    voxel_size = None
+    if scales:
+        voxel_size = tuple(scales[n][0] if n in scales else 1.0 for n in names)
+    data = open_tiff(path, series)
+    return SourceImage(data, checked, tuple(order), voxel_size, origin if scales else None, letters)
+
+
+def open_image(path: str | os.PathLike[str], *, series: int | None = None) -> SourceImage:
+    """Open an image to convert, with its axes and voxel size as the file describes them.
+
+    Nothing is read but metadata: a TIFF opens as a zarr view of its pages (tifffile's
+    ``aszarr``), with its series' axes mapped to NGFF axes and its ImageJ or OME-XML voxel
+    sizes; a ``.npy`` file as a memory map (axes: the last of ``tczyx``); an OME-Zarr image
+    with its axes and voxel size; a plain zarr array like a ``.npy`` file.
+
+    Parameters
+    ----------
+    path
+        The input.
+    series
+        The TIFF series to open (0 by default); only TIFF files have series.
+
+    Raises
+    ------
+    LinumpyError
+        When the file cannot be read, its axes have no OME-Zarr equivalent, or its data are not
+        numbers (the message names the file); :class:`SeriesError` for a series it lacks.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, tifffile
+    >>> path = tempfile.mkdtemp() + "/stack.tif"
+    >>> tifffile.imwrite(path, np.zeros((10, 20, 30), np.uint16), imagej=True,
+    ...                  resolution=(2, 2), metadata={"axes": "ZYX", "spacing": 3.0, "unit": "um"})
+    >>> image = open_image(path)
+    >>> image.axes[0], image.voxel_size, image.voxel_size_from
+    (Axis(name='z', type='space', unit='micrometer'), (3.0, 0.5, 0.5), 'ImageJ metadata')
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if series not in (None, 0) and suffix not in TIFF_SUFFIXES:
+        raise SeriesError(f"{path}: only TIFF files have series")
+    try:
+        if suffix == ".npy":
+            data = np.load(path, mmap_mode="r")
+            image = SourceImage(data, _default_axes(path, data.ndim), tuple(range(data.ndim)))
+        elif suffix in TIFF_SUFFIXES:
+            image = _open_tiff_image(path, series or 0)
+        else:
+            image = None
+    except (OSError, ValueError) as exc:  # tifffile's TiffFileError is a ValueError
+        raise LinumpyError(f"{path}: cannot read it as {suffix[1:]}: {exc}") from None
+    if image is None:
+        node = open_array(path)  # raises LinumpyError for anything that is not zarr
+        try:
+            data, voxel_size = read_omezarr(path)
+        except LinumpyError:
+            image = SourceImage(node, _default_axes(path, node.ndim), tuple(range(node.ndim)))
+        else:
+            order = tuple(range(data.ndim))
+            image = SourceImage(data, read_axes(path), order, voxel_size, "the OME-Zarr input")
+    if image.dtype.kind not in "biufc":
+        raise LinumpyError(f"{path}: data of type {image.dtype} are not numbers")
+    return image
+
+
+def _default_axes(path: Path, ndim: int) -> tuple[Axis, ...]:
+    try:
+        return make_axes(ndim)
+    except ValueError:
+        raise LinumpyError(f"{path}: OME-Zarr images have 2 to 5 axes, not {ndim}") from None
+
+
+def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | None]:
+    """Open an image to convert: the stored array (lazy) and its voxel size, if it has one.
+
+    A shorthand for :func:`open_image` (which gives the axes too); the array is in the file's
+    axis order.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> save_omezarr(np.zeros((4, 6, 8), np.uint8), path, voxel_size=(5, 2, 2))
+    >>> array, voxel_size = open_source(path)
+    >>> array.shape, voxel_size
+    ((4, 6, 8), (5.0, 2.0, 2.0))
+    """
+    image = open_image(path)
+    return image.data, image.voxel_size
