@@ -1,7 +1,10 @@
 """OME-Zarr images: NGFF 0.5 (zarr v3) and 0.4 (zarr v2) multiscales, zstd-compressed.
 
-The metadata written here follows the OME-NGFF specification (``axes`` with units,
-``coordinateTransformations`` scales per level); ``ome-zarr`` reads the result.
+The metadata is built and validated with ome-zarr-models (NGFF 0.4 and 0.5) when written, and
+validated again when read (:func:`~linumpy.io.metadata.validate_image_attrs`); ``ome-zarr`` reads
+the result. Once validated, the few fields linumpy needs (dataset paths, scales, axes) are read
+from the attributes directly: the same code then also reads what the models do not cover (NGFF
+0.1 to 0.3, axes without a type), and building the models' objects costs about 0.4 ms per level.
 """
 
 from __future__ import annotations
@@ -160,7 +163,8 @@ def read_omezarr(
     Raises
     ------
     LinumpyError
-        When the path is missing, is not an OME-Zarr image, or has no such level.
+        When the path is missing, is not an OME-Zarr image, has no such level, or its metadata
+        fails ome-zarr-models' validation (the error names ``zarr.json`` or ``.zattrs``).
 
     Examples
     --------
@@ -176,6 +180,7 @@ def read_omezarr(
         raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
     array = _level_array(group, path, level)
     with _malformed_metadata(path):
+        # validated by ome-zarr-models (0.4, 0.5) inside; read here by hand for older versions too
         multiscale = multiscale_metadata(group, path)
         scale = scale_of(multiscale["datasets"][level].get("coordinateTransformations", []))
         if scale is None:
@@ -193,7 +198,8 @@ def read_axes(path: str | os.PathLike[str]) -> tuple[Axis, ...]:
     Raises
     ------
     LinumpyError
-        When the path is not an OME-Zarr image or its axes are missing.
+        When the path is not an OME-Zarr image, its axes are missing, or its metadata fails
+        ome-zarr-models' validation.
 
     Examples
     --------
