@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pydantic
 import pytest
 import zarr
 from ome_zarr_models.v04.image import Image as ImageV04
@@ -154,7 +155,20 @@ def test_ngff_03_is_still_read(tmp_path: Path) -> None:
         multiscale["axes"] = ["z", "y", "x"]
 
     _edit_attrs(image, "0.4", as_03)
-    with pytest.raises(Exception, match="valid dictionary"):
+    with pytest.raises(pydantic.ValidationError, match="valid dictionary"):
         ImageAttrsV04.model_validate(json.loads((image / ".zattrs").read_text()))
     assert open_array(image, level=1).shape == (2, 4, 4)
     assert [a.name for a in read_axes(image)] == ["z", "y", "x"]
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_a_repaired_image_reads_again(tmp_path: Path, version: str) -> None:
+    """Validation results are cached by the attributes' content, never by the path."""
+    image = _save(tmp_path / "a.ome.zarr", version)
+    file = _attrs_file(image, version)
+    good = file.read_text()
+    _edit_attrs(image, version, _no_transformations)
+    with pytest.raises(LinumpyError, match="Field required"):
+        read_omezarr(image)
+    file.write_text(good)
+    assert read_omezarr(image, level=1)[1] == (2.0, 1.0, 1.0)
