@@ -8,6 +8,7 @@ caller would otherwise catch: a :class:`DeviceMemoryError` is a :class:`MemoryEr
 from __future__ import annotations
 
 __all__ = [
+    "GPU_INSTALL_HINT",
     "BenchInputError",
     "ChunkDecodeError",
     "ClusterError",
@@ -20,6 +21,14 @@ __all__ = [
     "SettingsError",
     "UnsupportedLayoutError",
 ]
+
+
+#: How to get the GPU libraries: from a linumpy checkout or conda (the package index's
+#: ``linumpy`` is another project), for the messages of errors about a missing GPU path.
+GPU_INSTALL_HINT = (
+    "install the GPU extra from the linumpy checkout (pip install -e '.[gpu-cu13]', or "
+    "'.[gpu-cu12]' for CUDA 12) or create the conda environment (environment.yml)"
+)
 
 
 class LinumpyError(Exception):

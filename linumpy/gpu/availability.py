@@ -10,18 +10,12 @@ import importlib
 import threading
 from typing import TYPE_CHECKING
 
-from linumpy.errors import GPUUnavailableError
+from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError
 
 if TYPE_CHECKING:
     import cupy
 
 __all__ = ["codec_stream", "gpu_unavailable_reason", "require_gpu", "worker_streams"]
-
-INSTALL_HINT = (
-    "install the GPU extra from the linumpy checkout (pip install -e '.[gpu-cu13]', or "
-    "'.[gpu-cu12]' for CUDA 12) or create the conda environment (environment.yml), on a machine "
-    "with an NVIDIA driver"
-)
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -68,7 +62,8 @@ def require_gpu(what: str) -> None:
     reason = gpu_unavailable_reason()
     if reason is not None:
         raise GPUUnavailableError(
-            f"{what} needs an NVIDIA GPU with cupy and nvCOMP: {reason}; {INSTALL_HINT}"
+            f"{what} needs an NVIDIA GPU with cupy and nvCOMP: {reason}; {GPU_INSTALL_HINT}, "
+            "on a machine with an NVIDIA driver"
         )
 
 

@@ -32,7 +32,7 @@ from linumpy.gpu.memory import PinnedLease
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
 from linumpy.io.engine.fetch import ALIGN, align_up, kvikio_unusable_reason, use_kvikio_threads
 from linumpy.io.engine.frames import FRAME_CHECKSUM, FRAME_NEEDS_CHECK, decode_zstd_cpu
-from linumpy.io.engine.plan import ReadPlan
+from linumpy.io.engine.plan import EntryKeys, ReadPlan
 from linumpy.io.engine.run import Fetched
 from linumpy.settings import Settings
 
@@ -109,17 +109,6 @@ class _Checks:
 
     statuses: list[tuple[Any, np.ndarray]] = field(default_factory=list)  # entries per call
     hashes: list[tuple[Any, list[tuple[int, int]]]] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class _Keys:
-    """Chunk names of some plan entries, made only when an error needs one."""
-
-    plan: ReadPlan
-    entries: np.ndarray
-
-    def __getitem__(self, i: int) -> str:
-        return self.plan.key(int(self.entries[i]))
 
 
 class GpuBackend:
@@ -387,7 +376,7 @@ class GpuBackend:
                 "settings={'gpu_cpu_share': 1} (libzstd decodes) or on the CPU",
             ) from exc
         for pending, entries in self._checks.statuses:
-            pending.check(_Keys(self.plan, entries))
+            pending.check(EntryKeys(self.plan, entries))
         for hashes, stored in self._checks.hashes:
             for digest, (expected, entry) in zip(hashes.get().tolist(), stored):
                 computed = digest & 0xFFFFFFFF
@@ -416,10 +405,6 @@ class GpuBackend:
             if pool is not None:
                 pool.shutdown()
         self._lease.close()
-
-    def device_bytes(self) -> int:
-        """Device memory held by the slots' buffers."""
-        return sum(s.device.nbytes for s in self._slots if s.device is not None)
 
     def pinned_bytes(self) -> int:
         """Pinned memory held by the slots' staging buffers."""

@@ -16,22 +16,20 @@ from typing import Any
 import numpy as np
 
 from linumpy import settings as _settings
-from linumpy.errors import GPUUnavailableError, LinumpyError, UnsupportedLayoutError
+from linumpy.errors import (
+    GPU_INSTALL_HINT,
+    GPUUnavailableError,
+    LinumpyError,
+    UnsupportedLayoutError,
+)
 from linumpy.io.engine.cpu import read_plan
 from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.engine.plan import parse_region, plan_read
 from linumpy.io.omezarr import open_array
 
-__all__ = ["GPU_INSTALL_HINT", "read_volume"]
+__all__ = ["read_volume"]
 
 logger = logging.getLogger(__name__)
-
-#: How to get the GPU libraries: from a checkout or conda (the package index's ``linumpy`` is
-#: another project).
-GPU_INSTALL_HINT = (
-    "install the GPU extra from the linumpy checkout (pip install -e '.[gpu-cu13]', or "
-    "'.[gpu-cu12]' for CUDA 12) or create the conda environment (environment.yml)"
-)
 
 
 def read_volume(

@@ -31,6 +31,7 @@ from linumpy.io.engine.memory import check_host_memory
 
 __all__ = [
     "ChunkRead",
+    "EntryKeys",
     "ReadPlan",
     "chunk_view",
     "parse_region",
@@ -240,6 +241,30 @@ class _Layout:
     order: Literal["C", "F"]
     shard_index_location: Literal["start", "end"] | None  # None: not sharded
     shard_index_crc32c: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKeys:
+    """The names of some plan entries, made only when an error asks for one
+    (``keys[i]`` or ``keys(i)``: the name of ``entries[i]``).
+
+    Examples
+    --------
+    >>> import os, tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> plan = plan_read(zarr.create_array(path, shape=(4,), chunks=(2,), dtype="uint8"))
+    >>> keys = EntryKeys(plan, np.array([1]))
+    >>> os.path.relpath(keys[0], path), keys(0) == keys[0]
+    ('c/1', True)
+    """
+
+    plan: ReadPlan
+    entries: np.ndarray
+
+    def __getitem__(self, i: int) -> str:
+        return self.plan.key(int(self.entries[i]))
+
+    __call__ = __getitem__
 
 
 def parse_region(

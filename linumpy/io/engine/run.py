@@ -31,7 +31,7 @@ from linumpy.io.engine.frames import (
     decode_zstd_cpu,
     inspect_zstd_chunk,
 )
-from linumpy.io.engine.plan import ReadPlan
+from linumpy.io.engine.plan import EntryKeys, ReadPlan
 
 __all__ = ["Backend", "Fetched", "Group", "Stats", "make_groups", "run"]
 
@@ -152,7 +152,6 @@ class Stats:
     n_cpu_decoded: int = 0
     n_groups: int = 0
     compressed_bytes: int = 0
-    staging_bytes: int = 0
     phases: dict[str, float] = field(default_factory=dict)
 
 
@@ -246,23 +245,12 @@ def _fetch(
     staging = backend.staging(slot, group.layout.nbytes)
     entries = group.entries
     read_group(
-        staging, group.layout, _Keys(plan, entries), reader=reader, pool=pool, threads=threads
+        staging, group.layout, EntryKeys(plan, entries), reader=reader, pool=pool, threads=threads
     )
     seconds = time.perf_counter() - started
     nbytes = sizes[entries]
     verdicts = np.full(len(entries), FRAME_NEEDS_CHECK, dtype=np.int8)
     return Fetched(index, slot, group, staging, nbytes, verdicts, [], seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class _Keys:
-    """Chunk names of a group's entries, made only when an error needs one."""
-
-    plan: ReadPlan
-    entries: np.ndarray
-
-    def __call__(self, i: int) -> str:
-        return self.plan.key(int(self.entries[i]))
 
 
 def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPoolExecutor) -> None:
@@ -271,7 +259,7 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
     Runs on the calling thread while the producer reads the next group.
     """
     staging, offsets, nbytes = fetched.staging, fetched.group.layout.offsets, fetched.sizes
-    key = _Keys(plan, fetched.group.entries)
+    key = EntryKeys(plan, fetched.group.entries)
     verdicts = check_frames(staging, offsets, nbytes, plan.chunk_nbytes)
     too_large = plan.chunk_nbytes > backend.max_decode_bytes
     candidates = (
@@ -377,7 +365,6 @@ def run(
     ]
     stats.n_groups = len(groups)
     stats.compressed_bytes = int(sizes[order].sum())
-    stats.staging_bytes = max((g.layout.nbytes for g in groups), default=0)
     phases["groups"] = time.perf_counter() - mark
     for name in ("fetch", "fetch_wait", "validate", "submit"):
         phases[name] = 0.0
