@@ -80,8 +80,14 @@ def main() -> None:
     print("| method | last line before exit | exit code |")
     print("| --- | --- | --- |")
     for method in ("c-api", "python-codec"):
-        proc = subprocess.run([sys.executable, __file__, method], capture_output=True, text=True,
-                              timeout=200)  # fmt: skip
+        try:
+            proc = subprocess.run([sys.executable, __file__, method], capture_output=True,
+                                  text=True, timeout=60)  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+            last = (out.strip().splitlines() or ["(none)"])[-1]
+            print(f"| {method} | {last} | killed after 60 s |")
+            continue
         last = (proc.stdout.strip().splitlines() or ["(none)"])[-1]
         err = proc.stderr.strip().splitlines()[-1:] if proc.returncode else []
         print(f"| {method} | {last} {err} | {proc.returncode} |")

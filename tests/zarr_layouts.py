@@ -42,8 +42,12 @@ def make_array(
     level: int = 3,
     checksum: bool = False,
     order: str = "C",
+    crc32c: bool = False,
 ) -> zarr.Array:
-    """Write ``data`` as a zstd zarr array; chunks equal to the fill value are not stored."""
+    """Write ``data`` as a zstd zarr array; chunks equal to the fill value are not stored.
+
+    ``crc32c``: zarr v3 only, the codec chain ends with ``crc32c`` (linumpy's default chain).
+    """
     kwargs: dict[str, object] = {"chunks": chunks, "fill_value": fill_value}
     if layout == "v2":
         kwargs.update(
@@ -52,7 +56,8 @@ def make_array(
             order=order,
         )
     else:
-        kwargs["compressors"] = zarr.codecs.ZstdCodec(level=level, checksum=checksum)
+        zstd = zarr.codecs.ZstdCodec(level=level, checksum=checksum)
+        kwargs["compressors"] = [zstd, zarr.codecs.Crc32cCodec()] if crc32c else zstd
         if layout == "v3-sharded":
             kwargs["shards"] = shards or tuple(2 * c for c in chunks)
     array = zarr.create_array(str(path), shape=data.shape, dtype=data.dtype, **kwargs)

@@ -178,11 +178,11 @@ class GpuBackend:
         overlap = int(sizes.sum()) >= _OVERLAP_MIN_BYTES
         groups = self.slots if overlap else 1
         decoded = len(sizes) * self.plan.chunk_nbytes
-        if overlap and self._cpu_share > 0:
-            self._cpu_after = int(decoded * (1 - self._cpu_share))
+        # Small reads are one group: with a share below 1 the GPU decodes it, with 1 the CPU
+        # (the route the GPU guide gives for data of doubtful integrity must hold for any size).
+        self._cpu_after = int(decoded * (1 - self._cpu_share))
+        if overlap and 0 < self._cpu_share < 1:
             groups = max(groups, math.ceil(2 / self._cpu_share))  # about two groups for the CPU
-        else:
-            self._cpu_after = decoded
         return min(compressed, per_slot), per_slot, groups, overlap and self._taper
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:

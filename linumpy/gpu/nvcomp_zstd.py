@@ -35,7 +35,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-import google_crc32c
 from zarr.abc.codec import BytesBytesCodec
 from zarr.codecs import Crc32cCodec
 from zarr.codecs.zstd import parse_checksum, parse_zstd_level
@@ -45,6 +44,7 @@ from zarr.registry import fully_qualified_name, register_codec
 from linumpy.gpu._coalesce import CallMerger
 from linumpy.gpu.availability import gpu_unavailable_reason
 from linumpy.gpu.codec_batches import chunk_key, current_device, decode_items, encode_items
+from linumpy.io.engine.crc import crc32c
 from linumpy.settings import ENV, Settings, resolve
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ class DeviceCrc32cCodec(Crc32cCodec):
     def _decode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
         data = chunk_bytes.as_numpy_array()
         inner, stored = data[:-4].tobytes(), data[-4:].tobytes()
-        computed = google_crc32c.value(inner).to_bytes(4, "little")
+        computed = crc32c(inner).to_bytes(4, "little")
         if computed != stored:
             raise ValueError(
                 f"Stored and computed checksum do not match. Stored: {stored!r}. "
@@ -215,7 +215,7 @@ class DeviceCrc32cCodec(Crc32cCodec):
 
     def _encode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer | None:
         data = chunk_bytes.as_numpy_array().tobytes()
-        checksum = google_crc32c.value(data).to_bytes(4, "little")
+        checksum = crc32c(data).to_bytes(4, "little")
         return chunk_spec.prototype.buffer.from_bytes(data + checksum)
 
 

@@ -159,7 +159,11 @@ class CpuBackend:
 
         def work(entry: int) -> int:
             data = fetch_chunk(
-                files[file_index[entry]], int(offsets[entry]), int(nbytes[entry]), plan.key(entry)
+                files[file_index[entry]],
+                int(offsets[entry]),
+                int(nbytes[entry]),
+                plan.key(entry),
+                crc32c=plan.crc32c,
             )
             if data is None:
                 self.out[self._selections(entry)[0]] = plan.fill_value

@@ -22,10 +22,11 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-import google_crc32c
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine.crc import crc32c as crc32c_of
+from linumpy.io.engine.crc import strip_crc32c
 
 __all__ = [
     "ALIGN",
@@ -74,7 +75,9 @@ def _read_exactly(fd: int, view: memoryview, offset: int, key: str) -> None:
         done += got
 
 
-def fetch_chunk(path: str, offset: int, nbytes: int, key: str) -> bytes | None:
+def fetch_chunk(
+    path: str, offset: int, nbytes: int, key: str, *, crc32c: bool = False
+) -> bytes | None:
     """Read one chunk's compressed bytes, or return None when its file does not exist.
 
     Parameters
@@ -83,11 +86,14 @@ def fetch_chunk(path: str, offset: int, nbytes: int, key: str) -> bytes | None:
         Where the bytes are; ``nbytes`` -1 reads to the end of the file.
     key
         The chunk's name for errors.
+    crc32c
+        The chunk ends with a crc32c (``ReadPlan.crc32c``): check it, return the bytes before it.
 
     Raises
     ------
     ChunkDecodeError
-        When the file is shorter than the plan says (a truncated shard), or is a directory.
+        When the file is shorter than the plan says (a truncated shard), is a directory, or its
+        crc32c does not match.
 
     Examples
     --------
@@ -108,7 +114,7 @@ def fetch_chunk(path: str, offset: int, nbytes: int, key: str) -> bytes | None:
             nbytes = os.fstat(fd).st_size - offset
         data = bytearray(nbytes)
         _read_exactly(fd, memoryview(data), offset, key)
-        return bytes(data)
+        return bytes(strip_crc32c(bytes(data), key)) if crc32c else bytes(data)
     except IsADirectoryError:
         raise ChunkDecodeError(key, f"{path} is a directory, not a chunk file") from None
     finally:
@@ -155,7 +161,7 @@ def read_shard_index(
         os.close(fd)
     if crc32c:
         stored = int.from_bytes(raw[-4:], "little")
-        if google_crc32c.value(bytes(raw[:-4])) != stored:
+        if crc32c_of(raw[:-4]) != stored:
             raise ChunkDecodeError(path, "shard index crc32c checksum mismatch")
     index = np.frombuffer(raw, dtype=SHARD_INDEX_ENTRY, count=n_chunks * 2).reshape(n_chunks, 2)
     present = index[:, 0] != EMPTY_INNER_CHUNK

@@ -4,9 +4,10 @@ A read is planned once: which chunk files (or which byte ranges inside shards) c
 and where each decoded chunk lands in the output. Both back ends (:mod:`linumpy.io.engine.cpu`,
 :mod:`linumpy.gpu.backend`) run the same plan through the same fetch and validate stages.
 
-Layouts planned here: zarr v3 ``bytes`` + ``zstd``; zarr v3 sharding with inner ``bytes`` + ``zstd``
-(the shard index is read and its crc32c checked while planning); zarr v2 with a ``zstd`` compressor
-and no filters. Anything else raises :class:`UnsupportedLayoutError` so that callers fall back to
+Layouts planned here: zarr v3 ``bytes`` + ``zstd``, optionally followed by ``crc32c`` (checked
+before decoding, see :mod:`linumpy.io.engine.crc`); zarr v3 sharding with those inner codecs (the
+shard index is read and its crc32c checked while planning); zarr v2 with a ``zstd`` compressor and
+no filters. Anything else raises :class:`UnsupportedLayoutError` so that callers fall back to
 zarr itself.
 """
 
@@ -124,6 +125,8 @@ class ReadPlan:
     chunks_per_shard
         For sharded arrays, the inner chunks along each axis of a shard (keys name the inner
         chunk); None otherwise.
+    crc32c
+        Whether each stored chunk ends with the crc32c of its zstd frame (codec ``crc32c``).
 
     Examples
     --------
@@ -150,6 +153,7 @@ class ReadPlan:
     coords: np.ndarray
     stored: np.ndarray
     chunks_per_shard: tuple[int, ...] | None = None
+    crc32c: bool = False
 
     @property
     def chunk_nbytes(self) -> int:
@@ -241,6 +245,7 @@ class _Layout:
     order: Literal["C", "F"]
     shard_index_location: Literal["start", "end"] | None  # None: not sharded
     shard_index_crc32c: bool
+    chunk_crc32c: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,15 +357,18 @@ def _parse_layout(array: zarr.Array) -> _Layout:
             and index_codecs[1:] in ((), (Crc32cCodec(),))
         ):
             raise UnsupportedLayoutError(f"shard index codecs {index_codecs} are not bytes+crc32c")
+    crc = len(codecs) == 3 and isinstance(codecs[2], Crc32cCodec)
     if not (
-        len(codecs) == 2 and isinstance(codecs[0], BytesCodec) and isinstance(codecs[1], ZstdCodec)
+        len(codecs) == 2 + crc
+        and isinstance(codecs[0], BytesCodec)
+        and isinstance(codecs[1], ZstdCodec)
     ):
-        raise UnsupportedLayoutError(f"codec chain {codecs} is not bytes+zstd")
+        raise UnsupportedLayoutError(f"codec chain {codecs} is not bytes+zstd(+crc32c)")
     endian = codecs[0].endian
     stored = dtype if endian is None else dtype.newbyteorder("<" if endian == "little" else ">")
     if sharding is None:
         chunks = tuple(array.chunks)
-        return _Layout(root, chunks, chunks, stored, "C", None, False)
+        return _Layout(root, chunks, chunks, stored, "C", None, False, crc)
     return _Layout(
         root,
         tuple(array.shards),
@@ -371,6 +379,7 @@ def _parse_layout(array: zarr.Array) -> _Layout:
         if hasattr(sharding.index_location, "value")
         else sharding.index_location,
         len(sharding.index_codecs) == 2,
+        crc,
     )
 
 
@@ -460,6 +469,7 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
         chunks_per_shard=None
         if layout.shard_index_location is None
         else tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape)),
+        crc32c=layout.chunk_crc32c,
     )
 
 

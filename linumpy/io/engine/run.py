@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from linumpy.io.engine.crc import strip_crc32c_many
 from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, read_group
 from linumpy.io.engine.frames import (
     FRAME_CHECKSUM,
@@ -247,8 +248,12 @@ def _fetch(
     read_group(
         staging, group.layout, EntryKeys(plan, entries), reader=reader, pool=pool, threads=threads
     )
-    seconds = time.perf_counter() - started
     nbytes = sizes[entries]
+    if plan.crc32c:  # before anything decodes them: nvCOMP trusts its input
+        nbytes = strip_crc32c_many(
+            staging, group.layout.offsets, nbytes, EntryKeys(plan, entries), pool
+        )
+    seconds = time.perf_counter() - started
     verdicts = np.full(len(entries), FRAME_NEEDS_CHECK, dtype=np.int8)
     return Fetched(index, slot, group, staging, nbytes, verdicts, [], seconds)
 

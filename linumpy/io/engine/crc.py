@@ -1,0 +1,152 @@
+"""The crc32c that zarr's ``crc32c`` codec appends to each compressed chunk, checked before decode.
+
+A chunk written with the codec chain ``bytes, zstd, crc32c`` (linumpy's default when checksums
+are on) ends with four bytes: the crc32c (Castagnoli) of the zstd frame, little endian. The fetch
+stage checks it on the reading threads, so a chunk whose stored bytes changed is refused before
+any decoder sees it. That matters for the GPU: nvCOMP's zstd decoder trusts its input, and a
+flipped bit inside a frame's blocks made it fault or hang on an H200 (the zstd content checksum
+is only checked after decoding).
+
+The ``crc32c`` package computes it with the CPU's crc32 instruction and releases the GIL, so the
+reading threads check in parallel; ``google_crc32c`` (a dependency of zarr) is the fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+import numpy as np
+
+from linumpy.errors import ChunkDecodeError
+
+__all__ = ["CRC32C_BYTES", "crc32c", "strip_crc32c", "strip_crc32c_many"]
+
+#: Bytes of the checksum at the end of each chunk.
+CRC32C_BYTES = 4
+
+
+def _implementation() -> Callable[[np.ndarray], int]:
+    try:
+        from crc32c import crc32c as compute  # releases the GIL on large buffers
+    except ImportError:  # pragma: no cover - crc32c is a dependency
+        from google_crc32c import value as compute
+    return compute
+
+
+_CRC32C = _implementation()
+
+
+def crc32c(data: np.ndarray | bytes | bytearray) -> int:
+    """The crc32c (Castagnoli) of ``data``.
+
+    Examples
+    --------
+    >>> hex(crc32c(b"123456789"))
+    '0xe3069283'
+    """
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).view(np.uint8)
+    elif not isinstance(data, bytes):
+        data = np.frombuffer(data, dtype=np.uint8)
+    return int(_CRC32C(data))
+
+
+def strip_crc32c(chunk: np.ndarray | bytes, key: str) -> np.ndarray | bytes:
+    """Check a stored chunk's trailing crc32c and return the bytes before it.
+
+    Raises
+    ------
+    ChunkDecodeError
+        When the chunk is shorter than its checksum or the checksum does not match.
+
+    Examples
+    --------
+    >>> frame = b"some compressed bytes"
+    >>> strip_crc32c(frame + crc32c(frame).to_bytes(4, "little"), "c/0") == frame
+    True
+    >>> strip_crc32c(b"x" + frame[1:] + crc32c(frame).to_bytes(4, "little"), "c/0")
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.ChunkDecodeError: chunk 'c/0': crc32c checksum mismatch: ...
+    """
+    n = len(chunk)
+    if n < CRC32C_BYTES:
+        raise ChunkDecodeError(key, f"{n} bytes, shorter than its {CRC32C_BYTES}-byte crc32c")
+    body = chunk[: n - CRC32C_BYTES]
+    stored = int.from_bytes(bytes(chunk[n - CRC32C_BYTES :]), "little")
+    computed = crc32c(body)
+    if computed != stored:
+        raise ChunkDecodeError(
+            key,
+            f"crc32c checksum mismatch: stored 0x{stored:08X}, computed 0x{computed:08X} "
+            "(the stored bytes changed; nothing was decoded)",
+        )
+    return body
+
+
+def strip_crc32c_many(
+    buffer: np.ndarray,
+    offsets: np.ndarray,
+    sizes: np.ndarray,
+    key: Callable[[int], str],
+    pool: Executor | None = None,
+) -> np.ndarray:
+    """Check the crc32c of chunks packed in ``buffer``; return their sizes without it.
+
+    Parameters
+    ----------
+    buffer
+        1-D uint8 buffer holding the chunks.
+    offsets, sizes
+        Per chunk: where it starts in ``buffer`` and its stored size (checksum included).
+    key
+        ``key(i)``: chunk ``i``'s name for errors.
+    pool
+        Threads to check on (the check releases the GIL); the calling thread when None.
+
+    Raises
+    ------
+    ChunkDecodeError
+        For the first chunk (in order) whose checksum does not match.
+
+    Examples
+    --------
+    >>> frames = [b"abc", b"defgh"]
+    >>> packed = b"".join(f + crc32c(f).to_bytes(4, "little") for f in frames)
+    >>> buffer = np.frombuffer(packed, np.uint8)
+    >>> strip_crc32c_many(buffer, np.array([0, 7]), np.array([7, 9]), str).tolist()
+    [3, 5]
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    short = np.flatnonzero(sizes < CRC32C_BYTES)
+    if len(short):
+        i = int(short[0])
+        raise ChunkDecodeError(
+            key(i), f"{int(sizes[i])} bytes, shorter than its {CRC32C_BYTES}-byte crc32c"
+        )
+    bodies = sizes - CRC32C_BYTES
+    ends = np.asarray(offsets, dtype=np.int64) + bodies
+    trailers = buffer[ends[:, None] + np.arange(CRC32C_BYTES)].copy().view("<u4").reshape(-1)
+    starts = np.asarray(offsets, dtype=np.int64).tolist()
+    stops = ends.tolist()
+
+    def compute(part: range) -> list[int]:
+        return [int(_CRC32C(buffer[starts[i] : stops[i]])) for i in part]
+
+    count = len(starts)
+    if pool is None or count < 2:
+        computed = compute(range(count))
+    else:  # a few tasks per thread: one per chunk costs more than the check of a small one
+        step = max(1, count // 64)
+        parts = pool.map(compute, [range(a, min(a + step, count)) for a in range(0, count, step)])
+        computed = [value for part in parts for value in part]
+    bad = np.flatnonzero(np.asarray(computed, dtype=np.int64) != trailers.astype(np.int64))
+    if len(bad):
+        i = int(bad[0])
+        raise ChunkDecodeError(
+            key(i),
+            f"crc32c checksum mismatch: stored 0x{int(trailers[i]):08X}, computed "
+            f"0x{computed[i]:08X} (the stored bytes changed; nothing was decoded)",
+        )
+    return bodies
