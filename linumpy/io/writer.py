@@ -6,6 +6,7 @@ replacement is staged beside the old image and swapped in once complete.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import shutil
 import sys
@@ -22,7 +23,8 @@ from zarr.storage import LocalStore
 
 from linumpy import settings
 from linumpy._xp import array_module, to_numpy
-from linumpy.errors import LinumpyError
+from linumpy.errors import LinumpyError, UnsupportedLayoutError
+from linumpy.io.engine.write import write_array
 from linumpy.io.metadata import (
     Axis,
     NgffVersion,
@@ -36,7 +38,54 @@ from linumpy.io.metadata import (
 )
 from linumpy.io.staging import StagedWrite, recover_staging
 
-__all__ = ["OmeZarrWriter", "downsample_mean", "save_omezarr"]
+__all__ = ["OmeZarrWriter", "downsample_mean", "save_omezarr", "store_block"]
+
+logger = logging.getLogger(__name__)
+
+
+def _v3_compressors(level: int, checksum: bool) -> list[Any]:
+    """zstd, then, with checksums, a crc32c of each compressed chunk: readers reject a damaged
+    frame on the crc32c before any decoder sees it (nvCOMP may crash or hang on one); zstd's
+    content checksum still verifies the decoded bytes."""
+    if not checksum:
+        return [zarr.codecs.ZstdCodec(level=level, checksum=False)]
+    return [zarr.codecs.ZstdCodec(level=level, checksum=True), zarr.codecs.Crc32cCodec()]
+
+
+def _as_region(key: Any, shape: tuple[int, ...]) -> tuple[slice, ...] | None:
+    """``key`` as one in-bounds slice per leading axis when it is only slices and an Ellipsis
+    (step 1), else None."""
+    ndim = len(shape)
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        return None
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        key = key[:at] + (slice(None),) * (ndim - len(key) + 1) + key[at + 1 :]
+    if len(key) > ndim or not all(isinstance(k, slice) for k in key):
+        return None
+    region = []
+    for k, n in zip(key, shape):
+        start, stop, step = k.indices(n)  # clipped to the array, as zarr does
+        if step != 1 or start > stop:
+            return None
+        region.append(slice(start, stop))
+    return tuple(region)
+
+
+def store_block(
+    array: zarr.Array, key: Any, block: Any, settings: Mapping[str, Any] | None = None
+) -> None:
+    """``array[key] = block``: by the write engine when the region is aligned to the array's
+    files and the layout is one it writes (cupy blocks encoded on their GPU), else by zarr."""
+    region = _as_region(key, array.shape)
+    if region is not None and hasattr(block, "shape") and hasattr(block, "dtype"):
+        try:
+            write_array(array, block, region, settings=settings)
+            return
+        except UnsupportedLayoutError as exc:
+            logger.debug("%s: zarr writes %s: %s", array.store, key, exc)
+    array[key] = to_numpy(block)
 
 
 def _level_shapes(
@@ -256,7 +305,7 @@ class OmeZarrWriter:
                     min(sh, -(-s // c) * c) for sh, s, c in zip(shards, level_shape, level_chunks)
                 )
             compressor: Any = (
-                zarr.codecs.ZstdCodec(level=level, checksum=self.checksum)
+                _v3_compressors(level, self.checksum)
                 if zarr_format == 3
                 else numcodecs.Zstd(level, checksum=self.checksum)
             )
@@ -293,7 +342,7 @@ class OmeZarrWriter:
         return self.arrays[0]
 
     def __setitem__(self, region: Any, block: Any) -> None:
-        self.arrays[0][region] = to_numpy(block)
+        store_block(self.arrays[0], region, block)
 
     def finalize(self) -> None:
         """Build pyramid levels 1 and up, each from the level above, then :meth:`commit`.
@@ -354,9 +403,10 @@ def _downsample_level(source: zarr.Array, target: zarr.Array, axes: Sequence[int
 
     def build(origin: tuple[int, ...]) -> None:
         out = tuple(slice(o, min(o + b, n)) for o, b, n in zip(origin, block, target.shape))
-        target[out] = downsample_mean(
+        value = downsample_mean(
             source[tuple(slice(s.start * f, s.stop * f) for s, f in zip(out, factors))], axes
         )
+        store_block(target, out, value, settings={"io_threads": 1})  # the pool is out here
 
     starts = itertools.product(*(range(0, n, b) for n, b in zip(target.shape, block)))
     with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
@@ -409,8 +459,8 @@ def save_omezarr(
     """
     dask_array = sys.modules.get("dask.array")  # a dask array implies dask is imported
     is_dask = dask_array is not None and isinstance(data, dask_array.Array)
-    if not is_dask:
-        data = to_numpy(data)
+    if not is_dask and array_module(data) is np:
+        data = np.asarray(data)  # cupy data stays on its GPU: the write engine encodes it there
     writer = OmeZarrWriter(
         path,
         data.shape,

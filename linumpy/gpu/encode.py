@@ -1,0 +1,246 @@
+"""The write engine's GPU back end: chunks of a cupy array encoded by nvCOMP, written by threads.
+
+For each group of files (a box of shards or chunks, sized by ``settings.scratch_bytes``):
+
+1. gather: one transposed copy puts every chunk of the box in a row of one contiguous device
+   buffer (:func:`~linumpy.io.engine.write_plan.gather_chunks`; edge chunks padded with the fill
+   value first);
+2. empty chunks: one reduction flags the rows equal to the fill value, which are not encoded (zarr
+   leaves them out);
+3. encode: one batched nvCOMP zstd call over the other rows, and the XXH64 kernel over the same
+   rows when the codec stores zstd's content checksum;
+4. download: nvCOMP's statuses and sizes are checked, then each frame is copied into page-locked
+   host memory (with four spare bytes for the checksum);
+5. assemble and write: in the file threads, every frame is walked like a stored chunk
+   (:func:`~linumpy.io.engine.frames.inspect_zstd_chunk`) before it is written, the checksum is
+   patched in, and each file is assembled (crc32c of each frame, shard index) and written whole.
+
+The GPU work of a group overlaps the file writes of the group before (two host buffers take
+turns). Importing this module imports neither cupy nor nvCOMP.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine.fetch import align_up
+from linumpy.io.engine.frames import inspect_zstd_chunk
+from linumpy.io.engine.write import FilePool, WriteReport, assemble_file, empty_rows, write_file
+from linumpy.io.engine.write_plan import WritePlan, gather_chunks, group_boxes, group_rows
+
+if TYPE_CHECKING:
+    import cupy
+
+    from linumpy.settings import Settings
+
+__all__ = ["gpu_encode_unusable_reason", "write_gpu"]
+
+_ALIGN = 8  # nvCOMP wants 4-byte aligned inputs, the XXH64 kernel 8
+_CHECKSUM_BYTES = 4
+
+
+def gpu_encode_unusable_reason(plan: WritePlan) -> str | None:
+    """Why the GPU cannot encode this plan's chunks (then the CPU does), or None.
+
+    Examples
+    --------
+    >>> gpu_encode_unusable_reason(plan)  # doctest: +SKIP
+    """
+    from linumpy.gpu import nvcomp
+    from linumpy.gpu.availability import gpu_unavailable_reason
+
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        return reason
+    if not 0 < plan.layout.chunk_nbytes <= nvcomp.MAX_ENCODE_BYTES:
+        return f"chunks of {plan.layout.chunk_nbytes} bytes: nvCOMP encodes 1 B to 16 MiB"
+    return None
+
+
+def _group_budget(plan: WritePlan, scratch_bytes: int) -> int:
+    """Blocks per group: padded box, gathered rows and encoder output fit ``scratch_bytes``."""
+    from linumpy.gpu import nvcomp
+
+    layout = plan.layout
+    per_block = math.prod(layout.chunks_per_block)
+    row = align_up(layout.chunk_nbytes, _ALIGN)
+    capacity = align_up(nvcomp.max_encoded_size(layout.chunk_nbytes), _ALIGN)
+    block_bytes = per_block * (layout.chunk_nbytes + row + capacity)
+    return max(1, scratch_bytes // max(block_bytes, 1))
+
+
+def _finish_file(
+    plan: WritePlan,
+    i: int,
+    frames: list[Any],
+    hashes: dict[int, int],
+    n_empty: int,
+) -> tuple[bool, int, int, int]:
+    """In a file thread: check every frame, add its checksum, assemble and write file ``i``."""
+    layout = plan.layout
+    path = plan.path(i)
+    finished: list[Any] = [None] * len(frames)
+    for j, frame in enumerate(frames):
+        if frame is None:
+            continue
+        key = f"{path} [inner chunk {j}]" if layout.sharded else path
+        body = frame[:-_CHECKSUM_BYTES] if layout.checksum else frame
+        info = inspect_zstd_chunk(body, key=key, expected_size=layout.chunk_nbytes)
+        if info.n_frames != 1 or info.n_skippable or info.checksum is not None:
+            raise ChunkDecodeError(key, f"nvCOMP wrote an unexpected frame layout: {info}")
+        if info.content_size is None:
+            raise ChunkDecodeError(key, "nvCOMP wrote a frame without its content size")
+        if layout.checksum:
+            from linumpy.gpu.codec_batches import _set_checksum
+
+            _set_checksum(frame, hashes[j])
+        finished[j] = frame
+    parts = assemble_file(plan, finished)
+    nbytes = write_file(path, parts)
+    written = sum(f is not None for f in finished)
+    return parts is not None, written, n_empty, nbytes
+
+
+def _byte_rows(rows: cupy.ndarray, nbytes: int) -> tuple[cupy.ndarray, int]:
+    """The gathered chunks as uint8 rows whose starts are 8-byte aligned, and the row stride."""
+    import cupy
+
+    flat = rows.view(np.uint8).reshape(rows.shape[0], nbytes)
+    stride = align_up(nbytes, _ALIGN)
+    if stride == nbytes:
+        return flat, stride
+    padded = cupy.empty((rows.shape[0], stride), dtype=np.uint8)
+    padded[:, :nbytes] = flat
+    return padded, stride
+
+
+def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteReport:
+    """Write ``data`` (cupy, the plan's region) with nvCOMP encoding; see the module docstring.
+
+    Runs on the current device and stream (the stream that made ``data``).
+
+    Raises
+    ------
+    ChunkDecodeError
+        When nvCOMP reports a failed chunk or writes a frame that does not check out; files of
+        earlier groups may be written by then (the caller's staging throws them away).
+
+    Examples
+    --------
+    >>> report = write_gpu(plan_write(array), cupy_data, settings.get())  # doctest: +SKIP
+    """
+    import cupy
+
+    from linumpy.gpu import nvcomp
+    from linumpy.gpu._xxhash import xxh64_batch
+    from linumpy.gpu.memory import PinnedLease
+
+    layout = plan.layout
+    report = WriteReport("gpu", data_bytes=int(data.nbytes))
+    phases = dict.fromkeys(("gather", "encode", "download"), 0.0)
+    if data.dtype != layout.stored_dtype:
+        data = data.astype(layout.stored_dtype)
+    stream = cupy.cuda.get_current_stream()
+    n_inner = math.prod(layout.chunks_per_block)
+    nbytes = layout.chunk_nbytes
+    capacity = align_up(nvcomp.max_encoded_size(nbytes), _ALIGN)
+    lease = PinnedLease()
+    in_flight: list[list[Future[Any]]] = [[], []]  # per host buffer: the files it feeds
+    try:
+        with FilePool(config.io_threads, window=1 << 30) as pool:
+            for g, (start, stop) in enumerate(
+                group_boxes(plan, _group_budget(plan, config.scratch_bytes))
+            ):
+                t0 = time.perf_counter()
+                box, files, row_file, row_inner = group_rows(plan, start, stop)
+                rows = gather_chunks(
+                    cupy, data[plan.data_box(box)], layout.chunk_shape, layout.fill_value
+                )
+                if layout.write_empty_chunks:
+                    keep = np.arange(rows.shape[0])
+                else:
+                    keep = np.flatnonzero(~cupy.asnumpy(empty_rows(cupy, rows, layout.fill_value)))
+                byte_rows, stride = _byte_rows(rows, nbytes)
+                del rows
+                t1 = time.perf_counter()
+                k = len(keep)
+                out = cupy.empty(max(k * capacity, 1), dtype=np.uint8)
+                base = int(byte_rows.data.ptr)
+                pending = nvcomp.encode(
+                    base + keep.astype(np.int64) * stride,
+                    np.full(k, nbytes, dtype=np.int64),
+                    int(out.data.ptr) + np.arange(k, dtype=np.int64) * capacity,
+                    stream=stream,
+                )
+                device_hashes = None
+                if layout.checksum and k:
+                    device_hashes = xxh64_batch(
+                        byte_rows.reshape(-1), (keep * stride).tolist(), [nbytes] * k, stream=stream
+                    )
+                stream.synchronize()
+                keys = [plan.path(int(row_file[r])) for r in keep.tolist()]
+                pending.check(keys)
+                sizes = pending.sizes().astype(np.int64)
+                bad = np.flatnonzero((sizes <= 0) | (sizes > capacity))
+                if bad.size:
+                    r = int(bad[0])
+                    raise ChunkDecodeError(
+                        keys[r], f"nvCOMP reported {int(sizes[r])} bytes, room for {capacity}"
+                    )
+                hashes = cupy.asnumpy(device_hashes) if device_hashes is not None else None
+                del byte_rows
+                t2 = time.perf_counter()
+                # The host buffer of group g - 2 is reused: its files must be written first.
+                slot = g % 2
+                for future in in_flight[slot]:
+                    future.result()
+                extra = _CHECKSUM_BYTES if layout.checksum else 0
+                offsets = np.zeros(k + 1, dtype=np.int64)
+                np.cumsum([align_up(int(s) + extra, _ALIGN) for s in sizes], out=offsets[1:])
+                host = lease.get("frames", slot, int(offsets[-1]))
+                for r in range(k):
+                    cupy.cuda.runtime.memcpyAsync(
+                        host.ctypes.data + int(offsets[r]),
+                        int(out.data.ptr) + r * capacity,
+                        int(sizes[r]),
+                        cupy.cuda.runtime.memcpyDeviceToHost,
+                        stream.ptr,
+                    )
+                stream.synchronize()
+                del out
+                phases["gather"] += t1 - t0
+                phases["encode"] += t2 - t1
+                phases["download"] += time.perf_counter() - t2
+                per_file: dict[int, list[Any]] = {int(f): [None] * n_inner for f in files}
+                file_hashes: dict[int, dict[int, int]] = {int(f): {} for f in files}
+                for r, row in enumerate(keep.tolist()):
+                    f, j = int(row_file[row]), int(row_inner[row])
+                    per_file[f][j] = host[offsets[r] : offsets[r] + sizes[r] + extra]
+                    if hashes is not None:
+                        file_hashes[f][j] = int(hashes[r])
+                in_flight[slot] = [
+                    pool.submit(
+                        _finish_file,
+                        plan,
+                        f,
+                        frames,
+                        file_hashes[f],
+                        n_inner - sum(x is not None for x in frames),
+                    )
+                    for f, frames in per_file.items()
+                ]
+    except BaseException:
+        stream.synchronize()
+        raise
+    finally:
+        lease.close()
+    for outcome in pool.results:
+        report.add(*outcome)
+    report.phases = phases
+    return report
