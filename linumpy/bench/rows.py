@@ -260,6 +260,23 @@ def _scratch(path: Path) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _engine_write(path: Path, volume: Any, layout: Layout, codec: Any) -> Any:
+    """Create the array as :func:`write_volume` does, then fill it with linumpy's write engine."""
+    from linumpy.io.engine.write import write_array
+
+    array = zarr.create_array(
+        path,
+        shape=volume.shape,
+        chunks=layout.chunks,
+        shards=layout.shards,
+        dtype=volume.dtype,
+        compressors=codec,
+        fill_value=0,
+        overwrite=True,
+    )
+    return write_array(array, volume)
+
+
 def write_rows(
     timer: Timer,
     layout: Layout,
@@ -270,11 +287,13 @@ def write_rows(
     device_volume: Any = None,
     timed: bool = True,
 ) -> list[Row]:
-    """Write ``volume`` to ``path`` in ``layout`` (zarr's CPU write); then the GPU write, if any.
+    """Write ``volume`` to ``path`` in ``layout`` (zarr's CPU write), then with linumpy's write
+    engine on the CPU and, given ``device_volume``, on the GPU (nvCOMP encode), and zarr's GPU
+    write (nvCOMP encode inside ``gpu_zarr_context``).
 
-    The CPU write leaves the array that the read rows read. With ``timed=False`` it is written
-    once, untimed, and no rows are returned. The GPU write goes to a scratch array beside
-    ``path``, read back on the CPU to check it, then removed.
+    The zarr CPU write leaves the array that the read rows read. With ``timed=False`` it is
+    written once, untimed, and no rows are returned. The other writes go to a scratch array
+    beside ``path``, read back on the CPU to check them, then removed.
 
     Examples
     --------
@@ -285,8 +304,10 @@ def write_rows(
     >>> path = Path(tempfile.mkdtemp()) / "a.zarr"
     >>> timer = Timer(warmup=0, repeats=1)
     >>> rows = write_rows(timer, Layout.cubic(8, 3), path, volume, zstd_level=3)
-    >>> rows[0].name, rows[0].op, path.is_dir()
-    ('zarr CPU write', 'write', True)
+    >>> [(row.name, row.matches) for row in rows]
+    [('zarr CPU write', None), ('linumpy CPU write (write engine)', True)]
+    >>> path.is_dir()
+    True
     """
     cpu_codec = zarr.codecs.ZstdCodec(level=zstd_level, checksum=layout.checksum)
     if not timed:
@@ -303,10 +324,31 @@ def write_rows(
             warmup=0,
         )
     ]
+
+    def checked(row: Row, target: Path) -> Row:
+        if row.runs:
+            row.matches = bool(np.array_equal(_zarr_read(target), volume))
+            row.note = "; ".join(filter(None, [row.note, "checked by reading it back on the CPU"]))
+        return row
+
+    with _scratch(path.with_name(path.name + ".engine-write")) as target:
+        name = "linumpy CPU write (write engine)"
+        run = functools.partial(_engine_write, target, volume, layout, cpu_codec)
+        rows.append(
+            checked(
+                timer.measure(layout.name, name, "cpu", "write", run, nbytes=volume.nbytes), target
+            )
+        )
     if device_volume is None:
         return rows
     from linumpy.gpu.nvcomp_zstd import NvcompZstdCodec
     from linumpy.gpu.zarr_io import gpu_zarr_context
+
+    with _scratch(path.with_name(path.name + ".gpu-engine-write")) as target:
+        name = "linumpy GPU write (nvCOMP, write engine)"
+        run = functools.partial(_engine_write, target, device_volume, layout, cpu_codec)
+        row = timer.measure(layout.name, name, "gpu", "write", run, nbytes=volume.nbytes)
+        rows.append(checked(row, target))
 
     def gpu_write() -> None:
         with gpu_zarr_context():
@@ -316,8 +358,5 @@ def write_rows(
     with _scratch(path.with_name(path.name + ".gpu-write")) as target:
         name = "GPU write (nvCOMP encode in gpu_zarr_context)"
         row = timer.measure(layout.name, name, "gpu", "write", gpu_write, nbytes=volume.nbytes)
-        if row.runs:
-            row.matches = bool(np.array_equal(_zarr_read(target), volume))
-            row.note = "checked by reading it back on the CPU"
-        rows.append(row)
+        rows.append(checked(row, target))
     return rows

@@ -113,7 +113,8 @@ def _byte_rows(rows: cupy.ndarray, nbytes: int) -> tuple[cupy.ndarray, int]:
 
     flat = rows.view(np.uint8).reshape(rows.shape[0], nbytes)
     stride = align_up(nbytes, _ALIGN)
-    if stride == nbytes:
+    # The gather may return a view of the caller's array, which may start anywhere.
+    if stride == nbytes and flat.flags.c_contiguous and flat.data.ptr % _ALIGN == 0:
         return flat, stride
     padded = cupy.empty((rows.shape[0], stride), dtype=np.uint8)
     padded[:, :nbytes] = flat
