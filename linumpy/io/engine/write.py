@@ -240,47 +240,67 @@ class FilePool:
             self._pool.shutdown(wait=True)
 
 
-def _encode_file_cpu(plan: WritePlan, i: int, data: np.ndarray, codec: Zstd) -> tuple:
-    """Encode, assemble and write file ``i`` from ``data`` (numpy), in a pool thread."""
+def _encode_chunk_cpu(
+    plan: WritePlan, block: np.ndarray, inner: tuple[int, ...], codec: Zstd
+) -> np.ndarray | None:
+    """The zstd frame of one chunk of ``block`` (a file's data), or None when it is not stored
+    (past the array's end, or equal to the fill value)."""
     layout = plan.layout
-    box = plan.block_box(i)
-    block = data[plan.data_box(box)]
     chunk = layout.chunk_shape
-    per_block = layout.chunks_per_block
-    frames: list[Any] = [None] * int(np.prod(per_block))
-    n_written = n_empty = 0
-    for j, inner in enumerate(np.ndindex(*per_block)):
-        start = [k * c for k, c in zip(inner, chunk)]
-        if any(s >= n for s, n in zip(start, block.shape)):
-            n_empty += 1  # past the array's end: never stored
-            continue
-        piece = block[tuple(slice(s, s + c) for s, c in zip(start, chunk))]
-        if piece.shape == chunk:
-            values = np.ascontiguousarray(piece)
-        else:
-            values = np.full(chunk, layout.fill_value, dtype=layout.stored_dtype)
-            values[tuple(slice(0, n) for n in piece.shape)] = piece
-        if not layout.write_empty_chunks and bool(
-            empty_rows(np, values.reshape(1, -1), layout.fill_value)[0]
-        ):
-            n_empty += 1
-            continue
-        frames[j] = np.frombuffer(codec.encode(values), dtype=np.uint8)
-        n_written += 1
+    start = [k * c for k, c in zip(inner, chunk)]
+    if any(s >= n for s, n in zip(start, block.shape)):
+        return None
+    piece = block[tuple(slice(s, s + c) for s, c in zip(start, chunk))]
+    if piece.shape == chunk:
+        values = np.ascontiguousarray(piece)
+    else:
+        values = np.full(chunk, layout.fill_value, dtype=layout.stored_dtype)
+        values[tuple(slice(0, n) for n in piece.shape)] = piece
+    if not layout.write_empty_chunks and bool(
+        empty_rows(np, values.reshape(1, -1), layout.fill_value)[0]
+    ):
+        return None
+    return np.frombuffer(codec.encode(values), dtype=np.uint8)
+
+
+def _finish_cpu(plan: WritePlan, i: int, frames: list[Any]) -> tuple[bool, int, int, int]:
+    """Assemble and write file ``i`` from its frames (or the futures of its frames)."""
+    frames = [f.result() if isinstance(f, Future) else f for f in frames]
     parts = assemble_file(plan, frames)
-    nbytes = write_file(plan.path(i), parts)
-    return parts is not None, n_written, n_empty, nbytes
+    written = sum(f is not None for f in frames)
+    return parts is not None, written, len(frames) - written, write_file(plan.path(i), parts)
+
+
+def _whole_file_cpu(plan: WritePlan, i: int, data: np.ndarray, codec: Zstd) -> tuple:
+    """Encode, assemble and write the one-chunk file ``i``, in a pool thread."""
+    block = data[plan.data_box(plan.block_box(i))]
+    return _finish_cpu(plan, i, [_encode_chunk_cpu(plan, block, (0,) * block.ndim, codec)])
 
 
 def _write_cpu(plan: WritePlan, data: np.ndarray, config: settings_module.Settings) -> WriteReport:
+    """libzstd in ``io_threads`` threads: a task per chunk file, or per inner chunk of a shard
+    (then a task per shard waits for its chunks and writes it: a shard is not one thread's)."""
     layout = plan.layout
     report = WriteReport("cpu", data_bytes=int(data.nbytes))
     if data.dtype != layout.stored_dtype:
         data = data.astype(layout.stored_dtype)
     codec = Zstd(level=layout.level, checksum=layout.checksum)
-    with FilePool(config.io_threads) as pool:
+    threads = config.io_threads
+    if not layout.sharded:
+        with FilePool(threads) as pool:
+            for i in range(plan.n_blocks):
+                pool.submit(_whole_file_cpu, plan, i, data, codec)
+        for outcome in pool.results:
+            report.add(*outcome)
+        return report
+    inner = list(np.ndindex(*layout.chunks_per_block))
+    # Frames of at most two shards (or 4 chunks per thread) wait in memory at once.
+    window = max(2, -(-4 * threads // len(inner)))
+    with ThreadPoolExecutor(threads) as encoders, FilePool(threads, window) as pool:
         for i in range(plan.n_blocks):
-            pool.submit(_encode_file_cpu, plan, i, data, codec)
+            block = data[plan.data_box(plan.block_box(i))]
+            frames = [encoders.submit(_encode_chunk_cpu, plan, block, c, codec) for c in inner]
+            pool.submit(_finish_cpu, plan, i, frames)
     for outcome in pool.results:
         report.add(*outcome)
     return report
