@@ -115,6 +115,15 @@ def test_numcodecs_decodes_a_chunk_file(tmp_path: Path) -> None:
     np.testing.assert_array_equal(chunk, data[16:24, 16:32, 0:8])
 
 
+@pytest.mark.parametrize("layout", ["chunks-crc32c", "sharded-crc32c", "sharded-index-start"])
+def test_tensorstore_reads_it(tmp_path: Path, layout: str) -> None:
+    ts = pytest.importorskip("tensorstore")
+    data = sample()
+    write_array(create(tmp_path / "e.zarr", layout), data)
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "e.zarr")}}
+    np.testing.assert_array_equal(ts.open(spec, read=True).result().read().result(), data)
+
+
 def test_crc32c_is_verified_by_zarr(tmp_path: Path) -> None:
     write_array(create(tmp_path / "e.zarr", "sharded-crc32c"), sample())
     shard = tmp_path / "e.zarr" / "c" / "1" / "0" / "0"
