@@ -72,10 +72,22 @@ def _block_sums(lazy: Any) -> Any:
     ).sum()
 
 
-def timed(fn, repeats: int) -> tuple[float, Any]:
+def _forgotten(client: Any) -> None:
+    """Wait until the scheduler holds no task: a repeat must not find the last one's results
+    (released futures are forgotten asynchronously, and the keys of a repeat are the same)."""
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the scheduler still holds tasks 10 s after a compute")
+        time.sleep(0.02)
+
+
+def timed(fn, repeats: int, client: Any = None) -> tuple[float, Any]:
     result = fn()  # warm-up
     times = []
     for _ in range(repeats):
+        if client is not None:
+            _forgotten(client)
         start = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - start)
@@ -180,7 +192,7 @@ def multi_gpu(path: Path, nbytes: int, repeats: int, gpus: int) -> list[dict[str
         with dask_cluster(gpus=n) as cluster:
             print(f"{n} dask-cuda worker(s) up in {time.perf_counter() - start:.1f} s", flush=True)
             lazy = _block_sums(open_volume(path, gpu=True, chunks=(128, 512, 512)))
-            seconds, _ = timed(lambda: float(cluster.compute(lazy)), repeats)  # noqa: B023
+            seconds, _ = timed(lambda: float(cluster.compute(lazy)), repeats, cluster.client)  # noqa: B023
         rows.append(
             {
                 "what": f"LocalCUDACluster, {n} GPU(s), 128x512x512 blocks",
@@ -249,13 +261,18 @@ def main() -> int:
             f"{time.perf_counter() - start:.1f} s",
             flush=True,
         )
-        rows += single_gpu(path, nbytes, args.repeats)
+        steps = [lambda: single_gpu(path, nbytes, args.repeats)]
         if not args.no_device_limit:
-            rows.append(device_limit(path, nbytes))
+            steps.append(lambda: [device_limit(path, nbytes)])
         if args.gpus > 1:
-            rows += multi_gpu(path, nbytes, args.repeats, args.gpus)
+            steps.append(lambda: multi_gpu(path, nbytes, args.repeats, args.gpus))
             if not args.no_stitch:
-                rows += multi_gpu_stitch(path, nbytes, args.gpus)
+                steps.append(lambda: multi_gpu_stitch(path, nbytes, args.gpus))
+        for step in steps:
+            new = step()
+            rows += new
+            for row in new:  # as they come: a run cut short still shows what it measured
+                print(json.dumps(row), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     print("\n| what | s | GB/s | ratio / peak |")

@@ -21,9 +21,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -141,37 +140,21 @@ def alignments() -> tuple[int, int]:
     return int(result.input), int(result.output)
 
 
-@dataclass(slots=True)
-class _Workspace:
-    """Device memory one stream's nvCOMP calls reuse: work space and per-call tables."""
+def _temp(stream: cupy.cuda.Stream, nbytes: int) -> tuple[int, int, Any]:
+    """A device work space of ``nbytes`` for one call on ``stream``, and the array to keep alive.
 
-    temp: Any = None
-    tables: list[Any] = field(default_factory=list)
-
-
-_workspaces = threading.local()
-
-
-def _workspace(stream: cupy.cuda.Stream) -> _Workspace:
-    spaces: dict[int, _Workspace] = _workspaces.__dict__.setdefault("spaces", {})
-    return spaces.setdefault(stream.ptr, _Workspace())
-
-
-def _temp(stream: cupy.cuda.Stream, nbytes: int) -> tuple[int, int]:
-    """A device work space of at least ``nbytes`` for calls on ``stream`` (grown, never shrunk).
-
-    Work on one stream runs in order, so a later call may reuse the space of an earlier one.
+    Taken from cupy's pool, whose blocks are reused only by later work on the same stream, and
+    given back as soon as the call is queued. A cache of its own per stream kept the largest
+    space ever asked (1.6x the decoded bytes of a call) for the life of the thread: under dask,
+    the streams of every thread held theirs (13.5 GB in use on an H200 after a few reads).
     """
     import cupy
 
-    space = _workspace(stream)
-    if nbytes and (space.temp is None or space.temp.nbytes < nbytes):
-        with stream:
-            space.temp = None
-            space.temp = cupy.empty(nbytes, dtype=np.uint8)
-    if space.temp is None:
-        return 0, 0
-    return int(space.temp.data.ptr), int(space.temp.nbytes)
+    if not nbytes:
+        return 0, 0, None
+    with stream:
+        space = cupy.empty(nbytes, dtype=np.uint8)
+    return int(space.data.ptr), int(space.nbytes), space
 
 
 @dataclass(slots=True)
@@ -189,7 +172,7 @@ class PendingStatuses:
 
     host: np.ndarray  # (2, n) int64 in pinned memory: statuses, actual sizes
     expected: np.ndarray  # (n,) the sizes every chunk must have, or -1 to accept any
-    device: Any = None  # keeps the device copy alive until the stream is done
+    device: Any = None  # keeps the device tables alive until the stream is done
     what: str = "decode"
 
     def sizes(self) -> np.ndarray:
@@ -296,7 +279,7 @@ def decode(
         ),
         "decode work-space query",
     )
-    temp, temp_bytes = _temp(stream, int(needed.value))
+    temp, temp_bytes, space = _temp(stream, int(needed.value))
     (src, src_n, dst_n, dst, statuses, actual), device = _tables(
         stream, [sources, sizes, capacities, targets], n
     )
@@ -306,6 +289,7 @@ def decode(
         ),
         "decode launch",
     )
+    del space  # back to the pool now: only later work on this stream can reuse it
     return _statuses(stream, device, expected, "decode")
 
 
@@ -374,7 +358,7 @@ def encode(
         ),
         "encode work-space query",
     )
-    temp, temp_bytes = _temp(stream, int(needed.value))
+    temp, temp_bytes, space = _temp(stream, int(needed.value))
     (src, src_n, dst, statuses, actual), device = _tables(stream, [sources, sizes, targets], n)
     _check(
         library.nvcompBatchedZstdCompressAsync(
@@ -382,4 +366,5 @@ def encode(
         ),
         "encode launch",
     )
+    del space  # back to the pool now: only later work on this stream can reuse it
     return _statuses(stream, device, np.full(n, -1, dtype=np.int64), "encode")
