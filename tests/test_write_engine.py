@@ -17,9 +17,10 @@ import pytest
 import zarr
 
 from linumpy.errors import UnsupportedLayoutError
+from linumpy.gpu.encode import _finish_file
 from linumpy.io import OmeZarrWriter, read_volume, save_omezarr
 from linumpy.io.engine import write as write_module
-from linumpy.io.engine.write import assemble_file, empty_rows, write_array, write_file
+from linumpy.io.engine.write import empty_rows, write_array, write_file
 from linumpy.io.engine.write_plan import gather_chunks, group_boxes, group_rows, plan_write
 
 SHAPE = (37, 50, 21)  # edge chunks on every axis
@@ -208,11 +209,14 @@ def test_gather_chunks_pads_and_orders() -> None:
         np.testing.assert_array_equal(rows[r], padded[2 * i : 2 * i + 2, 3 * j : 3 * j + 3].ravel())
 
 
-@pytest.mark.parametrize("layout", ["chunks-crc32c", "sharded-crc32c", "sharded-index-start"])
+@pytest.mark.parametrize(
+    "layout", ["chunks", "chunks-crc32c", "sharded", "sharded-crc32c", "sharded-index-start"]
+)
 @pytest.mark.parametrize("max_blocks", [1, 3, 1000])
 def test_gpu_grouping_rehearsed_on_the_cpu(tmp_path: Path, layout: str, max_blocks: int) -> None:
-    """The GPU back end's bookkeeping (groups, one gather per group, empty rows, rows to files)
-    with numpy and numcodecs in place of cupy and nvCOMP: the files must equal zarr's."""
+    """The GPU back end's bookkeeping (groups, one gather per group, empty rows, rows to files,
+    checksums patched into checksum-less frames, the file threads' work) with numpy and numcodecs
+    in place of cupy, nvCOMP and the XXH64 kernel: the files must equal zarr's."""
     data = sample()
     ours, theirs = create(tmp_path / "e.zarr", layout), create(tmp_path / "z.zarr", layout)
     theirs[...] = data
@@ -220,7 +224,9 @@ def test_gpu_grouping_rehearsed_on_the_cpu(tmp_path: Path, layout: str, max_bloc
     theirs[region] = data[region]
     plan = plan_write(ours, region)
     write_module.make_directories(plan)
-    codec = numcodecs.Zstd(level=3, checksum=plan.layout.checksum)
+    plain = numcodecs.Zstd(level=3, checksum=False)  # nvCOMP writes no checksum...
+    summed = numcodecs.Zstd(level=3, checksum=True)  # ...the XXH64 kernel gives it
+    spare = 4 if plan.layout.checksum else 0
     n_inner = int(np.prod(plan.layout.chunks_per_block))
     written = set()
     for start, stop in group_boxes(plan, max_blocks):
@@ -228,11 +234,16 @@ def test_gpu_grouping_rehearsed_on_the_cpu(tmp_path: Path, layout: str, max_bloc
         rows = gather_chunks(np, data[box], plan.layout.chunk_shape, plan.layout.fill_value)
         keep = np.flatnonzero(~empty_rows(np, rows, plan.layout.fill_value))
         frames = {int(f): [None] * n_inner for f in files_}
+        hashes: dict[int, dict[int, int]] = {int(f): {} for f in files_}
         for r in keep:
-            frame = np.frombuffer(codec.encode(np.ascontiguousarray(rows[r])), np.uint8)
-            frames[int(row_file[r])][int(row_inner[r])] = frame
+            row = np.ascontiguousarray(rows[r])
+            frame = np.frombuffer(plain.encode(row) + b"\0" * spare, np.uint8).copy()
+            f, j = int(row_file[r]), int(row_inner[r])
+            frames[f][j] = frame
+            hashes[f][j] = int.from_bytes(summed.encode(row)[-4:], "little")
         for f, parts in frames.items():
-            write_file(plan.path(f), assemble_file(plan, parts))
+            empty = sum(p is None for p in parts)
+            assert _finish_file(plan, f, parts, hashes[f], empty)[0] == (empty < n_inner)
             written.add(f)
     assert written == set(range(plan.n_blocks))
     write_array(ours, data[:16], (slice(0, 16),))
