@@ -109,27 +109,28 @@ def single_gpu(path: Path, nbytes: int, repeats: int) -> list[dict[str, Any]]:
     seconds, expected = timed(read, repeats)
     rows = [{"what": "read_volume(gpu=True) + sum", "s": seconds, "GB/s": nbytes / seconds / 1e9}]
     cupy.get_default_memory_pool().free_all_blocks()
-    for chunks in ("128MiB", "512MiB"):
-        for threads in (1, 2, 4):
-            what = f"open_volume(gpu=True), {chunks} blocks, {threads} thread(s)"
-            cluster = Cluster(threads=threads)
-            lazy = _block_sums(open_volume(path, gpu=True, chunks=chunks))
-            try:
-                seconds, total = timed(lambda: float(cluster.compute(lazy)), repeats)  # noqa: B023
-            except Exception as exc:  # a failing configuration is a result too
-                rows.append({"what": what, "error": f"{type(exc).__name__}: {exc}"[:200]})
-                continue
-            finally:
-                cupy.get_default_memory_pool().free_all_blocks()
-            rows.append(
-                {
-                    "what": what,
-                    "s": seconds,
-                    "GB/s": nbytes / seconds / 1e9,
-                    "ratio": rows[0]["s"] / seconds,
-                    "sum ok": total == expected,
-                }
-            )
+    configs = [("128MiB", 1), ("128MiB", 2), ("512MiB", 1), ("512MiB", 2), ("512MiB", 4)]
+    configs += [("1GiB", 1), ("1GiB", 2), (None, 2)]
+    for chunks, threads in configs:
+        what = f"open_volume(gpu=True), {chunks or 'default'} blocks, {threads} thread(s)"
+        cluster = Cluster(threads=threads)
+        lazy = _block_sums(open_volume(path, gpu=True, chunks=chunks))
+        try:
+            seconds, total = timed(lambda: float(cluster.compute(lazy)), repeats)  # noqa: B023
+        except Exception as exc:  # a failing configuration is a result too
+            rows.append({"what": what, "error": f"{type(exc).__name__}: {exc}"[:200]})
+            continue
+        finally:
+            cupy.get_default_memory_pool().free_all_blocks()
+        rows.append(
+            {
+                "what": what,
+                "s": seconds,
+                "GB/s": nbytes / seconds / 1e9,
+                "ratio": rows[0]["s"] / seconds,
+                "sum ok": total == expected,
+            }
+        )
     return rows
 
 

@@ -62,7 +62,8 @@ def pinned_buffers(nbytes: int, count: int = 2, keep: int = 0) -> Iterator[list[
 
 _lease_lock = threading.Lock()
 _idle: dict[tuple[str, int], list[tuple[Any, np.ndarray]]] = {}
-_IDLE_PER_SLOT = 2  # sets kept for reads that run at once (e.g. dask's threads)
+_IDLE_PER_SLOT = 8  # sets kept for reads that run at once (e.g. dask's threads)
+_IDLE_BYTES = 4 * 2**30  # and at most this much idle pinned memory in all
 
 
 class PinnedLease:
@@ -71,7 +72,8 @@ class PinnedLease:
     A read owns what it borrows until :meth:`close`; buffers then go back to a per-slot idle
     list that the process's next reads take from (page-locking is slow: a stitch once spent 1.24
     s of 2.67 s in it). Reads that run at the same time get buffers of their own. A slot's
-    buffer grows when a read needs more; at most two idle buffers per slot are kept.
+    buffer grows when a read needs more; at most eight idle buffers per slot (reads that ran at
+    once under dask) and 4 GiB in all are kept.
 
     Examples
     --------
@@ -115,6 +117,16 @@ class PinnedLease:
             idle.append(entry)
             idle.sort(key=lambda e: -e[1].nbytes)
             del idle[_IDLE_PER_SLOT:]
+            # Over the cap, drop the smallest buffers first: a large read's set is kept whole.
+            sizes = sorted(
+                ((e[1].nbytes, k, id(e)) for k, entries in _idle.items() for e in entries)
+            )
+            total = sum(n for n, _, _ in sizes)
+            for n, k, ident in sizes:
+                if total <= _IDLE_BYTES:
+                    break
+                _idle[k] = [e for e in _idle[k] if id(e) != ident]
+                total -= n
 
     def close(self) -> None:
         """Give every buffer back (only once nothing uses them any more)."""
