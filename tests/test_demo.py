@@ -101,7 +101,7 @@ def test_written_image_one_chunk_per_tile_zstd_with_truth(tmp_path, demo) -> Non
     array, voxel_size = read_omezarr(path)
     assert array.shape == demo.mosaic.shape
     assert array.chunks == (16, 64, 64)
-    assert [type(c).__name__ for c in array.compressors] == ["ZstdCodec"]
+    assert [type(c).__name__ for c in array.compressors] == ["ZstdCodec", "Crc32cCodec"]
     assert array.metadata.zarr_format == 3
     assert voxel_size == (3.5, 2.5, 2.5)
     np.testing.assert_array_equal(array[...], written.mosaic)

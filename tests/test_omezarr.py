@@ -30,7 +30,7 @@ def test_round_trip_and_metadata(tmp_path: Path, ngff_version: str) -> None:
     assert voxel_size == VOXEL
     np.testing.assert_array_equal(array[...], data)
     assert array.metadata.zarr_format == (3 if ngff_version == "0.5" else 2)
-    compressor = array.metadata.codecs[-1] if ngff_version == "0.5" else array.metadata.compressor
+    compressor = array.compressors[0] if ngff_version == "0.5" else array.metadata.compressor
     assert "zstd" in type(compressor).__name__.lower()
     level1, voxel1 = read_omezarr(path, level=1)
     assert level1.shape == (5, 10, 16)

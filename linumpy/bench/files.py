@@ -73,23 +73,27 @@ def array_directory(array: zarr.Array) -> Path:
     return Path(store.root) / array.store_path.path
 
 
-def _zstd_only(array: zarr.Array) -> tuple[bool, str | None, int]:
-    """(sharded, shard index location, shard index trailer bytes); raise unless zstd-only."""
+def _zstd_only(array: zarr.Array) -> tuple[bool, str | None, int, int]:
+    """(sharded, shard index location, shard index trailer bytes, chunk trailer bytes: 4 when
+    the chain ends with crc32c); raise unless zstd-only."""
     meta = array.metadata
     if meta.zarr_format == 2:
         compressor = meta.compressor
         if compressor is None or compressor.codec_id != "zstd" or meta.filters:
             raise BenchInputError(f"{array_directory(array)}: the ceilings need zstd chunks")
-        return False, None, 0
+        return False, None, 0, 0
     codecs = list(meta.codecs)
     sharding = next((c for c in codecs if type(c).__name__ == "ShardingCodec"), None)
     if sharding is not None:
         codecs = list(sharding.codecs)
     names = [type(c).__name__ for c in codecs]
+    chunk_trailer = 4 if names[-1:] == ["Crc32cCodec"] else 0
+    if chunk_trailer:
+        names = names[:-1]
     if "ZstdCodec" not in names or set(names) - {"BytesCodec", "ZstdCodec", "TransposeCodec"}:
         raise BenchInputError(f"{array_directory(array)}: the ceilings need zstd chunks ({names})")
     if sharding is None:
-        return False, None, 0
+        return False, None, 0, chunk_trailer
     index_names = [type(c).__name__ for c in sharding.index_codecs]
     if set(index_names) - {"BytesCodec", "Crc32cCodec"}:
         raise BenchInputError(f"{array_directory(array)}: shard index codecs {index_names}")
@@ -97,6 +101,7 @@ def _zstd_only(array: zarr.Array) -> tuple[bool, str | None, int]:
         True,
         str(getattr(sharding.index_location, "value", sharding.index_location)),
         4 * index_names.count("Crc32cCodec"),
+        chunk_trailer,
     )
 
 
@@ -140,6 +145,7 @@ class StoredFiles:
     frame_sizes: np.ndarray
     frame_nbytes: int
     shard_index: tuple[str, int, int] | None  # (location, inner chunks per shard, trailer bytes)
+    chunk_trailer: int = 0  # bytes after each frame (4: the crc32c codec)
 
     @property
     def stored_bytes(self) -> int:
@@ -158,7 +164,7 @@ class StoredFiles:
             index = buffer[at : at + 16 * n].view("<u8").reshape(n, 2)
             stored = index[:, 0] != _MISSING
             offsets.append(int(start) + index[stored, 0].astype(np.int64))
-            sizes.append(index[stored, 1].astype(np.int64))
+            sizes.append(index[stored, 1].astype(np.int64) - self.chunk_trailer)
         return StoredFiles(
             self.paths,
             self.sizes,
@@ -168,6 +174,7 @@ class StoredFiles:
             np.concatenate(sizes) if sizes else np.zeros(0, np.int64),
             self.frame_nbytes,
             None,
+            self.chunk_trailer,
         )
 
 
@@ -194,7 +201,7 @@ def stored_files(array: zarr.Array) -> StoredFiles:
     (2, 16)
     """
     directory = array_directory(array)
-    sharded, location, trailer = _zstd_only(array)
+    sharded, location, trailer, chunk_trailer = _zstd_only(array)
     storage = array.shards if sharded else array.chunks
     grid = [range(math.ceil(n / c)) for n, c in zip(array.shape, storage, strict=True)]
     paths, sizes = [], []
@@ -217,9 +224,10 @@ def stored_files(array: zarr.Array) -> StoredFiles:
         offsets[:-1],
         max(int(offsets[-1]), 1),
         offsets[:-1] if not sharded else np.zeros(0, np.int64),
-        size_array if not sharded else np.zeros(0, np.int64),
+        size_array - chunk_trailer if not sharded else np.zeros(0, np.int64),
         frame_nbytes,
         (location, n_inner, trailer) if sharded else None,
+        chunk_trailer,
     )
 
 

@@ -1,9 +1,10 @@
 """Writing dask arrays into zarr arrays in parallel, and building OME-Zarr pyramids out of core.
 
 Every task writes one region made of whole shards (or chunks, for arrays without shards), so no
-two tasks ever touch the same stored object and no lock is needed. Blocks that are cupy arrays
-are written with the target opened inside :func:`linumpy.gpu.zarr_io.gpu_zarr_context`, so
-zarr encodes them with nvCOMP on the GPU. Pyramid levels are computed from the level above as
+two tasks ever touch the same stored object and no lock is needed. Each block is written by the
+write engine (:func:`linumpy.io.writer.store_block`): numpy blocks encoded by libzstd, cupy
+blocks by nvCOMP on their GPU, each file written whole; layouts the engine does not write go
+through zarr. Pyramid levels are computed from the level above as
 stored on disk, one block at a time, so memory stays bounded whatever the image's size.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,17 +93,14 @@ def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
 
 
 def _write_block(block: Any, path: str, block_info: dict[Any, Any] | None = None) -> np.ndarray:
-    region = tuple(slice(a, b) for a, b in block_info[0]["array-location"])
-    xp = array_module(block)
-    with ExitStack() as stack:
-        if xp is not np:  # zarr fixes an array's codecs when it opens it: open inside
-            from linumpy.gpu.zarr_io import gpu_zarr_context
+    from linumpy.io.writer import store_block
 
-            stack.enter_context(gpu_zarr_context())
-        target = zarr.open_array(store=path, mode="r+")
-        target[region] = block
-        if xp is not np:
-            xp.cuda.get_current_stream().synchronize()
+    region = tuple(slice(a, b) for a, b in block_info[0]["array-location"])
+    target = zarr.open_array(store=path, mode="r+")
+    # numpy blocks: dask runs one task per thread already; cupy blocks: the GPU encodes, threads
+    # write the files.
+    on_host = array_module(block) is np
+    store_block(target, region, block, settings={"io_threads": 1} if on_host else None)
     return np.full((1,) * block.ndim, block.nbytes, dtype=np.int64)
 
 

@@ -77,7 +77,18 @@ def store_block(
     array: zarr.Array, key: Any, block: Any, settings: Mapping[str, Any] | None = None
 ) -> None:
     """``array[key] = block``: by the write engine when the region is aligned to the array's
-    files and the layout is one it writes (cupy blocks encoded on their GPU), else by zarr."""
+    files and the layout is one it writes (cupy blocks encoded on their GPU), else by zarr.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
+    ...                           dtype="uint8")
+    >>> store_block(array, slice(0, 4), np.arange(4, dtype=np.uint8))  # the write engine
+    >>> store_block(array, slice(5, 7), np.array([9, 9], np.uint8))  # not aligned: zarr
+    >>> array[...].tolist()
+    [0, 1, 2, 3, 0, 9, 9, 0]
+    """
     region = _as_region(key, array.shape)
     if region is not None and hasattr(block, "shape") and hasattr(block, "dtype"):
         try:

@@ -55,6 +55,15 @@ class WriteReport:
         Wall time of the write.
     phases
         Seconds per phase, where the back end measures them.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8, 8), chunks=(4, 4),
+    ...                           dtype="uint8")
+    >>> report = write_array(array, np.ones((8, 8), np.uint8))
+    >>> report.backend, report.files_written, report.chunks_written
+    ('cpu', 4, 4)
     """
 
     backend: str

@@ -67,6 +67,15 @@ class WriteLayout:
         The chunk key (file name under ``root``) of a block's grid coordinates.
     inner_order
         Shards only: linear (C order) indices of the inner chunks in the order they are laid out.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(10,), chunks=(4,),
+    ...                           shards=(8,), dtype="uint16")
+    >>> layout = write_layout(array)
+    >>> layout.chunk_shape, layout.block_shape, layout.sharded
+    ((4,), (8,), True)
     """
 
     root: str
@@ -205,6 +214,14 @@ class WritePlan:
         The region written, one slice per axis, aligned to ``layout.block_shape``.
     blocks
         Grid coordinates of each file's block, ``(n, ndim)``, C order.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(10,), chunks=(4,),
+    ...                           dtype="uint16")
+    >>> plan_write(array, (slice(4, 10),)).blocks.tolist()
+    [[1], [2]]
     """
 
     layout: WriteLayout
