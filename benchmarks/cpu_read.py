@@ -1,0 +1,135 @@
+"""Quick local benchmark of the CPU read path against its decode ceiling and other readers.
+
+Builds the OCT-like benchmark volume (zstd level 3) in the four benchmark layouts, then times,
+per layout: ``linumpy.io.read_volume`` (CPU), the numcodecs N-thread decode ceiling of
+:func:`linumpy.bench.cpu_decode_ceiling` (frames already in memory, output reused), tensorstore
+and zarr with the ``zarrs`` codec pipeline (each when importable), and optionally an older copy
+of ``linumpy/io/engine/cpu.py`` (``--baseline``: ``git show REV:linumpy/io/engine/cpu.py``).
+
+The readers are timed in interleaved rounds (each round runs every reader once), so that a noisy
+shared machine slows them alike; the table gives the median and the best round in GB/s of
+decoded bytes. Every reader's first result is checked against the volume.
+
+Usage::
+
+    .venv/bin/python benchmarks/cpu_read.py --mib 256 --threads 2 --rounds 9
+    git show HEAD~1:linumpy/io/engine/cpu.py > /tmp/cpu_before.py
+    .venv/bin/python benchmarks/cpu_read.py --baseline /tmp/cpu_before.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from linumpy.bench import Layout, Timer, cpu_decode_ceiling, oct_volume, read_files, write_volume
+from linumpy.bench.files import stored_files
+from linumpy.bench.rows import _optional, _tensorstore_read, _zarrs_read
+from linumpy.io import read_volume
+from linumpy.io.engine.plan import plan_read
+
+LAYOUTS = (
+    Layout.cubic(128, 3),
+    Layout.cubic(64, 3),
+    Layout.cubic(128, 3, shards=(128, 512, 512)),
+    Layout.cubic(64, 3, shards=(128, 512, 512)),
+)
+
+
+def ceiling_reader(path: Path, threads: int) -> Callable[[], None]:
+    """One run of the numcodecs N-thread decode of the stored frames (read into memory once)."""
+    files = stored_files(zarr.open_array(path, mode="r"))
+    buffer = np.empty(max(files.nbytes, 1), np.uint8)
+    read_files(files, buffer, threads=threads)
+    files = files.with_frames(buffer)
+    timer = Timer(warmup=0, repeats=1)
+    return lambda: cpu_decode_ceiling(timer, "", files, buffer, threads=threads)
+
+
+def baseline_reader(source: str, path: Path, threads: int) -> Callable[[], np.ndarray]:
+    """``read_plan`` of an older ``cpu.py`` (loaded from ``source``) on the array at ``path``."""
+    spec = importlib.util.spec_from_file_location("linumpy_cpu_baseline", source)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    array = zarr.open_array(path, mode="r")
+    return lambda: module.read_plan(plan_read(array), threads=threads)[0]
+
+
+def readers(path: Path, args: argparse.Namespace) -> dict[str, tuple[Callable[[], Any], bool]]:
+    """The timed readers of one layout: name -> (run, whether its result is checked)."""
+    threads = args.threads
+    runs: dict[str, tuple[Callable[[], Any], bool]] = {
+        "ceiling": (ceiling_reader(path, threads), False),
+        "linumpy": (lambda: read_volume(path, settings={"io_threads": threads}), True),
+    }
+    if args.baseline:
+        runs["before"] = (baseline_reader(args.baseline, path, threads), True)
+    ts = _optional("tensorstore")
+    if ts is not None:
+        runs["tstore"] = (lambda: _tensorstore_read(ts, path), True)
+    if _optional("zarrs") is not None:
+        runs["zarrs"] = (lambda: _zarrs_read(path), True)
+    return runs
+
+
+def time_layout(path: Path, volume: np.ndarray, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Seconds of every reader, over interleaved rounds, after one checked warm-up each."""
+    runs = readers(path, args)
+    for name, (run, check) in runs.items():
+        result = run()
+        if check and not np.array_equal(np.asarray(result), volume):
+            raise AssertionError(f"{name} read differs from the volume at {path}")
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.rounds):
+        for name, (run, _check) in runs.items():
+            start = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def main() -> None:
+    """Build the volume, time every reader per layout, print a table of GB/s."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=256, help="volume size (about)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--layouts", default="0,1,2,3", help="indices into the four layouts")
+    parser.add_argument("--baseline", default=None, help="an older cpu.py to time as 'before'")
+    parser.add_argument("--workdir", default=None, help="keeps the arrays between runs")
+    args = parser.parse_args()
+    depth = 128
+    side = max(512, round((args.mib * 2**20 / 2 / depth) ** 0.5 / 512) * 512)
+    shape = (depth, side, side)
+    volume = oct_volume(shape)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="cpu_read_"))
+    print(
+        f"volume {shape} uint16 ({volume.nbytes / 2**20:.0f} MiB), {args.threads} threads, "
+        f"{args.rounds} interleaved rounds; GB/s of decoded bytes, median (best)"
+    )
+    for index in (int(i) for i in args.layouts.split(",")):
+        layout = LAYOUTS[index]
+        path = workdir / f"{shape[1]}-{index}.zarr"
+        if not path.exists():
+            write_volume(path, volume, layout, zarr.codecs.ZstdCodec(level=3))
+        ratio = volume.nbytes / stored_files(zarr.open_array(path, mode="r")).nbytes
+        seconds = time_layout(path, volume, args)
+        gbps = {k: volume.nbytes / statistics.median(v) / 1e9 for k, v in seconds.items()}
+        best = {k: volume.nbytes / min(v) / 1e9 for k, v in seconds.items()}
+        cells = "  ".join(f"{k} {gbps[k]:.2f} ({best[k]:.2f})" for k in seconds)
+        fraction = gbps["linumpy"] / gbps["ceiling"]
+        print(f"{layout.name} (ratio {ratio:.2f}): {cells}  linumpy/ceiling {fraction:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""libzstd called through ctypes: one reused decompression context per thread, no GIL held.
+
+numcodecs' ``Zstd.decode`` holds the GIL for about 20 us per call (argument normalisation in
+Python, a fresh decompression context in C): with 16 threads and 64^3 chunks that serial part
+bounds the whole read. Here a call is one ``ZSTD_decompressDCtx`` on a context the thread keeps,
+through ctypes, which releases the GIL for the call. The library is the one numcodecs is built
+with (its extension exports libzstd's symbols), else the system's ``libzstd``; when neither
+loads, :data:`AVAILABLE` is False and callers use numcodecs.
+
+Only the fast path lives here: a chunk that fails, or decodes to another size than expected, is
+handed back (:func:`decode_into` returns False) so that
+:func:`~linumpy.io.engine.frames.decode_zstd_cpu` can say precisely what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+from typing import Any
+
+__all__ = ["AVAILABLE", "decode_into"]
+
+
+def _load() -> Any:
+    candidates = []
+    try:
+        import numcodecs.zstd
+
+        candidates.append(numcodecs.zstd.__file__)
+    except ImportError:  # pragma: no cover - numcodecs is a dependency
+        pass
+    system = ctypes.util.find_library("zstd")
+    if system:
+        candidates.append(system)
+    for name in candidates:
+        try:
+            lib = ctypes.CDLL(name)
+            lib.ZSTD_createDCtx.restype = ctypes.c_void_p
+            lib.ZSTD_createDCtx.argtypes = []
+            lib.ZSTD_freeDCtx.restype = ctypes.c_size_t
+            lib.ZSTD_freeDCtx.argtypes = [ctypes.c_void_p]
+            lib.ZSTD_decompressDCtx.restype = ctypes.c_size_t
+            lib.ZSTD_decompressDCtx.argtypes = [
+                ctypes.c_void_p,
+                ctypes.c_void_p,
+                ctypes.c_size_t,
+                ctypes.c_void_p,
+                ctypes.c_size_t,
+            ]
+        except (OSError, AttributeError):
+            continue
+        return lib
+    return None
+
+
+_LIB = _load()
+#: Whether libzstd could be loaded; when False, :func:`decode_into` must not be called.
+AVAILABLE = _LIB is not None
+
+
+class _Context:
+    """A libzstd decompression context, freed with its thread's locals."""
+
+    __slots__ = ("pointer",)
+
+    def __init__(self) -> None:
+        self.pointer = _LIB.ZSTD_createDCtx()
+        if not self.pointer:
+            raise MemoryError("ZSTD_createDCtx failed")
+
+    def __del__(self) -> None:
+        if self.pointer and _LIB is not None:
+            _LIB.ZSTD_freeDCtx(self.pointer)
+            self.pointer = None
+
+
+_local = threading.local()
+
+
+def _context() -> int:
+    context = getattr(_local, "context", None)
+    if context is None:
+        context = _local.context = _Context()
+    return context.pointer
+
+
+def decode_into(src: Any, src_size: int, dst: int, dst_size: int) -> bool:
+    """Decode zstd data into ``dst_size`` bytes at address ``dst``; False unless exactly that.
+
+    Parameters
+    ----------
+    src
+        The compressed bytes: a ``bytes`` object or an address (int).
+    src_size
+        Their length.
+    dst, dst_size
+        Address and size of the destination; libzstd writes no byte past it.
+
+    Returns
+    -------
+    bool
+        True when libzstd decoded the data (verifying stored checksums) to exactly ``dst_size``
+        bytes; False when it failed or the size differs (the destination may hold garbage).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from numcodecs import Zstd
+    >>> frame = Zstd().encode(np.arange(8, dtype=np.uint8))
+    >>> out = np.zeros(8, np.uint8)
+    >>> decode_into(frame, len(frame), out.ctypes.data, 8), out.tolist()
+    (True, [0, 1, 2, 3, 4, 5, 6, 7])
+    >>> decode_into(frame[:-2], len(frame) - 2, out.ctypes.data, 8)
+    False
+    """
+    result = _LIB.ZSTD_decompressDCtx(_context(), dst, dst_size, src, src_size)
+    # An error is a size_t above (size_t)-120 (ZSTD_isError): never equal to a real chunk size.
+    return result == dst_size
