@@ -1,0 +1,155 @@
+"""The CPU back end's own paths: libzstd through ctypes, in-place decodes, batches, fallbacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine import cpu, libzstd
+from linumpy.io.engine.cpu import CpuBackend, _batches, read_plan
+from linumpy.io.engine.fetch import chunk_sizes
+from linumpy.io.engine.plan import plan_read
+from tests.zarr_layouts import LAYOUTS, REGIONS, make_array, sample_data, zarr_read, zstd_frame
+
+pytestmark = pytest.mark.skipif(not libzstd.AVAILABLE, reason="libzstd not loadable")
+
+
+def test_decode_into_decodes_exactly_the_expected_size() -> None:
+    data = sample_data((40, 50), "uint16")
+    frame = zstd_frame(data, checksum=True)
+    out = np.zeros(data.nbytes, np.uint8)
+    assert libzstd.decode_into(frame, len(frame), out.ctypes.data, out.nbytes)
+    assert out.tobytes() == data.tobytes()
+    big = np.zeros(data.nbytes + 2, np.uint8)
+    assert not libzstd.decode_into(frame, len(frame), big.ctypes.data, big.nbytes)  # too few
+    assert not libzstd.decode_into(frame, len(frame), out.ctypes.data, out.nbytes - 2)  # too many
+    damaged = bytearray(frame)
+    damaged[-1] ^= 0xFF  # the stored content checksum
+    assert not libzstd.decode_into(bytes(damaged), len(frame), out.ctypes.data, out.nbytes)
+    assert not libzstd.decode_into(frame[:-5], len(frame) - 5, out.ctypes.data, out.nbytes)
+    assert not libzstd.decode_into(b"", 0, out.ctypes.data, out.nbytes)
+
+
+def test_decode_into_takes_an_address_and_several_frames() -> None:
+    data = sample_data((64,), "uint8")
+    frames = zstd_frame(data[:30]) + zstd_frame(data[30:])
+    source = np.frombuffer(frames, np.uint8).copy()
+    out = np.zeros(64, np.uint8)
+    assert libzstd.decode_into(source.ctypes.data, source.nbytes, out.ctypes.data, 64)
+    assert out.tobytes() == data.tobytes()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("available", [True, False])
+def test_read_plan_matches_zarr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, threads: int, available: bool
+) -> None:
+    monkeypatch.setattr(libzstd, "AVAILABLE", available)  # False: numcodecs for every chunk
+    data = sample_data((21, 34, 47), "uint16")
+    data[:8] = 0  # chunks not stored
+    make_array(tmp_path / "a.zarr", layout, data, chunks=(8, 16, 16))
+    array = zarr.open_array(tmp_path / "a.zarr", mode="r")
+    for region in REGIONS:
+        plan = plan_read(array, region)
+        out, stats = read_plan(plan, threads=threads)
+        assert out.tobytes() == zarr_read(tmp_path / "a.zarr", region).tobytes()
+        if out.size:  # an empty region reads nothing
+            assert stats.n_reads + stats.n_fill == plan.n_entries
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [">u2", "<f4"])
+def test_v2_orders_and_byte_orders_match_zarr(tmp_path: Path, order: str, dtype: str) -> None:
+    data = sample_data((17, 20, 24), dtype)
+    make_array(tmp_path / "a.zarr", "v2", data, chunks=(8, 8, 24), order=order)
+    array = zarr.open_array(tmp_path / "a.zarr", mode="r")
+    for region in (None, (slice(3, 17), slice(0, 20))):
+        out, _ = read_plan(plan_read(array, region), threads=2)
+        expected = zarr_read(tmp_path / "a.zarr", region)
+        assert out.dtype == expected.dtype and np.array_equal(out, expected)
+
+
+def test_chunks_spanning_the_trailing_axes_are_decoded_in_place(tmp_path: Path) -> None:
+    data = sample_data((24, 16, 32), "uint16") + 1
+    array = make_array(tmp_path / "a.zarr", "v3", data, chunks=(4, 16, 32))
+    plan = plan_read(array)
+    backend = CpuBackend(plan, threads=1)
+    try:
+        offsets = backend._direct
+        assert offsets == [k * 4 * 16 * 32 * 2 for k in range(6)]
+        stats = backend.read_files()
+    finally:
+        backend.close()
+    assert stats.n_reads == 6 and backend.out.tobytes() == data.tobytes()
+    plan = plan_read(array, (slice(5, 6), slice(2, 3)))
+    assert CpuBackend(plan, threads=1)._direct == [-2]  # partly outside the region: copied
+    # Leading axes of length 1 do not break a block; a narrower middle axis does.
+    flat = make_array(tmp_path / "b.zarr", "v3", data, chunks=(1, 8, 32))
+    assert CpuBackend(plan_read(flat), threads=1)._direct[:3] == [0, 8 * 32 * 2, 16 * 32 * 2]
+    assert read_plan(plan_read(flat), threads=2)[0].tobytes() == data.tobytes()
+    narrow = make_array(tmp_path / "n.zarr", "v3", data, chunks=(4, 8, 32))
+    assert set(CpuBackend(plan_read(narrow), threads=1)._direct) == {-1}
+    cubes = make_array(tmp_path / "c.zarr", "v3", data, chunks=(4, 8, 16))
+    assert set(CpuBackend(plan_read(cubes), threads=1)._direct) == {-1}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("damage", ["flip", "checksum", "truncate"])
+def test_corrupt_chunks_are_named(tmp_path: Path, layout: str, damage: str) -> None:
+    data = sample_data((21, 34, 47), "uint16") + 1
+    array = make_array(tmp_path / "a.zarr", layout, data, chunks=(8, 16, 16), checksum=True)
+    plan = plan_read(array)
+    victim = 13
+    path = Path(plan.files[plan.file_index[victim]])
+    start = int(plan.offsets[victim])
+    raw = bytearray(path.read_bytes())
+    size = int(chunk_sizes(plan)[victim]) if layout == "v3-sharded" else len(raw)
+    if damage == "flip":
+        raw[start + size // 2] ^= 0x5A
+    elif damage == "checksum":
+        raw[start + size - 1] ^= 0xFF
+    else:
+        if layout == "v3-sharded":
+            pytest.skip("a shard's chunk cannot be truncated without rewriting its index")
+        raw = raw[: size - 7]
+    path.write_bytes(bytes(raw))
+    for threads in (1, 3):
+        with pytest.raises(ChunkDecodeError) as info:
+            read_plan(plan, threads=threads)
+        assert info.value.key == plan.key(victim)
+
+
+def test_a_chunk_of_two_frames_reads_as_zarr_reads_it(tmp_path: Path) -> None:
+    # Valid zstd that check_frames leaves to libzstd: written by hand into a v2 chunk file.
+    data = sample_data((8, 8), "uint16") + 1
+    array = make_array(tmp_path / "a.zarr", "v2", data, chunks=(4, 8))
+    flat = data[:4].tobytes()
+    chunk = Path(tmp_path / "a.zarr" / "0.0")
+    chunk.write_bytes(
+        zstd_frame(np.frombuffer(flat[:20], np.uint8))
+        + zstd_frame(np.frombuffer(flat[20:], np.uint8))
+    )
+    out, _ = read_plan(plan_read(array), threads=2)
+    assert out.tobytes() == data.tobytes() == zarr_read(tmp_path / "a.zarr", None).tobytes()
+
+
+def test_batches_cover_every_index_once() -> None:
+    for n in (0, 1, 7, 100, 1001):
+        for threads in (1, 2, 16):
+            batches = _batches(n, threads)
+            assert [i for a, b in batches for i in range(a, b)] == list(range(n))
+            assert len(batches) <= 4 * threads
+
+
+def test_groups_hold_about_four_chunks_per_thread(tmp_path: Path) -> None:
+    array = make_array(tmp_path / "a.zarr", "v3", np.ones((8, 8), "u2"), chunks=(4, 4))
+    plan = plan_read(array)
+    sizes = np.full(10, 10**6)
+    assert CpuBackend(plan, threads=2).group_bytes(sizes)[0] == cpu.MIN_GROUP_BYTES
+    assert CpuBackend(plan, threads=4).group_bytes(sizes)[0] == 16 * 10**6
+    assert CpuBackend(plan, threads=64).group_bytes(sizes)[0] == cpu.GROUP_BYTES
