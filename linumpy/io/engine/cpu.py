@@ -213,11 +213,12 @@ class CpuBackend:
             for first, last in _batches(len(entries), self.threads)
         ]
 
-    def _read(self, entry: int) -> tuple[int, int, Any] | None:
-        """Read entry's chunk file into this thread's reusable buffer (checking its crc32c).
+    def _read(self, entry: int, path: str, offset: int, nbytes: int) -> tuple[int, int, Any] | None:
+        """Read an entry's chunk file into this thread's reusable buffer (checking its crc32c).
 
         :func:`~linumpy.io.engine.fetch.fetch_chunk` returns new ``bytes`` (a zeroed buffer,
-        then a copy, both under the GIL); this reads into memory the thread keeps.
+        then a copy, both under the GIL); this reads into memory the thread keeps, and names
+        the chunk only for an error.
 
         Returns
         -------
@@ -225,30 +226,35 @@ class CpuBackend:
             ``(address, size, frame)`` as :meth:`decode_entry` takes it; None when the file
             does not exist.
         """
-        plan = self.plan
-        key = plan.key
-        path = plan.files[plan.file_index[entry]]
-        offset, nbytes = int(plan.offsets[entry]), int(plan.nbytes[entry])
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
         except IsADirectoryError:
-            raise ChunkDecodeError(key(entry), f"{path} is a directory, not a chunk file") from None
+            raise ChunkDecodeError(
+                self.plan.key(entry), f"{path} is a directory, not a chunk file"
+            ) from None
         try:
             if nbytes < 0:
                 nbytes = os.fstat(fd).st_size - offset
-            buffer = getattr(self._local, "read", None)
+            local = self._local
+            buffer = getattr(local, "read", None)
             if buffer is None or buffer.nbytes < nbytes:
-                buffer = self._local.read = np.empty(max(nbytes, 2 * ALIGN), dtype=np.uint8)
-            data = buffer[:nbytes]
-            _read_exactly(fd, memoryview(data), offset, key(entry))
+                buffer = local.read = np.empty(max(nbytes, 2 * ALIGN), dtype=np.uint8)
+                local.read_view = memoryview(buffer)
+            got = os.preadv(fd, [local.read_view[:nbytes]], offset)
+            if got < nbytes:  # a short read: go on, or say where the file ends
+                view = local.read_view[got:nbytes]
+                _read_exactly(fd, view, offset + got, self.plan.key(entry))
         except IsADirectoryError:
-            raise ChunkDecodeError(key(entry), f"{path} is a directory, not a chunk file") from None
+            raise ChunkDecodeError(
+                self.plan.key(entry), f"{path} is a directory, not a chunk file"
+            ) from None
         finally:
             os.close(fd)
-        if plan.crc32c:
-            data = strip_crc32c(data, key(entry))
+        data = buffer[:nbytes]
+        if self.plan.crc32c:
+            data = strip_crc32c(data, self.plan.key(entry))
         return buffer.ctypes.data, len(data), data
 
     def read_files(self) -> Stats:
@@ -261,11 +267,13 @@ class CpuBackend:
         plan = self.plan
         entries = np.flatnonzero(plan.stored).tolist()
         sizes = [0] * len(entries)
+        files, file_index = plan.files, plan.file_index.tolist()
+        offsets, nbytes = plan.offsets.tolist(), plan.nbytes.tolist()
 
         def work(first: int, last: int) -> None:
             for k in range(first, last):
                 entry = entries[k]
-                frame = self._read(entry)
+                frame = self._read(entry, files[file_index[entry]], offsets[entry], nbytes[entry])
                 if frame is None:
                     self.out[self._out_selection(entry)] = plan.fill_value
                     sizes[k] = -1
