@@ -357,7 +357,8 @@ def read_plan(
     """
     if out is None:
         check_host_memory(plan.out_nbytes, plan.source, f"an output of shape {plan.shape}")
-    scratch = plan.chunk_nbytes * min(threads, max(1, plan.n_entries)) + GROUP_BYTES * 3
+    # Per thread: a decoded chunk and, for chunk files, its compressed bytes (about as large).
+    scratch = 2 * plan.chunk_nbytes * min(threads, max(1, plan.n_entries)) + GROUP_BYTES * 3
     check_host_memory(
         scratch,
         plan.source,
