@@ -2,7 +2,8 @@
 
 Builds the OCT-like benchmark volume (zstd level 3) in the four benchmark layouts, then times,
 per layout: ``linumpy.io.read_volume`` (CPU), the numcodecs N-thread decode ceiling of
-:func:`linumpy.bench.cpu_decode_ceiling` (frames already in memory, output reused), tensorstore
+:func:`linumpy.bench.cpu_decode_ceiling` (frames already in memory, output reused), the same
+decode into a new output each run (``ceiling+alloc``: what page faults add), tensorstore
 and zarr with the ``zarrs`` codec pipeline (each when importable), and optionally an older copy
 of ``linumpy/io/engine/cpu.py`` (``--baseline``: ``git show REV:linumpy/io/engine/cpu.py``).
 
@@ -33,7 +34,7 @@ import numpy as np
 import zarr
 
 from linumpy.bench import Layout, Timer, cpu_decode_ceiling, oct_volume, read_files, write_volume
-from linumpy.bench.files import stored_files
+from linumpy.bench.files import in_threads, stored_files
 from linumpy.bench.rows import _optional, _tensorstore_read, _zarrs_read
 from linumpy.io import read_volume
 from linumpy.io.engine.plan import plan_read
@@ -56,6 +57,32 @@ def ceiling_reader(path: Path, threads: int) -> Callable[[], None]:
     return lambda: cpu_decode_ceiling(timer, "", files, buffer, threads=threads)
 
 
+def fresh_ceiling_reader(path: Path, threads: int) -> Callable[[], np.ndarray]:
+    """The ceiling's decode, into a newly allocated output each run (as every reader must):
+    what page faults add to the ceiling (no scatter into the volume's order)."""
+    import numcodecs
+
+    files = stored_files(zarr.open_array(path, mode="r"))
+    buffer = np.empty(max(files.nbytes, 1), np.uint8)
+    read_files(files, buffer, threads=threads)
+    files = files.with_frames(buffer)
+    codec, size, n = numcodecs.Zstd(), files.frame_nbytes, len(files.frame_sizes)
+    view = memoryview(buffer)
+
+    def run() -> np.ndarray:
+        out = np.empty(max(n * size, 1), np.uint8)
+
+        def task(run: np.ndarray) -> None:
+            for i in run:
+                start, length = int(files.frame_offsets[i]), int(files.frame_sizes[i])
+                codec.decode(view[start : start + length], out=out[i * size : (i + 1) * size])
+
+        in_threads(task, n, threads)
+        return out
+
+    return run
+
+
 def baseline_reader(source: str, path: Path, threads: int) -> Callable[[], np.ndarray]:
     """``read_plan`` of an older ``cpu.py`` (loaded from ``source``) on the array at ``path``."""
     spec = importlib.util.spec_from_file_location("linumpy_cpu_baseline", source)
@@ -70,6 +97,7 @@ def readers(path: Path, args: argparse.Namespace) -> dict[str, tuple[Callable[[]
     threads = args.threads
     runs: dict[str, tuple[Callable[[], Any], bool]] = {
         "ceiling": (ceiling_reader(path, threads), False),
+        "ceiling+alloc": (fresh_ceiling_reader(path, threads), False),
         "linumpy": (lambda: read_volume(path, settings={"io_threads": threads}), True),
     }
     if args.baseline:

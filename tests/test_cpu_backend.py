@@ -153,3 +153,22 @@ def test_groups_hold_about_four_chunks_per_thread(tmp_path: Path) -> None:
     assert CpuBackend(plan, threads=2).group_bytes(sizes)[0] == cpu.MIN_GROUP_BYTES
     assert CpuBackend(plan, threads=4).group_bytes(sizes)[0] == 16 * 10**6
     assert CpuBackend(plan, threads=64).group_bytes(sizes)[0] == cpu.GROUP_BYTES
+
+
+def test_decode_entry_takes_any_bytes_like(tmp_path: Path) -> None:
+    data = sample_data((4, 8), "uint16") + 1
+    plan = plan_read(make_array(tmp_path / "a.zarr", "v3", data, chunks=(2, 8)))
+    frame = zstd_frame(data[2:])
+    backend = CpuBackend(plan, threads=1)
+    try:
+        for kind in (bytes, bytearray, memoryview):
+            backend.out[...] = 0
+            backend.decode_entry(1, kind(frame), checked=False)
+            assert backend.out[2:].tobytes() == data[2:].tobytes(), kind
+        backend.decode_entry(0, np.frombuffer(zstd_frame(data[:2]), np.uint8), checked=False)
+        assert backend.out.tobytes() == data.tobytes()
+        with pytest.raises(ChunkDecodeError) as info:
+            backend.decode_entry(0, bytearray(), checked=False)
+        assert info.value.key == plan.key(0)
+    finally:
+        backend.close()

@@ -169,8 +169,11 @@ class CpuBackend:
         direct = self._direct[entry]
         if isinstance(frame, tuple):
             source, size, frame = frame
-        else:
+        elif isinstance(frame, bytes):
             source, size = frame, len(frame)
+        else:  # bytearray, memoryview, numpy: ctypes takes their address
+            frame = np.frombuffer(frame, dtype=np.uint8)
+            source, size = frame.ctypes.data if frame.size else None, frame.size
         if libzstd.AVAILABLE:
             nbytes = self.plan.chunk_nbytes
             if direct >= 0:
