@@ -1,11 +1,11 @@
 """Quick local benchmark of the CPU read path against its decode ceiling and other readers.
 
 Builds the OCT-like benchmark volume (zstd level 3) in the four benchmark layouts, then times,
-per layout: ``linumpy.io.read_volume`` (CPU), the numcodecs N-thread decode ceiling of
-:func:`linumpy.bench.cpu_decode_ceiling` (frames already in memory, output reused), the same
-decode into a new output each run (``ceiling+alloc``: what page faults add), tensorstore
-and zarr with the ``zarrs`` codec pipeline (each when importable), and optionally an older copy
-of ``linumpy/io/engine/cpu.py`` (``--baseline``: ``git show REV:linumpy/io/engine/cpu.py``).
+per layout: ``linumpy.io.read_volume`` (CPU), the numcodecs N-thread decode ceiling as
+:func:`linumpy.bench.cpu_decode_ceiling` times it (frames already in memory, output reused),
+the same decode into a new output each run (``ceiling+alloc``: what page faults add),
+tensorstore and zarr with the ``zarrs`` codec pipeline (each when importable), and optionally
+an older ``linumpy/io/engine/cpu.py`` (``--baseline``: ``git show REV:linumpy/io/engine/cpu.py``).
 
 The readers are timed in interleaved rounds (each round runs every reader once), so that a noisy
 shared machine slows them alike; the table gives the median and the best round in GB/s of
@@ -30,10 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numcodecs
 import numpy as np
 import zarr
 
-from linumpy.bench import Layout, Timer, cpu_decode_ceiling, oct_volume, read_files, write_volume
+from linumpy.bench import Layout, oct_volume, read_files, write_volume
 from linumpy.bench.files import in_threads, stored_files
 from linumpy.bench.rows import _optional, _tensorstore_read, _zarrs_read
 from linumpy.io import read_volume
@@ -47,30 +48,21 @@ LAYOUTS = (
 )
 
 
-def ceiling_reader(path: Path, threads: int) -> Callable[[], None]:
-    """One run of the numcodecs N-thread decode of the stored frames (read into memory once)."""
-    files = stored_files(zarr.open_array(path, mode="r"))
-    buffer = np.empty(max(files.nbytes, 1), np.uint8)
-    read_files(files, buffer, threads=threads)
-    files = files.with_frames(buffer)
-    timer = Timer(warmup=0, repeats=1)
-    return lambda: cpu_decode_ceiling(timer, "", files, buffer, threads=threads)
-
-
-def fresh_ceiling_reader(path: Path, threads: int) -> Callable[[], np.ndarray]:
-    """The ceiling's decode, into a newly allocated output each run (as every reader must):
-    what page faults add to the ceiling (no scatter into the volume's order)."""
-    import numcodecs
-
+def ceiling_reader(path: Path, threads: int, *, fresh: bool) -> Callable[[], np.ndarray]:
+    """One run of the numcodecs N-thread decode of the stored frames (read into memory once),
+    as :func:`linumpy.bench.cpu_decode_ceiling` times it: into one output reused run after run
+    (its repeats, after a warm-up), or, ``fresh``, into a new output each run (as any reader
+    returning a new array must: page faults included)."""
     files = stored_files(zarr.open_array(path, mode="r"))
     buffer = np.empty(max(files.nbytes, 1), np.uint8)
     read_files(files, buffer, threads=threads)
     files = files.with_frames(buffer)
     codec, size, n = numcodecs.Zstd(), files.frame_nbytes, len(files.frame_sizes)
     view = memoryview(buffer)
+    reused = np.empty(max(n * size, 1), np.uint8)
 
     def run() -> np.ndarray:
-        out = np.empty(max(n * size, 1), np.uint8)
+        out = np.empty_like(reused) if fresh else reused
 
         def task(run: np.ndarray) -> None:
             for i in run:
@@ -96,8 +88,8 @@ def readers(path: Path, args: argparse.Namespace) -> dict[str, tuple[Callable[[]
     """The timed readers of one layout: name -> (run, whether its result is checked)."""
     threads = args.threads
     runs: dict[str, tuple[Callable[[], Any], bool]] = {
-        "ceiling": (ceiling_reader(path, threads), False),
-        "ceiling+alloc": (fresh_ceiling_reader(path, threads), False),
+        "ceiling": (ceiling_reader(path, threads, fresh=False), False),
+        "ceiling+alloc": (ceiling_reader(path, threads, fresh=True), False),
         "linumpy": (lambda: read_volume(path, settings={"io_threads": threads}), True),
     }
     if args.baseline:
