@@ -175,7 +175,7 @@ def test_decode_entry_takes_any_bytes_like(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("dtype", "order", "rows"), [("<u2", "C", "V16"), (">u2", "C", None), ("<u2", "F", None)]
+    ("dtype", "order", "rows"), [("<u2", "C", "V16"), (">u2", "C", "V16"), ("<u2", "F", None)]
 )
 def test_rows_are_copied_as_opaque_items_only_without_conversion(
     tmp_path: Path, dtype: str, order: str, rows: str | None
@@ -189,3 +189,23 @@ def test_rows_are_copied_as_opaque_items_only_without_conversion(
         assert backend._rows == (np.dtype(rows) if rows else None)
         out, _ = read_plan(plan, threads=2)
         assert np.array_equal(out, zarr_read(tmp_path / "a.zarr", region))
+
+
+def test_byte_swapped_chunks_are_copied_with_conversion(tmp_path: Path) -> None:
+    data = sample_data((8, 12), "uint16") + 1
+    path = str(tmp_path / "a.zarr")
+    array = zarr.create_array(
+        path,
+        shape=data.shape,
+        chunks=(4, 4),
+        dtype="u2",
+        serializer=zarr.codecs.BytesCodec(endian="big"),
+        compressors=zarr.codecs.ZstdCodec(),
+    )
+    array[...] = data
+    plan = plan_read(array)
+    backend = CpuBackend(plan, threads=1)
+    backend.close()
+    assert plan.stored_dtype != plan.dtype and backend._rows is None
+    out, _ = read_plan(plan, threads=2)
+    assert out.dtype == data.dtype and np.array_equal(out, data)
