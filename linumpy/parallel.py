@@ -421,24 +421,6 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: Threads of the local scheduler for GPU tasks. Each GPU task runs its own reading, decoding
-#: and writing threads and CUDA streams; with one task per CPU (32 on an H200 host) the
-#: notebook's 3-D stitch took 50 s on the GPU against 11.5 s on the CPU.
-GPU_LOCAL_THREADS = 2
-
-
-def default_cluster(gpu: bool = False) -> Cluster:
-    """The local threaded scheduler: one thread per CPU, or :data:`GPU_LOCAL_THREADS` for GPU
-    work.
-
-    Examples
-    --------
-    >>> default_cluster(gpu=True).threads
-    2
-    """
-    return Cluster(threads=GPU_LOCAL_THREADS if gpu else None)
-
-
 @contextmanager
 def cluster_from_args(args: argparse.Namespace) -> Iterator[Cluster]:
     """:func:`dask_cluster` from the options :func:`add_cluster_args` adds.
@@ -452,11 +434,7 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[Cluster]:
     ...     cluster.client is None, cluster.memory_limit
     (True, 1073741824)
     """
-    local_gpu = getattr(args, "use_gpu", False) and not (args.gpus or args.scheduler)
     with dask_cluster(
-        memory_limit=args.memory_limit,
-        scheduler=args.scheduler,
-        gpus=args.gpus,
-        threads=GPU_LOCAL_THREADS if local_gpu else None,
+        memory_limit=args.memory_limit, scheduler=args.scheduler, gpus=args.gpus
     ) as cluster:
         yield cluster

@@ -25,7 +25,7 @@ from zarr.storage import LocalStore
 from linumpy._xp import array_module, gpu_module
 from linumpy.errors import LinumpyError
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
-from linumpy.parallel import Cluster, default_cluster
+from linumpy.parallel import Cluster
 
 if TYPE_CHECKING:
     from linumpy.io import OmeZarrWriter
@@ -177,7 +177,7 @@ def store_dask(
     >>> bool((target[...] == np.arange(1600).reshape(40, 40)).all())
     True
     """
-    cluster = cluster or default_cluster(array_module(data._meta) is not np)
+    cluster = cluster or Cluster()
     # one output per block, summed here: a distributed progress bar then counts the blocks
     written = cluster.compute(store_graph(data, target), desc=desc, progress=progress)
     return int(written.sum())
@@ -258,7 +258,7 @@ def write_pyramid(
     >>> bool((writer.arrays[2][...] == downsample_mean(downsample_mean(volume))).all())
     True
     """
-    cluster = cluster or default_cluster(gpu)
+    cluster = cluster or Cluster()
     for index, (source, target) in enumerate(zip(arrays, arrays[1:]), start=1):
         factors = tuple(
             2 if n > 1 and (axes is None or i in axes) else 1 for i, n in enumerate(source.shape)

@@ -32,7 +32,7 @@ from linumpy.io.dask_write import (
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.io.omezarr import NgffVersion
 from linumpy.io.sources import TIFF_SUFFIXES, SourceImage, open_image, open_tiff
-from linumpy.parallel import Cluster, default_cluster
+from linumpy.parallel import Cluster
 
 __all__ = ["Converted", "convert_to_omezarr"]
 
@@ -250,7 +250,7 @@ voxel_size argument)'
         overwrite=overwrite,
         ngff_version=ngff_version,
     )
-    cluster = cluster or default_cluster(gpu)
+    cluster = cluster or Cluster()
     unit = storage_unit(writer.array)
     if isinstance(image.data, zarr.Array):
         stored = storage_unit(image.data)

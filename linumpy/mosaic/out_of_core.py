@@ -25,7 +25,7 @@ from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.mosaic.stitch import Blending, parse_blending, stitch_region, tiles_in_region
 from linumpy.mosaic.transform import TileTransform
-from linumpy.parallel import Cluster, default_cluster
+from linumpy.parallel import Cluster
 
 __all__ = ["plan_stitch_block", "projection_lazy", "stitch_lazy"]
 
@@ -281,7 +281,7 @@ def projection_lazy(
     def cost(block: tuple[int, ...]) -> int:
         return math.prod(block) * (min(step, array.shape[0]) * itemsize + 3 * 8 + 2 * 4)
 
-    cluster = cluster or default_cluster(gpu)
+    cluster = cluster or Cluster()
     budget = cluster.task_bytes(cost(unit), "the projection")
     block = grow_block(unit, array.shape[1:], 0, budget, cost=cost)
     return da.map_blocks(

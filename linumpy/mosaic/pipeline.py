@@ -29,7 +29,7 @@ from linumpy.mosaic.out_of_core import plan_stitch_block, projection_lazy, stitc
 from linumpy.mosaic.registration import PairMeasurement, estimate_transform
 from linumpy.mosaic.stitch import Blending, parse_blending
 from linumpy.mosaic.transform import TileTransform, parse_tile_shape
-from linumpy.parallel import Cluster, default_cluster
+from linumpy.parallel import Cluster
 
 __all__ = [
     "ATTRS_KEY",
@@ -167,7 +167,7 @@ def average_intensity_projection(
            [10., 11., 12., 13.],
            [14., 15., 16., 17.]], dtype=float32)
     """
-    cluster = cluster or default_cluster(gpu)
+    cluster = cluster or Cluster()
     lazy = projection_lazy(path, gpu=gpu, slab_depth=slab_depth, cluster=cluster)
     return cluster.compute(lazy, desc="projection", progress=progress)
 
@@ -234,7 +234,7 @@ def projection_omezarr(
         n_levels=n_levels,
         overwrite=overwrite,
     )
-    cluster = cluster or default_cluster(gpu)
+    cluster = cluster or Cluster()
     lazy = projection_lazy(source, gpu=gpu, align=storage_unit(writer.array), cluster=cluster)
     if gpu:  # encoded on the CPU: a 2D image is small, and the bytes stay those of a CPU run
         lazy = lazy.map_blocks(to_numpy, meta=np.empty((0, 0), np.float32))
@@ -425,7 +425,7 @@ def stitch_omezarr(
         level=level,
         overwrite=overwrite,
     )
-    cluster = cluster or default_cluster(gpu)
+    cluster = cluster or Cluster()
     block = plan_stitch_block(
         array.shape, np.dtype(array.dtype).itemsize, transform, storage_unit(writer.array), cluster
     )
