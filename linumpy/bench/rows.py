@@ -96,7 +96,12 @@ def write_volume(path: Path, volume: Any, layout: Layout, codec: Any) -> None:
     >>> zarr.open_array(path).chunks
     (4, 4, 4)
     """
-    array = zarr.create_array(
+    _create(path, volume, layout, codec)[...] = volume
+
+
+def _create(path: Path, volume: Any, layout: Layout, codec: Any) -> zarr.Array:
+    """An empty zarr v3 array shaped like ``volume``, in ``layout``, with ``codec``."""
+    return zarr.create_array(
         path,
         shape=volume.shape,
         chunks=layout.chunks,
@@ -106,7 +111,6 @@ def write_volume(path: Path, volume: Any, layout: Layout, codec: Any) -> None:
         fill_value=0,
         overwrite=True,
     )
-    array[...] = volume
 
 
 def cpu_read_rows(
@@ -264,17 +268,7 @@ def _engine_write(path: Path, volume: Any, layout: Layout, codec: Any) -> Any:
     """Create the array as :func:`write_volume` does, then fill it with linumpy's write engine."""
     from linumpy.io.engine.write import write_array
 
-    array = zarr.create_array(
-        path,
-        shape=volume.shape,
-        chunks=layout.chunks,
-        shards=layout.shards,
-        dtype=volume.dtype,
-        compressors=codec,
-        fill_value=0,
-        overwrite=True,
-    )
-    return write_array(array, volume)
+    return write_array(_create(path, volume, layout, codec), volume)
 
 
 def write_rows(

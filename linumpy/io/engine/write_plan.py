@@ -73,9 +73,8 @@ class WriteLayout:
     >>> import tempfile, zarr
     >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(10,), chunks=(4,),
     ...                           shards=(8,), dtype="uint16")
-    >>> layout = write_layout(array)
-    >>> layout.chunk_shape, layout.block_shape, layout.sharded
-    ((4,), (8,), True)
+    >>> write_layout(array).encode_key((1,))
+    'c/1'
     """
 
     root: str
