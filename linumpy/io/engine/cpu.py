@@ -22,7 +22,7 @@ import numpy as np
 from linumpy.errors import ChunkDecodeError, LinumpyError
 from linumpy.io.engine import libzstd
 from linumpy.io.engine.crc import strip_crc32c
-from linumpy.io.engine.fetch import ALIGN, _read_exactly
+from linumpy.io.engine.fetch import ALIGN, read_exactly
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
@@ -255,7 +255,7 @@ class CpuBackend:
             got = os.preadv(fd, [local.read_view[:nbytes]], offset)
             if got < nbytes:  # a short read: go on, or say where the file ends
                 view = local.read_view[got:nbytes]
-                _read_exactly(fd, view, offset + got, self.plan.key(entry))
+                read_exactly(fd, view, offset + got, self.plan.key(entry))
         except IsADirectoryError:
             raise ChunkDecodeError(
                 self.plan.key(entry), f"{path} is a directory, not a chunk file"

@@ -34,6 +34,7 @@ __all__ = [
     "align_up",
     "chunk_sizes",
     "fetch_chunk",
+    "read_exactly",
     "kvikio_unusable_reason",
     "layout_group",
     "read_group",
@@ -64,7 +65,18 @@ def align_up(n: int, alignment: int = ALIGN) -> int:
     return -(-n // alignment) * alignment
 
 
-def _read_exactly(fd: int, view: memoryview, offset: int, key: str) -> None:
+def read_exactly(fd: int, view: memoryview, offset: int, key: str) -> None:
+    """Fill ``view`` from ``fd`` at ``offset``; a file that ends first raises, naming ``key``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = tempfile.mkdtemp() + "/c0"
+    >>> _ = open(path, "wb").write(b"0123456789")
+    >>> fd, buffer = os.open(path, os.O_RDONLY), bytearray(3)
+    >>> read_exactly(fd, memoryview(buffer), 4, "c0"); os.close(fd); bytes(buffer)
+    b'456'
+    """
     done = 0
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)
@@ -113,7 +125,7 @@ def fetch_chunk(
         if nbytes < 0:
             nbytes = os.fstat(fd).st_size - offset
         data = bytearray(nbytes)
-        _read_exactly(fd, memoryview(data), offset, key)
+        read_exactly(fd, memoryview(data), offset, key)
         return bytes(strip_crc32c(bytes(data), key)) if crc32c else bytes(data)
     except IsADirectoryError:
         raise ChunkDecodeError(key, f"{path} is a directory, not a chunk file") from None
@@ -154,7 +166,7 @@ def read_shard_index(
         if size < index_nbytes:
             raise ChunkDecodeError(path, f"shard of {size} bytes is shorter than its index")
         raw = bytearray(index_nbytes)
-        _read_exactly(fd, memoryview(raw), 0 if at_start else size - index_nbytes, path)
+        read_exactly(fd, memoryview(raw), 0 if at_start else size - index_nbytes, path)
     except IsADirectoryError:
         raise ChunkDecodeError(path, "the shard is a directory, not a file") from None
     finally:
@@ -327,7 +339,7 @@ def _pread_runs(
                         keys(first), "chunk file vanished while reading"
                     ) from None
                 path = run_path
-            _read_exactly(fd, view[at : at + nbytes], start, keys(first))
+            read_exactly(fd, view[at : at + nbytes], start, keys(first))
     finally:
         if fd >= 0:
             os.close(fd)

@@ -19,6 +19,7 @@ import numpy as np
 from numcodecs import Zstd
 
 from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine import libzstd
 
 __all__ = [
     "FRAME_CHECKSUM",
@@ -254,7 +255,7 @@ def decode_zstd_cpu(
     expected_size: int | None = None,
     checked: bool = False,
 ) -> np.ndarray:
-    """Validate and decode one zstd chunk on the CPU with numcodecs (libzstd).
+    """Validate and decode one zstd chunk on the CPU with libzstd (or numcodecs).
 
     When the decoded size is known (``out`` or ``expected_size``) the decoder never writes more:
     a frame that declares no size and inflates past the chunk fails at the chunk's size.
@@ -308,6 +309,15 @@ def decode_zstd_cpu(
     target = out
     if single and target is None and expected_size is not None:
         target = np.empty(expected_size, dtype=np.uint8)
+    if single and target is not None and libzstd.AVAILABLE:
+        # libzstd through ctypes on a context this thread keeps: the GIL is released for the
+        # decode. On failure numcodecs decodes again below, to say what is wrong.
+        source = data if isinstance(data, bytes) else np.frombuffer(data, dtype=np.uint8)
+        address = source if isinstance(source, bytes) else source.ctypes.data
+        if len(source) and libzstd.decode_into(
+            address, len(source), target.ctypes.data, target.nbytes
+        ):
+            return target
     try:
         decoded = _ZSTD.decode(data, out=target if single else None)
     except (RuntimeError, ValueError) as exc:
