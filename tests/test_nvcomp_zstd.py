@@ -21,7 +21,7 @@ from numcodecs import Zstd
 from zarr.codecs import ZstdCodec
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError, SettingsError
-from linumpy.gpu.codec_batches import _layout, _set_checksum
+from linumpy.gpu.codec_batches import _layout
 from linumpy.gpu.nvcomp_zstd import (
     BATCH_SIZE_ENV,
     CONCURRENCY_ENV,
@@ -31,7 +31,7 @@ from linumpy.gpu.nvcomp_zstd import (
     gpu_zstd_config,
     register_nvcomp_zstd,
 )
-from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk
+from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk, set_zstd_checksum
 
 CODEC_LOGGER = "linumpy.gpu.codec_batches"
 
@@ -243,12 +243,12 @@ def test_set_checksum_writes_a_frame_libzstd_verifies() -> None:
     ).checksum
     assert stored is not None
     frame = np.concatenate([plain, np.zeros(4, dtype=np.uint8)])
-    _set_checksum(frame, stored | (0xABCD << 32))  # only the low 32 bits are stored
+    set_zstd_checksum(frame, stored | (0xABCD << 32))  # only the low 32 bits are stored
     info = inspect_zstd_chunk(frame, key="patched", expected_size=data.nbytes)
     assert info.checksum == stored
     decoded = decode_zstd_cpu(frame, key="patched", expected_size=data.nbytes)
     np.testing.assert_array_equal(decoded.view(np.uint16), data)
-    _set_checksum(frame, stored ^ 1)
+    set_zstd_checksum(frame, stored ^ 1)
     with pytest.raises(ChunkDecodeError, match="patched"):
         decode_zstd_cpu(frame, key="patched", expected_size=data.nbytes)
 

@@ -30,7 +30,12 @@ from linumpy.gpu import nvcomp
 from linumpy.gpu._xxhash import xxh64_batch
 from linumpy.gpu.availability import codec_stream, require_gpu
 from linumpy.gpu.memory import pinned_buffers
-from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk
+from linumpy.io.engine.frames import (
+    CHECKSUM_BYTES,
+    decode_zstd_cpu,
+    inspect_zstd_chunk,
+    set_zstd_checksum,
+)
 
 if TYPE_CHECKING:
     import cupy
@@ -45,9 +50,6 @@ logger = logging.getLogger(__name__)
 # Offsets of chunks packed in one buffer (nvCOMP asks 4 bytes of encoder inputs, the XXH64 kernel
 # 8 of its inputs).
 _ALIGNMENT = 16
-_CHECKSUM_FLAG = 0x04  # Content_Checksum_flag: bit 2 of a zstd frame header descriptor
-_DESCRIPTOR_OFFSET = 4  # the descriptor byte follows the 4-byte magic number
-_CHECKSUM_BYTES = 4
 
 
 async def _stream_done(stream: cupy.cuda.Stream) -> None:
@@ -212,19 +214,6 @@ def _upload_host_chunks(
             arrays[i].nbytes,
             stream,
         )
-
-
-def _set_checksum(frame: np.ndarray, checksum: int) -> None:
-    """Make the single zstd frame ``frame[:-4]`` carry ``checksum`` in its last four bytes.
-
-    ``frame`` is a 1-D uint8 array: a frame without a checksum followed by four spare bytes. The
-    frame header descriptor gains the Content_Checksum_flag and the checksum (the low 32 bits of
-    XXH64 of the content) is stored little-endian after the last block (RFC 8878, section 3.1.1).
-    """
-    frame[_DESCRIPTOR_OFFSET] |= _CHECKSUM_FLAG
-    frame[-_CHECKSUM_BYTES:] = np.frombuffer(
-        (checksum & 0xFFFFFFFF).to_bytes(_CHECKSUM_BYTES, "little"), dtype=np.uint8
-    )
 
 
 def current_device() -> int | None:
@@ -415,7 +404,7 @@ async def _encode_batch(
                     f"capacity {capacity}"
                 )
         # Frames back to the host, packed, with room for a checksum.
-        extra = _CHECKSUM_BYTES if checksum else 0
+        extra = CHECKSUM_BYTES if checksum else 0
         packed_offsets, packed_total = _layout([n + extra for n in frame_sizes])
         if all(_is_gpu_prototype(spec.prototype) for spec in specs):
             packed = _borrow_pinned(pinned, packed_total)  # uploaded again below
@@ -443,7 +432,7 @@ async def _encode_batch(
         if info.n_frames != 1 or info.n_skippable or info.checksum is not None:
             raise ChunkDecodeError(keys[i], f"nvCOMP wrote an unexpected frame layout: {info}")
         if checksum:
-            _set_checksum(frame, int(hashes[k]))
+            set_zstd_checksum(frame, int(hashes[k]))
         frames[i] = frame
     cpu_codec = Zstd(level=level, checksum=checksum)
     for i in on_cpu:

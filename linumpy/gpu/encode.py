@@ -30,7 +30,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine.fetch import align_up
-from linumpy.io.engine.frames import inspect_zstd_chunk
+from linumpy.io.engine.frames import CHECKSUM_BYTES, inspect_zstd_chunk, set_zstd_checksum
 from linumpy.io.engine.write import FilePool, WriteReport, assemble_file, empty_rows, write_file
 from linumpy.io.engine.write_plan import WritePlan, gather_chunks, group_boxes, group_rows
 
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["gpu_encode_unusable_reason", "write_gpu"]
 
 _ALIGN = 8  # nvCOMP wants 4-byte aligned inputs, the XXH64 kernel 8
-_CHECKSUM_BYTES = 4
 
 
 def gpu_encode_unusable_reason(plan: WritePlan) -> str | None:
@@ -90,16 +89,14 @@ def _finish_file(
         if frame is None:
             continue
         key = f"{path} [inner chunk {j}]" if layout.sharded else path
-        body = frame[:-_CHECKSUM_BYTES] if layout.checksum else frame
+        body = frame[:-CHECKSUM_BYTES] if layout.checksum else frame
         info = inspect_zstd_chunk(body, key=key, expected_size=layout.chunk_nbytes)
         if info.n_frames != 1 or info.n_skippable or info.checksum is not None:
             raise ChunkDecodeError(key, f"nvCOMP wrote an unexpected frame layout: {info}")
         if info.content_size is None:
             raise ChunkDecodeError(key, "nvCOMP wrote a frame without its content size")
         if layout.checksum:
-            from linumpy.gpu.codec_batches import _set_checksum
-
-            _set_checksum(frame, hashes[j])
+            set_zstd_checksum(frame, hashes[j])
         finished[j] = frame
     parts = assemble_file(plan, finished)
     nbytes = write_file(path, parts)
@@ -201,7 +198,7 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
                 slot = g % 2
                 for future in in_flight[slot]:
                     future.result()
-                extra = _CHECKSUM_BYTES if layout.checksum else 0
+                extra = CHECKSUM_BYTES if layout.checksum else 0
                 offsets = np.zeros(k + 1, dtype=np.int64)
                 np.cumsum([align_up(int(s) + extra, _ALIGN) for s in sizes], out=offsets[1:])
                 host = lease.get("frames", slot, int(offsets[-1]))

@@ -22,6 +22,8 @@ from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine import libzstd
 
 __all__ = [
+    "CHECKSUM_BYTES",
+    "set_zstd_checksum",
     "FRAME_CHECKSUM",
     "FRAME_GPU",
     "FRAME_NEEDS_CHECK",
@@ -42,6 +44,9 @@ _FCS_2_BYTE_BIAS = 256  # a 2-byte content size field stores the size minus 256
 _RESERVED_BIT = 0x08
 _SINGLE_SEGMENT_BIT = 0x20
 _CHECKSUM_BIT = 0x04
+_DESCRIPTOR_OFFSET = 4  # the frame header descriptor follows the 4-byte magic number
+#: Bytes of zstd's content checksum at the end of a frame.
+CHECKSUM_BYTES = 4
 _DICT_ID_MASK = 0x03
 _BLOCK_RLE = 1
 _BLOCK_RESERVED = 3
@@ -426,3 +431,29 @@ def check_frames(
     verdict[ok & ~has_checksum] = FRAME_GPU
     verdict[ok & has_checksum] = FRAME_CHECKSUM
     return verdict
+
+
+def set_zstd_checksum(frame: np.ndarray, checksum: int) -> None:
+    """Make the single zstd frame ``frame[:-4]`` carry ``checksum`` in its last four bytes.
+
+    ``frame`` is a 1-D uint8 array: a frame written without a checksum (nvCOMP writes none)
+    followed by four spare bytes. The frame header descriptor gains the Content_Checksum_flag and
+    the checksum (the low 32 bits of XXH64 of the content) is stored little-endian after the last
+    block (RFC 8878, section 3.1.1).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from numcodecs import Zstd
+    >>> content = np.arange(64, dtype=np.uint8)
+    >>> with_sum = np.frombuffer(Zstd(checksum=True).encode(content), np.uint8)
+    >>> frame = np.frombuffer(Zstd().encode(content), np.uint8)
+    >>> patched = np.concatenate([frame, np.zeros(4, np.uint8)])
+    >>> set_zstd_checksum(patched, int.from_bytes(with_sum[-4:].tobytes(), "little"))
+    >>> bool((patched == with_sum).all())
+    True
+    """
+    frame[_DESCRIPTOR_OFFSET] |= _CHECKSUM_BIT
+    frame[-CHECKSUM_BYTES:] = np.frombuffer(
+        (checksum & 0xFFFFFFFF).to_bytes(CHECKSUM_BYTES, "little"), dtype=np.uint8
+    )
