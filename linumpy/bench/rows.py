@@ -33,7 +33,8 @@ ZARRS_PIPELINE = "zarrs.ZarrsCodecPipeline"
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """How a volume is stored: chunk shape, shard shape when sharded, zstd frame checksums.
+    """How a volume is stored: chunk shape, shard shape when sharded, and checksums (linumpy's
+    default chain: zstd's content checksum, then zarr's crc32c codec).
 
     Examples
     --------
@@ -271,6 +272,18 @@ def _engine_write(path: Path, volume: Any, layout: Layout, codec: Any) -> Any:
     return write_array(_create(path, volume, layout, codec), volume)
 
 
+def _codecs(zstd: type, level: int, checksum: bool) -> Any:
+    """The bytes-to-bytes codecs of a layout: zstd, and with checksums linumpy's default chain
+    (zstd with its content checksum, then a crc32c of the frame)."""
+    if not checksum:
+        return zstd(level=level)
+    if zstd is zarr.codecs.ZstdCodec:
+        return [zstd(level=level, checksum=True), zarr.codecs.Crc32cCodec()]
+    from linumpy.gpu.nvcomp_zstd import DeviceCrc32cCodec
+
+    return [zstd(level=level, checksum=True), DeviceCrc32cCodec()]
+
+
 def write_rows(
     timer: Timer,
     layout: Layout,
@@ -303,7 +316,7 @@ def write_rows(
     >>> path.is_dir()
     True
     """
-    cpu_codec = zarr.codecs.ZstdCodec(level=zstd_level, checksum=layout.checksum)
+    cpu_codec = _codecs(zarr.codecs.ZstdCodec, zstd_level, layout.checksum)
     if not timed:
         write_volume(path, volume, layout, cpu_codec)
         return []
@@ -346,7 +359,7 @@ def write_rows(
 
     def gpu_write() -> None:
         with gpu_zarr_context():
-            codec = NvcompZstdCodec(level=zstd_level, checksum=layout.checksum)
+            codec = _codecs(NvcompZstdCodec, zstd_level, layout.checksum)
             write_volume(target, device_volume, layout, codec)
 
     with _scratch(path.with_name(path.name + ".gpu-write")) as target:

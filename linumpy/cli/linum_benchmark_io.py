@@ -4,7 +4,7 @@ with the same run's ceilings.
 An OCT-like volume (speckle under depth attenuation, a noise floor everywhere: no all-zero
 chunks) is generated, or taken from --input (a zarr array, or an OME-Zarr image's level 0), and
 written in each layout: 128^3 and 64^3 chunks, and both in 128x512x512 shards by default
-(--checksum on/both: with zstd frame checksums too).
+(--checksum on/both: with linumpy's checksums too: zstd's content checksum and a crc32c).
 For each layout, in GB/s of decompressed volume (warm-up runs, then medians of repeats):
 
 - CPU reads: linumpy read_volume, zarr, tensorstore and zarr with the zarrs codec pipeline (these
@@ -105,8 +105,9 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         "--checksum",
         choices=("off", "on", "both"),
         default="off",
-        help="Write zstd frame checksums (reads then verify them); both: each layout twice, "
-        "to measure their cost [%(default)s].",
+        help="Write checksums as linumpy does by default (zstd content checksum, then a crc32c "
+        "of each frame; reads verify both); both: each layout twice, to measure their cost "
+        "[%(default)s].",
     )
     timing = p.add_argument_group("timing")
     timing.add_argument(
