@@ -40,7 +40,8 @@ from linumpy.gpu.backend import (
 from linumpy.gpu.memory import check_free
 from linumpy.gpu.zarr_context import describe_gpu, gpu_zarr_context
 from linumpy.io.engine.memory import format_size
-from linumpy.io.engine.plan import parse_region, plan_read
+from linumpy.io.engine.plan import plan_read
+from linumpy.io.engine.region import parse_region
 from linumpy.io.engine.run import run
 from linumpy.io.omezarr import open_array
 from linumpy.settings import Settings

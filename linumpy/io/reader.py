@@ -24,7 +24,8 @@ from linumpy.errors import (
 )
 from linumpy.io.engine.cpu import read_plan
 from linumpy.io.engine.memory import check_host_memory
-from linumpy.io.engine.plan import parse_region, plan_read
+from linumpy.io.engine.plan import plan_read
+from linumpy.io.engine.region import parse_region
 from linumpy.io.omezarr import open_array
 
 __all__ = ["read_volume"]

@@ -13,7 +13,6 @@ zarr itself.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 from collections.abc import Sequence
@@ -26,9 +25,10 @@ from numcodecs import Zstd
 from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.storage import LocalStore
 
-from linumpy.errors import LinumpyError, UnsupportedLayoutError
+from linumpy.errors import UnsupportedLayoutError
 from linumpy.io.engine.fetch import EMPTY_INNER_CHUNK, SHARD_INDEX_ENTRY, read_shard_index
 from linumpy.io.engine.memory import check_host_memory
+from linumpy.io.engine.region import Region, parse_region
 
 __all__ = [
     "ChunkRead",
@@ -38,8 +38,6 @@ __all__ = [
     "parse_region",
     "plan_read",
 ]
-
-Region = tuple[slice, ...]
 
 
 class ChunkRead(NamedTuple):
@@ -270,64 +268,6 @@ class EntryKeys:
         return self.plan.key(int(self.entries[i]))
 
     __call__ = __getitem__
-
-
-def parse_region(
-    region: slice | Sequence[slice] | None, shape: Sequence[int], source: str = "array"
-) -> Region:
-    """Check a region against an array's shape and return one slice per dimension.
-
-    Parameters
-    ----------
-    region
-        A slice or a tuple of slices (step 1); missing trailing dimensions are read whole;
-        negative bounds count from the end, as in Python.
-    shape
-        The array's shape.
-    source
-        The array's name for error messages.
-
-    Returns
-    -------
-    tuple of slice
-        Slices with explicit, non-negative ``start <= stop`` bounds.
-
-    Raises
-    ------
-    LinumpyError
-        When the region has too many dimensions, a non-slice entry, a step other than 1, or
-        bounds outside the array.
-
-    Examples
-    --------
-    >>> parse_region((slice(2, None),), (10, 20))
-    (slice(2, 10, None), slice(0, 20, None))
-    """
-    if region is None:
-        region = ()
-    elif isinstance(region, slice):
-        region = (region,)
-    region = tuple(region)
-    if len(region) > len(shape):
-        raise LinumpyError(
-            f"{source}: region {region} has {len(region)} dimensions, the array {len(shape)}"
-        )
-    parsed = []
-    for axis, (sel, size) in enumerate(itertools.zip_longest(region, shape)):
-        sel = slice(None) if sel is None else sel
-        if not isinstance(sel, slice) or sel.step not in (None, 1):
-            raise LinumpyError(
-                f"{source}: region entry {sel!r} on axis {axis} must be a slice with step 1"
-            )
-        start = 0 if sel.start is None else sel.start + (size if sel.start < 0 else 0)
-        stop = size if sel.stop is None else sel.stop + (size if sel.stop < 0 else 0)
-        if not 0 <= start <= stop <= size:
-            raise LinumpyError(
-                f"{source}: region {region} is out of bounds on axis {axis} "
-                f"({sel.start}:{sel.stop} for size {size}; array shape {tuple(shape)})"
-            )
-        parsed.append(slice(start, stop))
-    return tuple(parsed)
 
 
 def _parse_layout(array: zarr.Array) -> _Layout:

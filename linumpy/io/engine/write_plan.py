@@ -26,7 +26,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.storage import LocalStore
 
 from linumpy.errors import UnsupportedLayoutError
-from linumpy.io.engine.plan import Region, parse_region
+from linumpy.io.engine.region import Region, parse_region
 
 __all__ = ["WriteLayout", "WritePlan", "gather_chunks", "plan_write", "write_layout"]
 
