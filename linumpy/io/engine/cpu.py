@@ -12,7 +12,6 @@ Chunks are handed to threads in batches, not one task each.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -22,7 +21,7 @@ import numpy as np
 from linumpy.errors import ChunkDecodeError, LinumpyError
 from linumpy.io.engine import libzstd
 from linumpy.io.engine.crc import strip_crc32c
-from linumpy.io.engine.fetch import ALIGN, read_exactly
+from linumpy.io.engine.fetch import ALIGN, read_chunk_file
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
@@ -226,9 +225,8 @@ class CpuBackend:
     def _read(self, entry: int, path: str, offset: int, nbytes: int) -> tuple[int, int, Any] | None:
         """Read an entry's chunk file into this thread's reusable buffer (checking its crc32c).
 
-        :func:`~linumpy.io.engine.fetch.fetch_chunk` returns new ``bytes`` (a zeroed buffer,
-        then a copy, both under the GIL); this reads into memory the thread keeps, and names
-        the chunk only for an error.
+        :func:`~linumpy.io.engine.fetch.fetch_chunk` returns a new ``bytes`` copy; this reads
+        into memory the thread keeps, and names the chunk only for an error.
 
         Returns
         -------
@@ -236,36 +234,19 @@ class CpuBackend:
             ``(address, size, frame)`` as :meth:`decode_entry` takes it; None when the file
             does not exist.
         """
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
+        data = read_chunk_file(path, offset, nbytes, lambda: self.plan.key(entry), self._buffer)
+        if data is None:
             return None
-        except IsADirectoryError:
-            raise ChunkDecodeError(
-                self.plan.key(entry), f"{path} is a directory, not a chunk file"
-            ) from None
-        try:
-            if nbytes < 0:
-                nbytes = os.fstat(fd).st_size - offset
-            local = self._local
-            buffer = getattr(local, "read", None)
-            if buffer is None or buffer.nbytes < nbytes:
-                buffer = local.read = np.empty(max(nbytes, 2 * ALIGN), dtype=np.uint8)
-                local.read_view = memoryview(buffer)
-            got = os.preadv(fd, [local.read_view[:nbytes]], offset)
-            if got < nbytes:  # a short read: go on, or say where the file ends
-                view = local.read_view[got:nbytes]
-                read_exactly(fd, view, offset + got, self.plan.key(entry))
-        except IsADirectoryError:
-            raise ChunkDecodeError(
-                self.plan.key(entry), f"{path} is a directory, not a chunk file"
-            ) from None
-        finally:
-            os.close(fd)
-        data = buffer[:nbytes]
         if self.plan.crc32c:
             data = strip_crc32c(data, self.plan.key(entry))
-        return buffer.ctypes.data, len(data), data
+        return data.ctypes.data, len(data), data
+
+    def _buffer(self, nbytes: int) -> np.ndarray:
+        """This thread's read buffer, grown to hold ``nbytes``."""
+        buffer = getattr(self._local, "read", None)
+        if buffer is None or buffer.nbytes < nbytes:
+            buffer = self._local.read = np.empty(max(nbytes, 2 * ALIGN), dtype=np.uint8)
+        return buffer
 
     def read_files(self) -> Stats:
         """Read an unsharded plan in batches of chunk files per task: fetch, check, decode and

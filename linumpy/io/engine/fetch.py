@@ -16,7 +16,7 @@ import functools
 import os
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import suppress
 from dataclasses import dataclass
@@ -26,7 +26,6 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine.crc import crc32c as crc32c_of
-from linumpy.io.engine.crc import strip_crc32c
 
 __all__ = [
     "ALIGN",
@@ -34,7 +33,7 @@ __all__ = [
     "align_up",
     "chunk_sizes",
     "fetch_chunk",
-    "read_exactly",
+    "read_chunk_file",
     "kvikio_unusable_reason",
     "layout_group",
     "read_group",
@@ -65,18 +64,7 @@ def align_up(n: int, alignment: int = ALIGN) -> int:
     return -(-n // alignment) * alignment
 
 
-def read_exactly(fd: int, view: memoryview, offset: int, key: str) -> None:
-    """Fill ``view`` from ``fd`` at ``offset``; a file that ends first raises, naming ``key``.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> path = tempfile.mkdtemp() + "/c0"
-    >>> _ = open(path, "wb").write(b"0123456789")
-    >>> fd, buffer = os.open(path, os.O_RDONLY), bytearray(3)
-    >>> read_exactly(fd, memoryview(buffer), 4, "c0"); os.close(fd); bytes(buffer)
-    b'456'
-    """
+def _read_exactly(fd: int, view: memoryview, offset: int, key: str) -> None:
     done = 0
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)
@@ -87,9 +75,65 @@ def read_exactly(fd: int, view: memoryview, offset: int, key: str) -> None:
         done += got
 
 
-def fetch_chunk(
-    path: str, offset: int, nbytes: int, key: str, *, crc32c: bool = False
-) -> bytes | None:
+def read_chunk_file(
+    path: str,
+    offset: int,
+    nbytes: int,
+    key: Callable[[], str],
+    buffer: Callable[[int], np.ndarray],
+) -> np.ndarray | None:
+    """Read a chunk's compressed bytes into ``buffer(n)``; None when its file does not exist.
+
+    Parameters
+    ----------
+    path, offset, nbytes
+        Where the bytes are; ``nbytes`` -1 reads to the end of the file.
+    key
+        Gives the chunk's name, called only for an error.
+    buffer
+        ``buffer(n)``: a 1-D uint8 array of at least ``n`` bytes to read into (a caller may
+        lend one it keeps).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        The first ``n`` bytes of ``buffer(n)``, holding the chunk.
+
+    Raises
+    ------
+    ChunkDecodeError
+        When the file is shorter than the plan says (a truncated shard), or is a directory.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = tempfile.mkdtemp() + "/c0"
+    >>> _ = open(path, "wb").write(b"0123456789")
+    >>> read_chunk_file(path, 2, 3, lambda: "c0", lambda n: np.zeros(8, np.uint8)).tobytes()
+    b'234'
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise ChunkDecodeError(key(), f"{path} is a directory, not a chunk file") from None
+    try:
+        if nbytes < 0:
+            nbytes = os.fstat(fd).st_size - offset
+        data = buffer(nbytes)[:nbytes]
+        view = memoryview(data)
+        got = os.preadv(fd, [view], offset)
+        if got < nbytes:  # a short read: go on, or say where the file ends
+            _read_exactly(fd, view[got:], offset + got, key())
+        return data
+    except IsADirectoryError:
+        raise ChunkDecodeError(key(), f"{path} is a directory, not a chunk file") from None
+    finally:
+        os.close(fd)
+
+
+def fetch_chunk(path: str, offset: int, nbytes: int, key: str) -> bytes | None:
     """Read one chunk's compressed bytes, or return None when its file does not exist.
 
     Parameters
@@ -98,14 +142,11 @@ def fetch_chunk(
         Where the bytes are; ``nbytes`` -1 reads to the end of the file.
     key
         The chunk's name for errors.
-    crc32c
-        The chunk ends with a crc32c (``ReadPlan.crc32c``): check it, return the bytes before it.
 
     Raises
     ------
     ChunkDecodeError
-        When the file is shorter than the plan says (a truncated shard), is a directory, or its
-        crc32c does not match.
+        When the file is shorter than the plan says (a truncated shard), or is a directory.
 
     Examples
     --------
@@ -115,22 +156,8 @@ def fetch_chunk(
     >>> fetch_chunk(path, 2, 3, key="c0"), fetch_chunk(path + "x", 0, -1, key="c1")
     (b'234', None)
     """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        raise ChunkDecodeError(key, f"{path} is a directory, not a chunk file") from None
-    try:
-        if nbytes < 0:
-            nbytes = os.fstat(fd).st_size - offset
-        data = bytearray(nbytes)
-        read_exactly(fd, memoryview(data), offset, key)
-        return bytes(strip_crc32c(bytes(data), key)) if crc32c else bytes(data)
-    except IsADirectoryError:
-        raise ChunkDecodeError(key, f"{path} is a directory, not a chunk file") from None
-    finally:
-        os.close(fd)
+    data = read_chunk_file(path, offset, nbytes, lambda: key, lambda n: np.empty(n, np.uint8))
+    return None if data is None else data.tobytes()
 
 
 def read_shard_index(
@@ -166,7 +193,7 @@ def read_shard_index(
         if size < index_nbytes:
             raise ChunkDecodeError(path, f"shard of {size} bytes is shorter than its index")
         raw = bytearray(index_nbytes)
-        read_exactly(fd, memoryview(raw), 0 if at_start else size - index_nbytes, path)
+        _read_exactly(fd, memoryview(raw), 0 if at_start else size - index_nbytes, path)
     except IsADirectoryError:
         raise ChunkDecodeError(path, "the shard is a directory, not a file") from None
     finally:
@@ -339,7 +366,7 @@ def _pread_runs(
                         keys(first), "chunk file vanished while reading"
                     ) from None
                 path = run_path
-            read_exactly(fd, view[at : at + nbytes], start, keys(first))
+            _read_exactly(fd, view[at : at + nbytes], start, keys(first))
     finally:
         if fd >= 0:
             os.close(fd)

@@ -23,7 +23,6 @@ from linumpy.io.engine import libzstd
 
 __all__ = [
     "CHECKSUM_BYTES",
-    "set_zstd_checksum",
     "FRAME_CHECKSUM",
     "FRAME_GPU",
     "FRAME_NEEDS_CHECK",
@@ -31,6 +30,7 @@ __all__ = [
     "check_frames",
     "decode_zstd_cpu",
     "inspect_zstd_chunk",
+    "set_zstd_checksum",
 ]
 
 # RFC 8878's constants, shared by the scalar and the vectorised walk.

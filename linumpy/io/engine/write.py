@@ -21,13 +21,13 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-import google_crc32c
 import numpy as np
 import zarr
 from numcodecs import Zstd
 
 from linumpy import settings as settings_module
 from linumpy._xp import array_module, to_numpy
+from linumpy.io.engine.crc import crc32c
 from linumpy.io.engine.write_plan import WritePlan, check_data, plan_write
 
 __all__ = ["WriteReport", "assemble_file", "empty_rows", "write_array", "write_file"]
@@ -112,7 +112,7 @@ def empty_rows(xp: Any, rows: Any, fill_value: Any) -> Any:
 
 
 def _crc(frame: Any) -> bytes:
-    return int(google_crc32c.value(frame)).to_bytes(4, "little")
+    return crc32c(frame).to_bytes(4, "little")
 
 
 def assemble_file(plan: WritePlan, frames: Sequence[Any]) -> list[Any] | None:
