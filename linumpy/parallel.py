@@ -27,7 +27,9 @@ from tqdm import tqdm
 from linumpy.errors import ClusterError, LinumpyError, MemoryLimitError
 
 __all__ = [
+    "BLOCKS_PER_SLOT",
     "DEFAULT_TASK_BYTES",
+    "SPLIT_FLOOR_BYTES",
     "TASK_SHARE",
     "add_cluster_args",
     "cluster_from_args",
@@ -42,6 +44,11 @@ logger = logging.getLogger(__name__)
 
 #: Working set of one task when no memory limit is given.
 DEFAULT_TASK_BYTES = 128 * 2**20
+#: Blocks a job is cut into per task that can run at once (workers x threads), when its working
+#: set allows: a large memory limit must not leave one block, run by one worker, per job.
+BLOCKS_PER_SLOT = 4
+#: ... but blocks are not cut smaller than this for it (a task's own cost would dominate).
+SPLIT_FLOOR_BYTES = 64 * 2**20
 #: Share of a worker's memory limit that its tasks' planned working sets may use; the rest is
 #: left to what a plan does not count (zarr's and the read engine's buffers, the allocator).
 TASK_SHARE = 0.75
@@ -205,9 +212,25 @@ class Cluster:
         limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
         return f"Cluster({where}, {self.threads} thread(s) per worker, memory limit {limit})"
 
-    def task_bytes(self, minimum: int, what: str = "this job") -> int:
+    @property
+    def slots(self) -> int:
+        """Tasks that run at once: the workers times their threads (local threads: the threads).
+
+        Examples
+        --------
+        >>> from linumpy.parallel import Cluster
+        >>> Cluster(threads=3).slots
+        3
+        """
+        if self.client is None:
+            return self.threads
+        return max(1, len(self.client.scheduler_info().get("workers", {}))) * self.threads
+
+    def task_bytes(self, minimum: int, what: str = "this job", *, total: int | None = None) -> int:
         """The working set one task may use: :data:`TASK_SHARE` of the memory limit, shared by
-        a worker's threads.
+        a worker's threads, and no more than ``total`` split into :data:`BLOCKS_PER_SLOT`
+        blocks per :attr:`slots` (down to :data:`SPLIT_FLOOR_BYTES`), so that every worker gets
+        blocks to run.
 
         With the local threaded scheduler, fewer threads run when the limit cannot hold
         ``minimum`` bytes per thread.
@@ -218,6 +241,8 @@ class Cluster:
             Working set of the job's smallest block, in bytes.
         what
             The job's name, for the error message.
+        total
+            Working set of the whole job as one block, in bytes, if known.
 
         Raises
         ------
@@ -230,7 +255,17 @@ class Cluster:
         >>> cluster = Cluster(memory_limit=4 * 2**20, threads=4)
         >>> cluster.task_bytes(minimum=2**20), cluster.threads  # 3 threads fit, not 4
         (1048576, 3)
+        >>> big = Cluster(memory_limit=2**40, threads=2)  # 4 blocks for each of 2 threads
+        >>> big.task_bytes(minimum=2**20, total=2**32) == 2**32 // 8
+        True
         """
+        budget = self._limit_bytes(minimum, what)
+        if total is not None:
+            share = max(SPLIT_FLOOR_BYTES, total // (BLOCKS_PER_SLOT * self.slots))
+            budget = max(minimum, min(budget, share))
+        return budget
+
+    def _limit_bytes(self, minimum: int, what: str) -> int:
         if self.memory_limit is None:
             return max(minimum, DEFAULT_TASK_BYTES)
         self.threads = self.max_threads

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import dask
@@ -16,7 +17,9 @@ from linumpy.errors import ChunkDecodeError, ClusterError, LinumpyError, MemoryL
 from linumpy.io import OmeZarrWriter, downsample_mean, open_volume, save_omezarr
 from linumpy.io.dask_write import align_blocks, store_dask, store_graph, write_pyramid
 from linumpy.io.lazy import storage_unit
-from linumpy.parallel import Cluster, dask_cluster, parse_size
+from linumpy.mosaic.out_of_core import plan_stitch_block
+from linumpy.mosaic.transform import TileTransform
+from linumpy.parallel import BLOCKS_PER_SLOT, SPLIT_FLOOR_BYTES, Cluster, dask_cluster, parse_size
 
 HAS_DASK_CUDA = importlib.util.find_spec("dask_cuda") is not None
 
@@ -266,6 +269,22 @@ def test_local_cluster_reads_and_writes_the_same_bytes(tmp_path: Path, local_clu
     }
     assert files["threads"] == files["distributed"]
     np.testing.assert_array_equal(zarr.open_array(str(outputs["distributed"]))[...], data + 1)
+
+
+def test_a_large_memory_limit_still_gives_every_worker_blocks(local_cluster) -> None:
+    # The regression: a stitch planned from a 128 GiB worker limit was one block, so a second
+    # GPU worker had nothing to do.
+    step = 0.9 * 256
+    transform = TileTransform([[step, 0.0], [0.0, step]], (0.0, 0.0), (256, 256), (4, 4))
+    out_shape = (1024, *transform.output_shape())
+    with dask_cluster(scheduler=local_cluster.scheduler_address, memory_limit="128GiB") as cluster:
+        assert cluster.slots == 2
+        block = plan_stitch_block((1024, 1024, 1024), 2, transform, (64, 128, 128), cluster)
+    blocks = math.prod(math.ceil(n / b) for n, b in zip(out_shape, block))
+    assert blocks >= BLOCKS_PER_SLOT * 2
+    # ... but a small job is not cut into blocks smaller than the floor
+    small = Cluster(memory_limit=2**40, threads=64)
+    assert small.task_bytes(2**20, total=2**30) == SPLIT_FLOOR_BYTES
 
 
 # --- GPU ----------------------------------------------------------------------------------------

@@ -266,7 +266,11 @@ def write_pyramid(
         dtype = np.dtype(target.dtype)
         unit = storage_unit(target)
         per_element = _downsample_cost(dtype, factors)
-        budget = cluster.task_bytes(math.prod(unit) * per_element, f"pyramid level {index}")
+        budget = cluster.task_bytes(
+            math.prod(unit) * per_element,
+            f"pyramid level {index}",
+            total=math.prod(target.shape) * per_element,
+        )
         block = grow_block(unit, target.shape, per_element, budget)
         whole = tuple(slice(0, n) for n in target.shape)
         level = da.map_blocks(

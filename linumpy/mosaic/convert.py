@@ -257,7 +257,9 @@ voxel_size argument)'
         unit = tuple(math.lcm(u, stored[i]) for u, i in zip(unit, image.order))
     unit = tuple(min(u, n) for u, n in zip(unit, shape))
     per_element = 3 * dtype.itemsize  # the block, its copy in zarr, the encoded chunks
-    budget = cluster.task_bytes(math.prod(unit) * per_element, "the conversion")
+    budget = cluster.task_bytes(
+        math.prod(unit) * per_element, "the conversion", total=math.prod(shape) * per_element
+    )
     block = grow_block(unit, shape, per_element, budget)
     lazy = _lazy_source(source, image, series or 0, block, gpu)
     with committed(writer):

@@ -70,7 +70,8 @@ def plan_stitch_block(
     cluster: Cluster,
 ) -> tuple[int, ...]:
     """Block shape for stitching: whole output shards (or chunks), whole planes when they fit
-    the cluster's per-task memory, then as many planes as fit.
+    the cluster's per-task memory, then as many planes as fit, in enough blocks to keep every
+    worker busy (:meth:`linumpy.parallel.Cluster.task_bytes`).
 
     Parameters
     ----------
@@ -95,7 +96,7 @@ def plan_stitch_block(
     >>> from linumpy.parallel import Cluster
     >>> transform = TileTransform([[100.0, 0.0], [0.0, 100.0]], (0.0, 0.0), (128, 128), (4, 4))
     >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64), Cluster(threads=1))
-    (64, 428, 428)
+    (32, 428, 428)
     >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64),
     ...                   Cluster(memory_limit=2**22, threads=1))
     (8, 128, 128)
@@ -103,7 +104,7 @@ def plan_stitch_block(
     out_shape = (*source_shape[:-2], *transform.output_shape())
     cost = _stitch_cost(transform, out_shape, itemsize)
     unit = tuple(min(u, n) for u, n in zip(out_unit, out_shape))
-    budget = cluster.task_bytes(cost(unit), "stitching")
+    budget = cluster.task_bytes(cost(unit), "stitching", total=cost(out_shape))
     ndim = len(out_shape)
     block = grow_block(unit, out_shape, 0, budget, axes=(ndim - 2, ndim - 1), cost=cost)
     if ndim == 3:
@@ -282,7 +283,7 @@ def projection_lazy(
         return math.prod(block) * (min(step, array.shape[0]) * itemsize + 3 * 8 + 2 * 4)
 
     cluster = cluster or Cluster()
-    budget = cluster.task_bytes(cost(unit), "the projection")
+    budget = cluster.task_bytes(cost(unit), "the projection", total=cost(array.shape[1:]))
     block = grow_block(unit, array.shape[1:], 0, budget, cost=cost)
     return da.map_blocks(
         _project_column,
