@@ -208,17 +208,34 @@ def multi_gpu(path: Path, nbytes: int, repeats: int, gpus: int) -> list[dict[str
 def multi_gpu_stitch(path: Path, nbytes: int, gpus: int) -> list[dict[str, Any]]:
     """``stitch_omezarr(gpu=True)`` of the volume read as a 4x4 grid of 256x256 tiles (10%
     overlap), one level, on 1 then ``gpus`` dask-cuda workers; one run each (after a warm-up
-    read of the input)."""
+    read of the input). Before each, the stitch alone (blocks summed on the device, nothing
+    written), with the same block plan: what the output's encoding and writing add."""
+    from linumpy.mosaic.out_of_core import plan_stitch_block, stitch_lazy
     from linumpy.mosaic.pipeline import stitch_omezarr
     from linumpy.mosaic.transform import TileTransform
     from linumpy.parallel import dask_cluster
 
     step = 0.9 * 256
     transform = TileTransform([[step, 0.0], [0.0, step]], (0.0, 0.0), (256, 256), (4, 4))
-    rows = []
+    shape = zarr_shape(path)
+    rows: list[dict[str, Any]] = []
     for n in (1, gpus):
         target = path.parent / f"stitched_{n}.ome.zarr"
         with dask_cluster(gpus=n) as cluster:
+            block = plan_stitch_block(shape, 2, transform.normalized(), (64, 128, 128), cluster)
+            lazy = stitch_lazy(path, transform.normalized(), block=block, gpu=True)
+            start = time.perf_counter()
+            float(cluster.compute(lazy.sum(dtype="float64")))
+            seconds = time.perf_counter() - start
+            rows.append(
+                {
+                    "what": f"stitch only (summed), {n} GPU(s), {lazy.npartitions} blocks of "
+                    f"{block} (input GB/s)",
+                    "s": seconds,
+                    "GB/s": nbytes / seconds / 1e9,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
             start = time.perf_counter()
             stitch_omezarr(
                 path,
@@ -237,8 +254,16 @@ def multi_gpu_stitch(path: Path, nbytes: int, gpus: int) -> list[dict[str, Any]]
                 "GB/s": nbytes / seconds / 1e9,
             }
         )
-    rows[-1]["ratio"] = rows[0]["s"] / rows[-1]["s"]
+        print(json.dumps(rows[-1]), flush=True)
+    rows[-1]["ratio"] = rows[1]["s"] / rows[-1]["s"]
+    rows[-2]["ratio"] = rows[0]["s"] / rows[-2]["s"]
     return rows
+
+
+def zarr_shape(path: Path) -> tuple[int, ...]:
+    from linumpy.io import open_array
+
+    return tuple(open_array(path).shape)
 
 
 def main() -> int:
@@ -248,6 +273,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="[%(default)s]")
     parser.add_argument("--no-device-limit", action="store_true", help="skip (b)")
     parser.add_argument("--no-stitch", action="store_true", help="skip (d)")
+    parser.add_argument("--stitch-only", action="store_true", help="only (d)")
     parser.add_argument("--folder", help="where the volume goes (a temporary folder by default)")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
@@ -262,11 +288,12 @@ def main() -> int:
             f"{time.perf_counter() - start:.1f} s",
             flush=True,
         )
-        steps = [lambda: single_gpu(path, nbytes, args.repeats)]
-        if not args.no_device_limit:
+        steps = [] if args.stitch_only else [lambda: single_gpu(path, nbytes, args.repeats)]
+        if not args.no_device_limit and not args.stitch_only:
             steps.append(lambda: [device_limit(path, nbytes)])
         if args.gpus > 1:
-            steps.append(lambda: multi_gpu(path, nbytes, args.repeats, args.gpus))
+            if not args.stitch_only:
+                steps.append(lambda: multi_gpu(path, nbytes, args.repeats, args.gpus))
             if not args.no_stitch:
                 steps.append(lambda: multi_gpu_stitch(path, nbytes, args.gpus))
         for step in steps:
