@@ -117,6 +117,21 @@ def test_stitch_under_a_memory_limit_writes_the_same_bytes(tmp_path: Path, mosai
         )
 
 
+def test_stitch_blocks_cover_whole_source_chunks_when_memory_allows() -> None:
+    # (96, 512, 512) single-chunk tiles: every block decodes the chunks it touches whole, so
+    # (32, 256, 256) output blocks decoded each tile's chunk about 27 times.
+    transform = TileTransform([[460.8, 0.0], [0.0, 460.8]], (0.0, 0.0), (512, 512), (6, 6))
+    transform = transform.normalized()
+    source, chunks, unit = (96, 3072, 3072), (96, 512, 512), (32, 256, 256)
+    plain = plan_stitch_block(source, 2, transform, unit, Cluster(threads=16))
+    assert plain == unit
+    block = plan_stitch_block(source, 2, transform, unit, Cluster(threads=16), chunks)
+    assert block[0] == 96 and min(block[1:]) >= 2 * 512
+    # a memory limit that cannot hold such a block keeps the small one, without an error
+    small = Cluster(memory_limit=64 * 2**20, threads=1)
+    assert plan_stitch_block(source, 2, transform, unit, small, chunks)[0] == 32
+
+
 def test_projection_sums_slabs_in_z_order(tmp_path: Path, mosaic: Path) -> None:
     stitch_omezarr(
         mosaic, tmp_path / "s.ome.zarr", read_demo_truth(mosaic), n_levels=1, chunks=(4, 32, 32)

@@ -427,7 +427,12 @@ def stitch_omezarr(
     )
     cluster = cluster or Cluster()
     block = plan_stitch_block(
-        array.shape, np.dtype(array.dtype).itemsize, transform, storage_unit(writer.array), cluster
+        array.shape,
+        np.dtype(array.dtype).itemsize,
+        transform,
+        storage_unit(writer.array),
+        cluster,
+        source_chunks=array.chunks,
     )
     start = time.perf_counter()
     with committed(writer):
