@@ -128,7 +128,7 @@ def test_stitch_blocks_cover_whole_source_chunks_when_memory_allows() -> None:
     block = plan_stitch_block(source, 2, transform, unit, Cluster(threads=16), chunks)
     assert block[0] == 96 and min(block[1:]) >= 2 * 512
     # a memory limit that cannot hold such a block keeps the small one, without an error
-    small = Cluster(memory_limit=64 * 2**20, threads=1)
+    small = Cluster(memory_limit=256 * 2**20, threads=1)
     assert plan_stitch_block(source, 2, transform, unit, small, chunks)[0] == 32
 
 
