@@ -28,6 +28,8 @@ from linumpy.errors import ClusterError, LinumpyError, MemoryLimitError
 
 __all__ = [
     "BLOCKS_PER_SLOT",
+    "DEFAULT_GPU_TASK_BYTES",
+    "DEFAULT_GPU_THREADS",
     "DEFAULT_TASK_BYTES",
     "SPLIT_FLOOR_BYTES",
     "TASK_SHARE",
@@ -44,6 +46,13 @@ logger = logging.getLogger(__name__)
 
 #: Working set of one task when no memory limit is given.
 DEFAULT_TASK_BYTES = 128 * 2**20
+#: ... of one GPU task, and the smallest a GPU job's blocks are cut to: a GPU read or encode
+#: costs a fixed latency per call (nvCOMP's), which small blocks pay over and over.
+DEFAULT_GPU_TASK_BYTES = 2**30
+#: Local threads of a GPU job when none are asked for: threads share one device, and more of
+#: them only queue on it (the notebook mosaic's pyramid on an H200: 1.6 s with 2 threads and
+#: 1 GiB blocks, 8.9 s with 16 threads and 128 MiB blocks; ``docs/dev/runs/s5``).
+DEFAULT_GPU_THREADS = 2
 #: Blocks a job is cut into per task that can run at once (workers x threads), when its working
 #: set allows: a large memory limit must not leave one block, run by one worker, per job.
 BLOCKS_PER_SLOT = 4
@@ -200,6 +209,7 @@ class Cluster:
         self.client = client
         self.memory_limit = memory_limit
         self.gpus = gpus
+        self._threads_given = threads is not None
         if threads is None:
             threads = _cpu_count() if client is None else _worker_threads(client)
         self.max_threads = max(1, int(threads))
@@ -226,14 +236,18 @@ class Cluster:
             return self.threads
         return max(1, len(self.client.scheduler_info().get("workers", {}))) * self.threads
 
-    def task_bytes(self, minimum: int, what: str = "this job", *, total: int | None = None) -> int:
+    def task_bytes(
+        self, minimum: int, what: str = "this job", *, total: int | None = None, gpu: bool = False
+    ) -> int:
         """The working set one task may use: :data:`TASK_SHARE` of the memory limit, shared by
         a worker's threads, and no more than ``total`` split into :data:`BLOCKS_PER_SLOT`
         blocks per :attr:`slots` (down to :data:`SPLIT_FLOOR_BYTES`), so that every worker gets
         blocks to run.
 
         With the local threaded scheduler, fewer threads run when the limit cannot hold
-        ``minimum`` bytes per thread.
+        ``minimum`` bytes per thread. A ``gpu`` job uses :data:`DEFAULT_GPU_TASK_BYTES` (as the
+        default and as the floor of the split) and, on local threads not set by the caller,
+        :data:`DEFAULT_GPU_THREADS` threads.
 
         Parameters
         ----------
@@ -243,6 +257,8 @@ class Cluster:
             The job's name, for the error message.
         total
             Working set of the whole job as one block, in bytes, if known.
+        gpu
+            Whether the job's tasks run on the GPU.
 
         Raises
         ------
@@ -258,17 +274,26 @@ class Cluster:
         >>> big = Cluster(memory_limit=2**40, threads=2)  # 4 blocks for each of 2 threads
         >>> big.task_bytes(minimum=2**20, total=2**32) == 2**32 // 8
         True
+        >>> from linumpy.parallel import DEFAULT_GPU_TASK_BYTES, DEFAULT_GPU_THREADS
+        >>> local = Cluster()  # GPU jobs: fewer threads, larger blocks
+        >>> local.task_bytes(2**20, gpu=True) == DEFAULT_GPU_TASK_BYTES
+        True
+        >>> local.threads <= DEFAULT_GPU_THREADS
+        True
         """
-        budget = self._limit_bytes(minimum, what)
+        self.threads = self.max_threads
+        if gpu and self.client is None and not self._threads_given:
+            self.threads = min(self.max_threads, DEFAULT_GPU_THREADS)
+        budget = self._limit_bytes(minimum, what, DEFAULT_GPU_TASK_BYTES if gpu else None)
         if total is not None:
-            share = max(SPLIT_FLOOR_BYTES, total // (BLOCKS_PER_SLOT * self.slots))
+            floor = DEFAULT_GPU_TASK_BYTES if gpu else SPLIT_FLOOR_BYTES
+            share = max(floor, total // (BLOCKS_PER_SLOT * self.slots))
             budget = max(minimum, min(budget, share))
         return budget
 
-    def _limit_bytes(self, minimum: int, what: str) -> int:
+    def _limit_bytes(self, minimum: int, what: str, default: int | None) -> int:
         if self.memory_limit is None:
-            return max(minimum, DEFAULT_TASK_BYTES)
-        self.threads = self.max_threads
+            return max(minimum, default or DEFAULT_TASK_BYTES)
         usable = int(self.memory_limit * TASK_SHARE)
         if usable // self.threads >= minimum:
             return usable // self.threads

@@ -19,7 +19,16 @@ from linumpy.io.dask_write import align_blocks, store_dask, store_graph, write_p
 from linumpy.io.lazy import storage_unit
 from linumpy.mosaic.out_of_core import plan_stitch_block
 from linumpy.mosaic.transform import TileTransform
-from linumpy.parallel import BLOCKS_PER_SLOT, SPLIT_FLOOR_BYTES, Cluster, dask_cluster, parse_size
+from linumpy.parallel import (
+    BLOCKS_PER_SLOT,
+    DEFAULT_GPU_TASK_BYTES,
+    DEFAULT_GPU_THREADS,
+    DEFAULT_TASK_BYTES,
+    SPLIT_FLOOR_BYTES,
+    Cluster,
+    dask_cluster,
+    parse_size,
+)
 
 HAS_DASK_CUDA = importlib.util.find_spec("dask_cuda") is not None
 
@@ -198,6 +207,22 @@ def test_memory_limit_smaller_than_one_block_says_the_smallest_that_works() -> N
     cluster = Cluster(memory_limit=16 * 2**20, threads=4)  # 12 MiB for the blocks
     assert cluster.task_bytes(4 * 2**20) == 4 * 2**20 and cluster.threads == 3
     assert cluster.task_bytes(2**20) == 3 * 2**20 and cluster.threads == 4
+
+
+def test_gpu_jobs_on_local_threads_use_fewer_threads_and_larger_blocks() -> None:
+    cluster = Cluster(threads=8)
+    assert cluster.task_bytes(2**20) == DEFAULT_TASK_BYTES and cluster.threads == 8
+    # threads the caller set are kept
+    assert cluster.task_bytes(2**20, gpu=True) == DEFAULT_GPU_TASK_BYTES and cluster.threads == 8
+    default = Cluster()
+    default.max_threads = 8  # as on an 8-CPU machine
+    assert default.task_bytes(2**20, gpu=True) == DEFAULT_GPU_TASK_BYTES
+    assert default.threads == DEFAULT_GPU_THREADS
+    # a GPU job is not split below DEFAULT_GPU_TASK_BYTES for parallelism...
+    assert default.task_bytes(2**20, total=2**34, gpu=True) == DEFAULT_GPU_TASK_BYTES
+    assert default.task_bytes(2**20, total=2**40, gpu=True) == DEFAULT_GPU_TASK_BYTES
+    # ... and the next CPU job gets every thread back
+    assert default.task_bytes(2**20) == DEFAULT_TASK_BYTES and default.threads == 8
 
 
 def test_unreachable_scheduler_fails_fast() -> None:

@@ -270,6 +270,7 @@ def write_pyramid(
             math.prod(unit) * per_element,
             f"pyramid level {index}",
             total=math.prod(target.shape) * per_element,
+            gpu=gpu,
         )
         block = grow_block(unit, target.shape, per_element, budget)
         whole = tuple(slice(0, n) for n in target.shape)

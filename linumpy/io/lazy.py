@@ -15,6 +15,7 @@ import numpy as np
 import zarr
 
 from linumpy.errors import LinumpyError
+from linumpy.parallel import DEFAULT_GPU_TASK_BYTES, DEFAULT_TASK_BYTES
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -29,12 +30,12 @@ __all__ = [
 ]
 
 #: Default size of one block of :func:`open_volume`.
-DEFAULT_BLOCK_BYTES = 128 * 2**20
+DEFAULT_BLOCK_BYTES = DEFAULT_TASK_BYTES
 #: Default block size of ``open_volume(gpu=True)``: each GPU read pays a fixed start (first
 #: group read, last nvCOMP call's latency) of about 30 ms on an H200. Summing a 2 GiB sharded
 #: volume on two threads (x2 host): 128 MiB blocks 4.4 GB/s, 512 MiB 13.8, 1 GiB 21.1, against
 #: 26.1 GB/s for one read_volume(gpu=True).
-DEFAULT_GPU_BLOCK_BYTES = 2**30
+DEFAULT_GPU_BLOCK_BYTES = DEFAULT_GPU_TASK_BYTES
 
 
 def storage_unit(array: zarr.Array) -> tuple[int, ...]:

@@ -258,7 +258,10 @@ voxel_size argument)'
     unit = tuple(min(u, n) for u, n in zip(unit, shape))
     per_element = 3 * dtype.itemsize  # the block, its copy in zarr, the encoded chunks
     budget = cluster.task_bytes(
-        math.prod(unit) * per_element, "the conversion", total=math.prod(shape) * per_element
+        math.prod(unit) * per_element,
+        "the conversion",
+        total=math.prod(shape) * per_element,
+        gpu=gpu,
     )
     block = grow_block(unit, shape, per_element, budget)
     lazy = _lazy_source(source, image, series or 0, block, gpu)

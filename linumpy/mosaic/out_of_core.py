@@ -91,6 +91,7 @@ def plan_stitch_block(
     out_unit: Sequence[int],
     cluster: Cluster,
     source_chunks: Sequence[int] | None = None,
+    gpu: bool = False,
 ) -> tuple[int, ...]:
     """Block shape for stitching: whole output shards (or chunks), whole planes when they fit
     the cluster's per-task memory, then as many planes as fit, in enough blocks to keep every
@@ -114,6 +115,8 @@ def plan_stitch_block(
         Gives the memory one task may use.
     source_chunks
         The mosaic grid's stored (inner) chunk shape.
+    gpu
+        Whether the blocks are stitched on the GPU (larger blocks, fewer local threads).
 
     Raises
     ------
@@ -138,7 +141,7 @@ def plan_stitch_block(
     out_shape = (*source_shape[:-2], *transform.output_shape())
     cost = _stitch_cost(transform, out_shape, itemsize)
     unit = tuple(min(u, n) for u, n in zip(out_unit, out_shape))
-    budget = cluster.task_bytes(cost(unit), "stitching", total=cost(out_shape))
+    budget = cluster.task_bytes(cost(unit), "stitching", total=cost(out_shape), gpu=gpu)
     if source_chunks is not None:
         reuse = _reuse_unit(unit, out_shape, source_chunks)
         allowed = budget if cluster.memory_limit is not None else max(budget, REUSE_TASK_BYTES)
@@ -322,7 +325,7 @@ def projection_lazy(
         return math.prod(block) * (min(step, array.shape[0]) * itemsize + 3 * 8 + 2 * 4)
 
     cluster = cluster or Cluster()
-    budget = cluster.task_bytes(cost(unit), "the projection", total=cost(array.shape[1:]))
+    budget = cluster.task_bytes(cost(unit), "the projection", total=cost(array.shape[1:]), gpu=gpu)
     block = grow_block(unit, array.shape[1:], 0, budget, cost=cost)
     return da.map_blocks(
         _project_column,

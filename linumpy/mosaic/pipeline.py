@@ -433,6 +433,7 @@ def stitch_omezarr(
         storage_unit(writer.array),
         cluster,
         source_chunks=array.chunks,
+        gpu=gpu,
     )
     start = time.perf_counter()
     with committed(writer):
