@@ -300,12 +300,17 @@ for step in timings["CPU"]:
 # 32 x 128 x 128), each step's work on the GPU is short next to the first-use costs above and
 # the kernel launches around it, so a single run there is faster on the CPU. On the benchmark
 # mosaic (6 x 6 tiles of 96 x 512 x 512, 1.69 GiB), measured on an H200 host: the layout estimate
-# runs about 6x faster on the GPU, but the projection runs at half the CPU's speed and the 3-D
-# stitch at a fifth (80-90 s against 13 s, the same result to the last bit). The stitch's GPU
-# cost is per block of output (it does not fall with fewer threads) and is not yet located. So:
-# estimate layouts on the GPU (`linum-estimate-transform --use-gpu`), and project and stitch on
-# the CPU for now; GPU reads and writes of whole volumes (`read_volume(path, gpu=True)`, the
-# write engine) are where the GPU pays today (see the benchmarks page).
+# runs about 6x faster on the GPU, but the projection ran at half the CPU's speed and the 3-D
+# stitch at a fifth (80-90 s against 13 s, the same result to the last bit). The stitch's cost was
+# its blocks: (32, 256, 256) output blocks each decoded whole (96, 512, 512) tile chunks, every
+# tile about 27 times, and the pyramid's 128 MiB blocks on 16 threads (8.9 s; 1.6 s with 1 GiB
+# blocks on 2 threads). Blocks now cover whole stored chunks and GPU jobs default to 2 threads
+# and 1 GiB blocks; with those, outside this
+# notebook (`benchmarks/stitch_threads.py`, same mosaic, an H200 of a 32-CPU host), the 3-D stitch
+# took 5.7-6.1 s on the GPU against 6.2 s on the CPU: even, no longer behind. The projection was
+# not measured again. So: estimate layouts on the GPU (`linum-estimate-transform --use-gpu`);
+# stitch on either; GPU reads and writes of whole volumes (`read_volume(path, gpu=True)`, the
+# write engine) are where the GPU pays most (see the benchmarks page).
 
 # %%
 import shutil
