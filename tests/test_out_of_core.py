@@ -125,7 +125,10 @@ def test_stitch_blocks_cover_whole_source_chunks_when_memory_allows() -> None:
     source, chunks, unit = (96, 3072, 3072), (96, 512, 512), (32, 256, 256)
     plain = plan_stitch_block(source, 2, transform, unit, Cluster(threads=16))
     assert plain == unit
-    block = plan_stitch_block(source, 2, transform, unit, Cluster(threads=16), chunks)
+    # room for it: 3 GiB per thread, though the parallel split alone would give 16 threads
+    # 64 blocks of ~125 MB
+    large = Cluster(memory_limit=64 * 2**30, threads=16)
+    block = plan_stitch_block(source, 2, transform, unit, large, chunks)
     assert block[0] == 96 and min(block[1:]) >= 2 * 512
     # a memory limit that cannot hold such a block keeps the small one, without an error
     small = Cluster(memory_limit=256 * 2**20, threads=1)
