@@ -130,6 +130,9 @@ def test_stitch_blocks_cover_whole_source_chunks_when_memory_allows() -> None:
     large = Cluster(memory_limit=64 * 2**30, threads=16)
     block = plan_stitch_block(source, 2, transform, unit, large, chunks)
     assert block[0] == 96 and min(block[1:]) >= 2 * 512
+    # a limit that holds one chunk's reach but not two
+    middle = Cluster(memory_limit=2**30, threads=1)
+    assert plan_stitch_block(source, 2, transform, unit, middle, chunks) == (96, 512, 512)
     # a memory limit that cannot hold such a block keeps the small one, without an error
     small = Cluster(memory_limit=256 * 2**20, threads=1)
     assert plan_stitch_block(source, 2, transform, unit, small, chunks)[0] == 32

@@ -72,16 +72,17 @@ def _reuse_unit(
     unit: tuple[int, ...],
     out_shape: Sequence[int],
     source_chunks: Sequence[int],
+    reach: int,
 ) -> tuple[int, ...]:
-    """``unit`` grown to whole source chunks in depth and to twice a source chunk in y and x:
-    a block then decodes each chunk it touches once in depth, and each about (1 + 1/2)^2
+    """``unit`` grown to whole source chunks in depth and to ``reach`` source chunks in y and x:
+    a block then decodes each chunk it touches once in depth, and each about (1 + 1/reach)^2
     times in y and x, against (1 + chunk / block)^2 for smaller blocks."""
     grown = list(unit)
     if len(unit) == 3:
         grown[0] = min(math.lcm(unit[0], source_chunks[0]), out_shape[0])
     for axis in (-2, -1):
-        reach = 2 * source_chunks[axis]
-        grown[axis] = min(math.ceil(reach / unit[axis]) * unit[axis], out_shape[axis])
+        extent = reach * source_chunks[axis]
+        grown[axis] = min(math.ceil(extent / unit[axis]) * unit[axis], out_shape[axis])
     return tuple(max(g, u) for g, u in zip(grown, unit))
 
 
@@ -98,10 +99,10 @@ def plan_stitch_block(
     the cluster's per-task memory, then as many planes as fit, in enough blocks to keep every
     worker busy (:meth:`linumpy.parallel.Cluster.task_bytes`).
 
-    With ``source_chunks``, a block starts at whole source chunks in depth and twice a source
-    chunk in y and x, when that fits the memory limit (without one: :data:`REUSE_TASK_BYTES`, and
-    the host's available memory shared by the threads):
-    every block decodes the stored chunks it touches whole, so small blocks over large chunks
+    With ``source_chunks``, a block starts at whole source chunks in depth and twice (else once)
+    a source chunk in y and x, when that fits the memory limit (without one:
+    :data:`REUSE_TASK_BYTES`, and the host's available memory shared by the threads): every block
+    decodes the stored chunks it touches whole, so small blocks over large chunks
     decode each many times (on an H200, (32, 256, 256) blocks over (96, 512, 512) single-chunk
     tiles stitched 14x slower than (96, 1024, 1024) blocks).
 
@@ -145,7 +146,6 @@ def plan_stitch_block(
     unit = tuple(min(u, n) for u, n in zip(out_unit, out_shape))
     budget = cluster.task_bytes(cost(unit), "stitching", total=cost(out_shape), gpu=gpu)
     if source_chunks is not None:
-        reuse = _reuse_unit(unit, out_shape, source_chunks)
         # What memory allows, before the split for parallelism: decoding each chunk once pays
         # more than more, smaller blocks (stitch_blocks.log: 9 blocks of (96, 1024, 1024) on 16
         # threads 1.1 s, 147 blocks of (32, 256, 256) 4.1 s on the CPU; 0.9 s and 12.8 s on a GPU)
@@ -153,8 +153,11 @@ def plan_stitch_block(
         if cluster.memory_limit is None:  # within what this host has free, shared by the threads
             free = int(available_memory() * TASK_SHARE) // cluster.threads
             allowed = max(allowed, min(REUSE_TASK_BYTES, free))
-        if cost(reuse) <= allowed:
-            unit, budget = reuse, max(budget, cost(reuse))
+        for reach in (2, 1):
+            reuse = _reuse_unit(unit, out_shape, source_chunks, reach)
+            if cost(reuse) <= allowed:
+                unit, budget = reuse, max(budget, cost(reuse))
+                break
     ndim = len(out_shape)
     block = grow_block(unit, out_shape, 0, budget, axes=(ndim - 2, ndim - 1), cost=cost)
     if ndim == 3:
