@@ -4,6 +4,8 @@ Builds the OCT-like benchmark volume (zstd level 3) in the four benchmark layout
 per layout: ``linumpy.io.read_volume`` (CPU), the numcodecs N-thread decode ceiling as
 :func:`linumpy.bench.cpu_decode_ceiling` times it (frames already in memory, output reused),
 the same decode into a new output each run (``ceiling+alloc``: what page faults add),
+``read_plan`` into one output reused run after run (``linumpy+out``: the engine without the new
+output's page faults),
 tensorstore and zarr with the ``zarrs`` codec pipeline (each when importable), and optionally
 an older ``linumpy/io/engine/cpu.py`` (``--baseline``: ``git show REV:linumpy/io/engine/cpu.py``).
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -75,6 +78,15 @@ def ceiling_reader(path: Path, threads: int, *, fresh: bool) -> Callable[[], np.
     return run
 
 
+def reused_reader(path: Path, threads: int) -> Callable[[], np.ndarray]:
+    """The CPU engine (``read_plan``) into one output reused run after run."""
+    from linumpy.io.engine.cpu import read_plan
+
+    plan = plan_read(zarr.open_array(path, mode="r"))
+    out = np.empty(plan.shape, plan.dtype)
+    return lambda: read_plan(plan, out=out, threads=threads)[0]
+
+
 def baseline_reader(source: str, path: Path, threads: int) -> Callable[[], np.ndarray]:
     """``read_plan`` of an older ``cpu.py`` (loaded from ``source``) on the array at ``path``."""
     spec = importlib.util.spec_from_file_location("linumpy_cpu_baseline", source)
@@ -91,6 +103,7 @@ def readers(path: Path, args: argparse.Namespace) -> dict[str, tuple[Callable[[]
         "ceiling": (ceiling_reader(path, threads, fresh=False), False),
         "ceiling+alloc": (ceiling_reader(path, threads, fresh=True), False),
         "linumpy": (lambda: read_volume(path, settings={"io_threads": threads}), True),
+        "linumpy+out": (reused_reader(path, threads), True),
     }
     if args.baseline:
         runs["before"] = (baseline_reader(args.baseline, path, threads), True)
@@ -110,11 +123,16 @@ def time_layout(path: Path, volume: np.ndarray, args: argparse.Namespace) -> dic
         if check and not np.array_equal(np.asarray(result), volume):
             raise AssertionError(f"{name} read differs from the volume at {path}")
     seconds: dict[str, list[float]] = {name: [] for name in runs}
+    faults: dict[str, int] = dict.fromkeys(runs, 0)
     for _ in range(args.rounds):
         for name, (run, _check) in runs.items():
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start = time.perf_counter()
             run()
             seconds[name].append(time.perf_counter() - start)
+            faults[name] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    print("  minor page faults per run: " + ", ".join(
+        f"{name} {count // args.rounds}" for name, count in faults.items()))  # fmt: skip
     return seconds
 
 
@@ -133,9 +151,11 @@ def main() -> None:
     shape = (depth, side, side)
     volume = oct_volume(shape)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="cpu_read_"))
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     print(
         f"volume {shape} uint16 ({volume.nbytes / 2**20:.0f} MiB), {args.threads} threads, "
-        f"{args.rounds} interleaved rounds; GB/s of decoded bytes, median (best)"
+        f"{args.rounds} interleaved rounds; GB/s of decoded bytes, median (best); "
+        f"transparent huge pages: {thp.read_text().strip() if thp.exists() else 'unknown'}"
     )
     for index in (int(i) for i in args.layouts.split(",")):
         layout = LAYOUTS[index]
