@@ -242,6 +242,7 @@ def multi_gpu_stitch(path: Path, nbytes: int, gpus: int) -> list[dict[str, Any]]
     of 3, with the task stream of the last (where the wall time went)."""
     from distributed import get_task_stream
 
+    from linumpy.io import open_array
     from linumpy.mosaic.out_of_core import plan_stitch_block
     from linumpy.mosaic.pipeline import stitch_omezarr
     from linumpy.mosaic.transform import TileTransform
@@ -249,13 +250,19 @@ def multi_gpu_stitch(path: Path, nbytes: int, gpus: int) -> list[dict[str, Any]]
 
     step = 0.9 * 256
     transform = TileTransform([[step, 0.0], [0.0, step]], (0.0, 0.0), (256, 256), (4, 4))
-    shape = zarr_shape(path)
+    source = open_array(path)
     rows: list[dict[str, Any]] = []
     for n in (1, gpus):
         target = path.parent / f"stitched_{n}.ome.zarr"
         with dask_cluster(gpus=n) as cluster:
             block = plan_stitch_block(
-                shape, 2, transform.normalized(), (64, 128, 128), cluster, (64, 64, 64), gpu=True
+                source.shape,
+                2,
+                transform.normalized(),
+                (64, 128, 128),
+                cluster,
+                source.chunks,
+                gpu=True,
             )
             times = []
             for run in range(4):  # the first warms the workers up
@@ -289,12 +296,6 @@ def multi_gpu_stitch(path: Path, nbytes: int, gpus: int) -> list[dict[str, Any]]
         print(json.dumps(rows[-1]), flush=True)
     rows[-1]["ratio"] = rows[0]["s"] / rows[-1]["s"]
     return rows
-
-
-def zarr_shape(path: Path) -> tuple[int, ...]:
-    from linumpy.io import open_array
-
-    return tuple(open_array(path).shape)
 
 
 def main() -> int:

@@ -285,11 +285,15 @@ class Cluster:
         if gpu and self.client is None and not self._threads_given:
             self.threads = min(self.max_threads, DEFAULT_GPU_THREADS)
         budget = self._limit_bytes(minimum, what, DEFAULT_GPU_TASK_BYTES if gpu else None)
-        if total is not None:
-            floor = DEFAULT_GPU_TASK_BYTES if gpu else SPLIT_FLOOR_BYTES
-            share = max(floor, total // (BLOCKS_PER_SLOT * self.slots))
-            budget = max(minimum, min(budget, share))
-        return budget
+        return budget if total is None else self.split_bytes(budget, minimum, total, gpu=gpu)
+
+    def split_bytes(self, budget: int, minimum: int, total: int, *, gpu: bool = False) -> int:
+        """``budget`` lowered so that a job of ``total`` bytes makes :data:`BLOCKS_PER_SLOT`
+        blocks per :attr:`slots`, but not below :data:`SPLIT_FLOOR_BYTES` (GPU:
+        :data:`DEFAULT_GPU_TASK_BYTES`) nor ``minimum``: :meth:`task_bytes` with ``total``."""
+        floor = DEFAULT_GPU_TASK_BYTES if gpu else SPLIT_FLOOR_BYTES
+        share = max(floor, total // (BLOCKS_PER_SLOT * self.slots))
+        return max(minimum, min(budget, share))
 
     def _limit_bytes(self, minimum: int, what: str, default: int | None) -> int:
         if self.memory_limit is None:

@@ -83,7 +83,7 @@ def _reuse_unit(
     for axis in (-2, -1):
         extent = reach * source_chunks[axis]
         grown[axis] = min(math.ceil(extent / unit[axis]) * unit[axis], out_shape[axis])
-    return tuple(max(g, u) for g, u in zip(grown, unit))
+    return tuple(grown)
 
 
 def plan_stitch_block(
@@ -130,7 +130,7 @@ def plan_stitch_block(
     --------
     >>> from linumpy.mosaic.out_of_core import plan_stitch_block
     >>> from linumpy.mosaic.transform import TileTransform
-    >>> from linumpy.parallel import TASK_SHARE, Cluster
+    >>> from linumpy.parallel import Cluster
     >>> transform = TileTransform([[100.0, 0.0], [0.0, 100.0]], (0.0, 0.0), (128, 128), (4, 4))
     >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64), Cluster(threads=1))
     (32, 428, 428)
@@ -144,20 +144,23 @@ def plan_stitch_block(
     out_shape = (*source_shape[:-2], *transform.output_shape())
     cost = _stitch_cost(transform, out_shape, itemsize)
     unit = tuple(min(u, n) for u, n in zip(out_unit, out_shape))
-    budget = cluster.task_bytes(cost(unit), "stitching", total=cost(out_shape), gpu=gpu)
+    minimum = cost(unit)
+    allowed = cluster.task_bytes(minimum, "stitching", gpu=gpu)
     if source_chunks is not None:
-        # What memory allows, before the split for parallelism: decoding each chunk once pays
-        # more than more, smaller blocks (stitch_blocks.log: 9 blocks of (96, 1024, 1024) on 16
-        # threads 1.1 s, 147 blocks of (32, 256, 256) 4.1 s on the CPU; 0.9 s and 12.8 s on a GPU)
-        allowed = cluster.task_bytes(cost(unit), "stitching", gpu=gpu)
+        # Weighed against what memory allows, before the split for parallelism: decoding each
+        # chunk once pays more than more, smaller blocks (stitch_blocks.log: 9 blocks of
+        # (96, 1024, 1024) on 16 threads 1.1 s, 147 blocks of (32, 256, 256) 4.1 s on the CPU;
+        # 0.9 s and 12.8 s on a GPU)
+        room = allowed
         if cluster.memory_limit is None:  # within what this host has free, shared by the threads
             free = int(available_memory() * TASK_SHARE) // cluster.threads
-            allowed = max(allowed, min(REUSE_TASK_BYTES, free))
+            room = max(allowed, min(REUSE_TASK_BYTES, free))
         for reach in (2, 1):
             reuse = _reuse_unit(unit, out_shape, source_chunks, reach)
-            if cost(reuse) <= allowed:
-                unit, budget = reuse, max(budget, cost(reuse))
+            if cost(reuse) <= room:
+                unit, minimum = reuse, cost(reuse)
                 break
+    budget = cluster.split_bytes(allowed, minimum, cost(out_shape), gpu=gpu)
     ndim = len(out_shape)
     block = grow_block(unit, out_shape, 0, budget, axes=(ndim - 2, ndim - 1), cost=cost)
     if ndim == 3:
