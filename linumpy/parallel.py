@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_GPU_THREADS",
     "DEFAULT_TASK_BYTES",
     "SPLIT_FLOOR_BYTES",
+    "SPLIT_SLACK",
     "TASK_SHARE",
     "add_cluster_args",
     "cluster_from_args",
@@ -58,6 +59,15 @@ DEFAULT_GPU_THREADS = 2
 BLOCKS_PER_SLOT = 4
 #: ... but blocks are not cut smaller than this for it (a task's own cost would dominate).
 SPLIT_FLOOR_BYTES = 64 * 2**20
+#: The split's share of the job per block may exceed an even split by this factor: blocks grow
+#: by doubling, and a block's working set holds parts that do not shrink with it (a tile, a
+#: plane of weights), so the block of exactly 1/4 of a slot's share costs a hair more than that
+#: share, and without slack a job came out in 8 blocks per slot of half the size. On a GPU that
+#: costs most: the 2-GPU stitch of ``benchmarks/dask_gpu.py`` ran (64, 947, 947) blocks whose
+#: nvCOMP encode took 1.68 s per GiB-volume against 0.93 s with (128, 947, 947) blocks
+#: (``docs/dev/runs/s6/phases_w64.log``, ``phases_w128.log``: an encode call costs about the
+#: same for 64 or 128 chunks).
+SPLIT_SLACK = 1.25
 #: Share of a worker's memory limit that its tasks' planned working sets may use; the rest is
 #: left to what a plan does not count (zarr's and the read engine's buffers, the allocator).
 TASK_SHARE = 0.75
@@ -267,12 +277,12 @@ class Cluster:
 
         Examples
         --------
-        >>> from linumpy.parallel import Cluster
+        >>> from linumpy.parallel import SPLIT_SLACK, Cluster
         >>> cluster = Cluster(memory_limit=4 * 2**20, threads=4)
         >>> cluster.task_bytes(minimum=2**20), cluster.threads  # 3 threads fit, not 4
         (1048576, 3)
-        >>> big = Cluster(memory_limit=2**40, threads=2)  # 4 blocks for each of 2 threads
-        >>> big.task_bytes(minimum=2**20, total=2**32) == 2**32 // 8
+        >>> big = Cluster(memory_limit=2**40, threads=2)  # ~4 blocks for each of 2 threads
+        >>> big.task_bytes(minimum=2**20, total=2**32) == int(2**32 * SPLIT_SLACK) // 8
         True
         >>> from linumpy.parallel import DEFAULT_GPU_TASK_BYTES, DEFAULT_GPU_THREADS
         >>> local = Cluster()  # GPU jobs: fewer threads, larger blocks
@@ -288,11 +298,12 @@ class Cluster:
         return budget if total is None else self.split_bytes(budget, minimum, total, gpu=gpu)
 
     def split_bytes(self, budget: int, minimum: int, total: int, *, gpu: bool = False) -> int:
-        """``budget`` lowered so that a job of ``total`` bytes makes :data:`BLOCKS_PER_SLOT`
-        blocks per :attr:`slots`, but not below :data:`SPLIT_FLOOR_BYTES` (GPU:
-        :data:`DEFAULT_GPU_TASK_BYTES`) nor ``minimum``: :meth:`task_bytes` with ``total``."""
+        """``budget`` lowered so that a job of ``total`` bytes makes about
+        :data:`BLOCKS_PER_SLOT` blocks per :attr:`slots` (:data:`SPLIT_SLACK`), but not below
+        :data:`SPLIT_FLOOR_BYTES` (GPU: :data:`DEFAULT_GPU_TASK_BYTES`) nor ``minimum``:
+        :meth:`task_bytes` with ``total``."""
         floor = DEFAULT_GPU_TASK_BYTES if gpu else SPLIT_FLOOR_BYTES
-        share = max(floor, total // (BLOCKS_PER_SLOT * self.slots))
+        share = max(floor, int(total * SPLIT_SLACK) // (BLOCKS_PER_SLOT * self.slots))
         return max(minimum, min(budget, share))
 
     def _limit_bytes(self, minimum: int, what: str, default: int | None) -> int:
