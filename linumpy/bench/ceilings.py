@@ -16,6 +16,8 @@ cupy, nvCOMP and kvikio are imported inside the GPU functions only.
 
 from __future__ import annotations
 
+import functools
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +185,7 @@ def file_write_ceiling(
         "file-write",
         lambda: write_files(files, buffer, directory, threads=threads),
         nbytes=nbytes,
+        before=functools.partial(shutil.rmtree, directory, ignore_errors=True),  # new files
     )
     _compressed_note(row, files)
     return row
