@@ -312,6 +312,23 @@ def test_a_large_memory_limit_still_gives_every_worker_blocks(local_cluster) -> 
     assert small.task_bytes(2**20, total=2**30) == SPLIT_FLOOR_BYTES
 
 
+def test_the_split_does_not_halve_blocks_that_miss_an_even_share_by_a_hair(local_cluster) -> None:
+    # The 2-GPU stitch's regression: the block of a quarter of a slot's share cost a hair more
+    # than that (a tile and a plane of weights do not shrink with the block), so each slot got 8
+    # blocks of half the depth, which on the GPU took 1.6x as long (docs/dev/runs/s6).
+    step = 0.9 * 256
+    transform = TileTransform([[step, 0.0], [0.0, step]], (0.0, 0.0), (256, 256), (4, 4))
+    out_shape = (1024, *transform.output_shape())
+    with dask_cluster(scheduler=local_cluster.scheduler_address, memory_limit="128GiB") as cluster:
+        slots = cluster.slots
+        block = plan_stitch_block(
+            (1024, 1024, 1024), 2, transform, (64, 128, 128), cluster, (64, 64, 64), gpu=True
+        )
+    blocks = math.prod(math.ceil(n / b) for n, b in zip(out_shape, block))
+    assert block == (128, *out_shape[1:])
+    assert blocks == BLOCKS_PER_SLOT * slots
+
+
 # --- GPU ----------------------------------------------------------------------------------------
 
 
