@@ -237,7 +237,9 @@ def task_stream_summary(records: list[dict[str, Any]], started: float, ended: fl
     }
 
 
-def multi_gpu_stitch(path: Path, nbytes: int, gpus: int) -> list[dict[str, Any]]:
+def multi_gpu_stitch(
+    path: Path, nbytes: int, gpus: int, out_folder: Path | None = None
+) -> list[dict[str, Any]]:
     """``stitch_omezarr(gpu=True)`` of the volume read as a 4x4 grid of 256x256 tiles (10%
     overlap), one level, on 1 then ``gpus`` dask-cuda workers: one warm-up run, then the median
     of 3, with the task stream of the last (where the wall time went)."""
@@ -270,8 +272,9 @@ def multi_gpu_stitch(path: Path, nbytes: int, gpus: int) -> list[dict[str, Any]]
                 # image deletes the old one at the commit, in the client after the last task
                 # (0.14 s at 2 GiB, 0.48 s at 8 GiB; 0.01 s with new images: runs/s6), which is
                 # not stitching
-                target = path.parent / f"stitched_{n}_{run}.ome.zarr"
-                shutil.rmtree(path.parent / f"stitched_{n}_{run - 1}.ome.zarr", ignore_errors=True)
+                folder = out_folder or path.parent
+                target = folder / f"stitched_{n}_{run}.ome.zarr"
+                shutil.rmtree(folder / f"stitched_{n}_{run - 1}.ome.zarr", ignore_errors=True)
                 with get_task_stream(cluster.client) as stream:
                     start, wall = time.perf_counter(), time.time()
                     stitch_omezarr(
@@ -288,6 +291,8 @@ def multi_gpu_stitch(path: Path, nbytes: int, gpus: int) -> list[dict[str, Any]]
                 if run:
                     times.append(seconds)
             stored = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+            if out_folder is not None:  # not inside the temporary folder: gone with it
+                shutil.rmtree(target, ignore_errors=True)
             rows.append(
                 {
                     "what": f"stitch_omezarr(gpu=True), LocalCUDACluster, {n} GPU(s), blocks of "
@@ -313,6 +318,12 @@ def main() -> int:
     parser.add_argument("--no-stitch", action="store_true", help="skip (d)")
     parser.add_argument("--stitch-only", action="store_true", help="only (d)")
     parser.add_argument("--folder", help="where the volume goes (a temporary folder by default)")
+    parser.add_argument(
+        "--out-folder",
+        type=Path,
+        help="where (d) writes the stitched images (e.g. /dev/shm: tells the file system's "
+        "share of the time); beside the volume by default",
+    )
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
@@ -333,7 +344,7 @@ def main() -> int:
             if not args.stitch_only:
                 steps.append(lambda: multi_gpu(path, nbytes, args.repeats, args.gpus))
             if not args.no_stitch:
-                steps.append(lambda: multi_gpu_stitch(path, nbytes, args.gpus))
+                steps.append(lambda: multi_gpu_stitch(path, nbytes, args.gpus, args.out_folder))
         for step in steps:
             new = step()
             rows += new

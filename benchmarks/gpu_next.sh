@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Dev: what the sixth session left for the next GPU session, as parts that each fit one
 # `run` call (10 min) on the x2 host. Logs under OUTDIR; a short table last.
-# Usage: bash benchmarks/gpu_next.sh OUTDIR PART      PART: suite | stitch | cpu | writes
+# Usage: bash benchmarks/gpu_next.sh OUTDIR PART   PART: suite|stitch|shm|share|cpu|writes
 #   suite   every gpu test file (benchmarks/gpu_suite.sh), ~4 min
 #   stitch  1- and 2-GPU stitch with the task stream (1.67x in s6), ~2 min
 #   cpu     CPU reader on all cores, with the reused-output reader and page faults, ~3 min
+#   shm     the stitch of `stitch` with its output on /dev/shm: if the 2-GPU ratio reaches
+#           1.8x there, the file system under two writers is what the workers share, ~2 min
+#   share   128^3 GPU reads with part of the frames decoded by libzstd on the 32 cores
+#           (LINUMPY_GPU_CPU_SHARE 0, 0.15, 0.3; issue 10's 128^3 target), ~8 min
 #   writes  64^3 and sharded 64^3 write rows, with and without checksums, as the benchmark
 #           now writes (last output deleted and os.sync() before each run, ceiling at the
 #           array's own paths: not yet run on a GPU host), ~5 min
@@ -15,6 +19,14 @@ case "$part" in
       --json "$out/dask_stitch.json" > "$out/dask_stitch.log" 2>&1; tail -6 "$out/dask_stitch.log" ;;
   cpu) timeout 400 python3 benchmarks/cpu_read.py --mib 1024 --rounds 5 \
       > "$out/cpu_read.log" 2>&1; tail -12 "$out/cpu_read.log" ;;
+  shm) timeout 300 python3 benchmarks/dask_gpu.py --gpus 2 --stitch-only --folder /tmp \
+      --out-folder /dev/shm --json "$out/dask_stitch_shm.json" > "$out/dask_stitch_shm.log" 2>&1
+    tail -4 "$out/dask_stitch_shm.log" ;;
+  share) for f in 0 0.15 0.3; do LINUMPY_GPU_CPU_SHARE=$f timeout 170 python3 -c "import sys; \
+from linumpy.cli.linum_benchmark_io import main; sys.argv = ['linum-benchmark-io', '$out/share$f', \
+'-f', '--no-shard', '--chunks', '128', '--no-writes', '--row-budget', '1.0', '--workdir', \
+'/tmp/bs']; sys.exit(main())" > "$out/share$f.log" 2>&1; echo "share $f"
+      grep -E "read_volume\(gpu=True\)|nvCOMP" "$out/share$f/benchmark_io.md" | tail -3; done ;;
   writes) timeout 560 python3 -c "import sys; from linumpy.cli.linum_benchmark_io import main; \
 sys.argv = ['linum-benchmark-io', '$out/bio', '-f', '--checksum', 'both', \
 '--chunks', '64', '--row-budget', '1.0', '--workdir', '/tmp/bv']; sys.exit(main())" \
