@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
 from linumpy.cli.options import add_zstd_level_arg, number, positive_int
-from linumpy.parallel import add_cluster_args, cluster_from_args
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:

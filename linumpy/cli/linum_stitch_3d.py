@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
+from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
 from linumpy.cli.options import add_zstd_level_arg, positive_int
-from linumpy.parallel import add_cluster_args, cluster_from_args
 
 #: Dimensionality of the mosaic grid this script stitches.
 NDIM = 3
