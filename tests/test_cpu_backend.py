@@ -209,3 +209,26 @@ def test_byte_swapped_chunks_are_copied_with_conversion(tmp_path: Path) -> None:
     assert plan.stored_dtype != plan.dtype and backend._rows is None
     out, _ = read_plan(plan, threads=2)
     assert out.dtype == data.dtype and np.array_equal(out, data)
+
+
+@pytest.mark.parametrize("shards", [None, (8, 16, 32)], ids=["chunk-files", "sharded"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_runs_of_chunks_along_the_last_axis_equal_zarr(
+    tmp_path: Path, shards: tuple[int, ...] | None, threads: int, monkeypatch
+) -> None:
+    # Whole chunks side by side along x are decoded into a run and copied in one assignment;
+    # runs end at a row's end, at a partial or missing chunk, at a batch's end and when full.
+    monkeypatch.setattr(cpu, "RUN_BYTES", 3 * 4 * 8 * 8 * 2)  # runs of at most 3 chunks
+    data = sample_data((16, 24, 80), "uint16")
+    array = zarr.create_array(
+        tmp_path / "a.zarr", shape=data.shape, chunks=(4, 8, 8), shards=shards, dtype="uint16"
+    )
+    array[...] = data
+    if shards is None:
+        (tmp_path / "a.zarr" / "c" / "1" / "1" / "4").unlink()  # a hole in a row: fill value
+    backend = CpuBackend(plan_read(array), threads=1)
+    assert backend._run_max == 3 and sum(backend._joins) > 100  # runs are taken
+    backend.close()
+    for region in (None, (slice(2, 14), slice(3, 21), slice(5, 75)), (slice(4, 8), slice(0, 8))):
+        result, _ = read_plan(plan_read(array, region), threads=threads)
+        np.testing.assert_array_equal(result, zarr_read(tmp_path / "a.zarr", region))
