@@ -4,7 +4,9 @@
 # Usage: bash benchmarks/gpu_next.sh OUTDIR PART   PART: suite|stitch|shm|share|cpu|writes
 #   suite   every gpu test file (benchmarks/gpu_suite.sh), ~4 min
 #   stitch  1- and 2-GPU stitch with the task stream (1.67x in s6), ~2 min
-#   cpu     CPU reader on all cores, with the reused-output reader and page faults, ~3 min
+#   cpu     CPU reader on all cores, with the reused-output reader and page faults, ~3 min;
+#           against .whl/cpu_before.py when present (s6: `git show ecede4f:linumpy/io/engine/
+#           cpu.py > .whl/cpu_before.py`, the back end before the runs of chunks)
 #   shm     the stitch of `stitch` with its output on /dev/shm: if the 2-GPU ratio reaches
 #           1.8x there, the file system under two writers is what the workers share, ~2 min
 #   share   128^3 GPU reads with part of the frames decoded by libzstd on the 32 cores
@@ -17,7 +19,8 @@ case "$part" in
   suite) bash benchmarks/gpu_suite.sh "$out/suite" 150 ;;
   stitch) timeout 300 python3 benchmarks/dask_gpu.py --gpus 2 --stitch-only --folder /tmp \
       --json "$out/dask_stitch.json" > "$out/dask_stitch.log" 2>&1; tail -6 "$out/dask_stitch.log" ;;
-  cpu) timeout 400 python3 benchmarks/cpu_read.py --mib 1024 --rounds 5 \
+  cpu) base=""; [ -f .whl/cpu_before.py ] && base="--baseline .whl/cpu_before.py"
+    timeout 400 python3 benchmarks/cpu_read.py --mib 1024 --rounds 5 $base \
       > "$out/cpu_read.log" 2>&1; tail -12 "$out/cpu_read.log" ;;
   shm) timeout 300 python3 benchmarks/dask_gpu.py --gpus 2 --stitch-only --folder /tmp \
       --out-folder /dev/shm --json "$out/dask_stitch_shm.json" > "$out/dask_stitch_shm.log" 2>&1
