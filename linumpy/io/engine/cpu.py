@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -167,41 +168,38 @@ class CpuBackend:
         else:  # one item per row: numpy's loop then runs per plane, not per row
             self.out[self._out_selection(entry)].view(self._rows)[...] = chunk.view(self._rows)
 
-    def _run(self) -> list[Any]:
-        """This thread's run: ``[buffer, address, first entry, count]``."""
+    def _run(self) -> _Run:
+        """This thread's run buffer (made on first use)."""
         run = getattr(self._local, "run", None)
         if run is None:
-            flat = np.empty(self._run_max * self.plan.chunk_nbytes, dtype=np.uint8)
-            run = self._local.run = [flat, flat.ctypes.data, -1, 0]
+            run = self._local.run = _Run(np.empty(self._run_max * self.plan.chunk_nbytes, np.uint8))
         return run
 
     def _decode_into_run(self, entry: int, source: Any, size: int) -> bool:
         """Decode a whole chunk into this thread's run (copying the run out first when ``entry``
         does not continue it); False when libzstd rejects the frame."""
         run = self._run()
-        _, address, first, count = run
-        continues = entry == first + count and self._joins[entry] and count < self._run_max
-        if count and not continues:
+        continues = (
+            entry == run.first + run.count and self._joins[entry] and run.count < self._run_max
+        )
+        if not (run.count and continues):
             self.flush_run()
-            first, count = entry, 0
-        elif not count:
-            first = entry
+            run.first = entry
         nbytes = self.plan.chunk_nbytes
-        if not libzstd.decode_into(source, size, address + count * nbytes, nbytes):
+        if not libzstd.decode_into(source, size, run.address + run.count * nbytes, nbytes):
             return False
-        run[2], run[3] = first, count + 1
+        run.count += 1
         return True
 
     def flush_run(self) -> None:
         """Copy this thread's run of decoded chunks into the output, in one assignment."""
         run = getattr(self._local, "run", None)
-        if run is None or not run[3]:
+        if run is None or not run.count:
             return
-        buffer, _, first, count = run
-        run[3] = 0
+        first, count, run.count = run.first, run.count, 0
         start, stop = self._bounds[0][first], self._bounds[1][first + count - 1]
         target = self.out[tuple(slice(a, b) for a, b in zip(start, stop))].view(self._rows)
-        rows = buffer[: count * self.plan.chunk_nbytes].view(self._rows)
+        rows = run.buffer[: count * self.plan.chunk_nbytes].view(self._rows)
         target[...] = np.moveaxis(rows.reshape(count, *target.shape[:-1]), 0, -1)
 
     def _decode_slow(self, entry: int, frame: Any, direct: int, *, checked: bool) -> None:
@@ -364,6 +362,19 @@ class CpuBackend:
     def close(self) -> None:
         """Stop the decoding threads."""
         self._pool.shutdown()
+
+
+@dataclass(slots=True)
+class _Run:
+    """One thread's run: whole chunks decoded side by side, ``count`` of them from ``first``."""
+
+    buffer: np.ndarray
+    address: int = 0
+    first: int = -1
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.address = self.buffer.ctypes.data
 
 
 def _joins(
