@@ -27,6 +27,7 @@ import importlib.util
 import os
 import resource
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -91,6 +92,7 @@ def baseline_reader(source: str, path: Path, threads: int) -> Callable[[], np.nd
     """``read_plan`` of an older ``cpu.py`` (loaded from ``source``) on the array at ``path``."""
     spec = importlib.util.spec_from_file_location("linumpy_cpu_baseline", source)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]  # dataclasses look it up
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     array = zarr.open_array(path, mode="r")
     return lambda: module.read_plan(plan_read(array), threads=threads)[0]
@@ -145,7 +147,12 @@ def main() -> None:
     parser.add_argument("--layouts", default="0,1,2,3", help="indices into the four layouts")
     parser.add_argument("--baseline", default=None, help="an older cpu.py to time as 'before'")
     parser.add_argument("--workdir", default=None, help="keeps the arrays between runs")
+    parser.add_argument("--run-bytes", type=int, help="linumpy.io.engine.cpu.RUN_BYTES (0: off)")
     args = parser.parse_args()
+    if args.run_bytes is not None:
+        import linumpy.io.engine.cpu
+
+        linumpy.io.engine.cpu.RUN_BYTES = args.run_bytes
     depth = 128
     side = max(512, round((args.mib * 2**20 / 2 / depth) ** 0.5 / 512) * 512)
     shape = (depth, side, side)

@@ -325,7 +325,16 @@ def main() -> int:
         "share of the time); beside the volume by default",
     )
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument(
+        "--blocks-per-slot",
+        type=int,
+        help="plans with this many blocks per running task (parallel.GPU_BLOCKS_PER_SLOT)",
+    )
     args = parser.parse_args()
+    if args.blocks_per_slot:
+        import linumpy.parallel
+
+        linumpy.parallel.GPU_BLOCKS_PER_SLOT = args.blocks_per_slot
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
         path = Path(folder) / "volume.ome.zarr"

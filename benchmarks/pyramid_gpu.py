@@ -32,7 +32,7 @@ def main() -> None:
     runs += [(True, t, b, 4) for t in (2, 4, 16) for b in (None, 2**30)]
     runs += [(True, 4, 2**30, 1), (True, 2, 2**30, 1)]
     for gpu, threads, task, per_slot in runs + [(False, 16, None, 4)]:
-        parallel.BLOCKS_PER_SLOT = per_slot
+        parallel.BLOCKS_PER_SLOT = parallel.GPU_BLOCKS_PER_SLOT = per_slot
         limit = None if task is None else int(task * threads / parallel.TASK_SHARE)
         start = time.perf_counter()
         write_pyramid(arrays, axes=(0, 1, 2), gpu=gpu,

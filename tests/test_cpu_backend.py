@@ -232,3 +232,17 @@ def test_runs_of_chunks_along_the_last_axis_equal_zarr(
     for region in (None, (slice(2, 14), slice(3, 21), slice(5, 75)), (slice(4, 8), slice(0, 8))):
         result, _ = read_plan(plan_read(array, region), threads=threads)
         np.testing.assert_array_equal(result, zarr_read(tmp_path / "a.zarr", region))
+
+
+def test_a_new_output_faulted_in_first_holds_the_read(tmp_path: Path, monkeypatch) -> None:
+    # The new output is written (zeros) before decoding: fill values and partial chunks after.
+    monkeypatch.setattr(cpu, "PREFAULT_BYTES", 1)
+    data = sample_data((8, 20, 24), "uint16")
+    array = zarr.create_array(
+        tmp_path / "a.zarr", shape=data.shape, chunks=(4, 8, 8), dtype="u2", fill_value=7
+    )
+    array[...] = data
+    (tmp_path / "a.zarr" / "c" / "0" / "0" / "0").unlink()
+    for region in (None, (slice(1, 7), slice(3, 19), slice(0, 23))):
+        result, _ = read_plan(plan_read(array, region), threads=3)
+        np.testing.assert_array_equal(result, zarr_read(tmp_path / "a.zarr", region))

@@ -24,6 +24,7 @@ from linumpy.parallel import (
     DEFAULT_GPU_TASK_BYTES,
     DEFAULT_GPU_THREADS,
     DEFAULT_TASK_BYTES,
+    GPU_BLOCKS_PER_SLOT,
     SPLIT_FLOOR_BYTES,
     Cluster,
     dask_cluster,
@@ -315,7 +316,8 @@ def test_a_large_memory_limit_still_gives_every_worker_blocks(local_cluster) -> 
 def test_the_split_does_not_halve_blocks_that_miss_an_even_share_by_a_hair(local_cluster) -> None:
     # The 2-GPU stitch's regression: the block of a quarter of a slot's share cost a hair more
     # than that (a tile and a plane of weights do not shrink with the block), so each slot got 8
-    # blocks of half the depth, which on the GPU took 1.6x as long (docs/dev/runs/s6).
+    # blocks of half the depth, which on the GPU took 1.6x as long (docs/dev/runs/s6). A GPU job
+    # is cut into GPU_BLOCKS_PER_SLOT blocks per slot, not BLOCKS_PER_SLOT (docs/dev/runs/s7).
     step = 0.9 * 256
     transform = TileTransform([[step, 0.0], [0.0, step]], (0.0, 0.0), (256, 256), (4, 4))
     out_shape = (1024, *transform.output_shape())
@@ -325,8 +327,8 @@ def test_the_split_does_not_halve_blocks_that_miss_an_even_share_by_a_hair(local
             (1024, 1024, 1024), 2, transform, (64, 128, 128), cluster, (64, 64, 64), gpu=True
         )
     blocks = math.prod(math.ceil(n / b) for n, b in zip(out_shape, block))
-    assert block == (128, *out_shape[1:])
-    assert blocks == BLOCKS_PER_SLOT * slots
+    assert block == (1024 // (GPU_BLOCKS_PER_SLOT * slots), *out_shape[1:])
+    assert blocks == GPU_BLOCKS_PER_SLOT * slots
 
 
 # --- GPU ----------------------------------------------------------------------------------------

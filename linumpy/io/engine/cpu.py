@@ -2,8 +2,9 @@
 
 A chunk whose destination in the output is one contiguous block is decoded straight into it;
 others are decoded into a per-thread scratch buffer and copied by the same thread (numpy copies
-release the GIL), whole chunks side by side along the last axis a run of them at a time
-(:data:`RUN_BYTES`). libzstd is called through ctypes on a context each thread keeps
+release the GIL); from chunk files, whole chunks side by side along the last axis a run of them
+at a time (:data:`RUN_BYTES`). A new output's pages are faulted in first, in parallel
+(:data:`PREFAULT_BYTES`). libzstd is called through ctypes on a context each thread keeps
 (:mod:`~linumpy.io.engine.libzstd`): the GIL is released for the decode and held only for a
 few microseconds of bookkeeping per chunk; it verifies stored content checksums. A chunk it
 rejects is decoded again by :func:`~linumpy.io.engine.frames.decode_zstd_cpu` for the message.
@@ -42,8 +43,16 @@ MIN_GROUP_BYTES = 8 * 1024 * 1024
 #: 7-9 interleaved rounds, before -> after): 1 thread 0.40 -> 0.43 GB/s (chunk files) and
 #: 0.30 -> 0.42 (sharded), 2 threads 0.74 -> 0.80 and 0.65 -> 0.69; the copies alone, 1 thread:
 #: 150-250 ms chunk by chunk, 55-65 ms in runs of 16. Small enough to stay in a core's cache
-#: (runs of 4 such chunks); not measured on a many-core host.
+#: (runs of 4 such chunks). Chunk files only (:meth:`CpuBackend.read_files`): a sharded group's
+#: batches hold few chunks (one each with 32 threads), so runs hardly form there, and with runs
+#: sharded 64^3 read at 2.66 GB/s on 32 threads against 3.64 without (64^3 chunk files 3.09 with,
+#: 2.59 without; 2 H200 host, 1 GiB).
 RUN_BYTES = 2 * 1024 * 1024
+#: A new output at least this large is written once by every thread, each its own contiguous
+#: part, before decoding: its pages are then faulted in side by side instead of by threads
+#: scattering chunks across the same pages. 32 threads, 1 GiB of 128^3 uint16 chunk files
+#: (``benchmarks/cpu_read.py``, 2 H200 host): 8.04 -> 8.71 GB/s (10.66 into an output reused).
+PREFAULT_BYTES = 64 * 1024 * 1024
 
 
 def _contiguous_offsets(plan: ReadPlan, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
@@ -84,6 +93,7 @@ class CpuBackend:
     max_decode_bytes = 2**62
 
     def __init__(self, plan: ReadPlan, *, threads: int, out: np.ndarray | None = None) -> None:
+        new = out is None
         if out is None:
             out = np.empty(plan.shape, dtype=plan.dtype)
         elif out.shape != plan.shape or out.dtype != plan.dtype or not out.flags.c_contiguous:
@@ -116,6 +126,20 @@ class CpuBackend:
         self._pending: list[list[Future[None]]] = [[] for _ in range(self.slots)]
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="linumpy-decode")
+        if new and threads > 1 and out.nbytes >= PREFAULT_BYTES:
+            self._prefault()
+
+    def _prefault(self) -> None:
+        """Fault the new output's pages in, a contiguous part per thread (one byte per page)."""
+        flat = self.out.reshape(-1).view(np.uint8)
+        page = 4096
+        bounds = np.linspace(0, flat.size // page, self.threads + 1).astype(np.int64) * page
+
+        def touch(first: int, last: int) -> None:
+            flat[first:last:page] = 0
+
+        for future in [self._pool.submit(touch, a, b) for a, b in zip(bounds[:-1], bounds[1:])]:
+            future.result()
 
     def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, bool]:
         """Budgets for :func:`~linumpy.io.engine.run.make_groups`: staging only bounds a group.
@@ -265,8 +289,7 @@ class CpuBackend:
                     self._scatter(entry, chunk_view(decoded[i], plan), self._direct[entry])
                     continue
                 o, n = offsets[i], sizes[i]
-                self.decode_entry(entry, (base + o, n, staging[o : o + n]), checked=True, run=True)
-            self.flush_run()
+                self.decode_entry(entry, (base + o, n, staging[o : o + n]), checked=True)
 
         if self.threads == 1:
             work(0, len(entries))
