@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Dev: what the sixth session left for the next GPU session, as parts that each fit one
-# `run` call (10 min) on the x2 host. Logs under OUTDIR; a short table last.
-# Usage: bash benchmarks/gpu_next.sh OUTDIR PART   PART: suite|stitch|shm|share|cpu|writes
+# Dev: GPU-host measurements as parts that each fit one `run` call (10 min) on the x2 host
+# (all ran in the seventh session: docs/dev/runs/s7). Logs under OUTDIR; a short table last.
+# Usage: bash benchmarks/gpu_next.sh OUTDIR PART
+#   PART: suite|stitch|shm|share|cpu|writes|encode|wphases
 #   suite   every gpu test file (benchmarks/gpu_suite.sh), ~4 min
 #   stitch  1- and 2-GPU stitch with the task stream (1.67x in s6), ~2 min
 #   cpu     CPU reader on all cores, with the reused-output reader and page faults, ~3 min;
@@ -13,7 +14,9 @@
 #           (LINUMPY_GPU_CPU_SHARE 0, 0.15, 0.3; issue 10's 128^3 target), ~8 min
 #   writes  64^3 and sharded 64^3 write rows, with and without checksums, as the benchmark
 #           now writes (last output deleted and os.sync() before each run, ceiling at the
-#           array's own paths: not yet run on a GPU host), ~5 min
+#           array's own paths), ~5 min
+#   encode  one nvCOMP encode call against its batch size, two streams at once, ~15 s
+#   wphases GPU write engine phases with scratch 2048/512/8192 MiB, encode ceiling, ~1 min
 out=${1:?OUTDIR}; part=${2:?PART}; mkdir -p "$out"
 case "$part" in
   suite) bash benchmarks/gpu_suite.sh "$out/suite" 150 ;;
@@ -34,5 +37,9 @@ from linumpy.cli.linum_benchmark_io import main; sys.argv = ['linum-benchmark-io
 sys.argv = ['linum-benchmark-io', '$out/bio', '-f', '--checksum', 'both', \
 '--chunks', '64', '--row-budget', '1.0', '--workdir', '/tmp/bv']; sys.exit(main())" \
       > "$out/bio.log" 2>&1; grep -i "write" "$out/bio.log" | tail -12 ;;
+  encode) timeout 120 python3 benchmarks/encode_calls.py > "$out/encode_calls.log" 2>&1
+    tail -12 "$out/encode_calls.log" ;;
+  wphases) timeout 300 python3 benchmarks/write_phases.py --workdir /tmp/wp \
+      > "$out/write_phases.log" 2>&1; tail -21 "$out/write_phases.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
