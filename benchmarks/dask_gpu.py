@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -237,6 +238,17 @@ def task_stream_summary(records: list[dict[str, Any]], started: float, ended: fl
     }
 
 
+def _cpus() -> str:
+    """This process's CPUs, as ranges ("0-15,32-47")."""
+    cpus, ranges = sorted(os.sched_getaffinity(0)), []
+    for cpu in cpus:
+        if ranges and ranges[-1][1] == cpu - 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
+
+
 def multi_gpu_stitch(
     path: Path, nbytes: int, gpus: int, out_folder: Path | None = None
 ) -> list[dict[str, Any]]:
@@ -302,6 +314,8 @@ def multi_gpu_stitch(
                     "runs": [round(t, 3) for t in times],
                     "stored GB": stored / 1e9,
                     "last run": task_stream_summary(stream.data, wall, ended),
+                    # dask-cuda pins each worker to its GPU's CPUs (as NVML reports them)
+                    "worker CPUs": cluster.client.run(_cpus),
                 }
             )
         print(json.dumps(rows[-1]), flush=True)

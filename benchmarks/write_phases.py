@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--scratch-mib", default="2048,512,8192")
     args = parser.parse_args()
     import cupy
+
     volume = oct_volume((512, 1024, 1024))
     device_volume = cupy.asarray(volume)
     gb = volume.nbytes / 1e9
