@@ -14,6 +14,7 @@ Chunks are handed to threads in batches, not one task each.
 from __future__ import annotations
 
 import math
+import mmap
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -132,7 +133,7 @@ class CpuBackend:
     def _prefault(self) -> None:
         """Fault the new output's pages in, a contiguous part per thread (one byte per page)."""
         flat = self.out.reshape(-1).view(np.uint8)
-        page = 4096
+        page = mmap.PAGESIZE
         bounds = np.linspace(0, flat.size // page, self.threads + 1).astype(np.int64) * page
 
         def touch(first: int, last: int) -> None:
