@@ -128,7 +128,11 @@ class CpuBackend:
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="linumpy-decode")
         if new and threads > 1 and out.nbytes >= PREFAULT_BYTES:
-            self._prefault()
+            try:
+                self._prefault()
+            except BaseException:
+                self._pool.shutdown()
+                raise
 
     def _prefault(self) -> None:
         """Fault the new output's pages in, a contiguous part per thread (one byte per page)."""
