@@ -49,9 +49,9 @@ MIN_GROUP_BYTES = 8 * 1024 * 1024
 #: sharded 64^3 read at 2.66 GB/s on 32 threads against 3.64 without (64^3 chunk files 3.09 with,
 #: 2.59 without; 2 H200 host, 1 GiB).
 RUN_BYTES = 2 * 1024 * 1024
-#: A new output at least this large is written once by every thread, each its own contiguous
-#: part, before decoding: its pages are then faulted in side by side instead of by threads
-#: scattering chunks across the same pages. 32 threads, 1 GiB of 128^3 uint16 chunk files
+#: A new output at least this large has its pages faulted in before decoding, each thread writing
+#: one byte per page of its own contiguous part, instead of by threads scattering chunks across
+#: the same pages. 32 threads, 1 GiB of 128^3 uint16 chunk files
 #: (``benchmarks/cpu_read.py``, 2 H200 host): 8.04 -> 8.71 GB/s (10.66 into an output reused).
 PREFAULT_BYTES = 64 * 1024 * 1024
 
