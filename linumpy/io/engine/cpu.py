@@ -307,10 +307,8 @@ class CpuBackend:
         ]
 
     def _read(self, entry: int, path: str, offset: int, nbytes: int) -> tuple[int, int, Any] | None:
-        """Read an entry's chunk file into this thread's reusable buffer (checking its crc32c).
-
-        :func:`~linumpy.io.engine.fetch.fetch_chunk` returns a new ``bytes`` copy; this reads
-        into memory the thread keeps, and names the chunk only for an error.
+        """Read an entry's chunk file into this thread's reusable buffer (checking its crc32c),
+        naming the chunk only for an error.
 
         Returns
         -------

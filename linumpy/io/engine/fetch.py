@@ -32,7 +32,6 @@ __all__ = [
     "Layout",
     "align_up",
     "chunk_sizes",
-    "fetch_chunk",
     "read_chunk_file",
     "kvikio_unusable_reason",
     "layout_group",
@@ -131,33 +130,6 @@ def read_chunk_file(
         raise ChunkDecodeError(key(), f"{path} is a directory, not a chunk file") from None
     finally:
         os.close(fd)
-
-
-def fetch_chunk(path: str, offset: int, nbytes: int, key: str) -> bytes | None:
-    """Read one chunk's compressed bytes, or return None when its file does not exist.
-
-    Parameters
-    ----------
-    path, offset, nbytes
-        Where the bytes are; ``nbytes`` -1 reads to the end of the file.
-    key
-        The chunk's name for errors.
-
-    Raises
-    ------
-    ChunkDecodeError
-        When the file is shorter than the plan says (a truncated shard), or is a directory.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> path = tempfile.mkdtemp() + "/c0"
-    >>> _ = open(path, "wb").write(b"0123456789")
-    >>> fetch_chunk(path, 2, 3, key="c0"), fetch_chunk(path + "x", 0, -1, key="c1")
-    (b'234', None)
-    """
-    data = read_chunk_file(path, offset, nbytes, lambda: key, lambda n: np.empty(n, np.uint8))
-    return None if data is None else data.tobytes()
 
 
 def read_shard_index(

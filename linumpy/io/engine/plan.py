@@ -471,14 +471,15 @@ def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
     Examples
     --------
     >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.fetch import fetch_chunk
+    >>> from linumpy.io.engine.fetch import read_chunk_file
     >>> from linumpy.io.engine.frames import decode_zstd_cpu
     >>> path = tempfile.mkdtemp() + "/array.zarr"
     >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
     >>> array[:] = np.arange(16, dtype=np.uint8).reshape(4, 4)
     >>> plan = plan_read(array)
     >>> read = plan.reads[-1]
-    >>> data = fetch_chunk(read.path, read.offset, read.nbytes, read.key)
+    >>> data = read_chunk_file(read.path, read.offset, read.nbytes, lambda: read.key,
+    ...                        lambda n: np.empty(n, np.uint8))
     >>> chunk_view(decode_zstd_cpu(data, key=read.key), plan)
     array([[10, 11],
            [14, 15]], dtype=uint8)
