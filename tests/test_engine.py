@@ -346,10 +346,8 @@ def test_layout_group_of_nothing() -> None:
 # --- groups -------------------------------------------------------------------------------------
 
 
-def _group_limit(per_group: int, remaining: int, first: bool, taper: bool) -> int:
-    """The total bytes a group may take, as make_groups documents its taper."""
-    if not taper:
-        return per_group
+def _group_limit(per_group: int, remaining: int, first: bool) -> int:
+    """The total bytes a tapered group may take, as make_groups documents its taper."""
     if first:
         return max(1, per_group // 4)
     if remaining <= per_group // 4:
@@ -399,18 +397,47 @@ def test_make_groups_invariants(
     for k, group in enumerate(groups):
         compressed = int(sizes[group].sum())
         total = compressed + chunk_nbytes * len(group)
-        limit = _group_limit(per_group, remaining, k == 0, taper)
+        limit = _group_limit(per_group, remaining, k == 0) if taper else max_total
         if len(group) > 1:  # budgets hold, except for a chunk alone
             assert compressed <= max_compressed and total <= limit <= max_total
-        if k + 1 < len(groups):  # a group ends only where its next chunk would break a budget
+        if taper and k + 1 < len(groups):  # a tapered group ends where a budget would break
             following = groups[k + 1][0]
             assert (
                 compressed + sizes[following] > max_compressed
                 or total + sizes[following] + chunk_nbytes > limit
             )
         remaining -= total
-    if not taper and weights.max(initial=0) <= weights.sum() / min_groups:
-        assert len(groups) >= min(min_groups, len(order))  # no chunk above its share
+    fewest = max(
+        min(min_groups, len(order)),
+        -(-int(weights.sum()) // max_total),
+        -(-int(sizes[order].sum()) // max_compressed),
+    )
+    if not taper:
+        assert len(groups) >= fewest
+        slack_total = weights.sum() / fewest + weights.max() <= max_total
+        slack_compressed = sizes[order].sum() / fewest + sizes[order].max() <= max_compressed
+        if slack_total and slack_compressed:
+            # each group is within a chunk of its even share: no budget cuts one short
+            assert len(groups) == fewest
+        if len(groups) == fewest and max_total == max_compressed == 2**62:
+            # no budget binds: every group within one chunk of the even share
+            share = weights.sum() / len(groups)
+            totals = [int(weights[np.isin(order, g)].sum()) for g in groups]
+            assert all(abs(t - share) <= weights.max() for t in totals)
+
+
+def test_make_groups_leave_no_small_group_behind() -> None:
+    """256 chunks that fill four budgets but for a few: four even groups, not 4 full and 1 small.
+
+    The fifth group of the greedy split ran on the first GPU stream after the first group and
+    cost a whole nvCOMP call for four 128^3 chunks (128^3 reads: 5 groups on 4 streams).
+    """
+    sizes = np.random.default_rng(0).integers(600, 700, 256)  # like 128^3: 4 MiB, ~2.5 stored
+    groups = make_groups(
+        np.arange(256), sizes, chunk_nbytes=1000, max_compressed=2**62, max_total=108_000,
+        min_groups=4,
+    )  # fmt: skip
+    assert [len(g) for g in groups] == [64, 64, 64, 64]
 
 
 def test_make_groups_taper_starts_small_and_ends_small() -> None:
