@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,14 +36,15 @@ LAYOUTS = {
 }
 
 
-def _settings(config: str) -> dict[str, int]:
+def _settings(config: str) -> dict[str, float]:
     pairs = (item.split("=") for item in config.split(",") if item)
-    return {name: int(value) for name, value in pairs}
+    return {name: float(value) if "." in value else int(value) for name, value in pairs}
 
 
 def _baseline(source: str) -> Callable[[], AbstractContextManager[object]]:
     spec = importlib.util.spec_from_file_location("linumpy_run_baseline", source)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]  # its dataclasses look it up
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return lambda: mock.patch("linumpy.io.engine.run.make_groups", module.make_groups)
 

@@ -103,11 +103,11 @@ class Settings:
         Most decoded bytes per nvCOMP call (at least one chunk); 0 leaves it to
         ``scratch_bytes`` and ``gpu_streams``.
     gpu_cpu_share
-        Fraction of a GPU read's decoded bytes that libzstd decodes on the CPU meanwhile (the
-        last groups read, copied to the device and scattered there). nvCOMP decodes a 4 MiB
-        frame block after block (one call of 256 such frames took 61-77 ms on an H200), so a
-        host with cores to spare may gain; on the 16-core H200 host results were mixed (0.3:
-        10.6 against 9.7 GB/s at 128^3 in one run; 0.15: 6.0 against 11.0 in another). 1 decodes
+        Fraction of a GPU read's frames that libzstd decodes on the CPU meanwhile: the
+        best-compressed ones, which nvCOMP decodes slowest (their many matches are executed one
+        after another), copied to the device and scattered there beside the groups' nvCOMP
+        calls. Measured slower on the H200 hosts so far (32 cores, 1 GiB of 128^3 chunks: 12.69
+        GB/s without, 11.85 at 0.1, 11.18 at 0.3): the cores also read the files. 1 decodes
         every chunk with libzstd, which also rejects any corrupt frame (see the GPU guide).
     gpu_chunk_bytes
         Largest decoded chunk nvCOMP decodes; larger ones are decoded by libzstd on the CPU.

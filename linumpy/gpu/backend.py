@@ -156,8 +156,7 @@ class GpuBackend:
         self._device_id = cupy.cuda.runtime.getDevice()
         self._cpu_share = settings.gpu_cpu_share
         self._taper = plan.chunk_nbytes < _SLOW_FRAME_BYTES
-        self._cpu_after = 0  # decoded bytes of the groups the GPU decodes; the rest: the CPU
-        self._submitted = 0
+        self._cpu_upto = -1  # frames stored in at most this many bytes are decoded by libzstd
         self.phases = dict.fromkeys(
             ("pinned", "cpu_queue", "device_alloc", "nvcomp", "scatter"), 0.0
         )
@@ -177,12 +176,7 @@ class GpuBackend:
         compressed = max(settings.pinned_bytes // self.slots, largest)
         overlap = int(sizes.sum()) >= _OVERLAP_MIN_BYTES
         groups = self.slots if overlap else 1
-        decoded = len(sizes) * self.plan.chunk_nbytes
-        # Small reads are one group: with a share below 1 the GPU decodes it, with 1 the CPU
-        # (the route the GPU guide gives for data of doubtful integrity must hold for any size).
-        self._cpu_after = int(decoded * (1 - self._cpu_share))
-        if overlap and 0 < self._cpu_share < 1:
-            groups = max(groups, math.ceil(2 / self._cpu_share))  # about two groups for the CPU
+        self._cpu_upto = cpu_share_limit(sizes, self._cpu_share)
         return min(compressed, per_slot), per_slot, groups, overlap and self._taper
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
@@ -221,23 +215,31 @@ class GpuBackend:
         return state.device
 
     def submit(self, fetched: Fetched) -> None:
-        """Queue the group: nvCOMP on its slot's stream, or libzstd threads for the last ones."""
-        decoded = len(fetched.group.entries) * self.plan.chunk_nbytes
-        on_cpu = self._submitted >= self._cpu_after
-        self._submitted += decoded
-        if on_cpu:
-            self._submit_cpu(fetched)
+        """Queue the group: nvCOMP on its slot's stream, libzstd threads for the CPU's share."""
+        n = len(fetched.group.entries)
+        if self._cpu_share >= 1:
+            on_cpu = np.arange(n)
         else:
-            self._submit_gpu(fetched)
+            ready = fetched.verdicts != FRAME_NEEDS_CHECK
+            on_cpu = np.flatnonzero(ready & (fetched.sizes <= self._cpu_upto))
+        if len(on_cpu) == n:
+            self._submit_cpu(fetched, on_cpu, None)
+            return
+        targets = self._submit_gpu(fetched, on_cpu)
+        if len(on_cpu):
+            self._submit_cpu(fetched, on_cpu, targets[on_cpu])
 
-    def _submit_cpu(self, fetched: Fetched) -> None:
-        """Decode the group with libzstd in threads into pinned memory, then copy and scatter.
+    def _submit_cpu(
+        self, fetched: Fetched, positions: np.ndarray, targets: np.ndarray | None
+    ) -> None:
+        """Decode these chunks of the group with libzstd in threads into pinned memory, then
+        copy them to ``targets`` on the device (or a buffer of their own) and scatter them.
 
         The frames checked as nvCOMP-ready are single frames of the chunk's size; libzstd also
         verifies their stored checksums.
         """
         state = self._slots[fetched.slot]
-        n = len(fetched.group.entries)
+        n = len(positions)
         mark = time.perf_counter()
         state.decoded = self._lease.get("decoded", fetched.slot, n * self._slot_nbytes)
         self.phases["pinned"] += time.perf_counter() - mark
@@ -252,8 +254,9 @@ class GpuBackend:
         offsets, sizes = fetched.group.layout.offsets, fetched.sizes
         chunk = self.plan.chunk_nbytes
 
-        def decode(i: int) -> None:
-            target = host[i * self._slot_nbytes : i * self._slot_nbytes + chunk]
+        def decode(j: int) -> None:
+            i = int(positions[j])
+            target = host[j * self._slot_nbytes : j * self._slot_nbytes + chunk]
             if i in already:
                 target[...] = already[i]
                 return
@@ -264,34 +267,54 @@ class GpuBackend:
                 key = self.plan.key(int(fetched.group.entries[i]))
                 raise ChunkDecodeError(key, exc.reason) from None
 
-        futures = [self._cpu_pool.submit(decode, i) for i in range(n)]
-        state.cpu_done = self._finisher.submit(self._copy_decoded, fetched, futures)  # type: ignore[union-attr]
+        futures = [self._cpu_pool.submit(decode, j) for j in range(n)]
+        state.cpu_done = self._finisher.submit(  # type: ignore[union-attr]
+            self._copy_decoded, fetched, positions, targets, futures
+        )
         self.phases["cpu_queue"] += time.perf_counter() - mark
 
-    def _copy_decoded(self, fetched: Fetched, futures: list[Future[None]]) -> None:
-        """Once a CPU group is decoded: one copy of it to the device, then the scatter."""
+    def _copy_decoded(
+        self,
+        fetched: Fetched,
+        positions: np.ndarray,
+        targets: np.ndarray | None,
+        futures: list[Future[None]],
+    ) -> None:
+        """Once chunks are decoded on the CPU: copy them to the device, then scatter them.
+
+        Queued on the slot's stream after the group's own GPU work, which leaves ``targets``
+        (the decoded slots of these chunks in the group's device buffer) to this copy.
+        """
         import cupy
 
         wait(futures)
         for future in futures:
             future.result()
         state = self._slots[fetched.slot]
-        n = len(fetched.group.entries)
+        n = len(positions)
+        host = state.decoded.ctypes.data  # type: ignore[union-attr]
         runtime = cupy.cuda.runtime
         with cupy.cuda.Device(self._device_id), state.stream:
-            device = self._device(state, n * self._slot_nbytes)
-            base = int(device.data.ptr)
-            runtime.memcpyAsync(
-                base, state.decoded.ctypes.data, n * self._slot_nbytes,  # type: ignore[union-attr]
-                runtime.memcpyHostToDevice, state.stream.ptr,
-            )  # fmt: skip
+            if targets is None:  # the whole group: one copy into the slot's buffer
+                base = int(self._device(state, n * self._slot_nbytes).data.ptr)
+                targets = base + np.arange(n, dtype=np.int64) * self._slot_nbytes
+                runtime.memcpyAsync(
+                    base, host, n * self._slot_nbytes, runtime.memcpyHostToDevice,
+                    state.stream.ptr,
+                )  # fmt: skip
+            else:
+                for j, target in enumerate(targets.tolist()):
+                    runtime.memcpyAsync(
+                        target, host + j * self._slot_nbytes, self.plan.chunk_nbytes,
+                        runtime.memcpyHostToDevice, state.stream.ptr,
+                    )  # fmt: skip
             state.copied = state.stream.record()
-            self._scatter(fetched, base + np.arange(n, dtype=np.int64) * self._slot_nbytes, state)
+            self._scatter(fetched.group.entries[positions], targets, state)
 
-    def _scatter(self, fetched: Fetched, sources: np.ndarray, state: _Slot) -> None:
+    def _scatter(self, entries: np.ndarray, sources: np.ndarray, state: _Slot) -> None:
         table = scatter_table(
             self._geometry,
-            np.asarray(fetched.group.entries, dtype=np.int64),
+            np.asarray(entries, dtype=np.int64),
             np.zeros(0, dtype=np.int64),
             sources=sources,
             out_ptr=self.out.data.ptr,
@@ -299,8 +322,9 @@ class GpuBackend:
         )
         launch_scatter(self._geometry, table, state.stream)
 
-    def _submit_gpu(self, fetched: Fetched) -> None:
-        """Queue the group's copy, decode, checksum hashes and scatter on its slot's stream."""
+    def _submit_gpu(self, fetched: Fetched, on_cpu: np.ndarray) -> np.ndarray:
+        """Queue the group's copy, decode, checksum hashes and scatter on its slot's stream,
+        except for the chunks ``on_cpu``; return every chunk's decoded slot on the device."""
         import cupy
 
         from linumpy.gpu._xxhash import xxh64_batch
@@ -322,7 +346,9 @@ class GpuBackend:
                 base, fetched.staging.ctypes.data, layout.nbytes, runtime.memcpyHostToDevice,
                 stream.ptr,
             )  # fmt: skip
-            on_gpu = np.flatnonzero(fetched.verdicts != FRAME_NEEDS_CHECK)
+            mine = np.ones(n, dtype=bool)
+            mine[on_cpu] = False
+            on_gpu = np.flatnonzero(mine & (fetched.verdicts != FRAME_NEEDS_CHECK))
             for i, data in fetched.decoded:
                 runtime.memcpyAsync(
                     int(slots[i]), data.ctypes.data, data.nbytes, runtime.memcpyHostToDevice,
@@ -339,7 +365,7 @@ class GpuBackend:
                     stream=stream,
                 )
                 self._checks.statuses.append((pending, entries[on_gpu]))
-            checked = np.flatnonzero(fetched.verdicts == FRAME_CHECKSUM)
+            checked = np.flatnonzero(mine & (fetched.verdicts == FRAME_CHECKSUM))
             if len(checked):
                 ends = layout.offsets[checked] + fetched.sizes[checked]
                 stored = [
@@ -355,8 +381,9 @@ class GpuBackend:
                 self._checks.hashes.append((hashes, stored))
             self.phases["nvcomp"] += time.perf_counter() - mark
             mark = time.perf_counter()
-            self._scatter(fetched, slots, state)
+            self._scatter(entries[mine], slots[mine], state)
             self.phases["scatter"] += time.perf_counter() - mark
+        return slots
 
     def finish(self) -> None:
         """Wait for every stream, then check nvCOMP's statuses and the stored checksums."""
@@ -410,6 +437,27 @@ class GpuBackend:
         """Pinned memory held by the slots' staging buffers."""
         buffers = [b for s in self._slots for b in (s.staging, s.decoded) if b is not None]
         return sum(b.nbytes for b in buffers)
+
+
+def cpu_share_limit(sizes: np.ndarray, share: float) -> int:
+    """The stored size up to which frames go to libzstd, for ``share`` of the decoded bytes.
+
+    The best-compressed frames are the CPU's: nvCOMP decodes a frame's matches one after
+    another, so frames of many matches take it longest, and a call lasts as long as its slowest
+    frame (1 GiB of 128^3 chunks on an H200: the groups of the best-compressed quarter of the
+    volume, ~1.8 MiB per 4 MiB chunk, decoded in 63-64 ms, those of ~3 MiB per chunk in 20-29
+    ms). Every chunk decodes to the same size, so the share is one of frames. -1: none.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> cpu_share_limit(np.array([5, 1, 4, 2, 3]), 0.4), cpu_share_limit(np.array([5, 1]), 0.0)
+    (2, -1)
+    """
+    count = int(len(sizes) * share)
+    if count <= 0:
+        return -1
+    return int(np.partition(np.asarray(sizes), count - 1)[count - 1])
 
 
 def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:
