@@ -537,3 +537,37 @@ def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: 
         path.write_bytes(stored)
         settings = {"gpu_cpu_share": share}
         assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+
+
+@pytest.mark.gpu
+def test_a_cached_pinned_buffer_serves_larger_requests_within_its_room() -> None:
+    """Buffers are page-locked a power of two large (up to the room), so that the next reads of
+    a job, whose groups grow with the data, take them from the cache instead of locking more."""
+    from linumpy.gpu.memory import PinnedLease
+
+    mib = 2**20
+    first = PinnedLease()
+    pointer = first.get("test-room", 0, 3 * mib, 64 * mib).ctypes.data
+    first.close()
+    second = PinnedLease()
+    grown = second.get("test-room", 0, 4 * mib, 64 * mib)
+    assert (grown.ctypes.data, grown.nbytes) == (pointer, 4 * mib)
+    larger = second.get("test-room", 0, 5 * mib, 64 * mib)  # over the 4 MiB locked: 8 MiB now
+    assert larger.ctypes.data != pointer and larger.nbytes == 5 * mib
+    second.close()
+    third = PinnedLease()
+    assert third.get("test-room", 0, 7 * mib, 7 * mib).ctypes.data == larger.ctypes.data
+    third.close()
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "room", "expected"),
+    [(3 << 20, 1 << 30, 4 << 20), (4 << 20, 1 << 30, 4 << 20), (5 << 20, 6 << 20, 6 << 20),
+     (5 << 20, 0, 5 << 20), (9 << 20, 4 << 20, 9 << 20), (1, 64, 1), (0, 64, 1)],
+)  # fmt: skip
+def test_pinned_room_is_the_next_power_of_two_within_the_room(
+    nbytes: int, room: int, expected: int
+) -> None:
+    from linumpy.gpu.memory import roomy
+
+    assert roomy(nbytes, room) == expected

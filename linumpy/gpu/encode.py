@@ -63,14 +63,21 @@ def gpu_encode_unusable_reason(plan: WritePlan) -> str | None:
 
 
 def _group_budget(plan: WritePlan, scratch_bytes: int) -> int:
-    """Blocks per group: padded box, gathered rows and encoder output fit ``scratch_bytes``."""
+    """Blocks per group: the gathered rows and the encoder's output fit ``scratch_bytes``.
+
+    The padded box (edges only) and an aligned copy of the rows live only while gathering,
+    before the output is allocated, so the peak is rows plus output. Counting all three (the
+    seventh session's bound) made groups a third smaller, and each group is one nvCOMP encode
+    call of ~90 ms on an H200 whatever its size (``benchmarks/encode_calls.py``). nvCOMP's own
+    work space comes on top (1-2.7 GiB, the GPU guide).
+    """
     from linumpy.gpu import nvcomp
 
     layout = plan.layout
     per_block = math.prod(layout.chunks_per_block)
     row = align_up(layout.chunk_nbytes, _ALIGN)
     capacity = align_up(nvcomp.max_encoded_size(layout.chunk_nbytes), _ALIGN)
-    block_bytes = per_block * (layout.chunk_nbytes + row + capacity)
+    block_bytes = per_block * (row + capacity)
     return max(1, scratch_bytes // max(block_bytes, 1))
 
 
@@ -201,7 +208,8 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
                 extra = CHECKSUM_BYTES if layout.checksum else 0
                 offsets = np.zeros(k + 1, dtype=np.int64)
                 np.cumsum([align_up(int(s) + extra, _ALIGN) for s in sizes], out=offsets[1:])
-                host = lease.get("frames", slot, int(offsets[-1]))
+                room = k * align_up(capacity + extra, _ALIGN)  # the most k frames can take
+                host = lease.get("frames", slot, int(offsets[-1]), room)
                 for r in range(k):
                     cupy.cuda.runtime.memcpyAsync(
                         host.ctypes.data + int(offsets[r]),

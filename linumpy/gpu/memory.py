@@ -19,7 +19,7 @@ import numpy as np
 from linumpy.errors import DeviceMemoryError
 from linumpy.io.engine.memory import format_size
 
-__all__ = ["PinnedLease", "check_free", "pinned_buffers"]
+__all__ = ["PinnedLease", "check_free", "pinned_buffers", "roomy"]
 
 _pinned_lock = threading.Lock()
 _pinned_idle: list[tuple[int, Any, np.ndarray]] = []
@@ -60,6 +60,25 @@ def pinned_buffers(nbytes: int, count: int = 2, keep: int = 0) -> Iterator[list[
             del _pinned_idle[max(count, keep, _IDLE_PINNED) :]
 
 
+def roomy(nbytes: int, room: int) -> int:
+    """Bytes to page-lock for a request of ``nbytes`` that later requests may exceed, up to
+    ``room``: the next power of two, but no more than ``room`` (and no less than ``nbytes``).
+
+    Requests of a job's reads and writes vary with the data (deeper blocks of an OCT volume
+    compress less), and a cached buffer only serves requests it holds: allocated at their exact
+    sizes, a 2 GiB stitch's buffers were page-locked again block after block (0.26 s of a
+    read's 0.50 s per pass on an H200).
+
+    Examples
+    --------
+    >>> roomy(3 * 2**20, 2**30) == 4 * 2**20, roomy(3 * 2**20, 0) == 3 * 2**20
+    (True, True)
+    >>> roomy(5 * 2**20, 6 * 2**20) == 6 * 2**20
+    True
+    """
+    return max(nbytes, min(1 << (max(nbytes, 1) - 1).bit_length(), room))
+
+
 _lease_lock = threading.Lock()
 _idle: dict[tuple[str, int], list[tuple[Any, np.ndarray]]] = {}
 _IDLE_PER_SLOT = 8  # sets kept for reads that run at once (e.g. dask's threads)
@@ -85,8 +104,11 @@ class PinnedLease:
     def __init__(self) -> None:
         self._held: dict[tuple[str, int], tuple[Any, np.ndarray]] = {}
 
-    def get(self, role: str, slot: int, nbytes: int) -> np.ndarray:
-        """The lease's buffer of ``(role, slot)``, of at least ``nbytes`` (first ``nbytes``)."""
+    def get(self, role: str, slot: int, nbytes: int, room: int = 0) -> np.ndarray:
+        """The lease's buffer of ``(role, slot)``, of at least ``nbytes`` (first ``nbytes``).
+
+        A new buffer gets :func:`roomy` bytes: ``room`` is the most this role's requests can
+        ask (0: exactly ``nbytes``)."""
         import cupy
 
         key = (role, slot)
@@ -101,7 +123,7 @@ class PinnedLease:
                 else:
                     entry = None
             if entry is None:
-                size = max(nbytes, 1)
+                size = max(roomy(nbytes, room), 1)
                 memory = cupy.cuda.PinnedMemory(size)
                 pointer = cupy.cuda.PinnedMemoryPointer(memory, 0)
                 entry = (memory, np.frombuffer(pointer, dtype=np.uint8, count=size))
