@@ -28,6 +28,7 @@ from linumpy.errors import ClusterError, LinumpyError, MemoryLimitError
 __all__ = [
     "BLOCKS_PER_SLOT",
     "GPU_BLOCKS_PER_SLOT",
+    "GPU_DEVICE_SHARE",
     "DEFAULT_GPU_TASK_BYTES",
     "DEFAULT_GPU_THREADS",
     "DEFAULT_TASK_BYTES",
@@ -36,6 +37,7 @@ __all__ = [
     "TASK_SHARE",
     "Cluster",
     "dask_cluster",
+    "device_memory",
     "parse_size",
     "release_freed_memory",
     "visible_gpus",
@@ -55,10 +57,17 @@ DEFAULT_GPU_THREADS = 2
 #: Blocks a job is cut into per task that can run at once (workers x threads), when its working
 #: set allows: a large memory limit must not leave one block, run by one worker, per job.
 BLOCKS_PER_SLOT = 4
-#: ... for a GPU job: a GPU task runs alone on its device and pays nvCOMP's per-call cost per
-#: block, so half as many, larger blocks. The stitch of ``benchmarks/dask_gpu.py`` (2 GiB, x2
-#: host, ``docs/dev/runs/s7``): 1 GPU 1.70 -> 1.41 s, 2 GPUs 1.02 -> 0.84 s against 4 per slot.
-GPU_BLOCKS_PER_SLOT = 2
+#: ... for a GPU job: a GPU task runs alone on its device and pays fixed costs per block
+#: (nvCOMP's latency per call: ~60 ms to decode the best-compressed 4 MiB frames, ~90 ms per
+#: encode; the first reads before the device starts, the last writes after it is done), so one
+#: block per task that can run at once. The stitch of ``benchmarks/dask_gpu.py`` (2 GiB, x2
+#: host): 4 per slot 1.70 s on 1 GPU, 1.02 s on 2 (``docs/dev/runs/s7``); 2 per slot 1.24 and
+#: 0.82 s, 1 per slot 1.26 and 0.68 s (``docs/dev/runs/s8``).
+GPU_BLOCKS_PER_SLOT = 1
+#: A GPU task's working set stays within this share of its device's memory, shared by the
+#: tasks that run on one device at once: the engine's scratch, nvCOMP's work space (1-3 GiB)
+#: and the stitch's temporaries come on top.
+GPU_DEVICE_SHARE = 0.25
 #: ... but blocks are not cut smaller than this for it (a task's own cost would dominate).
 SPLIT_FLOOR_BYTES = 64 * 2**20
 #: The split's share of the job per block may exceed an even split by this factor: blocks grow
@@ -106,6 +115,28 @@ def parse_size(value: str | int) -> int:
     if size <= 0:
         raise LinumpyError(f"{value!r} is not a size (examples: 512MiB, 2GiB, 1.5GB)")
     return size
+
+
+def device_memory() -> int | None:
+    """Memory of the smallest CUDA device this process can see (NVML), or None without one.
+
+    Examples
+    --------
+    >>> from linumpy.parallel import device_memory
+    >>> device_memory() is None or device_memory() > 0
+    True
+    """
+    count = visible_gpus()
+    if not count:
+        return None
+    try:
+        from dask_cuda.utils import get_device_total_memory
+
+        sizes = [get_device_total_memory(i) for i in range(count)]
+    except Exception:  # no dask-cuda, NVML or device: the host limit alone bounds the blocks
+        return None
+    known = [int(size) for size in sizes if size]
+    return min(known) if known else None
 
 
 def visible_gpus() -> int:
@@ -198,6 +229,10 @@ class Cluster:
         Tasks one worker runs at once (local threads: the CPUs by default).
     gpus
         Number of GPU workers (dask-cuda), 0 for none.
+    device_bytes
+        Memory of each GPU the tasks run on, which bounds a GPU task's working set
+        (:data:`GPU_DEVICE_SHARE`); None: :func:`device_memory` for local threads and local GPU
+        workers, no bound for a scheduler elsewhere (its workers' devices are not known here).
 
     Examples
     --------
@@ -217,10 +252,12 @@ class Cluster:
         memory_limit: int | None = None,
         threads: int | None = None,
         gpus: int = 0,
+        device_bytes: int | None = None,
     ) -> None:
         self.client = client
         self.memory_limit = memory_limit
         self.gpus = gpus
+        self._device_bytes = device_bytes
         self._threads_given = threads is not None
         if threads is None:
             threads = _cpu_count() if client is None else _worker_threads(client)
@@ -297,7 +334,24 @@ class Cluster:
         if gpu and self.client is None and not self._threads_given:
             self.threads = min(self.max_threads, DEFAULT_GPU_THREADS)
         budget = self._limit_bytes(minimum, what, DEFAULT_GPU_TASK_BYTES if gpu else None)
-        return budget if total is None else self.split_bytes(budget, minimum, total, gpu=gpu)
+        if total is not None:
+            budget = self.split_bytes(budget, minimum, total, gpu=gpu)
+        if gpu and (device := self.device_bytes()):
+            budget = max(minimum, min(budget, int(device * GPU_DEVICE_SHARE) // self.threads))
+        return budget
+
+    def device_bytes(self) -> int | None:
+        """Memory of the GPUs this cluster's GPU tasks run on, when known here.
+
+        Examples
+        --------
+        >>> from linumpy.parallel import Cluster
+        >>> Cluster(device_bytes=2**34).device_bytes()
+        17179869184
+        """
+        if self._device_bytes is None and (self.client is None or self.gpus):
+            self._device_bytes = device_memory() or 0
+        return self._device_bytes or None
 
     def split_bytes(self, budget: int, minimum: int, total: int, *, gpu: bool = False) -> int:
         """``budget`` lowered so that a job of ``total`` bytes makes about

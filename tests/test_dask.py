@@ -25,7 +25,9 @@ from linumpy.parallel import (
     DEFAULT_GPU_THREADS,
     DEFAULT_TASK_BYTES,
     GPU_BLOCKS_PER_SLOT,
+    GPU_DEVICE_SHARE,
     SPLIT_FLOOR_BYTES,
+    SPLIT_SLACK,
     Cluster,
     dask_cluster,
     parse_size,
@@ -329,6 +331,26 @@ def test_the_split_does_not_halve_blocks_that_miss_an_even_share_by_a_hair(local
     blocks = math.prod(math.ceil(n / b) for n, b in zip(out_shape, block))
     assert block == (1024 // (GPU_BLOCKS_PER_SLOT * slots), *out_shape[1:])
     assert blocks == GPU_BLOCKS_PER_SLOT * slots
+
+
+def test_a_gpu_task_stays_within_its_share_of_the_device() -> None:
+    # One block per GPU task (GPU_BLOCKS_PER_SLOT) makes blocks as large as the host's limit
+    # allows; the device's memory bounds them too, shared by the tasks that run on it at once.
+    device = 8 * 2**30
+    two_threads = Cluster(memory_limit=2**40, threads=2, device_bytes=device)
+    budget = two_threads.task_bytes(2**20, total=2**36, gpu=True)
+    assert budget == int(device * GPU_DEVICE_SHARE) // two_threads.threads
+    assert two_threads.threads == 2
+    # the host's limit alone without a known device (a scheduler elsewhere), or for CPU jobs
+    assert Cluster(memory_limit=2**40, threads=2, device_bytes=0).task_bytes(
+        2**20, total=2**36, gpu=True
+    ) == int(2**36 * SPLIT_SLACK) // (GPU_BLOCKS_PER_SLOT * 2)
+    assert Cluster(memory_limit=2**40, threads=2, device_bytes=device).task_bytes(
+        2**20, total=2**36
+    ) == int(2**36 * SPLIT_SLACK) // (BLOCKS_PER_SLOT * 2)
+    # a block's smallest working set is kept even when the device's share is below it
+    tiny = Cluster(memory_limit=2**40, threads=2, device_bytes=2**20)
+    assert tiny.task_bytes(2**22, total=2**36, gpu=True) == 2**22
 
 
 # --- GPU ----------------------------------------------------------------------------------------
