@@ -114,7 +114,8 @@ def readers(path: Path, args: argparse.Namespace) -> dict[str, tuple[Callable[[]
         runs["tstore"] = (lambda: _tensorstore_read(ts, path), True)
     if _optional("zarrs") is not None:
         runs["zarrs"] = (lambda: _zarrs_read(path), True)
-    return runs
+    skip = set(args.skip.split(",")) if args.skip else set()
+    return {name: run for name, run in runs.items() if name not in skip}
 
 
 def time_layout(path: Path, volume: np.ndarray, args: argparse.Namespace) -> dict[str, list[float]]:
@@ -146,6 +147,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--layouts", default="0,1,2,3", help="indices into the four layouts")
     parser.add_argument("--baseline", default=None, help="an older cpu.py to time as 'before'")
+    parser.add_argument("--skip", default="", help="readers not to time, e.g. tstore,zarrs")
     parser.add_argument("--workdir", default=None, help="keeps the arrays between runs")
     parser.add_argument("--run-bytes", type=int, help="linumpy.io.engine.cpu.RUN_BYTES (0: off)")
     args = parser.parse_args()

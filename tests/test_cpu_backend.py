@@ -10,7 +10,8 @@ import zarr
 
 from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine import cpu, libzstd
-from linumpy.io.engine.cpu import CpuBackend, _batches, read_plan
+from linumpy.io.engine.cpu import CpuBackend, read_plan
+from linumpy.io.engine.cpu_layout import batches, tapering_batches
 from linumpy.io.engine.fetch import chunk_sizes
 from linumpy.io.engine.plan import plan_read
 from tests.zarr_layouts import LAYOUTS, REGIONS, make_array, sample_data, zarr_read, zstd_frame
@@ -124,6 +125,70 @@ def test_corrupt_chunks_are_named(tmp_path: Path, layout: str, damage: str) -> N
         assert info.value.key == plan.key(victim)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_shards_are_read_by_the_threads_as_zarr_reads_them(tmp_path: Path, threads: int) -> None:
+    # Each thread reads its inner chunks from the shards it holds open (no run loop, no groups);
+    # checksummed frames and the crc32c codec; chunks not stored; partial chunks; regions.
+    data = sample_data((21, 34, 47), "uint16")
+    data[:8] = 0  # inner chunks not stored
+    make_array(
+        tmp_path / "a.zarr", "v3-sharded", data, chunks=(8, 8, 16), shards=(8, 16, 32),
+        checksum=True, crc32c=True,
+    )  # fmt: skip
+    array = zarr.open_array(tmp_path / "a.zarr", mode="r")
+    for region in REGIONS:
+        plan = plan_read(array, region)
+        out, stats = read_plan(plan, threads=threads)
+        assert out.tobytes() == zarr_read(tmp_path / "a.zarr", region).tobytes()
+        assert stats.n_groups == 0  # read by the threads, not in groups
+        if out.size:
+            assert stats.n_reads + stats.n_fill == plan.n_entries
+        if region is None:
+            assert stats.n_fill > 0
+
+
+@pytest.mark.parametrize("layout", ["v3", "v3-sharded"])
+def test_a_bad_crc32c_names_its_chunk(tmp_path: Path, layout: str) -> None:
+    data = sample_data((21, 34, 47), "uint16") + 1
+    array = make_array(tmp_path / "a.zarr", layout, data, chunks=(8, 16, 16), crc32c=True)
+    plan = plan_read(array)
+    victim = 13
+    path = Path(plan.files[plan.file_index[victim]])
+    raw = bytearray(path.read_bytes())
+    end = int(plan.offsets[victim]) + int(chunk_sizes(plan)[victim])
+    raw[end - 1 if layout == "v3-sharded" else -1] ^= 0x01  # the chunk's crc32c
+    path.write_bytes(bytes(raw))
+    for threads in (1, 3):
+        with pytest.raises(ChunkDecodeError, match="crc32c") as info:
+            read_plan(plan, threads=threads)
+        assert info.value.key == plan.key(victim)
+
+
+def test_a_shard_cut_short_or_gone_after_planning_names_a_chunk(tmp_path: Path) -> None:
+    data = sample_data((16, 32, 32), "uint16") + 1
+    array = make_array(
+        tmp_path / "a.zarr", "v3-sharded", data, chunks=(8, 8, 8), shards=(16, 16, 16)
+    )
+    plan = plan_read(array)
+    in_first = np.flatnonzero(plan.file_index == 0)
+    victim = int(in_first[np.argmax(plan.offsets[in_first])])  # stored last in its shard
+    path = Path(plan.files[0])
+    raw = path.read_bytes()
+    path.write_bytes(raw[: int(plan.offsets[victim]) + int(plan.nbytes[victim]) - 7])
+    for threads in (1, 3):
+        with pytest.raises(ChunkDecodeError, match="file ends") as info:
+            read_plan(plan, threads=threads)
+        assert info.value.key == plan.key(victim)
+    path.unlink()
+    with pytest.raises(ChunkDecodeError, match="vanished") as info:
+        read_plan(plan, threads=3)
+    assert info.value.key in {plan.key(int(i)) for i in in_first}
+    path.mkdir()
+    with pytest.raises(ChunkDecodeError, match="directory") as info:
+        read_plan(plan, threads=1)
+    assert info.value.key == plan.key(int(in_first[0]))
+
+
 def test_a_chunk_of_two_frames_reads_as_zarr_reads_it(tmp_path: Path) -> None:
     # Valid zstd that check_frames leaves to libzstd: written by hand into a v2 chunk file.
     data = sample_data((8, 8), "uint16") + 1
@@ -141,9 +206,16 @@ def test_a_chunk_of_two_frames_reads_as_zarr_reads_it(tmp_path: Path) -> None:
 def test_batches_cover_every_index_once() -> None:
     for n in (0, 1, 7, 100, 1001):
         for threads in (1, 2, 16):
-            batches = _batches(n, threads)
-            assert [i for a, b in batches for i in range(a, b)] == list(range(n))
-            assert len(batches) <= 4 * threads
+            even = batches(n, threads)
+            assert [i for a, b in even for i in range(a, b)] == list(range(n))
+            assert len(even) <= 4 * threads
+            tapering = tapering_batches(n, threads)
+            assert [i for a, b in tapering for i in range(a, b)] == list(range(n))
+            sizes = [b - a for a, b in tapering]
+            assert sizes == sorted(sizes, reverse=True)  # the large first
+            assert not sizes or (sizes[0] == even[0][1] and sizes[-1] == 1)
+            if n >= 8 * threads:  # the first half as in even batches, then smaller
+                assert sum(size == sizes[0] for size in sizes) >= 2 * threads - 1
 
 
 def test_groups_hold_about_four_chunks_per_thread(tmp_path: Path) -> None:

@@ -1,9 +1,12 @@
-"""The CPU back end: libzstd decodes each group's frames in a thread pool, numpy scatters them.
+"""The CPU back end: threads read their chunks, libzstd decodes them, numpy scatters them.
 
+With the ``pread`` reader each thread reads its own chunks, from chunk files or from shards, and
+decodes them at once (:meth:`CpuBackend.read_files`); with ``kvikio`` the engine's run loop reads
+groups of chunks and the back end decodes each group's frames in its thread pool.
 A chunk whose destination in the output is one contiguous block is decoded straight into it;
 others are decoded into a per-thread scratch buffer and copied by the same thread (numpy copies
-release the GIL); from chunk files, whole chunks side by side along the last axis a run of them
-at a time (:data:`RUN_BYTES`). A new output's pages are faulted in first, in parallel
+release the GIL); when a thread reads them, whole chunks side by side along the last axis a run
+of them at a time (:data:`RUN_BYTES`). A new output's pages are faulted in first, in parallel
 (:data:`PREFAULT_BYTES`). libzstd is called through ctypes on a context each thread keeps
 (:mod:`~linumpy.io.engine.libzstd`): the GIL is released for the decode and held only for a
 few microseconds of bookkeeping per chunk; it verifies stored content checksums. A chunk it
@@ -17,14 +20,22 @@ import math
 import mmap
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError, LinumpyError
 from linumpy.io.engine import libzstd
-from linumpy.io.engine.crc import strip_crc32c
+from linumpy.io.engine.cpu_files import OpenShards
+from linumpy.io.engine.cpu_layout import (
+    Run,
+    batches,
+    contiguous_offsets,
+    joins,
+    tapering_batches,
+)
+from linumpy.io.engine.crc import CRC32C_BYTES, crc32c, strip_crc32c
 from linumpy.io.engine.fetch import ALIGN, read_chunk_file
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.memory import check_host_memory, format_size
@@ -44,33 +55,18 @@ MIN_GROUP_BYTES = 8 * 1024 * 1024
 #: 7-9 interleaved rounds, before -> after): 1 thread 0.40 -> 0.43 GB/s (chunk files) and
 #: 0.30 -> 0.42 (sharded), 2 threads 0.74 -> 0.80 and 0.65 -> 0.69; the copies alone, 1 thread:
 #: 150-250 ms chunk by chunk, 55-65 ms in runs of 16. Small enough to stay in a core's cache
-#: (runs of 4 such chunks). Chunk files only (:meth:`CpuBackend.read_files`): a sharded group's
-#: batches hold few chunks (one each with 32 threads), so runs hardly form there, and with runs
-#: sharded 64^3 read at 2.66 GB/s on 32 threads against 3.64 without (64^3 chunk files 3.09 with,
-#: 2.59 without; 2 H200 host, 1 GiB).
+#: (runs of 4 such chunks). Only where threads read their own chunks (:meth:`CpuBackend.read_files`,
+#: batches of consecutive chunks): a run-loop group's batches hold few chunks (one each with 32
+#: threads), so runs hardly form there, and with runs the run loop read sharded 64^3 at 2.66 GB/s
+#: on 32 threads against 3.64 without (64^3 chunk files 3.09 with, 2.59 without; 2 H200 host,
+#: 1 GiB). Sharded 64^3 read by the threads, 2-CPU machine, 576 MiB, 9 interleaved rounds:
+#: 0.60 GB/s without runs, 0.66 with (a loaded machine).
 RUN_BYTES = 2 * 1024 * 1024
 #: A new output at least this large has its pages faulted in before decoding, each thread writing
 #: one byte per page of its own contiguous part, instead of by threads scattering chunks across
 #: the same pages. 32 threads, 1 GiB of 128^3 uint16 chunk files
 #: (``benchmarks/cpu_read.py``, 2 H200 host): 8.04 -> 8.71 GB/s (10.66 into an output reused).
 PREFAULT_BYTES = 64 * 1024 * 1024
-
-
-def _contiguous_offsets(plan: ReadPlan, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
-    """Per entry, the byte offset in the output of a whole chunk that lands there as one
-    contiguous block (decoded in place); -1 for the others."""
-    shape = np.array(plan.shape, dtype=np.int64)
-    extent = stop - start
-    whole = np.all(extent == np.array(plan.chunk_shape, dtype=np.int64), axis=1)
-    if plan.order != "C" or plan.stored_dtype != plan.dtype or not len(extent):
-        return np.full(len(extent), -1, dtype=np.int64)
-    # C order: a block is contiguous when every axis after its first longer than 1 is full.
-    longer = extent > 1
-    after_longer = (np.cumsum(longer, axis=1) - longer) > 0
-    contiguous = np.all(~after_longer | (extent == shape), axis=1) & whole
-    strides = np.cumprod(np.concatenate([shape[1:], [1]])[::-1])[::-1] * plan.dtype.itemsize
-    offsets = (start * strides).sum(axis=1)
-    return np.where(contiguous, offsets, -1)
 
 
 class CpuBackend:
@@ -105,10 +101,11 @@ class CpuBackend:
         self.plan = plan
         self.out = out
         self.threads = threads
+        self._chunk_nbytes = plan.chunk_nbytes  # a property: computed on each access
         start, stop, chunk_start = plan.bounds()
         self._bounds = [start.tolist(), stop.tolist(), chunk_start.tolist()]
         # Per entry: output byte offset when decoded in place, -1 when copied, -2 when partial.
-        direct = _contiguous_offsets(plan, start, stop)
+        direct = contiguous_offsets(plan, start, stop)
         whole = np.all(stop - start == np.array(plan.chunk_shape, dtype=np.int64), axis=1)
         self._direct = np.where(whole, direct, -2).tolist()
         self._out_address = out.ctypes.data if out.size else 0
@@ -121,7 +118,7 @@ class CpuBackend:
         # last axis, both whole chunks copied (not decoded in place, not partial).
         self._run_max = RUN_BYTES // max(plan.chunk_nbytes, 1) if self._rows is not None else 0
         self._joins: list[bool] = (
-            _joins(start, stop, direct, whole).tolist() if self._run_max > 1 else []
+            joins(start, stop, direct, whole).tolist() if self._run_max > 1 else []
         )
         self._buffers: list[np.ndarray | None] = [None] * self.slots
         self._pending: list[list[Future[None]]] = [[] for _ in range(self.slots)]
@@ -197,11 +194,11 @@ class CpuBackend:
         else:  # one item per row: numpy's loop then runs per plane, not per row
             self.out[self._out_selection(entry)].view(self._rows)[...] = chunk.view(self._rows)
 
-    def _run(self) -> _Run:
+    def _run(self) -> Run:
         """This thread's run buffer (made on first use)."""
         run = getattr(self._local, "run", None)
         if run is None:
-            run = self._local.run = _Run(np.empty(self._run_max * self.plan.chunk_nbytes, np.uint8))
+            run = self._local.run = Run(np.empty(self._run_max * self.plan.chunk_nbytes, np.uint8))
         return run
 
     def _decode_into_run(self, entry: int, source: Any, size: int) -> bool:
@@ -214,7 +211,7 @@ class CpuBackend:
         if not (run.count and continues):
             self.flush_run()
             run.first = entry
-        nbytes = self.plan.chunk_nbytes
+        nbytes = self._chunk_nbytes
         if not libzstd.decode_into(source, size, run.address + run.count * nbytes, nbytes):
             return False
         run.count += 1
@@ -262,7 +259,7 @@ class CpuBackend:
             frame = np.frombuffer(frame, dtype=np.uint8)
             source, size = frame.ctypes.data if frame.size else None, frame.size
         if libzstd.AVAILABLE:
-            nbytes = self.plan.chunk_nbytes
+            nbytes = self._chunk_nbytes
             if direct >= 0:
                 if libzstd.decode_into(source, size, self._out_address + direct, nbytes):
                     return
@@ -303,63 +300,86 @@ class CpuBackend:
         # stays busy across groups; the slot is waited for before its buffer is reused.
         self._pending[fetched.slot] = [
             self._pool.submit(work, first, last)
-            for first, last in _batches(len(entries), self.threads)
+            for first, last in batches(len(entries), self.threads)
         ]
 
-    def _read(self, entry: int, path: str, offset: int, nbytes: int) -> tuple[int, int, Any] | None:
-        """Read an entry's chunk file into this thread's reusable buffer (checking its crc32c),
-        naming the chunk only for an error.
+    def _read(self, entry: int, shards: OpenShards | None) -> tuple[int, int, Any] | None:
+        """Read an entry's chunk (its file, or its bytes in a shard held open in ``shards``)
+        into this thread's reusable buffer, checking its crc32c; the chunk is named only for an
+        error.
 
         Returns
         -------
         tuple or None
-            ``(address, size, frame)`` as :meth:`decode_entry` takes it; None when the file
-            does not exist.
+            ``(address, size, frame)`` as :meth:`decode_entry` takes it; None when a chunk
+            file does not exist (a shard the plan found must exist).
         """
-        data = read_chunk_file(path, offset, nbytes, lambda: self.plan.key(entry), self._buffer)
+        plan = self.plan
+        file, offset, nbytes = self._file_index[entry], self._offsets[entry], self._nbytes[entry]
+        key = lambda: plan.key(entry)  # noqa: E731
+        if shards is None:
+            data = read_chunk_file(plan.files[file], offset, nbytes, key, self._buffer)
+        else:
+            data = shards.read(file, offset, nbytes, key, self._buffer)
         if data is None:
             return None
-        if self.plan.crc32c:
-            data = strip_crc32c(data, self.plan.key(entry))
-        return data.ctypes.data, len(data), data
+        if plan.crc32c:  # the chunk is named only when its checksum fails
+            n = len(data) - CRC32C_BYTES
+            if n < 0 or crc32c(data[:n]) != int.from_bytes(data[n:].tobytes(), "little"):
+                strip_crc32c(data, plan.key(entry))  # raises, saying why
+            data = data[:n]
+        return self._local.read_address, len(data), data  # data starts the buffer
 
     def _buffer(self, nbytes: int) -> np.ndarray:
         """This thread's read buffer, grown to hold ``nbytes``."""
         buffer = getattr(self._local, "read", None)
         if buffer is None or buffer.nbytes < nbytes:
             buffer = self._local.read = np.empty(max(nbytes, 2 * ALIGN), dtype=np.uint8)
+            self._local.read_address = buffer.ctypes.data
         return buffer
 
     def read_files(self) -> Stats:
-        """Read an unsharded plan in batches of chunk files per task: fetch, check, decode and
-        scatter each chunk in the same thread, while its bytes are still in cache.
+        """Read a plan's chunks in batches per task, from chunk files or from shards: fetch,
+        check, decode and scatter each chunk in the same thread, while its bytes are in cache.
 
-        With one file per chunk there is no byte range to merge, and a worker that reads its own
-        chunk overlaps reading with the other workers' decoding without a group barrier.
+        A worker that reads its own chunks overlaps reading with the other workers' decoding,
+        without a group barrier, staging buffers, a producer thread or frame checks (libzstd
+        checks the frames it decodes), and its batches of consecutive chunks form runs. A batch
+        keeps the shards it reads from open. Sharded 128^3 / 64^3 uint16 in (128, 512, 512)
+        shards, 576 MiB, 2-CPU machine, 7 interleaved rounds: 1.01 / 0.95 GB/s through the run
+        loop, 1.14 / 1.19 so; per inner chunk of 8^3 / 16^3 / 32^3, 2 threads: 18 / 37 / 88 us
+        through the run loop, 14 / 19 / 67 us so. On 32 threads (2 H200 host, 1 GiB) chunk files
+        read so at 6.66 / 3.13 GB/s (128^3 / 64^3) when the run loop read shards at 5.47 / 3.39.
         """
         plan = self.plan
-        entries = np.flatnonzero(plan.stored).tolist()
+        stored = np.flatnonzero(plan.stored)
+        sharded = plan.chunks_per_shard is not None
+        if sharded:  # in storage order: each shard read front to back, neighbours along x in
+            # a shard's row still one after the other (runs form)
+            stored = stored[np.lexsort((plan.offsets[stored], plan.file_index[stored]))]
+        entries = stored.tolist()
         sizes = [0] * len(entries)
-        files, file_index = plan.files, plan.file_index.tolist()
-        offsets, nbytes = plan.offsets.tolist(), plan.nbytes.tolist()
+        self._file_index = plan.file_index.tolist()
+        self._offsets, self._nbytes = plan.offsets.tolist(), plan.nbytes.tolist()
 
         def work(first: int, last: int) -> None:
-            for k in range(first, last):
-                entry = entries[k]
-                frame = self._read(entry, files[file_index[entry]], offsets[entry], nbytes[entry])
-                if frame is None:
-                    self.out[self._out_selection(entry)] = plan.fill_value
-                    sizes[k] = -1
-                    continue
-                self.decode_entry(entry, frame, checked=False, run=True)
-                sizes[k] = frame[1]
+            with OpenShards(plan.files) if sharded else nullcontext() as shards:
+                for k in range(first, last):
+                    entry = entries[k]
+                    frame = self._read(entry, shards)
+                    if frame is None:
+                        self.out[self._out_selection(entry)] = plan.fill_value
+                        sizes[k] = -1
+                        continue
+                    self.decode_entry(entry, frame, checked=False, run=True)
+                    sizes[k] = frame[1]
             self.flush_run()
 
         if self.threads == 1 or len(entries) < 2:
             work(0, len(entries))
         else:
-            batches = _batches(len(entries), self.threads)
-            for future in [self._pool.submit(work, a, b) for a, b in batches]:
+            tasks = tapering_batches(len(entries), self.threads)
+            for future in [self._pool.submit(work, a, b) for a, b in tasks]:
                 future.result()
         for entry in np.flatnonzero(~plan.stored).tolist():
             self.out[self._out_selection(entry)] = plan.fill_value
@@ -388,44 +408,6 @@ class CpuBackend:
     def close(self) -> None:
         """Stop the decoding threads."""
         self._pool.shutdown()
-
-
-@dataclass(slots=True)
-class _Run:
-    """One thread's run: whole chunks decoded side by side, ``count`` of them from ``first``."""
-
-    buffer: np.ndarray
-    address: int = 0
-    first: int = -1
-    count: int = 0
-
-    def __post_init__(self) -> None:
-        self.address = self.buffer.ctypes.data
-
-
-def _joins(
-    start: np.ndarray, stop: np.ndarray, direct: np.ndarray, whole: np.ndarray
-) -> np.ndarray:
-    """Per entry: whether its chunk continues entry ``e - 1``'s along the output's last axis,
-    both whole chunks copied into the output (see :data:`RUN_BYTES`)."""
-    joins = np.zeros(len(start), dtype=bool)
-    if len(start) > 1:
-        copied = whole & (direct == -1)
-        joins[1:] = (
-            copied[1:]
-            & copied[:-1]
-            & np.all(start[1:, :-1] == start[:-1, :-1], axis=1)
-            & np.all(stop[1:, :-1] == stop[:-1, :-1], axis=1)
-            & (start[1:, -1] == stop[:-1, -1])
-        )
-    return joins
-
-
-def _batches(n: int, threads: int) -> list[tuple[int, int]]:
-    """``[first, last)`` runs of ``range(n)``: about four per thread, so that threads finishing
-    early take more, with fewer tasks (and less GIL-held bookkeeping) than one per chunk."""
-    size = max(1, -(-n // (4 * threads)))
-    return [(first, min(n, first + size)) for first in range(0, n, size)]
 
 
 def read_plan(
@@ -462,8 +444,8 @@ def read_plan(
     """
     if out is None:
         check_host_memory(plan.out_nbytes, plan.source, f"an output of shape {plan.shape}")
-    # Per thread: a decoded chunk and, for chunk files, its compressed bytes (about as large),
-    # and a run of chunks (RUN_BYTES at most).
+    # Per thread: a decoded chunk and, when the thread reads it, its compressed bytes (about as
+    # large), and a run of chunks (RUN_BYTES at most).
     per_thread = 2 * plan.chunk_nbytes + min(RUN_BYTES, plan.chunk_nbytes * plan.n_entries)
     scratch = per_thread * min(threads, max(1, plan.n_entries)) + GROUP_BYTES * 3
     check_host_memory(
@@ -478,8 +460,8 @@ def read_plan(
     try:
         if math.prod(plan.shape) == 0:
             return backend.out, Stats()
-        if plan.chunks_per_shard is None and reader == "pread":
-            stats = backend.read_files()  # one file per chunk: nothing to merge
+        if reader == "pread":  # each thread reads its own chunks: nothing to merge
+            stats = backend.read_files()
         else:
             stats = run(
                 plan, backend, reader=reader, threads=threads, group_bytes=backend.group_bytes

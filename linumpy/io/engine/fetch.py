@@ -63,13 +63,15 @@ def align_up(n: int, alignment: int = ALIGN) -> int:
     return -(-n // alignment) * alignment
 
 
-def _read_exactly(fd: int, view: memoryview, offset: int, key: str) -> None:
+def read_exactly(fd: int, view: memoryview, offset: int, key: Callable[[], str]) -> None:
+    """Fill ``view`` from ``fd`` at ``offset``; a file that ends first raises
+    :class:`~linumpy.errors.ChunkDecodeError` naming ``key()`` (called only then)."""
     done = 0
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)
         if got == 0:
             raise ChunkDecodeError(
-                key, f"file ends after {done} of {len(view)} bytes at offset {offset}"
+                key(), f"file ends after {done} of {len(view)} bytes at offset {offset}"
             )
         done += got
 
@@ -124,7 +126,7 @@ def read_chunk_file(
         view = memoryview(data)
         got = os.preadv(fd, [view], offset)
         if got < nbytes:  # a short read: go on, or say where the file ends
-            _read_exactly(fd, view[got:], offset + got, key())
+            read_exactly(fd, view[got:], offset + got, key)
         return data
     except IsADirectoryError:
         raise ChunkDecodeError(key(), f"{path} is a directory, not a chunk file") from None
@@ -165,7 +167,7 @@ def read_shard_index(
         if size < index_nbytes:
             raise ChunkDecodeError(path, f"shard of {size} bytes is shorter than its index")
         raw = bytearray(index_nbytes)
-        _read_exactly(fd, memoryview(raw), 0 if at_start else size - index_nbytes, path)
+        read_exactly(fd, memoryview(raw), 0 if at_start else size - index_nbytes, lambda: path)
     except IsADirectoryError:
         raise ChunkDecodeError(path, "the shard is a directory, not a file") from None
     finally:
@@ -338,7 +340,7 @@ def _pread_runs(
                         keys(first), "chunk file vanished while reading"
                     ) from None
                 path = run_path
-            _read_exactly(fd, view[at : at + nbytes], start, keys(first))
+            read_exactly(fd, view[at : at + nbytes], start, functools.partial(keys, first))
     finally:
         if fd >= 0:
             os.close(fd)
