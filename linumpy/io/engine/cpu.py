@@ -352,12 +352,12 @@ class CpuBackend:
         read so at 6.66 / 3.13 GB/s (128^3 / 64^3) when the run loop read shards at 5.47 / 3.39.
         """
         plan = self.plan
-        stored = np.flatnonzero(plan.stored)
+        # In the output's order, also for shards: a batch then writes long rows of the output
+        # (sharded 64^3, 2-CPU machine, 576 MiB, 9 and 11 interleaved rounds: 1.06 and 0.79 GB/s
+        # against 0.90 and 0.72 in storage order), and a shard's inner chunks along x, stored
+        # one after the other, are still read in turn.
+        entries = np.flatnonzero(plan.stored).tolist()
         sharded = plan.chunks_per_shard is not None
-        if sharded:  # in storage order: each shard read front to back, neighbours along x in
-            # a shard's row still one after the other (runs form)
-            stored = stored[np.lexsort((plan.offsets[stored], plan.file_index[stored]))]
-        entries = stored.tolist()
         sizes = [0] * len(entries)
         self._file_index = plan.file_index.tolist()
         self._offsets, self._nbytes = plan.offsets.tolist(), plan.nbytes.tolist()
