@@ -291,7 +291,8 @@ class Cluster:
         """The working set one task may use: :data:`TASK_SHARE` of the memory limit, shared by
         a worker's threads, and no more than ``total`` split into :data:`BLOCKS_PER_SLOT`
         (GPU: :data:`GPU_BLOCKS_PER_SLOT`) blocks per :attr:`slots` (down to
-        :data:`SPLIT_FLOOR_BYTES`), so that every worker gets blocks to run.
+        :data:`SPLIT_FLOOR_BYTES`), so that every worker gets blocks to run; a GPU task's also
+        within :data:`GPU_DEVICE_SHARE` of its device's memory (:meth:`device_bytes`).
 
         With the local threaded scheduler, fewer threads run when the limit cannot hold
         ``minimum`` bytes per thread. A ``gpu`` job uses :data:`DEFAULT_GPU_TASK_BYTES` (as the

@@ -11,8 +11,9 @@ reading overlaps decoding through the streams.
 Memory. Besides the output, each stream holds one device buffer (its group's compressed and
 decoded bytes) and one pinned staging buffer (kept for the next reads: page-locking is slow):
 the device memory is bounded by ``scratch_bytes`` (at least one chunk per stream), the staging
-memory by ``pinned_bytes``; groups decoded on the CPU also hold a pinned buffer of their decoded
-bytes; nvCOMP's work space comes on top (``device_extra_bytes`` of the report includes it).
+memory by ``pinned_bytes`` (buffers page-locked a power of two large, for later reads); chunks
+decoded on the CPU (``gpu_cpu_share``) also hold a pinned buffer of their decoded bytes;
+nvCOMP's work space comes on top (``device_extra_bytes`` of the report includes it).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from linumpy.io.engine.cpu_layout import (
     joins,
     tapering_batches,
 )
-from linumpy.io.engine.crc import CRC32C_BYTES, crc32c, strip_crc32c
+from linumpy.io.engine.crc import strip_crc32c
 from linumpy.io.engine.fetch import ALIGN, read_chunk_file
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.memory import check_host_memory, format_size
@@ -323,11 +323,8 @@ class CpuBackend:
             data = shards.read(file, offset, nbytes, key, self._buffer)
         if data is None:
             return None
-        if plan.crc32c:  # the chunk is named only when its checksum fails
-            n = len(data) - CRC32C_BYTES
-            if n < 0 or crc32c(data[:n]) != int.from_bytes(data[n:].tobytes(), "little"):
-                strip_crc32c(data, plan.key(entry))  # raises, saying why
-            data = data[:n]
+        if plan.crc32c:
+            data = strip_crc32c(data, key)
         return self._local.read_address, len(data), data  # data starts the buffer
 
     def _buffer(self, nbytes: int) -> np.ndarray:

@@ -52,8 +52,11 @@ def crc32c(data: np.ndarray | bytes | bytearray) -> int:
     return int(_CRC32C(data))
 
 
-def strip_crc32c(chunk: np.ndarray | bytes, key: str) -> np.ndarray | bytes:
+def strip_crc32c(chunk: np.ndarray | bytes, key: str | Callable[[], str]) -> np.ndarray | bytes:
     """Check a stored chunk's trailing crc32c and return the bytes before it.
+
+    ``key`` names the chunk in errors; a callable is called only for an error (naming a chunk
+    costs more than checking it on a reader's hot path).
 
     Raises
     ------
@@ -70,15 +73,16 @@ def strip_crc32c(chunk: np.ndarray | bytes, key: str) -> np.ndarray | bytes:
     ...
     linumpy.errors.ChunkDecodeError: chunk 'c/0': crc32c checksum mismatch: ...
     """
+    name = (lambda: key) if isinstance(key, str) else key
     n = len(chunk)
     if n < CRC32C_BYTES:
-        raise ChunkDecodeError(key, f"{n} bytes, shorter than its {CRC32C_BYTES}-byte crc32c")
+        raise ChunkDecodeError(name(), f"{n} bytes, shorter than its {CRC32C_BYTES}-byte crc32c")
     body = chunk[: n - CRC32C_BYTES]
     stored = int.from_bytes(bytes(chunk[n - CRC32C_BYTES :]), "little")
     computed = crc32c(body)
     if computed != stored:
         raise ChunkDecodeError(
-            key,
+            name(),
             f"crc32c checksum mismatch: stored 0x{stored:08X}, computed 0x{computed:08X} "
             "(the stored bytes changed; nothing was decoded)",
         )
