@@ -9,11 +9,12 @@ open_volume at >= 0.8 of read_volume's throughput.
 (b) ``--device-limit``: the same volume read block by block under a cupy memory-pool limit of a
 quarter of its size; peak pool use sampled after each task. Target: within the limit.
 (c) With ``--gpus 2``: the same sum on a ``LocalCUDACluster`` with 1 worker (1 GPU), then with
-2 workers (2 GPUs). Target: >= 1.8x.
+2 workers (2 GPUs), for each block shape of ``--read-blocks``. Target: >= 1.8x.
 (d) With ``--gpus 2``: ``stitch_omezarr(gpu=True)`` of the volume read as a 4x4 mosaic grid, on
 1 then 2 dask-cuda workers (what ``linum-stitch-3d --use-gpu --gpus N`` runs): a warm-up, then
-the median of 3, with the last run's task stream (time before the first task, the span of the
-tasks, time after the last; per worker, tasks and seconds computing). Target: >= 1.8x.
+the median of ``--stitch-repeats``, with the last run's task stream (time before the first task,
+the span of the tasks, time after the last; per worker, tasks and seconds computing). Target:
+>= 1.8x.
 
 Medians of ``--repeats`` runs after one warm-up; a short table is printed last. Development tool
 (not installed); run from the checkout: ``python benchmarks/dask_gpu.py --gpus 2``.
@@ -187,26 +188,40 @@ def device_limit(path: Path, nbytes: int) -> dict[str, Any]:
     }
 
 
-def multi_gpu(path: Path, nbytes: int, repeats: int, gpus: int) -> list[dict[str, Any]]:
+def _blocks(spec: str) -> tuple[int, ...] | None:
+    """``"128x512x512"`` -> (128, 512, 512); ``"default"`` -> None (open_volume's choice)."""
+    return None if spec == "default" else tuple(int(v) for v in spec.split("x"))
+
+
+def multi_gpu(
+    path: Path, nbytes: int, repeats: int, gpus: int, blocks: list[str]
+) -> list[dict[str, Any]]:
+    """The block sums on 1 then ``gpus`` dask-cuda workers, for each block shape in ``blocks``
+    (one cluster per GPU count, every block shape timed on it)."""
     from linumpy.io import open_volume
     from linumpy.parallel import dask_cluster
 
-    rows = []
+    rows: dict[str, list[dict[str, Any]]] = {spec: [] for spec in blocks}
     for n in (1, gpus):
         start = time.perf_counter()
         with dask_cluster(gpus=n) as cluster:
             print(f"{n} dask-cuda worker(s) up in {time.perf_counter() - start:.1f} s", flush=True)
-            lazy = _block_sums(open_volume(path, gpu=True, chunks=(128, 512, 512)))
-            seconds, _ = timed(lambda: float(cluster.compute(lazy)), repeats, cluster.client)  # noqa: B023
-        rows.append(
-            {
-                "what": f"LocalCUDACluster, {n} GPU(s), 128x512x512 blocks",
-                "s": seconds,
-                "GB/s": nbytes / seconds / 1e9,
-            }
-        )
-    rows[-1]["ratio"] = rows[0]["s"] / rows[-1]["s"]
-    return rows
+            for spec in blocks:
+                lazy = open_volume(path, gpu=True, chunks=_blocks(spec))
+                shape = "x".join(str(c[0]) for c in lazy.chunks)
+                summed = _block_sums(lazy)
+                seconds, _ = timed(lambda: float(cluster.compute(summed)), repeats, cluster.client)  # noqa: B023
+                rows[spec].append(
+                    {
+                        "what": f"LocalCUDACluster, {n} GPU(s), {spec} blocks ({shape}, "
+                        f"{lazy.npartitions} blocks)",
+                        "s": seconds,
+                        "GB/s": nbytes / seconds / 1e9,
+                    }
+                )
+    for pair in rows.values():
+        pair[-1]["ratio"] = pair[0]["s"] / pair[-1]["s"]
+    return [row for pair in rows.values() for row in pair]
 
 
 def task_stream_summary(records: list[dict[str, Any]], started: float, ended: float) -> dict:
@@ -250,11 +265,11 @@ def _cpus() -> str:
 
 
 def multi_gpu_stitch(
-    path: Path, nbytes: int, gpus: int, out_folder: Path | None = None
+    path: Path, nbytes: int, gpus: int, out_folder: Path | None = None, repeats: int = 3
 ) -> list[dict[str, Any]]:
     """``stitch_omezarr(gpu=True)`` of the volume read as a 4x4 grid of 256x256 tiles (10%
     overlap), one level, on 1 then ``gpus`` dask-cuda workers: one warm-up run, then the median
-    of 3, with the task stream of the last (where the wall time went)."""
+    of ``repeats``, with the task stream of the last (where the wall time went)."""
     from distributed import get_task_stream
 
     from linumpy.io import open_array
@@ -280,7 +295,7 @@ def multi_gpu_stitch(
                 gpu=True,
             )
             times = []
-            for run in range(4):  # the first warms the workers up
+            for run in range(repeats + 1):  # the first warms the workers up
                 # a new image each run, the last one deleted outside the timing: replacing an
                 # image deletes the old one at the commit, in the client after the last task
                 # (0.14 s at 2 GiB, 0.48 s at 8 GiB; 0.01 s with new images: runs/s6), which is
@@ -308,7 +323,7 @@ def multi_gpu_stitch(
             rows.append(
                 {
                     "what": f"stitch_omezarr(gpu=True), LocalCUDACluster, {n} GPU(s), blocks of "
-                    f"{block}, median of 3 (input GB/s)",
+                    f"{block}, median of {repeats} (input GB/s)",
                     "s": statistics.median(times),
                     "GB/s": nbytes / statistics.median(times) / 1e9,
                     "runs": [round(t, 3) for t in times],
@@ -338,6 +353,17 @@ def main() -> int:
         help="where (d) writes the stitched images (e.g. /dev/shm: tells the file system's "
         "share of the time); beside the volume by default",
     )
+    parser.add_argument(
+        "--read-blocks",
+        default="128x512x512,default",
+        help="block shapes of (c), comma-separated ('default': open_volume's) [%(default)s]",
+    )
+    parser.add_argument(
+        "--stitch-repeats",
+        type=int,
+        default=3,
+        help="timed runs of (d) per GPU count [%(default)s]",
+    )
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument(
         "--blocks-per-slot",
@@ -365,9 +391,14 @@ def main() -> int:
             steps.append(lambda: [device_limit(path, nbytes)])
         if args.gpus > 1:
             if not args.stitch_only:
-                steps.append(lambda: multi_gpu(path, nbytes, args.repeats, args.gpus))
+                blocks = args.read_blocks.split(",")
+                steps.append(lambda: multi_gpu(path, nbytes, args.repeats, args.gpus, blocks))
             if not args.no_stitch:
-                steps.append(lambda: multi_gpu_stitch(path, nbytes, args.gpus, args.out_folder))
+                steps.append(
+                    lambda: multi_gpu_stitch(
+                        path, nbytes, args.gpus, args.out_folder, args.stitch_repeats
+                    )
+                )
         for step in steps:
             new = step()
             rows += new

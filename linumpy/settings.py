@@ -103,12 +103,10 @@ class Settings:
         Most decoded bytes per nvCOMP call (at least one chunk); 0 leaves it to
         ``scratch_bytes`` and ``gpu_streams``.
     gpu_cpu_share
-        Fraction of a GPU read's frames that libzstd decodes on the CPU meanwhile: the
-        best-compressed ones, which nvCOMP decodes slowest (their many matches are executed one
-        after another), copied to the device and scattered there beside the groups' nvCOMP
-        calls. Measured slower on the H200 hosts so far (32 cores, 1 GiB of 128^3 chunks: 12.69
-        GB/s without, 11.85 at 0.1, 11.18 at 0.3): the cores also read the files. 1 decodes
-        every chunk with libzstd, which also rejects any corrupt frame (see the GPU guide).
+        Fraction of a GPU read's chunks, the last ones read, that libzstd threads decode on the
+        CPU once the files are read, while nvCOMP finishes the chunks before them; they are
+        copied to the device and scattered there. 1 decodes every chunk with libzstd, which
+        also rejects any corrupt frame (see the GPU guide).
     gpu_chunk_bytes
         Largest decoded chunk nvCOMP decodes; larger ones are decoded by libzstd on the CPU.
     nvcomp_batch_size

@@ -346,18 +346,6 @@ def test_layout_group_of_nothing() -> None:
 # --- groups -------------------------------------------------------------------------------------
 
 
-def _group_limit(per_group: int, remaining: int, first: bool) -> int:
-    """The total bytes a tapered group may take, as make_groups documents its taper."""
-    if first:
-        return max(1, per_group // 4)
-    if remaining <= per_group // 4:
-        return remaining
-    if remaining <= per_group:
-        return remaining // 2
-    return per_group
-
-
-@pytest.mark.parametrize("taper", [False, True])
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize(
     ("max_compressed", "max_total", "min_groups"),
@@ -371,7 +359,7 @@ def _group_limit(per_group: int, remaining: int, first: bool) -> int:
     ],
 )
 def test_make_groups_invariants(
-    seed: int, max_compressed: int, max_total: int, min_groups: int, taper: bool
+    seed: int, max_compressed: int, max_total: int, min_groups: int
 ) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 80))
@@ -386,44 +374,33 @@ def test_make_groups_invariants(
         max_compressed=max_compressed,
         max_total=max_total,
         min_groups=min_groups,
-        taper=taper,
     )
     assert all(len(g) for g in groups)
     flat = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     assert flat.tolist() == order.tolist()  # every stored entry once, in order
     weights = sizes[order] + chunk_nbytes
-    per_group = min(max_total, -(-int(weights.sum()) // min(min_groups, len(order))))
-    remaining = int(weights.sum())
-    for k, group in enumerate(groups):
+    for group in groups:
         compressed = int(sizes[group].sum())
-        total = compressed + chunk_nbytes * len(group)
-        limit = _group_limit(per_group, remaining, k == 0) if taper else max_total
         if len(group) > 1:  # budgets hold, except for a chunk alone
-            assert compressed <= max_compressed and total <= limit <= max_total
-        if taper and k + 1 < len(groups):  # a tapered group ends where a budget would break
-            following = groups[k + 1][0]
             assert (
-                compressed + sizes[following] > max_compressed
-                or total + sizes[following] + chunk_nbytes > limit
+                compressed <= max_compressed and compressed + chunk_nbytes * len(group) <= max_total
             )
-        remaining -= total
     fewest = max(
         min(min_groups, len(order)),
         -(-int(weights.sum()) // max_total),
         -(-int(sizes[order].sum()) // max_compressed),
     )
-    if not taper:
-        assert len(groups) >= fewest
-        slack_total = weights.sum() / fewest + weights.max() <= max_total
-        slack_compressed = sizes[order].sum() / fewest + sizes[order].max() <= max_compressed
-        if slack_total and slack_compressed:
-            # each group is within a chunk of its even share: no budget cuts one short
-            assert len(groups) == fewest
-        if len(groups) == fewest and max_total == max_compressed == 2**62:
-            # no budget binds: every group within one chunk of the even share
-            share = weights.sum() / len(groups)
-            totals = [int(weights[np.isin(order, g)].sum()) for g in groups]
-            assert all(abs(t - share) <= weights.max() for t in totals)
+    assert len(groups) >= fewest
+    slack_total = weights.sum() / fewest + weights.max() <= max_total
+    slack_compressed = sizes[order].sum() / fewest + sizes[order].max() <= max_compressed
+    if slack_total and slack_compressed:
+        # each group is within a chunk of its even share: no budget cuts one short
+        assert len(groups) == fewest
+    if len(groups) == fewest and max_total == max_compressed == 2**62:
+        # no budget binds: every group within one chunk of the even share
+        share = weights.sum() / len(groups)
+        totals = [int(weights[np.isin(order, g)].sum()) for g in groups]
+        assert all(abs(t - share) <= weights.max() for t in totals)
 
 
 def test_make_groups_leave_no_small_group_behind() -> None:
@@ -438,18 +415,6 @@ def test_make_groups_leave_no_small_group_behind() -> None:
         min_groups=4,
     )  # fmt: skip
     assert [len(g) for g in groups] == [64, 64, 64, 64]
-
-
-def test_make_groups_taper_starts_small_and_ends_small() -> None:
-    sizes = np.full(64, 10)
-    plain = make_groups(np.arange(64), sizes, chunk_nbytes=10, max_compressed=10**6, max_total=320)
-    tapered = make_groups(
-        np.arange(64), sizes, chunk_nbytes=10, max_compressed=10**6, max_total=320, taper=True
-    )
-    assert [len(g) for g in plain] == [16, 16, 16, 16]
-    lengths = [len(g) for g in tapered]
-    assert lengths[0] == 4 and max(lengths) == 16 and sum(lengths) == 64
-    assert lengths[-1] < 16 and lengths[-2:] == sorted(lengths[-2:], reverse=True)
 
 
 def test_make_groups_of_nothing() -> None:
@@ -478,15 +443,15 @@ def _run(
     threads: int = 2,
     group: int | None = None,
     min_groups: int = 1,
-    taper: bool = False,
+    tail: float = 0.0,
 ) -> tuple[np.ndarray, Stats, RecordingBackend]:
     """run() through the CPU back end; ``group`` caps each group's compressed bytes."""
     backend = RecordingBackend(plan, threads=threads)
 
-    def budgets(sizes: np.ndarray) -> tuple[int, int, int, bool]:
+    def budgets(sizes: np.ndarray) -> tuple[int, int, int, float]:
         if group is None:
             return backend.group_bytes(sizes)
-        return group, 2**62, min_groups, taper
+        return group, 2**62, min_groups, tail
 
     try:
         stats = run(plan, backend, reader="pread", threads=threads, group_bytes=budgets)
@@ -505,10 +470,10 @@ def test_run_matches_zarr(tmp_path: Path, layout: str, dtype: str) -> None:
     for region in REGIONS:
         plan = plan_read(array, region)
         expected = zarr_read(tmp_path / "a.zarr", region)
-        for group, threads, taper in ((None, 2, False), (3000, 1, False), (3000, 3, True)):
+        for group, threads, tail in ((None, 2, 0.0), (3000, 1, 0.0), (3000, 3, 0.3)):
             if plan.out_nbytes == 0:
                 continue
-            out, stats, backend = _run(plan, threads=threads, group=group, taper=taper)
+            out, stats, backend = _run(plan, threads=threads, group=group, tail=tail)
             assert out.dtype == expected.dtype
             assert out.tobytes() == expected.tobytes()
             assert stats.n_groups == len(backend.submitted)
@@ -519,6 +484,24 @@ def test_run_matches_zarr(tmp_path: Path, layout: str, dtype: str) -> None:
                 )
         # read_plan is run() with the CPU back end's own budgets.
         assert read_plan(plan, threads=2)[0].tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("tail", [0.0, 0.25, 1.0])
+def test_run_puts_the_tail_of_the_read_in_groups_of_its_own(tmp_path: Path, tail: float) -> None:
+    """The back end's tail share: the last chunks read come last, in groups marked ``tail``
+    (the GPU back end decodes those with libzstd); the others keep ``min_groups``."""
+    data = sample_data(SHAPE, "uint16")
+    array = make_array(tmp_path / "a.zarr", "v3", data, chunks=CHUNKS)
+    plan = plan_read(array)
+    out, _, backend = _run(plan, group=2**40, min_groups=3, tail=tail)
+    assert out.tobytes() == zarr_read(tmp_path / "a.zarr", None).tobytes()
+    marks = [f.group.tail for f in backend.submitted]
+    assert marks == sorted(marks)  # no head group after a tail group
+    n_tail = sum(len(f.group.entries) for f in backend.submitted if f.group.tail)
+    assert n_tail == int(plan.n_entries * tail)
+    read_order = np.concatenate([f.group.entries for f in backend.submitted])
+    assert sorted(read_order.tolist()) == list(range(plan.n_entries))
+    assert marks.count(False) == (3 if tail < 1 else 0)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

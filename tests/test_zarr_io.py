@@ -507,12 +507,12 @@ def test_nvcomp_statuses_are_checked() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["v3", "v3-sharded"])
 def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: str) -> None:
-    """gpu_cpu_share: the best-compressed chunks of a large read are decoded on the CPU, in
-    groups whose other chunks nvCOMP decodes (0.5), or whole groups (1), then scattered."""
+    """gpu_cpu_share: the last chunks of a large read are decoded on the CPU in groups of their
+    own while nvCOMP decodes the others (0.5), or all of them (1), then scattered."""
     rng = np.random.default_rng(2)
     data = rng.integers(0, 2**16, (40, 512, 1024), dtype=np.uint16)  # 40 MiB to read: overlap
     data[:, :, :256] //= 256  # some compressible chunks too
-    array = make_array(
+    make_array(
         tmp_path / "a.zarr", layout, data, chunks=(16, 256, 256), shards=(32, 512, 512),
         checksum=True,
     )  # fmt: skip
@@ -522,17 +522,18 @@ def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: 
         report = last_read_report()
         assert report is not None and report.path == "fast"
         assert (report.phases.get("cpu_queue", 0.0) > 0) is on_cpu, (share, report.phases)
-    # A corrupt chunk decoded on the CPU is named too: the last, and a well-compressed one
-    # (x < 256), which a share of 0.5 gives to the CPU inside a group nvCOMP also decodes.
+        assert (report.phases.get("nvcomp", 0.0) > 0) is (share < 1), (share, report.phases)
+    # A corrupt chunk decoded on the CPU is named too: the last one read is in the tail.
+    array = zarr.open_array(tmp_path / "a.zarr", mode="r")
     plan = plan_read(array)
     sizes = chunk_sizes(plan)
-    small = int(np.argmin(sizes))
-    for victim, share in ((plan.n_entries - 1, 1.0), (small, 0.5)):
-        path = Path(plan.files[plan.file_index[victim]])
-        stored = _damage(path, int(plan.offsets[victim]), int(sizes[victim]), "checksum")
+    last = int(np.lexsort((plan.offsets, plan.file_index))[-1])
+    for share in (1.0, 0.5):
+        path = Path(plan.files[plan.file_index[last]])
+        stored = _damage(path, int(plan.offsets[last]), int(sizes[last]), "checksum")
         with pytest.raises(ChunkDecodeError) as info:
             read_zarr_to_gpu(tmp_path / "a.zarr", settings={"gpu_cpu_share": share})
-        assert info.value.key == plan.key(victim)
+        assert info.value.key == plan.key(last)
         assert "checksum" in info.value.reason.lower()
         path.write_bytes(stored)
         settings = {"gpu_cpu_share": share}

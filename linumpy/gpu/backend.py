@@ -6,7 +6,10 @@ turn): one host-to-device copy of the group's compressed bytes, one nvCOMP call 
 the stream's device buffer, stored checksums hashed there (XXH64 kernel), one scatter kernel into
 the output. An nvCOMP call takes its frames' decode latency however few they are (on an H200,
 k calls on one stream cost k times one call) while calls on separate streams run together, so
-reading overlaps decoding through the streams.
+reading overlaps decoding through the streams. With ``gpu_cpu_share``, the read's last chunks
+come in groups of their own (``Group.tail``) that libzstd threads decode once the files are read,
+while nvCOMP finishes the groups before them: the cores are idle by then, and an nvCOMP call
+lasts as long as its slowest frame however few frames it has.
 
 Memory. Besides the output, each stream holds one device buffer (its group's compressed and
 decoded bytes) and one pinned staging buffer (kept for the next reads: page-locking is slow):
@@ -153,8 +156,8 @@ class GpuBackend:
         self._lease = PinnedLease()
         self._device_id = cupy.cuda.runtime.getDevice()
         self._cpu_share = settings.gpu_cpu_share
-        self._cpu_upto = -1  # frames stored in at most this many bytes are decoded by libzstd
         self._staging_room = 0  # the most compressed bytes a group may hold
+        self._decoded_room = 0  # the most decoded bytes a group may hold
         self.phases = dict.fromkeys(
             ("pinned", "cpu_queue", "device_alloc", "nvcomp", "scatter"), 0.0
         )
@@ -164,8 +167,9 @@ class GpuBackend:
         with streams[0]:
             self._fill = cupy.asarray(fill)
 
-    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, bool]:
-        """Budgets for :func:`~linumpy.io.engine.run.make_groups`: a slot's share of memory."""
+    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, float]:
+        """Budgets for :func:`~linumpy.io.engine.run.make_groups` (a slot's share of memory),
+        and ``gpu_cpu_share`` as the tail that libzstd decodes."""
         settings = self._settings
         largest = int(sizes.max()) if len(sizes) else 0
         per_slot = max(settings.scratch_bytes // self.slots, largest + self._slot_nbytes)
@@ -173,13 +177,13 @@ class GpuBackend:
             per_slot = min(per_slot, max(settings.batch_bytes, self._slot_nbytes) + largest)
         compressed = max(settings.pinned_bytes // self.slots, largest)
         overlap = int(sizes.sum()) >= _OVERLAP_MIN_BYTES
-        groups = self.slots if overlap else 1
-        self._cpu_upto = cpu_share_limit(sizes, self._cpu_share)
         self._staging_room = min(compressed, per_slot)
+        self._decoded_room = per_slot
         # One group per stream, of equal sizes: a tapered split (a small first group, halved
         # groups at the end) left its last groups waiting for busy streams, each call costing
         # nvCOMP's latency (1 GiB, 64^3 inner chunks, x2 host: 19.91 GB/s tapered, 21.46 not).
-        return min(compressed, per_slot), per_slot, groups, False
+        groups = self.slots if overlap else 1
+        return min(compressed, per_slot), per_slot, groups, self._cpu_share
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
         """The slot's pinned buffer, once its last copy to the device is done."""
@@ -217,33 +221,25 @@ class GpuBackend:
         return state.device
 
     def submit(self, fetched: Fetched) -> None:
-        """Queue the group: nvCOMP on its slot's stream, libzstd threads for the CPU's share."""
-        n = len(fetched.group.entries)
-        if self._cpu_share >= 1:
-            on_cpu = np.arange(n)
+        """Queue the group: nvCOMP on its slot's stream, or libzstd threads for the read's tail."""
+        if fetched.group.tail:
+            self._submit_cpu(fetched)
         else:
-            ready = fetched.verdicts != FRAME_NEEDS_CHECK
-            on_cpu = np.flatnonzero(ready & (fetched.sizes <= self._cpu_upto))
-        if len(on_cpu) == n:
-            self._submit_cpu(fetched, on_cpu, None)
-            return
-        targets = self._submit_gpu(fetched, on_cpu)
-        if len(on_cpu):
-            self._submit_cpu(fetched, on_cpu, targets[on_cpu])
+            self._submit_gpu(fetched)
 
-    def _submit_cpu(
-        self, fetched: Fetched, positions: np.ndarray, targets: np.ndarray | None
-    ) -> None:
-        """Decode these chunks of the group with libzstd in threads into pinned memory, then
-        copy them to ``targets`` on the device (or a buffer of their own) and scatter them.
+    def _submit_cpu(self, fetched: Fetched) -> None:
+        """Decode the group with libzstd in threads into pinned memory, then copy it to the
+        slot's device buffer and scatter it from there.
 
         The frames checked as nvCOMP-ready are single frames of the chunk's size; libzstd also
         verifies their stored checksums.
         """
         state = self._slots[fetched.slot]
-        n = len(positions)
+        n = len(fetched.group.entries)
         mark = time.perf_counter()
-        state.decoded = self._lease.get("decoded", fetched.slot, n * self._slot_nbytes)
+        state.decoded = self._lease.get(
+            "decoded", fetched.slot, n * self._slot_nbytes, self._decoded_room
+        )
         self.phases["pinned"] += time.perf_counter() - mark
         mark = time.perf_counter()
         host = state.decoded
@@ -256,9 +252,8 @@ class GpuBackend:
         offsets, sizes = fetched.group.layout.offsets, fetched.sizes
         chunk = self.plan.chunk_nbytes
 
-        def decode(j: int) -> None:
-            i = int(positions[j])
-            target = host[j * self._slot_nbytes : j * self._slot_nbytes + chunk]
+        def decode(i: int) -> None:
+            target = host[i * self._slot_nbytes : i * self._slot_nbytes + chunk]
             if i in already:
                 target[...] = already[i]
                 return
@@ -269,49 +264,33 @@ class GpuBackend:
                 key = self.plan.key(int(fetched.group.entries[i]))
                 raise ChunkDecodeError(key, exc.reason) from None
 
-        futures = [self._cpu_pool.submit(decode, j) for j in range(n)]
+        futures = [self._cpu_pool.submit(decode, i) for i in range(n)]
         state.cpu_done = self._finisher.submit(  # type: ignore[union-attr]
-            self._copy_decoded, fetched, positions, targets, futures
+            self._copy_decoded, fetched, futures
         )
         self.phases["cpu_queue"] += time.perf_counter() - mark
 
-    def _copy_decoded(
-        self,
-        fetched: Fetched,
-        positions: np.ndarray,
-        targets: np.ndarray | None,
-        futures: list[Future[None]],
-    ) -> None:
-        """Once chunks are decoded on the CPU: copy them to the device, then scatter them.
-
-        Queued on the slot's stream after the group's own GPU work, which leaves ``targets``
-        (the decoded slots of these chunks in the group's device buffer) to this copy.
-        """
+    def _copy_decoded(self, fetched: Fetched, futures: list[Future[None]]) -> None:
+        """Once the group is decoded on the CPU: copy it to the device in one piece, scatter."""
         import cupy
 
         wait(futures)
         for future in futures:
             future.result()
         state = self._slots[fetched.slot]
-        n = len(positions)
-        host = state.decoded.ctypes.data  # type: ignore[union-attr]
+        nbytes = len(fetched.group.entries) * self._slot_nbytes
         runtime = cupy.cuda.runtime
         with cupy.cuda.Device(self._device_id), state.stream:
-            if targets is None:  # the whole group: one copy into the slot's buffer
-                base = int(self._device(state, n * self._slot_nbytes).data.ptr)
-                targets = base + np.arange(n, dtype=np.int64) * self._slot_nbytes
-                runtime.memcpyAsync(
-                    base, host, n * self._slot_nbytes, runtime.memcpyHostToDevice,
-                    state.stream.ptr,
-                )  # fmt: skip
-            else:
-                for j, target in enumerate(targets.tolist()):
-                    runtime.memcpyAsync(
-                        target, host + j * self._slot_nbytes, self.plan.chunk_nbytes,
-                        runtime.memcpyHostToDevice, state.stream.ptr,
-                    )  # fmt: skip
+            base = int(self._device(state, nbytes).data.ptr)
+            runtime.memcpyAsync(
+                base, state.decoded.ctypes.data, nbytes,  # type: ignore[union-attr]
+                runtime.memcpyHostToDevice, state.stream.ptr,
+            )  # fmt: skip
             state.copied = state.stream.record()
-            self._scatter(fetched.group.entries[positions], targets, state)
+            sources = (
+                base + np.arange(len(fetched.group.entries), dtype=np.int64) * self._slot_nbytes
+            )
+            self._scatter(fetched.group.entries, sources, state)
 
     def _scatter(self, entries: np.ndarray, sources: np.ndarray, state: _Slot) -> None:
         table = scatter_table(
@@ -324,9 +303,8 @@ class GpuBackend:
         )
         launch_scatter(self._geometry, table, state.stream)
 
-    def _submit_gpu(self, fetched: Fetched, on_cpu: np.ndarray) -> np.ndarray:
-        """Queue the group's copy, decode, checksum hashes and scatter on its slot's stream,
-        except for the chunks ``on_cpu``; return every chunk's decoded slot on the device."""
+    def _submit_gpu(self, fetched: Fetched) -> None:
+        """Queue the group's copy, decode, checksum hashes and scatter on its slot's stream."""
         import cupy
 
         from linumpy.gpu._xxhash import xxh64_batch
@@ -348,9 +326,7 @@ class GpuBackend:
                 base, fetched.staging.ctypes.data, layout.nbytes, runtime.memcpyHostToDevice,
                 stream.ptr,
             )  # fmt: skip
-            mine = np.ones(n, dtype=bool)
-            mine[on_cpu] = False
-            on_gpu = np.flatnonzero(mine & (fetched.verdicts != FRAME_NEEDS_CHECK))
+            on_gpu = np.flatnonzero(fetched.verdicts != FRAME_NEEDS_CHECK)
             for i, data in fetched.decoded:
                 runtime.memcpyAsync(
                     int(slots[i]), data.ctypes.data, data.nbytes, runtime.memcpyHostToDevice,
@@ -367,7 +343,7 @@ class GpuBackend:
                     stream=stream,
                 )
                 self._checks.statuses.append((pending, entries[on_gpu]))
-            checked = np.flatnonzero(mine & (fetched.verdicts == FRAME_CHECKSUM))
+            checked = np.flatnonzero(fetched.verdicts == FRAME_CHECKSUM)
             if len(checked):
                 ends = layout.offsets[checked] + fetched.sizes[checked]
                 stored = [
@@ -383,9 +359,8 @@ class GpuBackend:
                 self._checks.hashes.append((hashes, stored))
             self.phases["nvcomp"] += time.perf_counter() - mark
             mark = time.perf_counter()
-            self._scatter(entries[mine], slots[mine], state)
+            self._scatter(entries, slots, state)
             self.phases["scatter"] += time.perf_counter() - mark
-        return slots
 
     def finish(self) -> None:
         """Wait for every stream, then check nvCOMP's statuses and the stored checksums."""
@@ -439,27 +414,6 @@ class GpuBackend:
         """Pinned memory held by the slots' staging buffers."""
         buffers = [b for s in self._slots for b in (s.staging, s.decoded) if b is not None]
         return sum(b.nbytes for b in buffers)
-
-
-def cpu_share_limit(sizes: np.ndarray, share: float) -> int:
-    """The stored size up to which frames go to libzstd, for ``share`` of the decoded bytes.
-
-    The best-compressed frames are the CPU's: nvCOMP decodes a frame's matches one after
-    another, so frames of many matches take it longest, and a call lasts as long as its slowest
-    frame (1 GiB of 128^3 chunks on an H200: the groups of the best-compressed quarter of the
-    volume, ~1.8 MiB per 4 MiB chunk, decoded in 63-64 ms, those of ~3 MiB per chunk in 20-29
-    ms). Every chunk decodes to the same size, so the share is one of frames. -1: none.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> cpu_share_limit(np.array([5, 1, 4, 2, 3]), 0.4), cpu_share_limit(np.array([5, 1]), 0.0)
-    (2, -1)
-    """
-    count = int(len(sizes) * share)
-    if count <= 0:
-        return -1
-    return int(np.partition(np.asarray(sizes), count - 1)[count - 1])
 
 
 def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:

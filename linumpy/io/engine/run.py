@@ -47,6 +47,9 @@ class Group:
         Indices of the plan's entries.
     layout
         Where they go in the staging buffer and the file reads that put them there.
+    tail
+        Part of the read's last chunks that the back end asked to get in groups of their own
+        (the 4th value of its ``group_bytes``): the GPU back end decodes them with libzstd.
 
     Examples
     --------
@@ -60,6 +63,7 @@ class Group:
 
     entries: np.ndarray
     layout: Layout
+    tail: bool = False
 
 
 @dataclass(slots=True)
@@ -164,12 +168,13 @@ def make_groups(
     max_compressed: int,
     max_total: int,
     min_groups: int = 1,
-    taper: bool = False,
 ) -> list[np.ndarray]:
-    """Split stored chunks, in ``order``, into consecutive groups that fit the back end's budgets.
+    """Split stored chunks, in ``order``, into consecutive groups that fit the back end's budgets:
+    as few as the budgets and ``min_groups`` allow, of about equal sizes.
 
-    Without ``taper``, into as few groups as the budgets and ``min_groups`` allow, of about
-    equal sizes.
+    Filling groups up to the budget one after the other leaves a small last group whenever the
+    chunks do not divide evenly, and on the GPU that group waits behind the first on its stream,
+    paying a whole nvCOMP call's latency alone (128^3 chunks: 5 groups on 4 streams).
 
     Parameters
     ----------
@@ -185,9 +190,6 @@ def make_groups(
         Most compressed plus decoded bytes per group (the back end's memory per group).
     min_groups
         Split into at least this many groups when there are enough chunks (for overlap).
-    taper
-        Make the first group a quarter of the others, and halve the groups at the end: the
-        back end starts sooner and its work after the last read (one group's) is smaller.
 
     Examples
     --------
@@ -201,57 +203,13 @@ def make_groups(
     >>> [g.tolist() for g in make_groups(np.arange(4), sizes, chunk_nbytes=20,
     ...                                  max_compressed=100, max_total=1000, min_groups=4)]
     [[0], [1], [2], [3]]
-    >>> [len(g) for g in make_groups(np.arange(64), np.full(64, 10), chunk_nbytes=10,
-    ...                              max_compressed=10**6, max_total=320, taper=True)]
-    [4, 16, 16, 16, 6, 3, 3]
     """
-    if len(order) == 0:
+    n = len(order)
+    if n == 0:
         return []
     weights = sizes[order].astype(np.int64)
     compressed = np.cumsum(weights)
     total = np.cumsum(weights + chunk_nbytes)
-    if not taper:
-        return _balanced_groups(order, compressed, total, max_compressed, max_total, min_groups)
-    per_group = min(max_total, math.ceil(int(total[-1]) / max(1, min(min_groups, len(order)))))
-    groups: list[np.ndarray] = []
-    start = 0
-    done_compressed = done_total = 0
-    while start < len(order):
-        remaining = int(total[-1]) - done_total
-        if not groups:
-            limit = max(1, per_group // 4)
-        elif remaining <= per_group // 4:
-            limit = remaining
-        elif remaining <= per_group:
-            limit = remaining // 2
-        else:
-            limit = per_group
-        end = min(
-            np.searchsorted(compressed, done_compressed + max_compressed, side="right"),
-            np.searchsorted(total, done_total + limit, side="right"),
-        )
-        end = max(int(end), start + 1)
-        groups.append(order[start:end])
-        done_compressed, done_total = int(compressed[end - 1]), int(total[end - 1])
-        start = end
-    return groups
-
-
-def _balanced_groups(
-    order: np.ndarray,
-    compressed: np.ndarray,
-    total: np.ndarray,
-    max_compressed: int,
-    max_total: int,
-    min_groups: int,
-) -> list[np.ndarray]:
-    """As few groups as the budgets allow (and ``min_groups``), of about equal totals.
-
-    Filling groups up to the budget one after the other leaves a small last group whenever the
-    chunks do not divide evenly, and on the GPU that group waits behind the first on its stream,
-    paying a whole nvCOMP call's latency alone (128^3 chunks: 5 groups on 4 streams).
-    """
-    n = len(order)
     count = max(
         min(min_groups, n),
         math.ceil(int(total[-1]) / max_total),
@@ -345,7 +303,7 @@ def run(
     *,
     reader: str,
     threads: int,
-    group_bytes: Callable[[np.ndarray], tuple[int, int, int, bool]],
+    group_bytes: Callable[[np.ndarray], tuple[int, int, int, float]],
 ) -> Stats:
     """Execute ``plan`` through ``backend``: fetch and check group k+1 while k is decoded.
 
@@ -361,7 +319,9 @@ def run(
         Threads reading files (and decoding the chunks only libzstd decodes).
     group_bytes
         ``group_bytes(sizes)``: the back end's ``(max_compressed, max_total, min_groups,
-        taper)`` for :func:`make_groups`, given the compressed sizes.
+        tail)`` given the compressed sizes in read order: the budgets of :func:`make_groups`,
+        and the share of the chunks, the last read, to put in groups of their own
+        (:attr:`Group.tail`).
 
     Returns
     -------
@@ -398,23 +358,27 @@ def run(
     # not the grid's), so a group of whole shards reads each shard in one run.
     order = np.flatnonzero(stored)
     order = order[np.lexsort((plan.offsets[order], plan.file_index[order]))]
-    max_compressed, max_total, min_groups, taper = group_bytes(sizes[order])
+    max_compressed, max_total, min_groups, tail = group_bytes(sizes[order])
+    head = len(order) - min(len(order), int(len(order) * tail))
+    budgets = {
+        "chunk_nbytes": plan.chunk_nbytes,
+        "max_compressed": max_compressed,
+        "max_total": max_total,
+    }
+    split = [
+        (entries, False)
+        for entries in make_groups(order[:head], sizes, min_groups=min_groups, **budgets)
+    ]
+    split += [(entries, True) for entries in make_groups(order[head:], sizes, **budgets)]
     groups = [
         Group(
             entries,
             layout_group(
                 plan.files, plan.file_index[entries], plan.offsets[entries], sizes[entries]
             ),
+            is_tail,
         )
-        for entries in make_groups(
-            order,
-            sizes,
-            chunk_nbytes=plan.chunk_nbytes,
-            max_compressed=max_compressed,
-            max_total=max_total,
-            min_groups=min_groups,
-            taper=taper,
-        )
+        for entries, is_tail in split
     ]
     stats.n_groups = len(groups)
     stats.compressed_bytes = int(sizes[order].sum())
