@@ -346,6 +346,7 @@ def main() -> int:
     parser.add_argument("--no-device-limit", action="store_true", help="skip (b)")
     parser.add_argument("--no-stitch", action="store_true", help="skip (d)")
     parser.add_argument("--stitch-only", action="store_true", help="only (d)")
+    parser.add_argument("--no-single", action="store_true", help="skip (a)")
     parser.add_argument("--folder", help="where the volume goes (a temporary folder by default)")
     parser.add_argument(
         "--out-folder",
@@ -386,7 +387,8 @@ def main() -> int:
             f"{time.perf_counter() - start:.1f} s",
             flush=True,
         )
-        steps = [] if args.stitch_only else [lambda: single_gpu(path, nbytes, args.repeats)]
+        single = args.stitch_only or args.no_single
+        steps = [] if single else [lambda: single_gpu(path, nbytes, args.repeats)]
         if not args.no_device_limit and not args.stitch_only:
             steps.append(lambda: [device_limit(path, nbytes)])
         if args.gpus > 1:
