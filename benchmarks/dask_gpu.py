@@ -371,7 +371,16 @@ def main() -> int:
         type=int,
         help="plans with this many blocks per running task (parallel.GPU_BLOCKS_PER_SLOT)",
     )
+    parser.add_argument(
+        "--worker-threads",
+        type=int,
+        help="threads per dask-cuda worker (parallel.GPU_WORKER_THREADS)",
+    )
     args = parser.parse_args()
+    if args.worker_threads:
+        import linumpy.parallel
+
+        linumpy.parallel.GPU_WORKER_THREADS = args.worker_threads
     if args.blocks_per_slot:
         import linumpy.parallel
 

@@ -31,6 +31,7 @@ __all__ = [
     "GPU_DEVICE_SHARE",
     "DEFAULT_GPU_TASK_BYTES",
     "DEFAULT_GPU_THREADS",
+    "GPU_WORKER_THREADS",
     "DEFAULT_TASK_BYTES",
     "SPLIT_FLOOR_BYTES",
     "SPLIT_SLACK",
@@ -54,6 +55,8 @@ DEFAULT_GPU_TASK_BYTES = 2**30
 #: them only queue on it (the notebook mosaic's pyramid on an H200: 1.6 s with 2 threads and
 #: 1 GiB blocks, 8.9 s with 16 threads and 128 MiB blocks; ``docs/dev/runs/s5``).
 DEFAULT_GPU_THREADS = 2
+#: Threads of each dask-cuda worker started by :func:`dask_cluster` (``gpus=``).
+GPU_WORKER_THREADS = 1
 #: Blocks a job is cut into per task that can run at once (workers x threads), when its working
 #: set allows: a large memory limit must not leave one block, run by one worker, per job.
 BLOCKS_PER_SLOT = 4
@@ -446,7 +449,9 @@ def _start_cuda_cluster(gpus: int) -> Any:
     # dask's own worker memory limit (whole process: interpreter, CUDA context and all) stays
     # its default; ``memory_limit`` sizes the blocks, whose working set it bounds
     return LocalCUDACluster(
-        n_workers=gpus, CUDA_VISIBLE_DEVICES=list(range(gpus)), threads_per_worker=1
+        n_workers=gpus,
+        CUDA_VISIBLE_DEVICES=list(range(gpus)),
+        threads_per_worker=GPU_WORKER_THREADS,
     )
 
 
