@@ -198,6 +198,8 @@ def multi_gpu(
 ) -> list[dict[str, Any]]:
     """The block sums on 1 then ``gpus`` dask-cuda workers, for each block shape in ``blocks``
     (one cluster per GPU count, every block shape timed on it)."""
+    from distributed import get_task_stream
+
     from linumpy.io import open_volume
     from linumpy.parallel import dask_cluster
 
@@ -211,14 +213,21 @@ def multi_gpu(
                 shape = "x".join(str(c[0]) for c in lazy.chunks)
                 summed = _block_sums(lazy)
                 seconds, _ = timed(lambda: float(cluster.compute(summed)), repeats, cluster.client)  # noqa: B023
+                _forgotten(cluster.client)
+                with get_task_stream(cluster.client) as stream:  # one more, to see where time goes
+                    wall = time.time()
+                    float(cluster.compute(summed))
+                    ended = time.time()
                 rows[spec].append(
                     {
                         "what": f"LocalCUDACluster, {n} GPU(s), {spec} blocks ({shape}, "
                         f"{lazy.npartitions} blocks)",
                         "s": seconds,
                         "GB/s": nbytes / seconds / 1e9,
+                        "extra run": task_stream_summary(stream.data, wall, ended),
                     }
                 )
+                print(json.dumps(rows[spec][-1]), flush=True)
     for pair in rows.values():
         pair[-1]["ratio"] = pair[0]["s"] / pair[-1]["s"]
     return [row for pair in rows.values() for row in pair]
