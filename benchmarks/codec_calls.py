@@ -1,0 +1,109 @@
+"""Dev benchmark: the nvCOMP calls behind a zarr read inside ``gpu_zarr_context``.
+
+Writes a 1 GiB OCT-like volume (zstd level 3) in the given layouts, then reads it whole with
+zarr inside ``gpu_zarr_context`` and with ``zarr.config.enable_gpu()`` alone, in interleaved
+rounds, for each ``--concurrency`` / ``--batch`` configuration (zarr's ``async.concurrency`` and
+``codec_pipeline.batch_size``). For the last codec read of each configuration it prints the codec's
+calls from its debug log: how many, chunks per call, and the ms the log gives per call.
+
+    python3 benchmarks/codec_calls.py --layouts "sharded 128^3" --concurrency 32 64 --batch 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import cupy
+import numpy as np
+import zarr
+from zarr.codecs import ZstdCodec
+
+from linumpy.bench import Layout, oct_volume, write_volume
+from linumpy.gpu.zarr_context import gpu_zarr_context
+
+LAYOUTS = {
+    "128^3": Layout.cubic(128, 3),
+    "64^3": Layout.cubic(64, 3),
+    "sharded 128^3": Layout.cubic(128, 3, shards=(128, 512, 512)),
+    "sharded 64^3": Layout.cubic(64, 3, shards=(128, 512, 512)),
+}
+
+
+class Calls(logging.Handler):
+    """The codec's "decoded ..." debug records."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[float, tuple]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("decoded"):
+            self.records.append((time.perf_counter(), record.args))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layouts", nargs="*", default=["sharded 128^3"], choices=list(LAYOUTS))
+    parser.add_argument("--concurrency", type=int, nargs="*", default=[32])
+    parser.add_argument("--batch", type=int, nargs="*", default=[1024])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+    calls = Calls()
+    logger = logging.getLogger("linumpy.gpu.codec_batches")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(calls)
+    volume = oct_volume((512, 1024, 1024))
+    nbytes = volume.nbytes
+    table = []
+    with tempfile.TemporaryDirectory(dir=args.workdir) as folder:
+        for name in args.layouts:
+            path = Path(folder) / f"{name.replace(' ', '_').replace('^', '')}.zarr"
+            write_volume(path, volume, LAYOUTS[name], ZstdCodec(level=3))
+            configs = [(c, b) for c in args.concurrency for b in args.batch]
+            times: dict[object, list[float]] = {key: [] for key in [*configs, "enable_gpu"]}
+            last: dict[object, list[tuple[float, tuple]]] = {}
+            for _ in range(args.rounds + 1):  # the first round warms up
+                for concurrency, batch in configs:
+                    settings = {"async.concurrency": concurrency}
+                    settings["codec_pipeline.batch_size"] = batch
+                    with gpu_zarr_context(), zarr.config.set(settings):
+                        calls.records.clear()
+                        start = time.perf_counter()
+                        out = zarr.open_array(path, mode="r")[...]
+                        cupy.cuda.Device().synchronize()
+                        times[(concurrency, batch)].append(time.perf_counter() - start)
+                        last[(concurrency, batch)] = [(t - start, a) for t, a in calls.records]
+                    assert np.array_equal(cupy.asnumpy(out), volume)
+                    del out
+                with zarr.config.enable_gpu():
+                    start = time.perf_counter()
+                    out = zarr.open_array(path, mode="r")[...]
+                    cupy.cuda.Device().synchronize()
+                    times["enable_gpu"].append(time.perf_counter() - start)
+                    del out
+            base = statistics.median(times["enable_gpu"][1:])
+            for key in configs:
+                seconds = statistics.median(times[key][1:])
+                records = last[key]
+                chunks = [a[0] for _, a in records]
+                print(f"\n{name}, concurrency {key[0]}, batch {key[1]}: {len(records)} calls")
+                for at, a in records:
+                    print(f"  at {at * 1e3:7.1f} ms: {a[0]} chunks; " + ", ".join(
+                        f"{v:.1f}" for v in a[2:]) + " ms (staging, checks, decode)")  # fmt: skip
+                table.append((name, key, nbytes / seconds / 1e9, nbytes / base / 1e9, chunks))
+    print("\n| layout | concurrency, batch | codec GB/s | enable_gpu GB/s | ratio | calls |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for name, key, codec, base, chunks in table:
+        print(f"| {name} | {key[0]}, {key[1]} | {codec:.2f} | {base:.2f} | {codec / base:.2f}x "
+              f"| {len(chunks)} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
