@@ -2,9 +2,11 @@
 
 Writes a 1 GiB OCT-like volume (zstd level 3) in the given layouts, then reads it whole with
 zarr inside ``gpu_zarr_context`` and with ``zarr.config.enable_gpu()`` alone, in interleaved
-rounds, for each ``--concurrency`` / ``--batch`` configuration (zarr's ``async.concurrency`` and
-``codec_pipeline.batch_size``). For the last codec read of each configuration it prints the codec's
-calls from its debug log: how many, chunks per call, and the ms the log gives per call.
+rounds, for each ``--concurrency`` / ``--batch`` / ``--settle-ms`` configuration (zarr's
+``async.concurrency`` and ``codec_pipeline.batch_size``; how long the codec's call merger waits
+for more shards' calls, ``CallMerger.settle_seconds``). For the last codec read of each
+configuration it prints the codec's calls from its debug log: how many, chunks per call, and the
+ms the log gives per call.
 
     python3 benchmarks/codec_calls.py --layouts "sharded 128^3" --concurrency 32 64 --batch 1024
 """
@@ -24,6 +26,7 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from linumpy.bench import Layout, oct_volume, write_volume
+from linumpy.gpu import nvcomp_zstd
 from linumpy.gpu.zarr_context import gpu_zarr_context
 
 LAYOUTS = {
@@ -51,6 +54,7 @@ def main() -> int:
     parser.add_argument("--layouts", nargs="*", default=["sharded 128^3"], choices=list(LAYOUTS))
     parser.add_argument("--concurrency", type=int, nargs="*", default=[32])
     parser.add_argument("--batch", type=int, nargs="*", default=[1024])
+    parser.add_argument("--settle-ms", type=float, nargs="*", default=[0.0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
@@ -65,20 +69,25 @@ def main() -> int:
         for name in args.layouts:
             path = Path(folder) / f"{name.replace(' ', '_').replace('^', '')}.zarr"
             write_volume(path, volume, LAYOUTS[name], ZstdCodec(level=3))
-            configs = [(c, b) for c in args.concurrency for b in args.batch]
+            configs = [
+                (c, b, ms) for c in args.concurrency for b in args.batch for ms in args.settle_ms
+            ]
             times: dict[object, list[float]] = {key: [] for key in [*configs, "enable_gpu"]}
             last: dict[object, list[tuple[float, tuple]]] = {}
             for _ in range(args.rounds + 1):  # the first round warms up
-                for concurrency, batch in configs:
+                for concurrency, batch, settle in configs:
                     settings = {"async.concurrency": concurrency}
                     settings["codec_pipeline.batch_size"] = batch
+                    nvcomp_zstd._DECODES.settle_seconds = settle / 1e3
                     with gpu_zarr_context(), zarr.config.set(settings):
                         calls.records.clear()
                         start = time.perf_counter()
                         out = zarr.open_array(path, mode="r")[...]
                         cupy.cuda.Device().synchronize()
-                        times[(concurrency, batch)].append(time.perf_counter() - start)
-                        last[(concurrency, batch)] = [(t - start, a) for t, a in calls.records]
+                        times[(concurrency, batch, settle)].append(time.perf_counter() - start)
+                        last[(concurrency, batch, settle)] = [
+                            (t - start, a) for t, a in calls.records
+                        ]
                     assert np.array_equal(cupy.asnumpy(out), volume)
                     del out
                 with zarr.config.enable_gpu():
@@ -92,16 +101,21 @@ def main() -> int:
                 seconds = statistics.median(times[key][1:])
                 records = last[key]
                 chunks = [a[0] for _, a in records]
-                print(f"\n{name}, concurrency {key[0]}, batch {key[1]}: {len(records)} calls")
+                print(f"\n{name}, concurrency {key[0]}, batch {key[1]}, settle {key[2]} ms: "
+                      f"{len(records)} calls")  # fmt: skip
                 for at, a in records:
                     print(f"  at {at * 1e3:7.1f} ms: {a[0]} chunks; " + ", ".join(
                         f"{v:.1f}" for v in a[2:]) + " ms (staging, checks, decode)")  # fmt: skip
                 table.append((name, key, nbytes / seconds / 1e9, nbytes / base / 1e9, chunks))
-    print("\n| layout | concurrency, batch | codec GB/s | enable_gpu GB/s | ratio | calls |")
+    print(
+        "\n| layout | (concurrency, batch, settle ms) | codec GB/s | enable_gpu GB/s | ratio |",
+        end="",
+    )
+    print(" calls |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for name, key, codec, base, chunks in table:
-        print(f"| {name} | {key[0]}, {key[1]} | {codec:.2f} | {base:.2f} | {codec / base:.2f}x "
-              f"| {len(chunks)} |")  # fmt: skip
+        ratio = codec / base
+        print(f"| {name} | {key} | {codec:.2f} | {base:.2f} | {ratio:.2f}x | {len(chunks)} |")
     return 0
 
 

@@ -55,6 +55,9 @@ class CallMerger[Item, Result]:
     settle_rounds
         Event-loop iterations to wait, after a call arrives, for more calls; waiting goes on while
         each round brings new calls.
+    settle_seconds
+        Also wait this long after the rounds, again while each wait brings new calls: calls that
+        come from file reads in other threads arrive spread out in time.
 
     Examples
     --------
@@ -71,10 +74,15 @@ class CallMerger[Item, Result]:
     """
 
     def __init__(
-        self, run: Callable[[list[Item]], Awaitable[Sequence[Result]]], *, settle_rounds: int = 2
+        self,
+        run: Callable[[list[Item]], Awaitable[Sequence[Result]]],
+        *,
+        settle_rounds: int = 2,
+        settle_seconds: float = 0.0,
     ) -> None:
         self._run = run
         self._settle_rounds = settle_rounds
+        self.settle_seconds = settle_seconds
         self._lock = threading.Lock()
         self._queues: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Hashable, _Queue]
@@ -99,6 +107,8 @@ class CallMerger[Item, Result]:
                     seen = len(queue.pending)
                     for _ in range(self._settle_rounds):
                         await asyncio.sleep(0)
+                    if self.settle_seconds > 0:
+                        await asyncio.sleep(self.settle_seconds)
                 calls, queue.pending = queue.pending, []
                 await self._serve(calls)
         except BaseException as exc:
