@@ -193,6 +193,26 @@ def _blocks(spec: str) -> tuple[int, ...] | None:
     return None if spec == "default" else tuple(int(v) for v in spec.split("x"))
 
 
+def _reads_in_worker(path: str, depth: int, reads: int) -> tuple[float, float, int]:
+    """In a worker process, outside any task: ``reads`` reads of the volume's first ``depth``
+    planes with ``read_volume(gpu=True)``; the span (start, end, bytes) of the timed ones."""
+    import cupy
+
+    from linumpy.io import read_volume
+
+    region = (slice(0, depth),)
+    read_volume(path, gpu=True, region=region)  # warm-up
+    cupy.cuda.Device().synchronize()
+    start = time.perf_counter()
+    nbytes = 0
+    for _ in range(reads):
+        volume = read_volume(path, gpu=True, region=region)
+        nbytes += volume.nbytes
+        del volume
+    cupy.cuda.Device().synchronize()
+    return start, time.perf_counter(), nbytes
+
+
 def multi_gpu(
     path: Path, nbytes: int, repeats: int, gpus: int, blocks: list[str]
 ) -> list[dict[str, Any]]:
@@ -228,8 +248,27 @@ def multi_gpu(
                     }
                 )
                 print(json.dumps(rows[spec][-1]), flush=True)
+            # The same reads without tasks: each worker reads 1 GiB regions in a loop at once
+            # (client.run), to tell the worker processes' own speed from the tasks' overhead.
+            try:
+                spans = cluster.client.run(_reads_in_worker, str(path), 512, 5)
+            except Exception as exc:  # a failing measurement is a result too
+                print(f"reads in workers failed: {type(exc).__name__}: {exc}", flush=True)
+                continue
+            first = min(a for a, _, _ in spans.values())
+            last = max(b for _, b, _ in spans.values())
+            total = sum(size for _, _, size in spans.values())
+            rows.setdefault("in workers", []).append(
+                {
+                    "what": f"{n} dask-cuda worker(s) reading 1 GiB regions in a loop at once "
+                    "(client.run, no tasks)",
+                    "s": last - first,
+                    "GB/s": total / (last - first) / 1e9,
+                }
+            )
+            print(json.dumps(rows["in workers"][-1]), flush=True)
     for pair in rows.values():
-        pair[-1]["ratio"] = pair[0]["s"] / pair[-1]["s"]
+        pair[-1]["ratio"] = pair[-1]["GB/s"] / pair[0]["GB/s"]
     return [row for pair in rows.values() for row in pair]
 
 
