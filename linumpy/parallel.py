@@ -27,12 +27,12 @@ from linumpy.errors import ClusterError, LinumpyError, MemoryLimitError
 
 __all__ = [
     "BLOCKS_PER_SLOT",
-    "GPU_BLOCKS_PER_SLOT",
-    "GPU_DEVICE_SHARE",
     "DEFAULT_GPU_TASK_BYTES",
     "DEFAULT_GPU_THREADS",
-    "GPU_WORKER_THREADS",
     "DEFAULT_TASK_BYTES",
+    "GPU_BLOCKS_PER_SLOT",
+    "GPU_DEVICE_SHARE",
+    "GPU_WORKER_THREADS",
     "SPLIT_FLOOR_BYTES",
     "SPLIT_SLACK",
     "TASK_SHARE",

@@ -111,3 +111,25 @@ def test_separate_event_loops_have_separate_queues() -> None:
     assert asyncio.run(merger([2])) == [4]
     assert asyncio.run(merger([3])) == [9]
     assert run.calls == [[2], [3]]
+
+
+@pytest.mark.parametrize(
+    ("settle_seconds", "expected"), [(0.0, [[1], [2], [3]]), (0.3, [[1, 2, 3]])]
+)
+def test_settle_seconds_waits_for_calls_that_arrive_spread_out(
+    settle_seconds: float, expected: list[list[int]]
+) -> None:
+    """Calls 50 ms apart (shards read by other threads) run alone without a settle time, and
+    in one run when the merger waits for them."""
+    run = Recorder()
+    merger = CallMerger(run, settle_seconds=settle_seconds)
+
+    async def after(delay: float, items: list[int]) -> list[int]:
+        await asyncio.sleep(delay)
+        return await merger(items)
+
+    async def main() -> list[list[int]]:
+        return await asyncio.gather(after(0.0, [1]), after(0.05, [2]), after(0.1, [3]))
+
+    assert asyncio.run(main()) == [[1], [4], [9]]
+    assert run.calls == expected

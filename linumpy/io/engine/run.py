@@ -48,8 +48,9 @@ class Group:
     layout
         Where they go in the staging buffer and the file reads that put them there.
     tail
-        Part of the read's last chunks that the back end asked to get in groups of their own
-        (the 4th value of its ``group_bytes``): the GPU back end decodes them with libzstd.
+        Whether the group holds some of the read's last chunks, which the back end asked to get
+        in groups of their own (the 4th value of its ``group_bytes``); the GPU back end decodes
+        such groups with libzstd.
 
     Examples
     --------
