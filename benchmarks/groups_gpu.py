@@ -27,6 +27,7 @@ import zarr
 from linumpy.bench import oct_volume
 from linumpy.gpu.zarr_io import last_read_report
 from linumpy.io import read_volume
+from linumpy.settings import ENV
 
 LAYOUTS = {
     "128^3": {"chunks": (128, 128, 128)},
@@ -36,9 +37,10 @@ LAYOUTS = {
 }
 
 
-def _settings(config: str) -> dict[str, float]:
+def _settings(config: str) -> dict[str, object]:
+    """``name=value,...`` read as the fields' environment variables are (sizes in MiB)."""
     pairs = (item.split("=") for item in config.split(",") if item)
-    return {name: float(value) if "." in value else int(value) for name, value in pairs}
+    return {name: ENV[name][1](name, value) for name, value in pairs}
 
 
 def _baseline(source: str) -> Callable[[], AbstractContextManager[object]]:

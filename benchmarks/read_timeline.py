@@ -4,8 +4,8 @@ Writes a 1 GiB OCT-like volume in the given layouts, reads it with ``read_volume
 (warm-up, then ``--rounds`` reads) and, for the last read, prints one line per group: on the
 host, when the run loop handed it to the back end; on its stream (CUDA events, ms from the read's
 start), when its host-to-device copy started, when nvCOMP started and ended, when its scatter
-ended. The GPU back end is wrapped for this, not changed. ``--settings name=value ...`` as in
-:class:`linumpy.settings.Settings`.
+ended. The GPU back end is wrapped for this, not changed. ``--settings name=value ...`` as the
+fields' environment variables take them (sizes in MiB).
 
     python3 benchmarks/read_timeline.py --layouts "sharded 64^3" 128^3
 """
@@ -25,6 +25,7 @@ import zarr
 from linumpy.bench import oct_volume
 from linumpy.gpu import backend as gpu_backend
 from linumpy.io import read_volume
+from linumpy.settings import ENV
 
 LAYOUTS = {
     "128^3": {"chunks": (128, 128, 128)},
@@ -110,9 +111,7 @@ def main() -> None:
     parser.add_argument("--settings", nargs="*", default=[], help="name=value")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
-    settings = {
-        k: float(v) if "." in v else int(v) for k, v in (i.split("=") for i in args.settings)
-    }
+    settings = {k: ENV[k][1](k, v) for k, v in (i.split("=") for i in args.settings)}
     volume = oct_volume((args.mib * 2**20 // (1024 * 1024 * 2), 1024, 1024), xp=cupy)
     host = volume.get()
     root = Path(args.workdir or tempfile.mkdtemp())

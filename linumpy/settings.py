@@ -15,6 +15,7 @@ field                    environment variable             default
 ``gpu_streams``          ``LINUMPY_GPU_STREAMS``          4 groups decoded at once
 ``batch_bytes``          ``LINUMPY_GPU_BATCH_MIB``        0: groups sized by scratch and streams
 ``gpu_cpu_share``        ``LINUMPY_GPU_CPU_SHARE``        0: nvCOMP decodes every chunk
+``gpu_read_order``       ``LINUMPY_GPU_READ_ORDER``       ``auto`` (``size`` for chunks >= 1 MiB)
 ``gpu_chunk_bytes``      ``LINUMPY_GPU_CHUNK_MIB``        16 MiB: larger chunks decode on the CPU
 ``nvcomp_batch_size``    ``LINUMPY_NVCOMP_BATCH_SIZE``    1024 chunks per codec call in zarr
 ``nvcomp_concurrency``   ``LINUMPY_NVCOMP_CONCURRENCY``   32 (zarr's ``async.concurrency``)
@@ -38,6 +39,7 @@ __all__ = ["ENV", "Settings", "get", "resolve", "set"]
 
 MIB = 1024 * 1024
 FETCH_CHOICES = ("auto", "kvikio", "pread")
+READ_ORDER_CHOICES = ("auto", "file", "size")
 
 
 def available_cpus() -> int:
@@ -65,10 +67,17 @@ def _share(name: str, value: object) -> float:
     return float(value)
 
 
-def _choice(name: str, value: object) -> str:
-    if value not in FETCH_CHOICES:
-        raise SettingsError(f"{name} must be one of {', '.join(FETCH_CHOICES)}; got {value!r}")
-    return str(value)
+def _one_of(options: tuple[str, ...]) -> Callable[[str, object], str]:
+    def check(name: str, value: object) -> str:
+        if value not in options:
+            raise SettingsError(f"{name} must be one of {', '.join(options)}; got {value!r}")
+        return str(value)
+
+    return check
+
+
+_fetch_choice = _one_of(FETCH_CHOICES)
+_order_choice = _one_of(READ_ORDER_CHOICES)
 
 
 def _flag(name: str, value: object) -> bool:
@@ -107,6 +116,11 @@ class Settings:
         CPU once the files are read, while nvCOMP finishes the chunks before them; they are
         copied to the device and scattered there. 1 decodes every chunk with libzstd, which
         also rejects any corrupt frame (see the GPU guide).
+    gpu_read_order
+        The order a GPU read takes chunks in: ``"file"`` (a shard's chunks in one read),
+        ``"size"`` (the best-compressed chunks first: nvCOMP decodes them slowest, and a call
+        lasts as long as its slowest frame), or ``"auto"``: ``"size"`` for chunks of 1 MiB or
+        more, whose frames take tens of milliseconds each, ``"file"`` for smaller ones.
     gpu_chunk_bytes
         Largest decoded chunk nvCOMP decodes; larger ones are decoded by libzstd on the CPU.
     nvcomp_batch_size
@@ -135,6 +149,7 @@ class Settings:
     gpu_streams: int = 4
     batch_bytes: int = 0
     gpu_cpu_share: float = 0.0
+    gpu_read_order: Literal["auto", "file", "size"] = "auto"
     gpu_chunk_bytes: int = 16 * MIB
     nvcomp_batch_size: int = 1024
     nvcomp_concurrency: int = 32
@@ -191,10 +206,6 @@ def _env_share(variable: str, raw: str) -> float:
     return _share(variable, value)
 
 
-def _env_choice(variable: str, raw: str) -> str:
-    return _choice(variable, raw)
-
-
 def _env_flag(variable: str, raw: str) -> bool:
     lowered = raw.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -209,10 +220,11 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "io_threads": ("LINUMPY_IO_THREADS", _env_int),
     "pinned_bytes": ("LINUMPY_GPU_PINNED_MIB", _env_mib),
     "scratch_bytes": ("LINUMPY_GPU_SCRATCH_MIB", _env_mib),
-    "fetch": ("LINUMPY_GPU_FETCH", _env_choice),
+    "fetch": ("LINUMPY_GPU_FETCH", _fetch_choice),
     "gpu_streams": ("LINUMPY_GPU_STREAMS", _env_int),
     "batch_bytes": ("LINUMPY_GPU_BATCH_MIB", _env_mib0),
     "gpu_cpu_share": ("LINUMPY_GPU_CPU_SHARE", _env_share),
+    "gpu_read_order": ("LINUMPY_GPU_READ_ORDER", _order_choice),
     "gpu_chunk_bytes": ("LINUMPY_GPU_CHUNK_MIB", _env_mib),
     "nvcomp_batch_size": ("LINUMPY_NVCOMP_BATCH_SIZE", _env_int),
     "nvcomp_concurrency": ("LINUMPY_NVCOMP_CONCURRENCY", _env_int),
@@ -223,10 +235,11 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "io_threads": _positive,
     "pinned_bytes": _positive,
     "scratch_bytes": _positive,
-    "fetch": _choice,
+    "fetch": _fetch_choice,
     "gpu_streams": _positive,
     "batch_bytes": _non_negative,
     "gpu_cpu_share": _share,
+    "gpu_read_order": _order_choice,
     "gpu_chunk_bytes": _positive,
     "nvcomp_batch_size": _positive,
     "nvcomp_concurrency": _positive,

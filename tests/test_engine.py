@@ -444,6 +444,7 @@ def _run(
     group: int | None = None,
     min_groups: int = 1,
     tail: float = 0.0,
+    best_compressed_first: bool = False,
 ) -> tuple[np.ndarray, Stats, RecordingBackend]:
     """run() through the CPU back end; ``group`` caps each group's compressed bytes."""
     backend = RecordingBackend(plan, threads=threads)
@@ -454,7 +455,14 @@ def _run(
         return group, 2**62, min_groups, tail
 
     try:
-        stats = run(plan, backend, reader="pread", threads=threads, group_bytes=budgets)
+        stats = run(
+            plan,
+            backend,
+            reader="pread",
+            threads=threads,
+            group_bytes=budgets,
+            best_compressed_first=best_compressed_first,
+        )
     finally:
         backend.close()
     return backend.out, stats, backend
@@ -502,6 +510,29 @@ def test_run_puts_the_tail_of_the_read_in_groups_of_its_own(tmp_path: Path, tail
     read_order = np.concatenate([f.group.entries for f in backend.submitted])
     assert sorted(read_order.tolist()) == list(range(plan.n_entries))
     assert marks.count(False) == (3 if tail < 1 else 0)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_run_reads_the_best_compressed_chunks_first_when_asked(tmp_path: Path, layout: str) -> None:
+    """``best_compressed_first``: chunks in order of compressed size across groups, the first
+    group holding the smallest; the same output as in file order."""
+    data = sample_data(SHAPE, "uint16")
+    data[:8] = 0  # missing chunks
+    data[16:] = 5  # the last slab of chunks compresses best
+    array = make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
+    plan = plan_read(array)
+    sizes = chunk_sizes(plan)
+    expected = zarr_read(tmp_path / "a.zarr", None).tobytes()
+    orders = {}
+    for first in (False, True):
+        out, _, backend = _run(plan, group=2**40, min_groups=3, best_compressed_first=first)
+        assert out.tobytes() == expected
+        assert len(backend.submitted) == 3
+        orders[first] = [sizes[f.group.entries].tolist() for f in backend.submitted]
+    by_size = [size for group in orders[True] for size in group]
+    in_groups = [sorted(group) for group in orders[True]]
+    assert [s for group in in_groups for s in group] == sorted(by_size)
+    assert max(orders[True][0]) < min(orders[False][0])  # the file order starts elsewhere
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

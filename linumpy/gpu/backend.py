@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 _SLOT_ALIGN = 256
 # Below this many compressed bytes a read is one group: overlap would not pay for the calls.
 _OVERLAP_MIN_BYTES = 32 * 1024 * 1024
+# From this decoded chunk size, ``gpu_read_order="auto"`` reads the best-compressed chunks first:
+# one frame of 128^3 uint16 (4 MiB) decodes in 20-64 ms on an H200, one of 64^3 in ~11 ms.
+SIZE_ORDER_MIN_CHUNK = 1024 * 1024
 
 
 def fast_path_obstacle(plan: ReadPlan) -> str | None:
@@ -157,6 +160,11 @@ class GpuBackend:
         self._lease = PinnedLease()
         self._device_id = cupy.cuda.runtime.getDevice()
         self._cpu_share = settings.gpu_cpu_share
+        order = settings.gpu_read_order
+        #: Whether the run reads the best-compressed chunks first (``gpu_read_order``).
+        self.size_order = order == "size" or (
+            order == "auto" and plan.chunk_nbytes >= SIZE_ORDER_MIN_CHUNK
+        )
         self._staging_room = 0  # the most compressed bytes a group may hold
         self._decoded_room = 0  # the most decoded bytes a group may hold
         self.phases = dict.fromkeys(

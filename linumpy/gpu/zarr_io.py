@@ -427,6 +427,7 @@ def _run_fast(
             reader=reader,
             threads=settings.io_threads,
             group_bytes=backend.group_bytes,
+            best_compressed_first=backend.size_order,
         )
     finally:
         backend.close()

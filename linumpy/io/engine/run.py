@@ -305,6 +305,7 @@ def run(
     reader: str,
     threads: int,
     group_bytes: Callable[[np.ndarray], tuple[int, int, int, float]],
+    best_compressed_first: bool = False,
 ) -> Stats:
     """Execute ``plan`` through ``backend``: fetch and check group k+1 while k is decoded.
 
@@ -323,6 +324,11 @@ def run(
         tail)`` given the compressed sizes in read order: the budgets of :func:`make_groups`,
         and the share of the chunks, the last read, to put in groups of their own
         (:attr:`Group.tail`).
+    best_compressed_first
+        Read the chunks in order of compressed size, smallest first, instead of file order: the
+        GPU back end's nvCOMP call lasts as long as its slowest frame, and the best-compressed
+        frames (the most matches) decode slowest, so they go in the first group, which also
+        reads fastest (the ``gpu_read_order`` setting).
 
     Returns
     -------
@@ -359,6 +365,8 @@ def run(
     # not the grid's), so a group of whole shards reads each shard in one run.
     order = np.flatnonzero(stored)
     order = order[np.lexsort((plan.offsets[order], plan.file_index[order]))]
+    if best_compressed_first:
+        order = order[np.argsort(sizes[order], kind="stable")]
     max_compressed, max_total, min_groups, tail = group_bytes(sizes[order])
     head = len(order) - min(len(order), int(len(order) * tail))
     budgets = {
