@@ -45,7 +45,7 @@ from linumpy.io.engine.frames import (
     check_frames,
     inspect_zstd_chunk,
 )
-from linumpy.io.engine.plan import ReadPlan, plan_read
+from linumpy.io.engine.plan import ReadPlan, chunk_keys, plan_read
 from linumpy.io.engine.run import Fetched, Stats, make_groups, run
 
 READERS = [
@@ -87,6 +87,36 @@ def test_plan_entries_cover_the_region_once(tmp_path: Path, layout: str, region:
     assert {r.key for r in plan.missing} == {plan.key(i) for i in np.flatnonzero(~plan.stored)}
     out_start, out_stop, _ = plan.bounds()
     assert np.all((out_start >= 0) & (out_stop <= np.array(plan.shape)))
+
+
+ENCODINGS = [
+    (3, None),
+    (3, {"name": "default", "separator": "."}),
+    (3, {"name": "v2", "separator": "."}),
+    (3, {"name": "v2", "separator": "/"}),
+    (2, None),
+    (2, {"name": "v2", "separator": "/"}),
+]
+
+
+@pytest.mark.parametrize(("zarr_format", "encoding"), ENCODINGS)
+@pytest.mark.parametrize(
+    ("shape", "chunks"), [((), ()), ((30,), (2,)), ((4, 4), (2, 2)), ((3, 4, 25), (1, 2, 2))]
+)
+def test_chunk_keys_are_zarrs(
+    tmp_path: Path, zarr_format: int, encoding: dict | None, shape: tuple, chunks: tuple
+) -> None:
+    """The keys built an axis at a time are the ones zarr's metadata encodes, chunk by chunk."""
+    options: dict = {"chunks": chunks} if chunks else {}
+    if encoding is not None:
+        options["chunk_key_encoding"] = encoding
+    array = zarr.create_array(
+        tmp_path / "a.zarr", shape=shape, dtype="u1", zarr_format=zarr_format, **options
+    )
+    counts = [-(-s // c) for s, c in zip(shape, chunks)]
+    grid = np.indices(counts).reshape(len(shape), -1).T if shape else np.zeros((1, 0), int)
+    expected = ["p/" + array.metadata.encode_chunk_key(tuple(c)) for c in grid.tolist()]
+    assert chunk_keys(array.metadata, grid, "p/") == expected
 
 
 # --- the frame check ----------------------------------------------------------------------------
