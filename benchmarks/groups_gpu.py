@@ -3,14 +3,18 @@
 Writes a 1 GiB OCT-like volume in the issue's four layouts, then times ``read_volume(gpu=True)``
 in interleaved rounds: the current code, the ``make_groups`` of an older ``run.py`` (``--baseline``,
 from ``git show REV:linumpy/io/engine/run.py``) patched in, and each ``--sweep`` configuration
-(``name=value,...`` settings). Every read is compared with the volume. Prints a table last.
+(``name=value,...`` settings), and each ``--patch`` (a module constant set for those reads).
+Every read is compared with the volume. Prints a table last.
 
-    python3 benchmarks/groups_gpu.py --baseline .whl/run_head.py --sweep gpu_streams=8
+    python3 benchmarks/groups_gpu.py --baseline .whl/run_head.py --sweep gpu_streams=8 \
+        --patch linumpy.io.engine.run.SIZE_AS_READ=False
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import importlib.util
 import statistics
 import sys
@@ -58,6 +62,9 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="*", default=list(LAYOUTS), choices=list(LAYOUTS))
     parser.add_argument("--baseline", default=None, help="an older run.py whose groups to time")
     parser.add_argument("--sweep", nargs="*", default=[], help="'name=value,...' settings")
+    parser.add_argument(
+        "--patch", nargs="*", default=[], help="'module.NAME=value': a module constant changed"
+    )
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
     depth = args.mib * 2**20 // (1024 * 1024 * 2)
@@ -71,6 +78,9 @@ def main() -> None:
         runs["before"] = ({}, _baseline(args.baseline))
     for config in args.sweep:
         runs[config] = (_settings(config), nullcontext)
+    for change in args.patch:
+        target, value = change.split("=")
+        runs[change] = ({}, functools.partial(mock.patch, target, ast.literal_eval(value)))
     rows = []
     for name in args.layouts:
         path = root / f"{name.replace(' ', '_').replace('^', '')}.zarr"

@@ -103,3 +103,29 @@ def test_strip_crc32c_many_names_the_first_bad_chunk() -> None:
     assert info.value.key == "2"
     with pytest.raises(ChunkDecodeError, match="shorter than its 4-byte crc32c"):
         strip_crc32c(b"abc", "k")
+
+
+@pytest.mark.parametrize("layout", CRC_LAYOUTS)
+def test_the_run_loop_strips_and_checks_crc32c(tmp_path: Path, layout: str) -> None:
+    """Through run() (the GPU reader's loop), on the CPU back end: chunk files sized as they are
+    read and packed, sharded chunks sized by their index; a flipped bit named."""
+    from linumpy.io.engine.cpu import CpuBackend
+    from linumpy.io.engine.run import run
+
+    def read(path: Path) -> np.ndarray:
+        plan = plan_read(zarr.open_array(path, mode="r"))
+        backend = CpuBackend(plan, threads=3)
+        try:
+            run(plan, backend, reader="pread", threads=3, group_bytes=lambda s: (4000, 2**40, 3, 0))
+        finally:
+            backend.close()
+        return backend.out
+
+    data = sample_data(SHAPE, "uint16")
+    data[:8] = 0  # chunks never written
+    make_array(tmp_path / "good.zarr", layout, data, chunks=CHUNKS, crc32c=True)
+    np.testing.assert_array_equal(read(tmp_path / "good.zarr"), data)
+    path, key, _ = _victim(tmp_path, layout)
+    with pytest.raises(ChunkDecodeError, match="crc32c checksum mismatch") as info:
+        read(path)
+    assert info.value.key == key

@@ -17,7 +17,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, wait
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -32,9 +32,10 @@ __all__ = [
     "Layout",
     "align_up",
     "chunk_sizes",
-    "read_chunk_file",
     "kvikio_unusable_reason",
     "layout_group",
+    "read_chunk_file",
+    "read_exactly",
     "read_group",
     "read_shard_index",
     "use_kvikio_threads",
@@ -65,7 +66,19 @@ def align_up(n: int, alignment: int = ALIGN) -> int:
 
 def read_exactly(fd: int, view: memoryview, offset: int, key: Callable[[], str]) -> None:
     """Fill ``view`` from ``fd`` at ``offset``; a file that ends first raises
-    :class:`~linumpy.errors.ChunkDecodeError` naming ``key()`` (called only then)."""
+    :class:`~linumpy.errors.ChunkDecodeError` naming ``key()`` (called only then).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryFile() as f:
+    ...     _ = f.write(b"0123456789")
+    ...     f.flush()
+    ...     target = bytearray(4)
+    ...     read_exactly(f.fileno(), memoryview(target), 3, lambda: "c0")
+    >>> bytes(target)
+    b'3456'
+    """
     done = 0
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)
@@ -224,7 +237,14 @@ class Layout:
         Reads ``(path, file offset, nbytes, buffer offset, first chunk)``: adjacent byte ranges
         of one file merged; the chunk (position in the group) names the run in errors.
     nbytes
-        Bytes of the buffer in use.
+        Bytes of the buffer in use (reserved, when not ``sized``).
+    sized
+        False for chunk files whose sizes are found as they are read
+        (:mod:`~linumpy.io.engine.unsized`): before the read, ``nbytes`` -1 in ``runs``;
+        after it, no ``runs`` and the chunks where ``spans`` say.
+    spans
+        ``(start, nbytes)`` ranges of the buffer that hold chunks, when not all of
+        ``[0, nbytes)`` does.
 
     Examples
     --------
@@ -237,6 +257,12 @@ class Layout:
     offsets: np.ndarray
     runs: tuple[tuple[str, int, int, int, int], ...]
     nbytes: int
+    sized: bool = True
+    spans: tuple[tuple[int, int], ...] = ()
+
+    def copies(self) -> tuple[tuple[int, int], ...]:
+        """``(start, nbytes)`` ranges of the buffer to copy: ``spans``, or all of it."""
+        return self.spans or ((0, self.nbytes),)
 
 
 def layout_group(
@@ -440,6 +466,7 @@ def read_group(
     futures = [
         pool.submit(_pread_runs, runs[lo:hi], buffer, keys) for lo, hi in zip(bounds, bounds[1:])
     ]
+    wait(futures)  # every part ends before an error leaves: they all write into ``buffer``
     for future in futures:
         future.result()
 
