@@ -4,9 +4,9 @@ A sharded array's plan knows every chunk's size from the shard indexes; an unsha
 only the file names. Sizing every file with ``os.stat`` before the first read cost the GPU reader
 6.9 ms of a 1 GiB read of 2048 files of 64^3 chunks on an H200 host (one thread: a stat is
 shorter than the hand-over of Python's GIL between threads). Here each file is sized through the
-descriptor the read opens anyway (``fstat``, of kvikio's ``CuFile.fileno()`` too) and packed into the
-group's staging buffer as it is read; the groups were cut from an estimate
-(:func:`estimate_sizes`), and each chunk reserves :func:`frame_capacity` bytes.
+descriptor the read opens anyway (``fstat``; for kvikio, of ``CuFile.fileno()``) and packed
+into the group's staging buffer as it is read; the groups were cut from an estimate
+(:func:`estimate_sizes`), and no file may be larger than :func:`frame_capacity`.
 
 A file larger than any zstd frame of its chunk can be (several frames, skippable frames), or one
 that finds the group's buffer full (chunks that compress worse than the estimate), is read whole
