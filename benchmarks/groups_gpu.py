@@ -7,7 +7,7 @@ from ``git show REV:linumpy/io/engine/run.py``) patched in, and each ``--sweep``
 Every read is compared with the volume. Prints a table last.
 
     python3 benchmarks/groups_gpu.py --baseline .whl/run_head.py --sweep gpu_streams=8 \
-        --patch linumpy.io.engine.run.SIZE_AS_READ=False
+        --patch linumpy.gpu.backend.SIZE_ORDER_MIN_CHUNK=1099511627776
 """
 
 from __future__ import annotations

@@ -47,7 +47,6 @@ from linumpy.io.engine.frames import (
 )
 from linumpy.io.engine.plan import ReadPlan, chunk_keys, plan_read
 from linumpy.io.engine.run import Fetched, Stats, make_groups, run
-from linumpy.io.engine.unsized import frame_capacity, read_unsized, unsized_layout
 
 READERS = [
     "pread",
@@ -244,45 +243,6 @@ def test_read_group_gets_the_stored_bytes(
         path = plan.files[plan.file_index[entry]]
         expected = _file_bytes(path, int(plan.offsets[entry]), int(sizes[i]))
         assert buffer[at : at + sizes[i]].tobytes() == expected
-
-
-@pytest.mark.parametrize("reader", READERS)
-@pytest.mark.parametrize("threads", [1, 3])
-@pytest.mark.parametrize("room", [10_000, 300])
-def test_read_unsized_packs_files_and_sets_apart_what_does_not_fit(
-    tmp_path: Path, threads: int, reader: str, room: int
-) -> None:
-    """Chunk files sized as they are read: each file's bytes once, packed where ``offsets`` and
-    ``spans`` say, missing files -1, a file over its capacity or past its part's room apart."""
-    rng = np.random.default_rng(7)
-    payloads = {i: rng.integers(0, 256, n, dtype=np.uint8) for i, n in enumerate(
-        [50, 0, 120, 70, 400, 33, 90, 64]
-    )}  # fmt: skip
-    del payloads[1]  # never written
-    paths = [str(tmp_path / f"c{i}") for i in range(8)]
-    for i, payload in payloads.items():
-        Path(paths[i]).write_bytes(payload.tobytes())
-    capacity = 256  # file 4 (400 bytes) is larger
-    layout = unsized_layout(paths, np.arange(8), room)
-    buffer = np.zeros(layout.nbytes, dtype=np.uint8)
-    with ThreadPoolExecutor(threads) as pool:
-        found = read_unsized(
-            buffer, layout, capacity, lambda i: paths[i], reader=reader, pool=pool,
-            threads=threads,
-        )  # fmt: skip
-    assert found.sizes.tolist() == [len(payloads[i]) if i in payloads else -1 for i in range(8)]
-    assert 4 in found.outside
-    spans = [range(start, start + n) for start, n in found.spans]
-    assert sum(len(span) for span in spans) <= room
-    for i, payload in payloads.items():
-        if i in found.outside:
-            assert found.outside[i].tobytes() == payload.tobytes()
-            continue
-        at = int(found.offsets[i])
-        assert buffer[at : at + len(payload)].tobytes() == payload.tobytes()
-        assert any(at in span and at + len(payload) - 1 in span for span in spans)
-    if room == 10_000:
-        assert sorted(found.outside) == [4]  # nothing else lacked room
 
 
 @pytest.mark.parametrize("threads", [1, 4])
@@ -556,12 +516,10 @@ def test_run_matches_zarr(tmp_path: Path, layout: str, dtype: str) -> None:
             assert out.tobytes() == expected.tobytes()
             assert stats.n_groups == len(backend.submitted)
             if group is not None:
-                room = align_up(max(group, frame_capacity(plan.chunk_nbytes, plan.crc32c)))
-                for f in backend.submitted:
-                    if not f.group.layout.sized:  # chunk files sized as read, packed in the room
-                        assert sum(n for _, n in f.group.layout.spans) <= room
-                    else:
-                        assert int(f.sizes.sum()) <= group or len(f.group.entries) == 1
+                assert all(
+                    int(f.sizes.sum()) <= group or len(f.group.entries) == 1
+                    for f in backend.submitted
+                )
         # read_plan is run() with the CPU back end's own budgets.
         assert read_plan(plan, threads=2)[0].tobytes() == expected.tobytes()
 
@@ -589,6 +547,7 @@ def test_run_reads_the_best_compressed_chunks_first_when_asked(tmp_path: Path, l
     """``best_compressed_first``: chunks in order of compressed size across groups, the first
     group holding the smallest; the same output as in file order."""
     data = sample_data(SHAPE, "uint16")
+    data[:8] = 0  # missing chunks
     data[16:] = 5  # the last slab of chunks compresses best
     array = make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
     plan = plan_read(array)
@@ -603,7 +562,7 @@ def test_run_reads_the_best_compressed_chunks_first_when_asked(tmp_path: Path, l
     by_size = [size for group in orders[True] for size in group]
     in_groups = [sorted(group) for group in orders[True]]
     assert [s for group in in_groups for s in group] == sorted(by_size)
-    assert [s for group in orders[False] for s in group] != sorted(by_size)  # not by chance
+    assert max(orders[True][0]) < min(orders[False][0])  # the file order starts elsewhere
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -321,26 +321,18 @@ class GpuBackend:
         layout = fetched.group.layout
         entries = fetched.group.entries
         n = len(entries)
-        # The staged spans go to the device back to back (chunk files sized as they were read
-        # are packed in spans with room between them); frame offsets follow their spans.
-        spans = np.array(layout.copies(), dtype=np.int64).reshape(-1, 2)
-        targets = np.zeros(len(spans), dtype=np.int64)
-        targets[1:] = np.cumsum((spans[:-1, 1] + ALIGN - 1) // ALIGN * ALIGN)
-        span_of = np.maximum(np.searchsorted(spans[:, 0], layout.offsets, side="right") - 1, 0)
-        frames = targets[span_of] + layout.offsets - spans[span_of, 0]
-        decoded_at = align_up(int(targets[-1] + spans[-1, 1]) if len(spans) else 0, _SLOT_ALIGN)
+        decoded_at = align_up(layout.nbytes, _SLOT_ALIGN)
         mark = time.perf_counter()
         device = self._device(state, decoded_at + n * self._slot_nbytes)
         self.phases["device_alloc"] += time.perf_counter() - mark
         base = int(device.data.ptr)
         slots = base + decoded_at + np.arange(n, dtype=np.int64) * self._slot_nbytes
         runtime = cupy.cuda.runtime
-        host = fetched.staging.ctypes.data
         with stream:
-            for (start, nbytes), target in zip(spans.tolist(), targets.tolist()):
-                runtime.memcpyAsync(
-                    base + target, host + start, nbytes, runtime.memcpyHostToDevice, stream.ptr
-                )
+            runtime.memcpyAsync(
+                base, fetched.staging.ctypes.data, layout.nbytes, runtime.memcpyHostToDevice,
+                stream.ptr,
+            )  # fmt: skip
             on_gpu = np.flatnonzero(fetched.verdicts != FRAME_NEEDS_CHECK)
             for i, data in fetched.decoded:
                 runtime.memcpyAsync(
@@ -351,7 +343,7 @@ class GpuBackend:
             mark = time.perf_counter()
             if len(on_gpu):
                 pending = nvcomp.decode(
-                    base + frames[on_gpu],
+                    base + layout.offsets[on_gpu],
                     fetched.sizes[on_gpu],
                     slots[on_gpu],
                     np.full(len(on_gpu), self.plan.chunk_nbytes, dtype=np.int64),

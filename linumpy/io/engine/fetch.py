@@ -32,10 +32,9 @@ __all__ = [
     "Layout",
     "align_up",
     "chunk_sizes",
+    "read_chunk_file",
     "kvikio_unusable_reason",
     "layout_group",
-    "read_chunk_file",
-    "read_exactly",
     "read_group",
     "read_shard_index",
     "use_kvikio_threads",
@@ -66,19 +65,7 @@ def align_up(n: int, alignment: int = ALIGN) -> int:
 
 def read_exactly(fd: int, view: memoryview, offset: int, key: Callable[[], str]) -> None:
     """Fill ``view`` from ``fd`` at ``offset``; a file that ends first raises
-    :class:`~linumpy.errors.ChunkDecodeError` naming ``key()`` (called only then).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> with tempfile.TemporaryFile() as f:
-    ...     _ = f.write(b"0123456789")
-    ...     f.flush()
-    ...     target = bytearray(4)
-    ...     read_exactly(f.fileno(), memoryview(target), 3, lambda: "c0")
-    >>> bytes(target)
-    b'3456'
-    """
+    :class:`~linumpy.errors.ChunkDecodeError` naming ``key()`` (called only then)."""
     done = 0
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)
@@ -216,13 +203,18 @@ def chunk_sizes(plan: Any) -> np.ndarray:
     """
     sizes = np.where(plan.stored, plan.nbytes, -1).astype(np.int64)
     unknown = np.flatnonzero(plan.stored & (plan.nbytes < 0))
-    files, file_index, offsets = plan.files, plan.file_index, plan.offsets
-    for i in unknown.tolist():
-        try:
-            sizes[i] = os.stat(files[file_index[i]]).st_size - int(offsets[i])
-        except FileNotFoundError:
-            sizes[i] = -1
+    files = plan.files
+    paths = [files[f] for f in plan.file_index[unknown].tolist()]
+    found = np.array([_file_size(path) for path in paths], dtype=np.int64)
+    sizes[unknown] = np.where(found >= 0, found - plan.offsets[unknown], -1)
     return sizes
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,14 +229,7 @@ class Layout:
         Reads ``(path, file offset, nbytes, buffer offset, first chunk)``: adjacent byte ranges
         of one file merged; the chunk (position in the group) names the run in errors.
     nbytes
-        Bytes of the buffer in use (reserved, when not ``sized``).
-    sized
-        False for chunk files whose sizes are found as they are read
-        (:mod:`~linumpy.io.engine.unsized`): before the read, ``nbytes`` -1 in ``runs``;
-        after it, no ``runs`` and the chunks where ``spans`` say.
-    spans
-        ``(start, nbytes)`` ranges of the buffer that hold chunks, when not all of
-        ``[0, nbytes)`` does.
+        Bytes of the buffer in use.
 
     Examples
     --------
@@ -257,12 +242,6 @@ class Layout:
     offsets: np.ndarray
     runs: tuple[tuple[str, int, int, int, int], ...]
     nbytes: int
-    sized: bool = True
-    spans: tuple[tuple[int, int], ...] = ()
-
-    def copies(self) -> tuple[tuple[int, int], ...]:
-        """``(start, nbytes)`` ranges of the buffer to copy: ``spans``, or all of it."""
-        return self.spans or ((0, self.nbytes),)
 
 
 def layout_group(

@@ -22,8 +22,8 @@ from typing import Protocol
 
 import numpy as np
 
-from linumpy.io.engine.crc import strip_crc32c, strip_crc32c_many
-from linumpy.io.engine.fetch import Layout, align_up, chunk_sizes, layout_group, read_group
+from linumpy.io.engine.crc import strip_crc32c_many
+from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, read_group
 from linumpy.io.engine.frames import (
     FRAME_CHECKSUM,
     FRAME_GPU,
@@ -33,13 +33,8 @@ from linumpy.io.engine.frames import (
     inspect_zstd_chunk,
 )
 from linumpy.io.engine.plan import EntryKeys, ReadPlan
-from linumpy.io.engine.unsized import estimate_sizes, frame_capacity, read_unsized, unsized_layout
 
 __all__ = ["Backend", "Fetched", "Group", "Stats", "make_groups", "run"]
-
-#: Size chunk files as they are read (:mod:`~linumpy.io.engine.unsized`); False sizes each with
-#: ``os.stat`` before the first read, as before (for comparisons).
-SIZE_AS_READ = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +89,6 @@ class Fetched:
         skippable frames, no declared size) or too large for the back end's decoder.
     seconds
         Time spent reading the group's files.
-    missing
-        Plan entries of the group whose chunk files turned out not to exist (groups of files
-        sized as they are read); ``group`` no longer holds them.
-    nbytes_read
-        Compressed bytes of the group's chunks as stored (crc32c included).
 
     Examples
     --------
@@ -117,8 +107,6 @@ class Fetched:
     verdicts: np.ndarray
     decoded: list[tuple[int, np.ndarray]] = field(default_factory=list)
     seconds: float = 0.0
-    missing: np.ndarray | None = None
-    nbytes_read: int = 0
 
 
 class Backend(Protocol):
@@ -264,64 +252,17 @@ def _fetch(
     slot = index % backend.slots
     staging = backend.staging(slot, group.layout.nbytes)
     entries = group.entries
-    missing = None
-    decoded: list[tuple[int, np.ndarray]] = []
-    if group.layout.sized:
-        read_group(
-            staging, group.layout, EntryKeys(plan, entries), reader=reader, pool=pool,
-            threads=threads,
-        )  # fmt: skip
-        nbytes = sizes[entries]
-        nbytes_read = int(nbytes.sum())
-    else:
-        group, nbytes, missing, outside = _read_unsized(plan, group, staging, reader, pool, threads)
-        entries = group.entries
-        nbytes_read = int(nbytes.sum())
-        for i, frame in outside.items():
-            key = plan.key(int(entries[i]))
-            if plan.crc32c:
-                frame = strip_crc32c(frame, key)
-            decoded.append((i, decode_zstd_cpu(frame, key=key, expected_size=plan.chunk_nbytes)))
+    read_group(
+        staging, group.layout, EntryKeys(plan, entries), reader=reader, pool=pool, threads=threads
+    )
+    nbytes = sizes[entries]
     if plan.crc32c:  # before anything decodes them: nvCOMP trusts its input
-        inside = np.ones(len(entries), dtype=bool)
-        inside[[i for i, _ in decoded]] = False
-        nbytes[inside] = strip_crc32c_many(
-            staging,
-            group.layout.offsets[inside],
-            nbytes[inside],
-            EntryKeys(plan, entries[inside]),
-            pool,
+        nbytes = strip_crc32c_many(
+            staging, group.layout.offsets, nbytes, EntryKeys(plan, entries), pool
         )
     seconds = time.perf_counter() - started
     verdicts = np.full(len(entries), FRAME_NEEDS_CHECK, dtype=np.int8)
-    return Fetched(
-        index, slot, group, staging, nbytes, verdicts, decoded, seconds, missing, nbytes_read
-    )
-
-
-def _read_unsized(
-    plan: ReadPlan,
-    group: Group,
-    staging: np.ndarray,
-    reader: str,
-    pool: ThreadPoolExecutor,
-    threads: int,
-) -> tuple[Group, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
-    """Read a group of chunk files sized as they are read; the group of the files found, their
-    sizes, the entries not stored, and the files too large for their room (by position)."""
-    entries = group.entries
-    capacity = frame_capacity(plan.chunk_nbytes, plan.crc32c)
-    found = read_unsized(
-        staging, group.layout, capacity, EntryKeys(plan, entries), reader=reader, pool=pool,
-        threads=threads,
-    )  # fmt: skip
-    stored = found.sizes >= 0
-    position = np.cumsum(stored) - 1
-    outside = {int(position[i]): frame for i, frame in found.outside.items()}
-    end = max((start + n for start, n in found.spans), default=0)
-    layout = Layout(found.offsets[stored], (), end, sized=False, spans=tuple(found.spans))
-    kept = Group(entries[stored], layout, group.tail)
-    return kept, found.sizes[stored], entries[~stored], outside
+    return Fetched(index, slot, group, staging, nbytes, verdicts, [], seconds)
 
 
 def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPoolExecutor) -> None:
@@ -332,14 +273,10 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
     staging, offsets, nbytes = fetched.staging, fetched.group.layout.offsets, fetched.sizes
     key = EntryKeys(plan, fetched.group.entries)
     verdicts = check_frames(staging, offsets, nbytes, plan.chunk_nbytes)
-    done = [i for i, _ in fetched.decoded]  # files too large for their room, decoded already
-    verdicts[done] = FRAME_NEEDS_CHECK
     too_large = plan.chunk_nbytes > backend.max_decode_bytes
     candidates = (
         range(len(verdicts)) if too_large else np.flatnonzero(verdicts == FRAME_NEEDS_CHECK)
     )
-    if done:
-        candidates = [i for i in candidates if i not in set(done)]
     on_cpu = []
     for i in candidates:
         frame = staging[offsets[i] : offsets[i] + nbytes[i]]
@@ -354,7 +291,7 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
         frame = staging[offsets[i] : offsets[i] + nbytes[i]]
         return i, decode_zstd_cpu(frame, key=key(i), expected_size=plan.chunk_nbytes)
 
-    fetched.decoded += (
+    fetched.decoded = (
         list(pool.map(decode, on_cpu)) if len(on_cpu) > 1 else [decode(i) for i in on_cpu]
     )
     verdicts[on_cpu] = FRAME_NEEDS_CHECK
@@ -415,14 +352,12 @@ def run(
     stats = Stats()
     phases = stats.phases
     mark = time.perf_counter()
-    # Chunk files are sized as they are read (see linumpy.io.engine.unsized), unless the order
-    # needs their sizes; the groups are cut from an estimate then.
-    unsized = SIZE_AS_READ and plan.chunks_per_shard is None and not best_compressed_first
-    sizes = estimate_sizes(plan) if unsized else chunk_sizes(plan)
+    sizes = chunk_sizes(plan)
     phases["sizes"] = time.perf_counter() - mark
     mark = time.perf_counter()
     stored = sizes >= 0
     missing = np.flatnonzero(~stored)
+    stats.n_reads = int(stored.sum())
     stats.n_fill = len(missing)
     if len(missing):
         backend.fill(missing)
@@ -444,23 +379,18 @@ def run(
         for entries in make_groups(order[:head], sizes, min_groups=min_groups, **budgets)
     ]
     split += [(entries, True) for entries in make_groups(order[head:], sizes, **budgets)]
-    capacity = frame_capacity(plan.chunk_nbytes, plan.crc32c)
     groups = [
         Group(
             entries,
-            unsized_layout(
-                plan.files,
-                plan.file_index[entries],
-                align_up(min(len(entries) * capacity, max(max_compressed, capacity))),
-            )
-            if unsized
-            else layout_group(
+            layout_group(
                 plan.files, plan.file_index[entries], plan.offsets[entries], sizes[entries]
             ),
             is_tail,
         )
         for entries, is_tail in split
     ]
+    stats.n_groups = len(groups)
+    stats.compressed_bytes = int(sizes[order].sum())
     phases["groups"] = time.perf_counter() - mark
     for name in ("fetch", "fetch_wait", "validate", "submit"):
         phases[name] = 0.0
@@ -482,18 +412,11 @@ def run(
             phases["fetch"] += fetched.seconds
             pending = producer.submit(fetch, k + 1) if k + 1 < len(groups) else None
             mark = time.perf_counter()
-            stats.n_reads += len(fetched.group.entries)
-            stats.compressed_bytes += fetched.nbytes_read
             try:
-                if fetched.missing is not None and len(fetched.missing):
-                    stats.n_fill += len(fetched.missing)
-                    backend.fill(fetched.missing)
                 _validate(plan, backend, fetched, pool)
                 phases["validate"] += time.perf_counter() - mark
                 mark = time.perf_counter()
-                if len(fetched.group.entries):
-                    backend.submit(fetched)
-                    stats.n_groups += 1
+                backend.submit(fetched)
             except BaseException:
                 if pending is not None and not pending.cancel():
                     with suppress(BaseException):  # the first error is the one to report
