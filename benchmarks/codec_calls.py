@@ -2,9 +2,10 @@
 
 Writes a 1 GiB OCT-like volume (zstd level 3) in the given layouts, then reads it whole with
 zarr inside ``gpu_zarr_context`` and with ``zarr.config.enable_gpu()`` alone, in interleaved
-rounds, for each ``--concurrency`` / ``--batch`` / ``--settle-ms`` configuration (zarr's
-``async.concurrency`` and ``codec_pipeline.batch_size``; how long the codec's call merger waits
-for more shards' calls, ``CallMerger.settle_seconds``). For the last codec read of each
+rounds, for each ``--concurrency`` / ``--batch`` / ``--settle-ms`` / ``--in-flight``
+configuration (zarr's ``async.concurrency`` and ``codec_pipeline.batch_size``; how long the
+codec's call merger waits for more shards' calls, ``CallMerger.settle_seconds``; how many merged
+calls it runs at once, ``CallMerger.max_in_flight``). For the last codec read of each
 configuration it prints the codec's calls from its debug log: how many, chunks per call, and the
 ms the log gives per call.
 
@@ -55,6 +56,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="*", default=[32])
     parser.add_argument("--batch", type=int, nargs="*", default=[1024])
     parser.add_argument("--settle-ms", type=float, nargs="*", default=[0.0])
+    parser.add_argument("--in-flight", type=int, nargs="*", default=[1])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
@@ -70,24 +72,28 @@ def main() -> int:
             path = Path(folder) / f"{name.replace(' ', '_').replace('^', '')}.zarr"
             write_volume(path, volume, LAYOUTS[name], ZstdCodec(level=3))
             configs = [
-                (c, b, ms) for c in args.concurrency for b in args.batch for ms in args.settle_ms
+                (c, b, ms, k)
+                for c in args.concurrency
+                for b in args.batch
+                for ms in args.settle_ms
+                for k in args.in_flight
             ]
             times: dict[object, list[float]] = {key: [] for key in [*configs, "enable_gpu"]}
             last: dict[object, list[tuple[float, tuple]]] = {}
             for _ in range(args.rounds + 1):  # the first round warms up
-                for concurrency, batch, settle in configs:
+                for config in configs:
+                    concurrency, batch, settle, in_flight = config
                     settings = {"async.concurrency": concurrency}
                     settings["codec_pipeline.batch_size"] = batch
                     nvcomp_zstd._DECODES.settle_seconds = settle / 1e3
+                    nvcomp_zstd._DECODES.max_in_flight = in_flight
                     with gpu_zarr_context(), zarr.config.set(settings):
                         calls.records.clear()
                         start = time.perf_counter()
                         out = zarr.open_array(path, mode="r")[...]
                         cupy.cuda.Device().synchronize()
-                        times[(concurrency, batch, settle)].append(time.perf_counter() - start)
-                        last[(concurrency, batch, settle)] = [
-                            (t - start, a) for t, a in calls.records
-                        ]
+                        times[config].append(time.perf_counter() - start)
+                        last[config] = [(t - start, a) for t, a in calls.records]
                     assert np.array_equal(cupy.asnumpy(out), volume)
                     del out
                 with zarr.config.enable_gpu():
@@ -101,14 +107,15 @@ def main() -> int:
                 seconds = statistics.median(times[key][1:])
                 records = last[key]
                 chunks = [a[0] for _, a in records]
-                print(f"\n{name}, concurrency {key[0]}, batch {key[1]}, settle {key[2]} ms: "
-                      f"{len(records)} calls")  # fmt: skip
+                print(f"\n{name}, concurrency {key[0]}, batch {key[1]}, settle {key[2]} ms, "
+                      f"in flight {key[3]}: {len(records)} calls")  # fmt: skip
                 for at, a in records:
                     print(f"  at {at * 1e3:7.1f} ms: {a[0]} chunks; " + ", ".join(
                         f"{v:.1f}" for v in a[2:]) + " ms (staging, checks, decode)")  # fmt: skip
                 table.append((name, key, nbytes / seconds / 1e9, nbytes / base / 1e9, chunks))
     print(
-        "\n| layout | (concurrency, batch, settle ms) | codec GB/s | enable_gpu GB/s | ratio |",
+        "\n| layout | (concurrency, batch, settle ms, in flight) | codec GB/s | enable_gpu GB/s "
+        "| ratio |",
         end="",
     )
     print(" calls |")

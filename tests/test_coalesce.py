@@ -133,3 +133,43 @@ def test_settle_seconds_waits_for_calls_that_arrive_spread_out(
 
     assert asyncio.run(main()) == [[1], [4], [9]]
     assert run.calls == expected
+
+
+@pytest.mark.parametrize(
+    ("max_in_flight", "expected", "overlapped"),
+    [(1, [[1], [2, 3, 4]], False), (2, [[1], [2], [3, 4]], True), (8, [[1], [2], [3], [4]], True)],
+)
+def test_max_in_flight_serves_late_calls_beside_a_running_one(
+    max_in_flight: int, expected: list[list[int]], overlapped: bool
+) -> None:
+    """Calls 20 ms apart, each run lasting 100 ms: one at a time, later calls wait and merge;
+    more in flight, they start at once, beside the running ones."""
+    spans: list[tuple[float, float]] = []
+
+    async def timed(items: list[int]) -> list[int]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.sleep(0.1)
+        spans.append((start, loop.time()))
+        return [item * item for item in items]
+
+    calls: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        return await timed(items)
+
+    merger = CallMerger(run, max_in_flight=max_in_flight)
+
+    async def after(delay: float, items: list[int]) -> list[int]:
+        await asyncio.sleep(delay)
+        return await merger(items)
+
+    async def main() -> list[list[int]]:
+        return await asyncio.gather(*(after(0.02 * k, [k + 1]) for k in range(4)))
+
+    assert asyncio.run(main()) == [[1], [4], [9], [16]]
+    assert calls == expected
+    starts = sorted(start for start, _ in spans)
+    first_end = min(end for _, end in spans)
+    assert (starts[1] < first_end) is overlapped

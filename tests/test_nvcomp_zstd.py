@@ -330,18 +330,27 @@ def good_array(tmp_path: Path) -> Callable[[], None]:
 
 
 @pytest.mark.gpu
-def test_codec_stream_is_one_stream_per_thread(cp: object) -> None:
+def test_codec_streams_are_lent_per_thread(cp: object) -> None:
+    """A thread's calls one after the other reuse its stream; calls at once get one each; another
+    thread has its own."""
     import threading
 
     from linumpy.gpu.availability import codec_stream
 
-    first = codec_stream()
-    assert codec_stream() is first
+    with codec_stream() as first:
+        pass
+    with codec_stream() as again, codec_stream() as beside:
+        assert again is first and beside is not first
     others: list[object] = []
-    thread = threading.Thread(target=lambda: others.append(codec_stream()))
+
+    def other() -> None:
+        with codec_stream() as stream:
+            others.append(stream)
+
+    thread = threading.Thread(target=other)
     thread.start()
     thread.join()
-    assert len(others) == 1 and others[0] is not first
+    assert len(others) == 1 and others[0] not in (first, beside)
 
 
 @pytest.mark.gpu

@@ -5,7 +5,9 @@ inner chunks of one shard. An nvCOMP call takes about as long for a few large ch
 hundred (it decodes one frame per thread block), so one call per shard, run one after the other
 on the codec's stream, is many times slower than one call for all of them. :class:`CallMerger`
 gathers the calls that arrive while the tasks that are ready run, and while an earlier merged call
-is still running, and makes one call of the batch function for all of them.
+is still running, and makes one call of the batch function for all of them; with
+``max_in_flight`` above 1, calls that arrive while merged calls run start their own merged call
+at once, up to that many at a time (on the GPU, each on its own stream).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class _Queue:
 
     pending: list[tuple[list[Any], asyncio.Future[list[Any]]]] = field(default_factory=list)
     drain: asyncio.Task[None] | None = None
+    running: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 def _settle(
@@ -58,6 +61,9 @@ class CallMerger[Item, Result]:
     settle_seconds
         Also wait this long after the rounds, again while each wait brings new calls: calls that
         come from file reads in other threads arrive spread out in time.
+    max_in_flight
+        Merged calls of the batch function running at once: calls that arrive while fewer run
+        are served at once instead of waiting for a running call to end.
 
     Examples
     --------
@@ -79,10 +85,12 @@ class CallMerger[Item, Result]:
         *,
         settle_rounds: int = 2,
         settle_seconds: float = 0.0,
+        max_in_flight: int = 1,
     ) -> None:
         self._run = run
         self._settle_rounds = settle_rounds
         self.settle_seconds = settle_seconds
+        self.max_in_flight = max_in_flight
         self._lock = threading.Lock()
         self._queues: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Hashable, _Queue]
@@ -100,8 +108,10 @@ class CallMerger[Item, Result]:
         return await future
 
     async def _drain(self, queue: _Queue) -> None:
+        """Start merged calls of the pending calls while fewer than ``max_in_flight`` run."""
+        loop = asyncio.get_running_loop()
         try:
-            while queue.pending:
+            while queue.pending and len(queue.running) < self.max_in_flight:
                 seen = -1
                 while seen != len(queue.pending):
                     seen = len(queue.pending)
@@ -110,7 +120,9 @@ class CallMerger[Item, Result]:
                     if self.settle_seconds > 0:
                         await asyncio.sleep(self.settle_seconds)
                 calls, queue.pending = queue.pending, []
-                await self._serve(calls)
+                task = loop.create_task(self._serve(calls))
+                queue.running.add(task)
+                task.add_done_callback(lambda done: self._served(queue, done))
         except BaseException as exc:
             for _, future in queue.pending:
                 _settle(future, error=exc)
@@ -118,6 +130,14 @@ class CallMerger[Item, Result]:
             raise
         finally:
             queue.drain = None
+
+    def _served(self, queue: _Queue, task: asyncio.Task[None]) -> None:
+        """A merged call ended: serve what waited for it."""
+        queue.running.discard(task)
+        if not task.cancelled():
+            task.exception()  # its callers got the error; nobody else waits for it
+        if queue.pending and queue.drain is None:
+            queue.drain = task.get_loop().create_task(self._drain(queue))
 
     async def _serve(self, calls: list[tuple[list[Any], asyncio.Future[list[Any]]]]) -> None:
         calls = [(items, future) for items, future in calls if not future.done()]

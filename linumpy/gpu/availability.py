@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError
@@ -70,24 +72,29 @@ def require_gpu(what: str) -> None:
 _local = threading.local()
 
 
-def codec_stream() -> cupy.cuda.Stream:
-    """The calling thread's stream for the zarr codec, on its current device (made once).
+@contextmanager
+def codec_stream() -> Iterator[cupy.cuda.Stream]:
+    """Lend one of the calling thread's streams for the zarr codec, on its current device.
 
-    A blocking stream: it waits for earlier work on the legacy default stream, where zarr and
+    Blocking streams: they wait for earlier work on the legacy default stream, where zarr and
     cupy copy chunk bytes to the device, and memory freed after such work is not reused early.
+    Merged codec calls that run at once on one event loop (``CallMerger.max_in_flight``) each
+    get a stream of their own; a thread makes no more streams than it had calls at once.
 
     Examples
     --------
-    >>> codec_stream() is codec_stream()  # doctest: +SKIP
-    True
+    >>> with codec_stream() as stream:  # doctest: +SKIP
+    ...     pass
     """
     import cupy
 
     device = cupy.cuda.runtime.getDevice()
-    streams = _local.__dict__.setdefault("codec", {})
-    if device not in streams:
-        streams[device] = cupy.cuda.Stream(non_blocking=False)
-    return streams[device]
+    idle = _local.__dict__.setdefault("codec", {}).setdefault(device, [])
+    stream = idle.pop() if idle else cupy.cuda.Stream(non_blocking=False)
+    try:
+        yield stream
+    finally:
+        idle.append(stream)
 
 
 def worker_streams(count: int) -> list[cupy.cuda.Stream]:

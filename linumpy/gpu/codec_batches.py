@@ -236,10 +236,12 @@ def current_device() -> int | None:
 
 
 async def _decode_batch(
-    chunks: Sequence[Buffer], specs: Sequence[ArraySpec], keys: Sequence[str], pinned: ExitStack
+    stream: cupy.cuda.Stream,
+    chunks: Sequence[Buffer],
+    specs: Sequence[ArraySpec],
+    keys: Sequence[str],
+    pinned: ExitStack,
 ) -> list[Buffer]:
-    require_gpu("the nvCOMP zstd codec")
-    stream = codec_stream()
     import cupy
 
     started = time.perf_counter()
@@ -354,6 +356,7 @@ async def _decode_batch(
 
 
 async def _encode_batch(
+    stream: cupy.cuda.Stream,
     chunks: Sequence[Buffer],
     specs: Sequence[ArraySpec],
     keys: Sequence[str],
@@ -362,8 +365,6 @@ async def _encode_batch(
     checksum: bool,
     pinned: ExitStack,
 ) -> list[Buffer]:
-    require_gpu("the nvCOMP zstd codec")
-    stream = codec_stream()
     import cupy
 
     arrays = [chunk.as_array_like() for chunk in chunks]
@@ -461,8 +462,10 @@ async def decode_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Buffe
     --------
     >>> decoded = await decode_items([(chunk, spec, "c/0")])  # doctest: +SKIP
     """
-    with ExitStack() as pinned:
-        return await _decode_batch(*(list(c) for c in zip(*items, strict=True)), pinned=pinned)
+    require_gpu("the nvCOMP zstd codec")
+    with ExitStack() as pinned, codec_stream() as stream:
+        columns = (list(c) for c in zip(*items, strict=True))
+        return await _decode_batch(stream, *columns, pinned=pinned)
 
 
 async def encode_items(
@@ -475,8 +478,10 @@ async def encode_items(
     >>> items = [(chunk, spec, "c/0")]  # doctest: +SKIP
     >>> frames = await encode_items(items, level=3, checksum=True)  # doctest: +SKIP
     """
-    with ExitStack() as pinned:
+    require_gpu("the nvCOMP zstd codec")
+    with ExitStack() as pinned, codec_stream() as stream:
         return await _encode_batch(
+            stream,
             *(list(c) for c in zip(*items, strict=True)),
             level=level,
             checksum=checksum,
