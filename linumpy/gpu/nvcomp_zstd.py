@@ -313,7 +313,11 @@ def _named(
     ]
 
 
-_DECODES: CallMerger[tuple[Buffer, ArraySpec, str], Buffer] = CallMerger(decode_items)
+# Two merged decodes at once: shards that zarr hands over while a call runs start their own
+# call (sharded 128^3, 16-core H200 host, 5 rounds: 1.32x -> 1.41x enable_gpu(); 16 at once 1.39x).
+_DECODES: CallMerger[tuple[Buffer, ArraySpec, str], Buffer] = CallMerger(
+    decode_items, max_in_flight=2
+)
 
 
 @functools.cache
