@@ -27,6 +27,7 @@ from linumpy.io.metadata import (
     scale_of,
 )
 from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
+from linumpy.io.opened import open_once
 from linumpy.io.staging import recover_staging
 from linumpy.io.writer import OmeZarrWriter, downsample_mean, save_omezarr
 
@@ -119,26 +120,36 @@ def open_array(path: str | os.PathLike[str], level: int = 0) -> zarr.Array:
     >>> array.shape, array.read_only
     ((4, 4, 4), True)
     """
+    return open_once(path, level, lambda: _open_level(path, level))
+
+
+def _open_level(path: str | os.PathLike[str], level: int) -> tuple[zarr.Array, list[Path]]:
+    """The array, and the folders whose metadata it was opened from."""
     node = _open_node(path)
     if isinstance(node, zarr.Array):
         if level != 0:
             raise LinumpyError(f"{path}: a plain zarr array has only level 0, not level {level}")
-        return node
-    return _level_array(node, path, level)
+        return node, [Path(path)]
+    array, folder = _level_array(node, path, level)
+    return array, [Path(path), folder]
 
 
-def _level_array(node: zarr.Group, path: str | os.PathLike[str], level: int) -> zarr.Array:
+def _level_array(
+    node: zarr.Group, path: str | os.PathLike[str], level: int
+) -> tuple[zarr.Array, Path]:
+    """An image's level array and its folder."""
     with _malformed_metadata(path):
         paths = multiscale_dataset_paths(node, path)
     if not 0 <= level < len(paths):
         raise LinumpyError(
             f"{path}: level {level} out of range; the image has levels 0 to {len(paths) - 1}"
         )
-    with _malformed_metadata(Path(path, str(paths[level])), path):
+    folder = Path(path, str(paths[level]))
+    with _malformed_metadata(folder, path):
         array = node.get(paths[level])
     if not isinstance(array, zarr.Array):
         raise LinumpyError(f"{path}: level {level} ({paths[level]!r}) is not a zarr array")
-    return array
+    return array, folder
 
 
 def read_omezarr(
@@ -178,7 +189,7 @@ def read_omezarr(
     group = _open_node(path)
     if isinstance(group, zarr.Array):
         raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
-    array = _level_array(group, path, level)
+    array, _ = _level_array(group, path, level)
     with _malformed_metadata(path):
         # validated by ome-zarr-models (0.4, 0.5) inside; read here by hand for older versions too
         multiscale = multiscale_metadata(group, path)
