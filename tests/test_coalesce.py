@@ -76,6 +76,27 @@ def test_an_error_reaches_only_the_call_that_caused_it() -> None:
     assert run.calls == [[1, -2, 2, 3], [1], [-2, 2], [3]]
 
 
+def test_an_error_in_one_of_two_calls_in_flight_reaches_only_its_caller() -> None:
+    """Two merged calls running at once, one with a bad item: its callers are run one by one and
+    only the one that caused the error gets it; the other merged call is untouched."""
+    run = Recorder(delay=0.05)
+    merger = CallMerger(run, max_in_flight=2)
+
+    async def late(items: list[int]) -> list[int]:
+        await asyncio.sleep(0.01)  # after the first merged call started
+        return await merger(items)
+
+    async def main() -> list[object]:
+        return await asyncio.gather(
+            merger([1]), merger([2]), late([-3]), late([4]), return_exceptions=True
+        )
+
+    one, two, bad, four = asyncio.run(main())
+    assert (one, two, four) == ([1], [4], [16])
+    assert isinstance(bad, ValueError) and "[-3]" in str(bad)
+    assert run.calls == [[1, 2], [-3, 4], [-3], [4]]
+
+
 def test_different_keys_are_not_merged() -> None:
     run = Recorder()
     merger = CallMerger(run)
