@@ -45,7 +45,8 @@ from linumpy.io.engine.frames import (
     check_frames,
     inspect_zstd_chunk,
 )
-from linumpy.io.engine.plan import ReadPlan, chunk_keys, plan_read
+from linumpy.io.engine.keys import chunk_keys
+from linumpy.io.engine.plan import ReadPlan, plan_read
 from linumpy.io.engine.run import Fetched, Stats, make_groups, run
 
 READERS = [

@@ -1,0 +1,44 @@
+"""Store keys of chunks: the file of each chunk of a zarr array on a local store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
+from zarr.core.metadata import ArrayV2Metadata
+
+__all__ = ["chunk_keys"]
+
+
+def chunk_keys(metadata: Any, coords: np.ndarray, prefix: str = "") -> list[str]:
+    """``prefix`` + the store key of each chunk in ``coords`` (one row per chunk).
+
+    zarr's two standard key encodings are built here from each axis' numbers written once
+    (zarr's own ``encode_chunk_key`` took 3.3 ms for 2048 chunks, most of a read's planning);
+    any other encoding is asked chunk by chunk.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4, 4), chunks=(2, 2),
+    ...                           dtype="uint8")
+    >>> chunk_keys(array.metadata, np.array([[0, 1], [1, 0]]), "a/")
+    ['a/c/0/1', 'a/c/1/0']
+    """
+    encoding = getattr(metadata, "chunk_key_encoding", None)
+    if isinstance(metadata, ArrayV2Metadata):
+        separator, start = metadata.dimension_separator, ""
+    elif type(encoding) in (DefaultChunkKeyEncoding, V2ChunkKeyEncoding):
+        separator = encoding.separator
+        start = "c" + separator if type(encoding) is DefaultChunkKeyEncoding else ""
+    else:
+        return [prefix + metadata.encode_chunk_key(tuple(c)) for c in coords.tolist()]
+    if coords.shape[1] == 0:  # a 0-d array: one chunk, keyed "c" (default) or "0" (v2)
+        return [prefix + (start[:1] or "0")] * len(coords)
+    columns = []
+    for column in coords.T:
+        names = [str(i) for i in range(int(column.max(initial=0)) + 1)]
+        columns.append([names[i] for i in column.tolist()])
+    start = prefix + start
+    return [start + separator.join(parts) for parts in zip(*columns)]
