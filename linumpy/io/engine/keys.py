@@ -37,8 +37,9 @@ def chunk_keys(metadata: Any, coords: np.ndarray, prefix: str = "") -> list[str]
     if coords.shape[1] == 0:  # a 0-d array: one chunk, keyed "c" (default) or "0" (v2)
         return [prefix + (start[:1] or "0")] * len(coords)
     columns = []
-    for column in coords.T:
-        names = [str(i) for i in range(int(column.max(initial=0)) + 1)]
-        columns.append([names[i] for i in column.tolist()])
+    for column in coords.T:  # each distinct number written once (a far region: few of them)
+        values, inverse = np.unique(column, return_inverse=True)
+        names = [str(v) for v in values.tolist()]
+        columns.append([names[i] for i in inverse.reshape(-1).tolist()])
     start = prefix + start
     return [start + separator.join(parts) for parts in zip(*columns)]
