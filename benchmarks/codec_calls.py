@@ -2,12 +2,13 @@
 
 Writes a 1 GiB OCT-like volume (zstd level 3) in the given layouts, then reads it whole with
 zarr inside ``gpu_zarr_context`` and with ``zarr.config.enable_gpu()`` alone, in interleaved
-rounds, for each ``--concurrency`` / ``--batch`` / ``--settle-ms`` / ``--in-flight``
-configuration (zarr's ``async.concurrency`` and ``codec_pipeline.batch_size``; how long the
-codec's call merger waits for more shards' calls, ``CallMerger.settle_seconds``; how many merged
-calls it runs at once, ``CallMerger.max_in_flight``). For the last codec read of each
-configuration it prints the codec's calls from its debug log: how many, chunks per call, and the
-ms the log gives per call.
+rounds, for each ``--concurrency`` / ``--batch`` / ``--settle-ms`` / ``--in-flight`` /
+``--buffers`` configuration (zarr's ``async.concurrency`` and ``codec_pipeline.batch_size``; how
+long the codec's call merger waits for more shards' calls, ``CallMerger.settle_seconds``; how many
+merged calls it runs at once, ``CallMerger.max_in_flight``; zarr's byte buffers on the host, as in
+``gpu_zarr_context``, or on the device: ``enable_gpu()`` with the codec's config). For the last
+codec read of each configuration it prints the codec's calls from its debug log: how many, chunks
+per call, and the ms the log gives per call.
 
     python3 benchmarks/codec_calls.py --layouts "sharded 128^3" --concurrency 32 64 --batch 1024
 """
@@ -15,6 +16,7 @@ ms the log gives per call.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import statistics
 import tempfile
@@ -50,6 +52,17 @@ class Calls(logging.Handler):
             self.records.append((time.perf_counter(), record.args))
 
 
+def codec_context(where: str) -> contextlib.AbstractContextManager[None]:
+    """gpu_zarr_context (host byte buffers), or enable_gpu() with the codec's config."""
+    if where == "host":
+        return gpu_zarr_context()
+    assert nvcomp_zstd.register_nvcomp_zstd()
+    stack = contextlib.ExitStack()
+    stack.enter_context(zarr.config.enable_gpu())
+    stack.enter_context(zarr.config.set(nvcomp_zstd.gpu_zstd_config()))
+    return stack
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layouts", nargs="*", default=["sharded 128^3"], choices=list(LAYOUTS))
@@ -57,6 +70,13 @@ def main() -> int:
     parser.add_argument("--batch", type=int, nargs="*", default=[1024])
     parser.add_argument("--settle-ms", type=float, nargs="*", default=[0.0])
     parser.add_argument("--in-flight", type=int, nargs="*", default=[1])
+    parser.add_argument(
+        "--buffers",
+        nargs="*",
+        default=["host"],
+        choices=["host", "device"],
+        help="zarr's byte buffers: host (gpu_zarr_context) or device (enable_gpu() + the codec)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
@@ -72,22 +92,23 @@ def main() -> int:
             path = Path(folder) / f"{name.replace(' ', '_').replace('^', '')}.zarr"
             write_volume(path, volume, LAYOUTS[name], ZstdCodec(level=3))
             configs = [
-                (c, b, ms, k)
+                (c, b, ms, k, where)
                 for c in args.concurrency
                 for b in args.batch
                 for ms in args.settle_ms
                 for k in args.in_flight
+                for where in args.buffers
             ]
             times: dict[object, list[float]] = {key: [] for key in [*configs, "enable_gpu"]}
             last: dict[object, list[tuple[float, tuple]]] = {}
             for _ in range(args.rounds + 1):  # the first round warms up
                 for config in configs:
-                    concurrency, batch, settle, in_flight = config
+                    concurrency, batch, settle, in_flight, where = config
                     settings = {"async.concurrency": concurrency}
                     settings["codec_pipeline.batch_size"] = batch
                     nvcomp_zstd._DECODES.settle_seconds = settle / 1e3
                     nvcomp_zstd._DECODES.max_in_flight = in_flight
-                    with gpu_zarr_context(), zarr.config.set(settings):
+                    with codec_context(where), zarr.config.set(settings):
                         calls.records.clear()
                         start = time.perf_counter()
                         out = zarr.open_array(path, mode="r")[...]
@@ -108,14 +129,14 @@ def main() -> int:
                 records = last[key]
                 chunks = [a[0] for _, a in records]
                 print(f"\n{name}, concurrency {key[0]}, batch {key[1]}, settle {key[2]} ms, "
-                      f"in flight {key[3]}: {len(records)} calls")  # fmt: skip
+                      f"in flight {key[3]}, {key[4]} buffers: {len(records)} calls")  # fmt: skip
                 for at, a in records:
                     print(f"  at {at * 1e3:7.1f} ms: {a[0]} chunks; " + ", ".join(
                         f"{v:.1f}" for v in a[2:]) + " ms (staging, checks, decode)")  # fmt: skip
                 table.append((name, key, nbytes / seconds / 1e9, nbytes / base / 1e9, chunks))
     print(
-        "\n| layout | (concurrency, batch, settle ms, in flight) | codec GB/s | enable_gpu GB/s "
-        "| ratio |",
+        "\n| layout | (concurrency, batch, settle ms, in flight, buffers) | codec GB/s "
+        "| enable_gpu GB/s | ratio |",
         end="",
     )
     print(" calls |")

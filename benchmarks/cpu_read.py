@@ -3,7 +3,9 @@
 Builds the OCT-like benchmark volume (zstd level 3) in the four benchmark layouts, then times,
 per layout: ``linumpy.io.read_volume`` (CPU), the numcodecs N-thread decode ceiling as
 :func:`linumpy.bench.cpu_decode_ceiling` times it (frames already in memory, output reused),
-the same decode into a new output each run (``ceiling+alloc``: what page faults add),
+the same decode into a new output each run (``ceiling+alloc``: what page faults add), the
+N-thread read of the stored files alone (``files``, in GB/s of decoded bytes: what the ceiling
+leaves out),
 ``read_plan`` into one output reused run after run (``linumpy+out``: the engine without the new
 output's page faults),
 tensorstore and zarr with the ``zarrs`` codec pipeline (each when importable), and optionally
@@ -79,6 +81,13 @@ def ceiling_reader(path: Path, threads: int, *, fresh: bool) -> Callable[[], np.
     return run
 
 
+def files_reader(path: Path, threads: int) -> Callable[[], np.ndarray]:
+    """The N-thread read of the stored files into memory (what the ceiling leaves out)."""
+    files = stored_files(zarr.open_array(path, mode="r"))
+    buffer = np.empty(max(files.nbytes, 1), np.uint8)
+    return lambda: read_files(files, buffer, threads=threads)
+
+
 def reused_reader(path: Path, threads: int) -> Callable[[], np.ndarray]:
     """The CPU engine (``read_plan``) into one output reused run after run."""
     from linumpy.io.engine.cpu import read_plan
@@ -104,6 +113,7 @@ def readers(path: Path, args: argparse.Namespace) -> dict[str, tuple[Callable[[]
     runs: dict[str, tuple[Callable[[], Any], bool]] = {
         "ceiling": (ceiling_reader(path, threads, fresh=False), False),
         "ceiling+alloc": (ceiling_reader(path, threads, fresh=True), False),
+        "files": (files_reader(path, threads), False),
         "linumpy": (lambda: read_volume(path, settings={"io_threads": threads}), True),
         "linumpy+out": (reused_reader(path, threads), True),
     }

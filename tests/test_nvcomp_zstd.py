@@ -32,6 +32,7 @@ from linumpy.gpu.nvcomp_zstd import (
     gpu_zstd_config,
     register_nvcomp_zstd,
 )
+from linumpy.gpu.zarr_buffers import host_bytes_config
 from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk, set_zstd_checksum
 
 CODEC_LOGGER = "linumpy.gpu.codec_batches"
@@ -257,19 +258,28 @@ def test_set_checksum_writes_a_frame_libzstd_verifies() -> None:
 # --- GPU: real nvCOMP ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def cp() -> object:
+#: zarr's buffers in the GPU tests' ``gpu_zarr()``: all on the device (``enable_gpu()``), or the
+#: stored bytes on the host (``HostBytes``, as in ``gpu_zarr_context``). The ``cp`` fixture runs
+#: every GPU test under both.
+BUFFERS = "device"
+
+
+@pytest.fixture(params=["device", "host"])
+def cp(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> object:
     import cupy
 
     assert register_nvcomp_zstd()
+    monkeypatch.setattr(sys.modules[__name__], "BUFFERS", request.param)
     return cupy
 
 
 @contextlib.contextmanager
 def gpu_zarr(*, on_device: bool = True) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
-        if on_device:
+        if on_device and BUFFERS == "device":
             stack.enter_context(zarr.config.enable_gpu())
+        elif on_device:
+            stack.enter_context(zarr.config.set(host_bytes_config()))
         stack.enter_context(zarr.config.set(gpu_zstd_config()))
         yield
 

@@ -47,6 +47,12 @@ __all__ = ["chunk_key", "current_device", "decode_items", "encode_items"]
 
 logger = logging.getLogger(__name__)
 
+#: Host chunks (stored bytes under :class:`~linumpy.gpu.zarr_buffers.HostBytes`) are copied into
+#: the pinned staging buffer in parts of at least this many bytes, ...
+COPY_PART_BYTES = 8 * 2**20
+#: ... on at most this many threads.
+COPY_THREADS = 8
+
 # Offsets of chunks packed in one buffer (nvCOMP asks 4 bytes of encoder inputs, the XXH64 kernel
 # 8 of its inputs).
 _ALIGNMENT = 16
@@ -143,11 +149,17 @@ def _device_pointer(array: Any) -> int:
     return int(cupy.asarray(array).data.ptr)
 
 
-def _wrap(prototype: BufferPrototype, array: Any) -> Buffer:
-    """A 1-D uint8 array (host or device) as a buffer of ``prototype``, moved if it must be."""
+def _decodes_to_device(prototype: BufferPrototype) -> bool:
+    """Whether decoded chunks belong on the device: zarr's byte buffers or its arrays are there
+    (:class:`~linumpy.gpu.zarr_buffers.HostBytes` keeps stored bytes on the host, arrays not)."""
+    return _is_gpu_prototype(prototype) or issubclass(prototype.nd_buffer, gpu_buffer.NDBuffer)
+
+
+def _wrap(prototype: BufferPrototype, array: Any, *, device: bool) -> Buffer:
+    """A 1-D uint8 array (host or device) as a buffer of ``prototype``, on the device or not."""
     import cupy
 
-    if _is_gpu_prototype(prototype):
+    if device:
         return prototype.buffer.from_array_like(cupy.asarray(array))
     if _is_on_device(array):
         array = cupy.asnumpy(array)
@@ -168,8 +180,8 @@ def _stage_inputs(
     Device chunks are copied on the device into ``device_in``; with ``download`` the whole buffer
     is then copied once into the pinned host buffer ``staging`` (borrowed until ``pinned`` closes;
     the CPU checks frames there).
-    Host chunks are copied into ``staging`` and uploaded by :func:`_upload_host_chunks`, once any
-    download is done.
+    Host chunks are copied into ``staging`` (:func:`_copy_to_staging`) and uploaded by
+    :func:`_queue_uploads`, once any download is done.
 
     Returns
     -------
@@ -193,7 +205,34 @@ def _stage_inputs(
     return staging, device_in, host_chunks, pending
 
 
-def _upload_host_chunks(
+async def _copy_to_staging(
+    arrays: Sequence[Any], offsets: Sequence[int], host_chunks: Sequence[int], staging: np.ndarray
+) -> None:
+    """Copy the host chunks into ``staging``, in parts of :data:`COPY_PART_BYTES` or more on up
+    to :data:`COPY_THREADS` threads (numpy's copies release the GIL)."""
+
+    def copy(part: Sequence[int]) -> None:
+        for i in part:
+            view = np.asarray(arrays[i]).view(np.uint8)
+            staging[offsets[i] : offsets[i] + view.nbytes] = view
+
+    total = sum(int(arrays[i].nbytes) for i in host_chunks)
+    target = max(COPY_PART_BYTES, -(-total // COPY_THREADS))
+    parts: list[list[int]] = [[]]
+    filled = 0
+    for i in host_chunks:
+        if filled >= target:
+            parts.append([])
+            filled = 0
+        parts[-1].append(i)
+        filled += int(arrays[i].nbytes)
+    if len(parts) == 1:
+        copy(parts[0])
+    else:
+        await asyncio.gather(*(asyncio.to_thread(copy, part) for part in parts))
+
+
+def _queue_uploads(
     arrays: Sequence[Any],
     offsets: Sequence[int],
     host_chunks: Sequence[int],
@@ -201,9 +240,7 @@ def _upload_host_chunks(
     device_in: cupy.ndarray,
     stream: cupy.cuda.Stream,
 ) -> None:
-    """Copy the host chunks into ``staging`` and queue their upload into ``device_in``."""
-    for i in host_chunks:
-        staging[offsets[i] : offsets[i] + arrays[i].nbytes] = np.asarray(arrays[i]).view(np.uint8)
+    """Queue the upload of the host chunks, copied into ``staging``, into ``device_in``."""
     if len(host_chunks) == len(arrays):
         _memcpy_async(device_in.data.ptr, staging.ctypes.data, staging.nbytes, stream)
         return
@@ -254,8 +291,8 @@ async def _decode_batch(
         )
         if pending:
             await _stream_done(stream)
-        with stream:
-            _upload_host_chunks(arrays, in_offsets, host_chunks, staging, device_in, stream)
+        await _copy_to_staging(arrays, in_offsets, host_chunks, staging)
+        _queue_uploads(arrays, in_offsets, host_chunks, staging, device_in, stream)
         staged = time.perf_counter()
         # Validate everything before nvCOMP sees anything.
         infos = [
@@ -280,7 +317,7 @@ async def _decode_batch(
     out_sizes = [infos[i].content_size or 0 for i in on_gpu]
     out_offsets, out_total = _layout(out_sizes)
     checked = [k for k, i in enumerate(on_gpu) if infos[i].checksum is not None]
-    to_device = [_is_gpu_prototype(specs[i].prototype) for i in on_gpu]
+    to_device = [_decodes_to_device(specs[i].prototype) for i in on_gpu]
     try:
         with stream:
             device_out = cupy.empty(max(out_total, 1), dtype=np.uint8)
@@ -348,7 +385,9 @@ async def _decode_batch(
         else:
             results[i] = prototype.buffer.from_array_like(host_out[region])  # type: ignore[index]
     for i, decoded in zip(on_cpu, cpu_decoded, strict=True):
-        results[i] = _wrap(specs[i].prototype, decoded)
+        results[i] = _wrap(
+            specs[i].prototype, decoded, device=_decodes_to_device(specs[i].prototype)
+        )
     return results  # type: ignore[return-value]
 
 
@@ -375,12 +414,13 @@ async def _encode_batch(
     gpu_sizes = [sizes[i] for i in on_gpu]
     in_offsets, in_total = _layout(gpu_sizes)
     try:
+        gpu_arrays = [arrays[i] for i in on_gpu]
+        staging, device_in, host_chunks, _ = _stage_inputs(
+            gpu_arrays, in_offsets, in_total, stream, download=False, pinned=pinned
+        )
+        await _copy_to_staging(gpu_arrays, in_offsets, host_chunks, staging)
+        _queue_uploads(gpu_arrays, in_offsets, host_chunks, staging, device_in, stream)
         with stream:
-            gpu_arrays = [arrays[i] for i in on_gpu]
-            staging, device_in, host_chunks, _ = _stage_inputs(
-                gpu_arrays, in_offsets, in_total, stream, download=False, pinned=pinned
-            )
-            _upload_host_chunks(gpu_arrays, in_offsets, host_chunks, staging, device_in, stream)
             inputs = [device_in[o : o + n] for o, n in zip(in_offsets, gpu_sizes, strict=True)]
             capacities = [nvcomp.max_encoded_size(int(array.nbytes)) for array in inputs]
             out_offsets, out_total = _layout(capacities)
@@ -452,7 +492,10 @@ async def _encode_batch(
         if device_packed is not None and _is_gpu_prototype(specs[i].prototype):
             start = packed_offsets[k]
             frames[i] = device_packed[start : start + frame_sizes[k] + extra]
-    return [_wrap(spec.prototype, frame) for spec, frame in zip(specs, frames, strict=True)]
+    return [
+        _wrap(spec.prototype, frame, device=_is_gpu_prototype(spec.prototype))
+        for spec, frame in zip(specs, frames, strict=True)
+    ]
 
 
 async def decode_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Buffer]:

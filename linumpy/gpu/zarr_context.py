@@ -32,7 +32,11 @@ def gpu_zarr_context() -> Iterator[None]:
 
     Arrays opened inside the block return ``cupy.ndarray`` slices and accept cupy arrays on
     write (encoded on the GPU); zarr fixes an array's codecs when it opens it, so open arrays
-    inside. zarr's config is process-wide: the block applies ``zarr.config.enable_gpu()`` and
+    inside. Stored bytes stay in host memory until the codec uploads them a batch at a time, and
+    decoded chunks stay on the device (:mod:`linumpy.gpu.zarr_buffers`; where
+    ``zarr.config.enable_gpu()`` copies every chunk or shard read to the device on its own).
+    zarr's config is process-wide: the block applies
+    :func:`linumpy.gpu.zarr_buffers.host_bytes_config` and
     :func:`linumpy.gpu.nvcomp_zstd.gpu_zstd_config` when the first such block is entered (by any
     thread) and restores the previous config when the last one exits, so blocks nest and
     overlap across threads safely.
@@ -48,6 +52,7 @@ def gpu_zarr_context() -> Iterator[None]:
     ...     volume = zarr.open_array("volume.zarr", mode="r")[:64]  # cupy.ndarray
     """
     from linumpy.gpu.nvcomp_zstd import gpu_zstd_config, register_nvcomp_zstd
+    from linumpy.gpu.zarr_buffers import host_bytes_config
 
     require_gpu("gpu_zarr_context()")
     if not register_nvcomp_zstd():
@@ -56,8 +61,7 @@ def gpu_zarr_context() -> Iterator[None]:
     with _context_lock:
         if _context_depth == 0:
             stack = ExitStack()
-            stack.enter_context(zarr.config.enable_gpu())
-            stack.enter_context(zarr.config.set(gpu_zstd_config()))
+            stack.enter_context(zarr.config.set(host_bytes_config() | gpu_zstd_config()))
             _context_stack = stack
         _context_depth += 1
     try:

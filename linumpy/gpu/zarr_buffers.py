@@ -1,0 +1,112 @@
+"""zarr's buffers inside :func:`~linumpy.gpu.zarr_context.gpu_zarr_context`: stored bytes stay
+on the host, arrays live on the device.
+
+``zarr.config.enable_gpu()`` makes every zarr buffer a device buffer: a store copies each chunk or
+shard it reads to the device from pageable memory, on CUDA's legacy default stream (which waits
+for the codec's nvCOMP calls on the other streams), and the GPU codec then copies the compressed
+bytes back to the host, where it checks their frames before nvCOMP sees them. Inside
+``gpu_zarr_context`` zarr's byte buffers are :class:`HostBytes` instead: what a store reads stays
+in host memory until the codec uploads a whole batch at once from pinned memory, the codec hands
+its decoded chunks over on the device, and zarr's arrays are :class:`DeviceNDBuffer`, so reads
+still return cupy arrays. Encoded frames come back to the host, where the store writes them.
+
+Importing this module needs zarr only; cupy is imported when a buffer holds device memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from zarr.core.buffer import cpu, gpu
+from zarr.registry import fully_qualified_name, register_buffer, register_ndbuffer
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    import numpy.typing as npt
+    from zarr.core.buffer import Buffer
+    from zarr.core.buffer.core import NDArrayLike
+
+__all__ = ["DeviceNDBuffer", "HostBytes", "host_bytes_config"]
+
+
+def _on_device(array: Any) -> bool:
+    return hasattr(array, "__cuda_array_interface__")
+
+
+class HostBytes(cpu.Buffer):
+    """zarr's byte buffer that keeps its bytes where they were made, host or device.
+
+    Bytes a store reads are host memory (``from_bytes``), and a device array handed to it (a
+    decoded chunk, a chunk about to be encoded) stays on the device: nothing is copied until
+    :meth:`as_numpy_array` asks for host memory.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> buffer = HostBytes.from_bytes(b"ab") + HostBytes.from_array_like(np.array([99], "B"))
+    >>> buffer.to_bytes()
+    b'abc'
+    """
+
+    @classmethod
+    def from_buffer(cls, buffer: Buffer) -> Self:
+        """The same bytes, in the memory (host or device) they are in now."""
+        return cls(buffer.as_array_like())
+
+    def as_numpy_array(self) -> npt.NDArray[Any]:
+        """The bytes in host memory (copied there from the device if they are on it)."""
+        if _on_device(self._data):
+            import cupy
+
+            return cupy.asnumpy(self._data)
+        return np.asanyarray(self._data)
+
+    def combine(self, others: Iterable[Buffer]) -> Self:
+        """These bytes followed by ``others``: on the device if all are there, else on the host."""
+        parts = [self, *others]
+        arrays = [part.as_array_like() for part in parts]
+        if all(_on_device(array) for array in arrays):
+            import cupy
+
+            return self.__class__(cupy.concatenate(arrays))
+        return self.__class__(np.concatenate([part.as_numpy_array() for part in parts]))
+
+
+class DeviceNDBuffer(gpu.NDBuffer):
+    """zarr's GPU array buffer, given host arrays without zarr's "slow copy based path" warning.
+
+    Under :class:`HostBytes` a chunk that no GPU codec decodes (an uncompressed array, another
+    compressor) reaches the array as host bytes; copying it to the device is then the one copy
+    there is, not a slow path to warn about.
+    """
+
+    def __init__(self, array: NDArrayLike) -> None:
+        if not _on_device(array):
+            import cupy
+
+            array = cupy.asarray(array)
+        super().__init__(array)
+
+
+def host_bytes_config() -> dict[str, str]:
+    """zarr config overrides: :class:`HostBytes` byte buffers and :class:`DeviceNDBuffer` arrays.
+
+    Registers both classes with zarr (again is harmless). :func:`gpu_zarr_context` applies them;
+    ``zarr.config.enable_gpu()`` is the all-device alternative.
+
+    Examples
+    --------
+    >>> import zarr
+    >>> with zarr.config.set(host_bytes_config()):
+    ...     zarr.core.buffer.default_buffer_prototype().buffer.__name__
+    'HostBytes'
+    """
+    register_buffer(HostBytes, qualname=fully_qualified_name(HostBytes))
+    register_ndbuffer(DeviceNDBuffer, qualname=fully_qualified_name(DeviceNDBuffer))
+    return {
+        "buffer": fully_qualified_name(HostBytes),
+        "ndbuffer": fully_qualified_name(DeviceNDBuffer),
+    }
