@@ -1,0 +1,103 @@
+"""Dev benchmark: when zarr's store reads and the GPU codec's calls happen in a codec-path read.
+
+Writes the 1 GiB OCT-like volume (zstd level 3) in one layout, reads it whole with zarr inside
+``gpu_zarr_context`` (after a warm-up read), and prints, in ms from the start of the read: each
+store read's start and end (key, MiB), each codec ``decode`` call's arrival (chunks), each merged
+nvCOMP batch's start and end, and the end of the read. ``--threads`` sets zarr's
+``threading.max_workers`` (the pool its store reads run on) for the whole process.
+
+    python3 benchmarks/codec_timeline.py --layout "sharded 128^3"
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import cupy
+import numpy as np
+import zarr
+from codec_calls import LAYOUTS  # benchmarks/, the script's folder
+from zarr.codecs import ZstdCodec
+from zarr.storage import LocalStore
+
+from linumpy.bench import oct_volume, write_volume
+from linumpy.gpu import codec_batches, nvcomp_zstd
+from linumpy.gpu.zarr_context import gpu_zarr_context
+
+EVENTS: list[tuple[float, str]] = []
+LOCK = threading.Lock()
+
+
+def note(what: str) -> None:
+    with LOCK:
+        EVENTS.append((time.perf_counter(), what))
+
+
+def patch() -> None:
+    """Record store reads, codec calls and merged batches (wrapping, not changing, them)."""
+    get = LocalStore.get
+
+    @functools.wraps(get)
+    async def timed_get(self, key, prototype=None, byte_range=None):  # type: ignore[no-untyped-def]
+        note(f"get start {key}")
+        result = await get(self, key, prototype, byte_range)
+        size = 0 if result is None else len(result) / 2**20
+        note(f"get end   {key} ({size:.1f} MiB, {type(result).__name__})")
+        return result
+
+    LocalStore.get = timed_get  # type: ignore[method-assign]
+    decode = nvcomp_zstd.NvcompZstdCodec.decode
+
+    async def timed_decode(self, chunks_and_specs):  # type: ignore[no-untyped-def]
+        items = list(chunks_and_specs)
+        note(f"codec call ({len(items)} chunks)")
+        return await decode(self, items)
+
+    nvcomp_zstd.NvcompZstdCodec.decode = timed_decode  # type: ignore[method-assign]
+    batch = codec_batches._decode_batch
+
+    async def timed_batch(stream, chunks, *args, **kwargs):  # type: ignore[no-untyped-def]
+        note(f"batch start ({len(chunks)} chunks)")
+        result = await batch(stream, chunks, *args, **kwargs)
+        note(f"batch end   ({len(chunks)} chunks)")
+        return result
+
+    codec_batches._decode_batch = timed_batch
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layout", default="sharded 128^3", choices=list(LAYOUTS))
+    parser.add_argument("--threads", type=int, default=None, help="threading.max_workers")
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+    if args.threads is not None:  # before zarr makes its pool (once per process)
+        zarr.config.set({"threading.max_workers": args.threads})
+    volume = oct_volume((512, 1024, 1024))
+    patch()
+    with tempfile.TemporaryDirectory(dir=args.workdir) as folder:
+        path = Path(folder) / "v.zarr"
+        write_volume(path, volume, LAYOUTS[args.layout], ZstdCodec(level=3))
+        for _attempt in range(2):
+            EVENTS.clear()
+            with gpu_zarr_context():
+                start = time.perf_counter()
+                out = zarr.open_array(path, mode="r")[...]
+                cupy.cuda.Device().synchronize()
+                end = time.perf_counter()
+            assert np.array_equal(cupy.asnumpy(out), volume)
+            del out
+        took = 1e3 * (end - start)
+        print(f"{args.layout}, threading.max_workers {args.threads}: read {took:.1f} ms")
+        for at, what in sorted(EVENTS):
+            print(f"  {1e3 * (at - start):7.1f}  {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
