@@ -3,7 +3,8 @@
 Writes the 1 GiB OCT-like volume (zstd level 3) in one layout, reads it whole with zarr inside
 ``gpu_zarr_context`` (after a warm-up read), and prints, in ms from the start of the read: each
 store read's start and end (key, MiB), each codec ``decode`` call's arrival (chunks), each merged
-nvCOMP batch's start and end, and the end of the read. ``--threads`` sets zarr's
+nvCOMP batch's start and end, stalls of zarr's event loop and of a plain Python thread over 4
+ms, and the end of the read. ``--threads`` sets zarr's
 ``threading.max_workers`` (the pool its store reads run on) for the whole process.
 
     python3 benchmarks/codec_timeline.py --layout "sharded 128^3"
@@ -12,6 +13,7 @@ nvCOMP batch's start and end, and the end of the read. ``--threads`` sets zarr's
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import tempfile
 import threading
@@ -23,6 +25,7 @@ import numpy as np
 import zarr
 from codec_calls import LAYOUTS  # benchmarks/, the script's folder
 from zarr.codecs import ZstdCodec
+from zarr.core.sync import _get_loop
 from zarr.storage import LocalStore
 
 from linumpy.bench import oct_volume, write_volume
@@ -70,14 +73,45 @@ def patch() -> None:
     codec_batches._decode_batch = timed_batch
 
 
+def heartbeats(stop: threading.Event) -> None:
+    """Note every gap over 4 ms in ticks of 1 ms: of zarr's event loop (busy loop) and of a plain
+    Python thread (another thread holding the GIL)."""
+
+    async def loop_ticks() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            if now - last > 0.004:
+                note(f"event loop stalled {1e3 * (now - last):.1f} ms")
+            last = now
+
+    def thread_ticks() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            time.sleep(0.001)
+            now = time.perf_counter()
+            if now - last > 0.004:
+                note(f"python thread stalled {1e3 * (now - last):.1f} ms")
+            last = now
+
+    asyncio.run_coroutine_threadsafe(loop_ticks(), _get_loop())
+    threading.Thread(target=thread_ticks, daemon=True).start()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layout", default="sharded 128^3", choices=list(LAYOUTS))
     parser.add_argument("--threads", type=int, default=None, help="threading.max_workers")
     parser.add_argument("--workdir", default=None)
+    parser.add_argument(
+        "--pinned-room", type=int, default=None, help="codec_batches.PINNED_ROOM (0: exact sizes)"
+    )
     args = parser.parse_args()
     if args.threads is not None:  # before zarr makes its pool (once per process)
         zarr.config.set({"threading.max_workers": args.threads})
+    if args.pinned_room is not None:
+        codec_batches.PINNED_ROOM = args.pinned_room
     volume = oct_volume((512, 1024, 1024))
     patch()
     with tempfile.TemporaryDirectory(dir=args.workdir) as folder:
@@ -85,11 +119,14 @@ def main() -> int:
         write_volume(path, volume, LAYOUTS[args.layout], ZstdCodec(level=3))
         for _attempt in range(2):
             EVENTS.clear()
+            stop = threading.Event()
+            heartbeats(stop)
             with gpu_zarr_context():
                 start = time.perf_counter()
                 out = zarr.open_array(path, mode="r")[...]
                 cupy.cuda.Device().synchronize()
                 end = time.perf_counter()
+            stop.set()
             assert np.array_equal(cupy.asnumpy(out), volume)
             del out
         took = 1e3 * (end - start)

@@ -29,7 +29,7 @@ from linumpy.errors import ChunkDecodeError
 from linumpy.gpu import nvcomp
 from linumpy.gpu._xxhash import xxh64_batch
 from linumpy.gpu.availability import codec_stream, require_gpu
-from linumpy.gpu.memory import pinned_buffers
+from linumpy.gpu.memory import pinned_buffers, roomy
 from linumpy.io.engine.frames import (
     CHECKSUM_BYTES,
     decode_zstd_cpu,
@@ -52,6 +52,8 @@ logger = logging.getLogger(__name__)
 COPY_PART_BYTES = 8 * 2**20
 #: ... on at most this many threads.
 COPY_THREADS = 8
+#: Pinned staging buffers are page-locked at the next power of two of a batch's bytes, up to this.
+PINNED_ROOM = 2**30
 
 # Offsets of chunks packed in one buffer (nvCOMP asks 4 bytes of encoder inputs, the XXH64 kernel
 # 8 of its inputs).
@@ -128,10 +130,13 @@ def _pinned_empty(nbytes: int) -> np.ndarray:
 
 def _borrow_pinned(pinned: ExitStack, nbytes: int) -> np.ndarray:
     """Page-locked host memory until ``pinned`` closes, from the cache the fast path uses too:
-    page-locking a new buffer for every batch cost more than the batch's GPU work."""
+    page-locking a new buffer for every batch cost more than the batch's GPU work. Buffers are
+    page-locked with room (:func:`~linumpy.gpu.memory.roomy`, up to :data:`PINNED_ROOM`):
+    merged calls vary in size from read to read, and a buffer the cache drops is freed with
+    ``cudaFreeHost``, which waits for the whole device."""
     if nbytes == 0:
         return np.empty(0, dtype=np.uint8)
-    (buffer,) = pinned.enter_context(pinned_buffers(nbytes, count=1))
+    (buffer,) = pinned.enter_context(pinned_buffers(roomy(nbytes, PINNED_ROOM), count=1))
     return buffer[:nbytes]
 
 
