@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import cupy
@@ -75,27 +77,45 @@ def patch() -> None:
 
 def heartbeats(stop: threading.Event) -> None:
     """Note every gap over 4 ms in ticks of 1 ms: of zarr's event loop (busy loop) and of a plain
-    Python thread (another thread holding the GIL)."""
+    Python thread (another thread holding the GIL). While the loop is stalled over 15 ms, the
+    plain thread notes where the loop's thread is (its innermost Python frames)."""
+    loop = _get_loop()
+    last_loop = [time.perf_counter()]
 
-    async def loop_ticks() -> None:
-        last = time.perf_counter()
+    async def loop_ticks() -> int:
         while not stop.is_set():
             await asyncio.sleep(0.001)
             now = time.perf_counter()
-            if now - last > 0.004:
-                note(f"event loop stalled {1e3 * (now - last):.1f} ms")
-            last = now
+            if now - last_loop[0] > 0.004:
+                note(f"event loop stalled {1e3 * (now - last_loop[0]):.1f} ms")
+            last_loop[0] = now
+        return 0
+
+    async def ident() -> int:
+        return threading.get_ident()
+
+    loop_thread = asyncio.run_coroutine_threadsafe(ident(), loop).result()
 
     def thread_ticks() -> None:
         last = time.perf_counter()
+        sampled = 0.0
         while not stop.is_set():
             time.sleep(0.001)
             now = time.perf_counter()
             if now - last > 0.004:
                 note(f"python thread stalled {1e3 * (now - last):.1f} ms")
             last = now
+            stalled_since = last_loop[0]
+            if now - stalled_since > 0.015 and sampled != stalled_since:
+                sampled = stalled_since
+                frame = sys._current_frames().get(loop_thread)
+                stack = traceback.extract_stack(frame)[-4:] if frame is not None else []
+                where = " <- ".join(
+                    f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(stack)
+                )
+                note(f"event loop thread at: {where}")
 
-    asyncio.run_coroutine_threadsafe(loop_ticks(), _get_loop())
+    asyncio.run_coroutine_threadsafe(loop_ticks(), loop)
     threading.Thread(target=thread_ticks, daemon=True).start()
 
 
