@@ -34,6 +34,19 @@ def test_host_bytes_join_compare_and_convert() -> None:
     assert isinstance(HostBytes.from_buffer(first).as_numpy_array(), np.ndarray)
 
 
+def test_device_ndbuffer_leaves_host_arrays_on_the_host() -> None:
+    """A shard index decoded from host bytes is read back without a trip through the device."""
+    host = np.arange(12, dtype=np.uint64)
+    buffer = DeviceNDBuffer.from_ndarray_like(host).reshape((3, 4))
+    assert isinstance(buffer.as_numpy_array(), np.ndarray)
+    assert np.shares_memory(buffer.as_numpy_array(), host)
+    assert DeviceNDBuffer.from_numpy_array([1, 2]).as_numpy_array().tolist() == [1, 2]
+    buffer[0, 1] = 99
+    assert host[1] == 99
+    with pytest.raises(TypeError, match="object dtype"):
+        DeviceNDBuffer(np.array([None]))
+
+
 def test_host_bytes_config_selects_the_classes() -> None:
     with zarr.config.set(host_bytes_config()):
         prototype = default_buffer_prototype()
@@ -81,6 +94,22 @@ def test_host_bytes_keep_device_memory_until_asked() -> None:
     mixed = joined + HostBytes.from_bytes(b"\x08")
     assert isinstance(mixed.as_array_like(), np.ndarray)
     assert mixed.to_bytes() == bytes([0, 1, 2, 3, 7, 7, 8])
+
+
+@pytest.mark.gpu
+def test_device_ndbuffer_hands_out_device_arrays() -> None:
+    import cupy
+
+    host = DeviceNDBuffer(np.arange(6, dtype=np.uint16))
+    assert isinstance(host.as_ndarray_like(), cupy.ndarray)  # moved on demand
+    assert isinstance(host.as_numpy_array(), np.ndarray)
+    device = DeviceNDBuffer.empty((6,), np.uint16)
+    device[:] = DeviceNDBuffer(np.full(6, 3, dtype=np.uint16))  # a host value into device memory
+    assert isinstance(device.as_ndarray_like(), cupy.ndarray)
+    assert device.as_numpy_array().tolist() == [3] * 6
+    left = DeviceNDBuffer(np.zeros(6, dtype=np.uint16))
+    left[2:4] = cupy.full(2, 5, dtype=cupy.uint16)  # a device value into a host array
+    assert left.as_numpy_array().tolist() == [0, 0, 5, 5, 0, 0]
 
 
 @pytest.mark.gpu

@@ -8,7 +8,8 @@ bytes back to the host, where it checks their frames before nvCOMP sees them. In
 ``gpu_zarr_context`` zarr's byte buffers are :class:`HostBytes` instead: what a store reads stays
 in host memory until the codec uploads a whole batch at once from pinned memory, the codec hands
 its decoded chunks over on the device, and zarr's arrays are :class:`DeviceNDBuffer`, so reads
-still return cupy arrays. Encoded frames come back to the host, where the store writes them.
+still return cupy arrays (arrays made on the host, such as shard indexes, stay there). Encoded
+frames come back to the host, where the store writes them.
 
 Importing this module needs zarr only; cupy is imported when a buffer holds device memory.
 """
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zarr.core.buffer import cpu, gpu
+from zarr.core.buffer import core, cpu, gpu
 from zarr.registry import fully_qualified_name, register_buffer, register_ndbuffer
 
 if TYPE_CHECKING:
@@ -76,19 +77,46 @@ class HostBytes(cpu.Buffer):
 
 
 class DeviceNDBuffer(gpu.NDBuffer):
-    """zarr's GPU array buffer, given host arrays without zarr's "slow copy based path" warning.
+    """zarr's GPU array buffer, which leaves an array made on the host there until it is needed
+    on the device.
 
-    Under :class:`HostBytes` a chunk that no GPU codec decodes (an uncompressed array, another
-    compressor) reaches the array as host bytes; copying it to the device is then the one copy
-    there is, not a slow path to warn about.
+    Arrays zarr hands out (:meth:`as_ndarray_like`) and arrays it creates are on the device, as
+    with zarr's own GPU buffer. A host array it is given (a shard's index, a chunk that no GPU
+    codec decoded, a numpy array written) stays a host array: zarr reads a shard's index back
+    with :meth:`as_numpy_array`, and a round trip through the device there is a copy on CUDA's
+    legacy default stream, which waits for every nvCOMP call in flight (sharded 128^3 on an
+    H200: zarr's event loop stalled 68 ms per read). Nor is zarr's "slow copy based path"
+    warning given for such arrays: their copy to the device is the one copy there is.
     """
 
     def __init__(self, array: NDArrayLike) -> None:
-        if not _on_device(array):
+        if array.dtype == object:
+            raise TypeError("zarr.buffer.gpu.NDBuffer does not support arrays with object dtype.")
+        self._data = array
+
+    @classmethod
+    def from_numpy_array(cls, array_like: npt.ArrayLike) -> Self:
+        """A buffer of a host array, left on the host until the device needs it."""
+        return cls(np.asarray(array_like))
+
+    def as_ndarray_like(self) -> NDArrayLike:
+        """The array on the device (copied there first if it is on the host)."""
+        if not _on_device(self._data):
             import cupy
 
-            array = cupy.asarray(array)
-        super().__init__(array)
+            self._data = cupy.asarray(self._data)
+        return self._data
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(value, core.NDBuffer):
+            value = value._data
+        if _on_device(self._data) and isinstance(value, np.ndarray):
+            import cupy
+
+            value = cupy.asarray(value)
+        elif _on_device(value) and not _on_device(self._data):
+            self.as_ndarray_like()
+        self._data.__setitem__(key, value)
 
 
 def host_bytes_config() -> dict[str, str]:
