@@ -107,6 +107,14 @@ class DeviceNDBuffer(gpu.NDBuffer):
             self._data = cupy.asarray(self._data)
         return self._data
 
+    def as_numpy_array(self) -> npt.NDArray[Any]:
+        """The array in host memory (copied from the device if it is there)."""
+        if _on_device(self._data):
+            import cupy
+
+            return cupy.asnumpy(self._data)
+        return np.asarray(self._data)
+
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, core.NDBuffer):
             value = value._data
