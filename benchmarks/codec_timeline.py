@@ -31,7 +31,7 @@ from zarr.core.sync import _get_loop
 from zarr.storage import LocalStore
 
 from linumpy.bench import oct_volume, write_volume
-from linumpy.gpu import codec_batches, nvcomp_zstd
+from linumpy.gpu import codec_batches, codec_staging, nvcomp_zstd
 from linumpy.gpu.zarr_context import gpu_zarr_context
 
 EVENTS: list[tuple[float, str]] = []
@@ -125,13 +125,13 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="threading.max_workers")
     parser.add_argument("--workdir", default=None)
     parser.add_argument(
-        "--pinned-room", type=int, default=None, help="codec_batches.PINNED_ROOM (0: exact sizes)"
+        "--pinned-room", type=int, default=None, help="codec_staging.PINNED_ROOM (0: exact sizes)"
     )
     args = parser.parse_args()
     if args.threads is not None:  # before zarr makes its pool (once per process)
         zarr.config.set({"threading.max_workers": args.threads})
     if args.pinned_room is not None:
-        codec_batches.PINNED_ROOM = args.pinned_room
+        codec_staging.PINNED_ROOM = args.pinned_room
     volume = oct_volume((512, 1024, 1024))
     patch()
     with tempfile.TemporaryDirectory(dir=args.workdir) as folder:

@@ -22,7 +22,8 @@ from numcodecs import Zstd
 from zarr.codecs import ZstdCodec
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError, SettingsError
-from linumpy.gpu.codec_batches import _layout
+from linumpy.gpu import codec_staging
+from linumpy.gpu.codec_staging import layout as _layout
 from linumpy.gpu.nvcomp_zstd import (
     BATCH_SIZE_ENV,
     CONCURRENCY_ENV,
@@ -260,7 +261,7 @@ def test_set_checksum_writes_a_frame_libzstd_verifies() -> None:
 
 #: zarr's buffers in the GPU tests' ``gpu_zarr()``: all on the device (``enable_gpu()``), or the
 #: stored bytes on the host (``HostBytes``, as in ``gpu_zarr_context``). The ``cp`` fixture runs
-#: every GPU test under both.
+#: every GPU test under both (host: in pieces of 4 KiB, ``codec_staging.PIECE_BYTES``).
 BUFFERS = "device"
 
 
@@ -270,6 +271,8 @@ def cp(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> objec
 
     assert register_nvcomp_zstd()
     monkeypatch.setattr(sys.modules[__name__], "BUFFERS", request.param)
+    if request.param == "host":  # host chunks uploaded in many pieces, both pinned buffers used
+        monkeypatch.setattr(codec_staging, "PIECE_BYTES", 4096)
     return cupy
 
 

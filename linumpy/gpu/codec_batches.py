@@ -29,7 +29,16 @@ from linumpy.errors import ChunkDecodeError
 from linumpy.gpu import nvcomp
 from linumpy.gpu._xxhash import xxh64_batch
 from linumpy.gpu.availability import codec_stream, require_gpu
-from linumpy.gpu.memory import pinned_buffers, roomy
+from linumpy.gpu.codec_staging import (
+    borrow_pinned,
+    host_bytes,
+    is_on_device,
+    layout,
+    memcpy_async,
+    pinned_empty,
+    stage_inputs,
+    upload_host_chunks,
+)
 from linumpy.io.engine.frames import (
     CHECKSUM_BYTES,
     decode_zstd_cpu,
@@ -46,18 +55,6 @@ if TYPE_CHECKING:
 __all__ = ["chunk_key", "current_device", "decode_items", "encode_items"]
 
 logger = logging.getLogger(__name__)
-
-#: Host chunks (stored bytes under :class:`~linumpy.gpu.zarr_buffers.HostBytes`) are copied into
-#: the pinned staging buffer in parts of at least this many bytes, ...
-COPY_PART_BYTES = 8 * 2**20
-#: ... on at most this many threads.
-COPY_THREADS = 8
-#: Pinned staging buffers are page-locked at the next power of two of a batch's bytes, up to this.
-PINNED_ROOM = 2**30
-
-# Offsets of chunks packed in one buffer (nvCOMP asks 4 bytes of encoder inputs, the XXH64 kernel
-# 8 of its inputs).
-_ALIGNMENT = 16
 
 
 async def _stream_done(stream: cupy.cuda.Stream) -> None:
@@ -102,56 +99,8 @@ def _expected_nbytes(spec: ArraySpec) -> int | None:
     return math.prod(spec.shape) * spec.dtype.item_size
 
 
-def _layout(sizes: Sequence[int]) -> tuple[list[int], int]:
-    """Aligned offsets of buffers of ``sizes`` packed one after another, and their total."""
-    offsets = []
-    position = 0
-    for size in sizes:
-        offsets.append(position)
-        position += -(-size // _ALIGNMENT) * _ALIGNMENT
-    return offsets, position
-
-
-def _is_on_device(array: Any) -> bool:
-    return hasattr(array, "__cuda_array_interface__")
-
-
 def _is_gpu_prototype(prototype: BufferPrototype) -> bool:
     return issubclass(prototype.buffer, gpu_buffer.Buffer)
-
-
-def _pinned_empty(nbytes: int) -> np.ndarray:
-    """An uninitialised 1-D uint8 array in page-locked host memory (CuPy's pinned pool)."""
-    import cupy
-
-    memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
-    return np.frombuffer(memory, dtype=np.uint8, count=nbytes)
-
-
-def _borrow_pinned(pinned: ExitStack, nbytes: int) -> np.ndarray:
-    """Page-locked host memory until ``pinned`` closes, from the cache the fast path uses too:
-    page-locking a new buffer for every batch cost more than the batch's GPU work. Buffers are
-    page-locked with room (:func:`~linumpy.gpu.memory.roomy`, up to :data:`PINNED_ROOM`):
-    merged calls vary in size from read to read, and a buffer the cache drops is freed with
-    ``cudaFreeHost``, which waits for the whole device."""
-    if nbytes == 0:
-        return np.empty(0, dtype=np.uint8)
-    (buffer,) = pinned.enter_context(pinned_buffers(roomy(nbytes, PINNED_ROOM), count=1))
-    return buffer[:nbytes]
-
-
-def _memcpy_async(dst: int, src: int, nbytes: int, stream: cupy.cuda.Stream) -> None:
-    """Queue a copy between any two addresses (unified addressing picks the direction)."""
-    import cupy
-
-    if nbytes:
-        cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, cupy.cuda.runtime.memcpyDefault, stream.ptr)
-
-
-def _device_pointer(array: Any) -> int:
-    import cupy
-
-    return int(cupy.asarray(array).data.ptr)
 
 
 def _decodes_to_device(prototype: BufferPrototype) -> bool:
@@ -166,96 +115,9 @@ def _wrap(prototype: BufferPrototype, array: Any, *, device: bool) -> Buffer:
 
     if device:
         return prototype.buffer.from_array_like(cupy.asarray(array))
-    if _is_on_device(array):
+    if is_on_device(array):
         array = cupy.asnumpy(array)
     return prototype.buffer.from_array_like(array)
-
-
-def _stage_inputs(
-    arrays: Sequence[Any],
-    offsets: Sequence[int],
-    total: int,
-    stream: cupy.cuda.Stream,
-    *,
-    download: bool,
-    pinned: ExitStack,
-) -> tuple[np.ndarray, cupy.ndarray, list[int], bool]:
-    """Queue the gathering of every chunk into one device buffer at ``offsets``.
-
-    Device chunks are copied on the device into ``device_in``; with ``download`` the whole buffer
-    is then copied once into the pinned host buffer ``staging`` (borrowed until ``pinned`` closes;
-    the CPU checks frames there).
-    Host chunks are copied into ``staging`` (:func:`_copy_to_staging`) and uploaded by
-    :func:`_queue_uploads`, once any download is done.
-
-    Returns
-    -------
-    staging, device_in, host_chunks, pending
-        The two buffers, the indices of the host chunks, and whether a download is queued.
-    """
-    import cupy
-
-    with stream:
-        device_in = cupy.empty(max(total, 1), dtype=np.uint8)
-    host_chunks = []
-    for i, (array, offset) in enumerate(zip(arrays, offsets, strict=True)):
-        if _is_on_device(array):
-            _memcpy_async(device_in.data.ptr + offset, _device_pointer(array), array.nbytes, stream)
-        else:
-            host_chunks.append(i)
-    pending = download and len(host_chunks) < len(arrays)
-    staging = _borrow_pinned(pinned, total if pending or host_chunks else 0)
-    if pending:
-        _memcpy_async(staging.ctypes.data, device_in.data.ptr, total, stream)
-    return staging, device_in, host_chunks, pending
-
-
-async def _copy_to_staging(
-    arrays: Sequence[Any], offsets: Sequence[int], host_chunks: Sequence[int], staging: np.ndarray
-) -> None:
-    """Copy the host chunks into ``staging``, in parts of :data:`COPY_PART_BYTES` or more on up
-    to :data:`COPY_THREADS` threads (numpy's copies release the GIL)."""
-
-    def copy(part: Sequence[int]) -> None:
-        for i in part:
-            view = np.asarray(arrays[i]).view(np.uint8)
-            staging[offsets[i] : offsets[i] + view.nbytes] = view
-
-    total = sum(int(arrays[i].nbytes) for i in host_chunks)
-    target = max(COPY_PART_BYTES, -(-total // COPY_THREADS))
-    parts: list[list[int]] = [[]]
-    filled = 0
-    for i in host_chunks:
-        if filled >= target:
-            parts.append([])
-            filled = 0
-        parts[-1].append(i)
-        filled += int(arrays[i].nbytes)
-    if len(parts) == 1:
-        copy(parts[0])
-    else:
-        await asyncio.gather(*(asyncio.to_thread(copy, part) for part in parts))
-
-
-def _queue_uploads(
-    arrays: Sequence[Any],
-    offsets: Sequence[int],
-    host_chunks: Sequence[int],
-    staging: np.ndarray,
-    device_in: cupy.ndarray,
-    stream: cupy.cuda.Stream,
-) -> None:
-    """Queue the upload of the host chunks, copied into ``staging``, into ``device_in``."""
-    if len(host_chunks) == len(arrays):
-        _memcpy_async(device_in.data.ptr, staging.ctypes.data, staging.nbytes, stream)
-        return
-    for i in host_chunks:
-        _memcpy_async(
-            device_in.data.ptr + offsets[i],
-            staging.ctypes.data + offsets[i],
-            arrays[i].nbytes,
-            stream,
-        )
 
 
 def current_device() -> int | None:
@@ -289,22 +151,25 @@ async def _decode_batch(
     started = time.perf_counter()
     arrays = [chunk.as_array_like() for chunk in chunks]
     sizes = [int(array.nbytes) for array in arrays]
-    in_offsets, in_total = _layout(sizes)
+    in_offsets, in_total = layout(sizes)
     try:
-        staging, device_in, host_chunks, pending = _stage_inputs(
+        staging, device_in, host_chunks, pending = stage_inputs(
             arrays, in_offsets, in_total, stream, download=True, pinned=pinned
         )
+        await upload_host_chunks(arrays, in_offsets, host_chunks, device_in, stream, pinned)
         if pending:
             await _stream_done(stream)
-        await _copy_to_staging(arrays, in_offsets, host_chunks, staging)
-        _queue_uploads(arrays, in_offsets, host_chunks, staging, device_in, stream)
         staged = time.perf_counter()
+        on_host = set(host_chunks)
+        # The bytes the CPU checks: host chunks where they are, device chunks downloaded.
+        sources = [
+            host_bytes(arrays[i]) if i in on_host else staging[offset : offset + size]
+            for i, (offset, size) in enumerate(zip(in_offsets, sizes, strict=True))
+        ]
         # Validate everything before nvCOMP sees anything.
         infos = [
-            inspect_zstd_chunk(
-                staging[offset : offset + size], key=key, expected_size=_expected_nbytes(spec)
-            )
-            for offset, size, key, spec in zip(in_offsets, sizes, keys, specs, strict=True)
+            inspect_zstd_chunk(source, key=key, expected_size=_expected_nbytes(spec))
+            for source, key, spec in zip(sources, keys, specs, strict=True)
         ]
     except BaseException:
         _synchronize_on_error(stream)
@@ -320,7 +185,7 @@ async def _decode_batch(
     ]
     on_cpu = sorted(set(range(len(chunks))) - set(on_gpu))
     out_sizes = [infos[i].content_size or 0 for i in on_gpu]
-    out_offsets, out_total = _layout(out_sizes)
+    out_offsets, out_total = layout(out_sizes)
     checked = [k for k, i in enumerate(on_gpu) if infos[i].checksum is not None]
     to_device = [_decodes_to_device(specs[i].prototype) for i in on_gpu]
     try:
@@ -333,7 +198,7 @@ async def _decode_batch(
                 np.array(out_sizes, dtype=np.int64),
                 stream=stream,
             )
-            hashes = _pinned_empty(8 * len(checked)).view(np.uint64)
+            hashes = pinned_empty(8 * len(checked)).view(np.uint64)
             if checked:
                 device_hashes = xxh64_batch(
                     device_out,
@@ -341,17 +206,17 @@ async def _decode_batch(
                     [out_sizes[k] for k in checked],
                     stream=stream,
                 )
-                _memcpy_async(hashes.ctypes.data, device_hashes.data.ptr, hashes.nbytes, stream)
+                memcpy_async(hashes.ctypes.data, device_hashes.data.ptr, hashes.nbytes, stream)
             host_out = None
             if not all(to_device):
-                host_out = _pinned_empty(out_total)
-                _memcpy_async(host_out.ctypes.data, device_out.data.ptr, out_total, stream)
+                host_out = pinned_empty(out_total)
+                memcpy_async(host_out.ctypes.data, device_out.data.ptr, out_total, stream)
         # libzstd decodes the unusual chunks while the GPU works.
         cpu_decoded = await asyncio.gather(
             *(
                 asyncio.to_thread(
                     decode_zstd_cpu,
-                    staging[in_offsets[i] : in_offsets[i] + sizes[i]],
+                    sources[i],
                     key=keys[i],
                     expected_size=_expected_nbytes(specs[i]),
                 )
@@ -417,20 +282,19 @@ async def _encode_batch(
     on_gpu = [i for i, size in enumerate(sizes) if 0 < size <= nvcomp.MAX_ENCODE_BYTES]
     on_cpu = sorted(set(range(len(chunks))) - set(on_gpu))
     gpu_sizes = [sizes[i] for i in on_gpu]
-    in_offsets, in_total = _layout(gpu_sizes)
+    in_offsets, in_total = layout(gpu_sizes)
     try:
         gpu_arrays = [arrays[i] for i in on_gpu]
-        staging, device_in, host_chunks, _ = _stage_inputs(
+        _, device_in, host_chunks, _ = stage_inputs(
             gpu_arrays, in_offsets, in_total, stream, download=False, pinned=pinned
         )
-        await _copy_to_staging(gpu_arrays, in_offsets, host_chunks, staging)
-        _queue_uploads(gpu_arrays, in_offsets, host_chunks, staging, device_in, stream)
+        await upload_host_chunks(gpu_arrays, in_offsets, host_chunks, device_in, stream, pinned)
         with stream:
             inputs = [device_in[o : o + n] for o, n in zip(in_offsets, gpu_sizes, strict=True)]
             capacities = [nvcomp.max_encoded_size(int(array.nbytes)) for array in inputs]
-            out_offsets, out_total = _layout(capacities)
+            out_offsets, out_total = layout(capacities)
             device_out = cupy.empty(max(out_total, 1), dtype=np.uint8)
-            hashes = _pinned_empty(8 * len(on_gpu)).view(np.uint64)
+            hashes = pinned_empty(8 * len(on_gpu)).view(np.uint64)
             encoded = nvcomp.encode(
                 device_in.data.ptr + np.array(in_offsets, dtype=np.int64),
                 np.array(gpu_sizes, dtype=np.int64),
@@ -439,7 +303,7 @@ async def _encode_batch(
             )
             if checksum and on_gpu:
                 device_hashes = xxh64_batch(device_in, in_offsets, gpu_sizes, stream=stream)
-                _memcpy_async(hashes.ctypes.data, device_hashes.data.ptr, hashes.nbytes, stream)
+                memcpy_async(hashes.ctypes.data, device_hashes.data.ptr, hashes.nbytes, stream)
         await _stream_done(stream)
         encoded.check([keys[i] for i in on_gpu])
         frame_sizes = encoded.sizes().tolist()
@@ -451,15 +315,15 @@ async def _encode_batch(
                 )
         # Frames back to the host, packed, with room for a checksum.
         extra = CHECKSUM_BYTES if checksum else 0
-        packed_offsets, packed_total = _layout([n + extra for n in frame_sizes])
+        packed_offsets, packed_total = layout([n + extra for n in frame_sizes])
         if all(_is_gpu_prototype(spec.prototype) for spec in specs):
-            packed = _borrow_pinned(pinned, packed_total)  # uploaded again below
+            packed = borrow_pinned(pinned, packed_total)  # uploaded again below
         else:
             packed = np.empty(packed_total, dtype=np.uint8)  # host frames are returned: not lent
 
         with stream:
             for k, frame_size in enumerate(frame_sizes):
-                _memcpy_async(
+                memcpy_async(
                     packed.ctypes.data + packed_offsets[k],
                     device_out.data.ptr + out_offsets[k],
                     frame_size,
@@ -482,7 +346,7 @@ async def _encode_batch(
         frames[i] = frame
     cpu_codec = Zstd(level=level, checksum=checksum)
     for i in on_cpu:
-        host = cupy.asnumpy(arrays[i]) if _is_on_device(arrays[i]) else np.asarray(arrays[i])
+        host = cupy.asnumpy(arrays[i]) if is_on_device(arrays[i]) else np.asarray(arrays[i])
         encoded = await asyncio.to_thread(cpu_codec.encode, host)
         frames[i] = np.frombuffer(encoded, dtype=np.uint8)
 
@@ -491,7 +355,7 @@ async def _encode_batch(
         # One upload of every frame rather than one per chunk.
         with stream:
             device_packed = cupy.empty(max(packed_total, 1), dtype=np.uint8)
-            _memcpy_async(device_packed.data.ptr, packed.ctypes.data, packed_total, stream)
+            memcpy_async(device_packed.data.ptr, packed.ctypes.data, packed_total, stream)
         await _stream_done(stream)
     for k, i in enumerate(on_gpu):
         if device_packed is not None and _is_gpu_prototype(specs[i].prototype):
