@@ -1,4 +1,4 @@
-"""Staging of the GPU codec's batches: runs of pieces, and host chunks uploaded a piece at a time."""
+"""Staging of the GPU codec's batches: runs of pieces, host chunks uploaded a piece at a time."""
 
 from __future__ import annotations
 
