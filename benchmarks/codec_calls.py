@@ -69,6 +69,12 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="*", default=[32])
     parser.add_argument("--batch", type=int, nargs="*", default=[1024])
     parser.add_argument("--settle-ms", type=float, nargs="*", default=[0.0])
+    parser.add_argument(
+        "--busy-settle-ms",
+        type=float,
+        default=None,
+        help="CallMerger.busy_settle_seconds, in ms (default: the codec's)",
+    )
     parser.add_argument("--in-flight", type=int, nargs="*", default=[1])
     parser.add_argument(
         "--buffers",
@@ -80,6 +86,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
+    if args.busy_settle_ms is not None:
+        nvcomp_zstd._DECODES.busy_settle_seconds = args.busy_settle_ms / 1e3
     calls = Calls()
     logger = logging.getLogger("linumpy.gpu.codec_batches")
     logger.setLevel(logging.DEBUG)

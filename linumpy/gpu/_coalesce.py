@@ -64,6 +64,10 @@ class CallMerger[Item, Result]:
     max_in_flight
         Merged calls of the batch function running at once: calls that arrive while fewer run
         are served at once instead of waiting for a running call to end.
+    busy_settle_seconds
+        While another merged call runs, wait this long before starting one, again while each
+        wait brings new calls: calls that trickle in behind a running call are merged into one
+        instead of the first few taking the last free place (a first call starts at once).
 
     Examples
     --------
@@ -86,11 +90,13 @@ class CallMerger[Item, Result]:
         settle_rounds: int = 2,
         settle_seconds: float = 0.0,
         max_in_flight: int = 1,
+        busy_settle_seconds: float = 0.0,
     ) -> None:
         self._run = run
         self._settle_rounds = settle_rounds
         self.settle_seconds = settle_seconds
         self.max_in_flight = max_in_flight
+        self.busy_settle_seconds = busy_settle_seconds
         self._lock = threading.Lock()
         self._queues: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Hashable, _Queue]
@@ -117,8 +123,11 @@ class CallMerger[Item, Result]:
                     seen = len(queue.pending)
                     for _ in range(self._settle_rounds):
                         await asyncio.sleep(0)
-                    if self.settle_seconds > 0:
-                        await asyncio.sleep(self.settle_seconds)
+                    wait = self.settle_seconds
+                    if queue.running:
+                        wait = max(wait, self.busy_settle_seconds)
+                    if wait > 0:
+                        await asyncio.sleep(wait)
                 calls, queue.pending = queue.pending, []
                 task = loop.create_task(self._serve(calls))
                 queue.running.add(task)
