@@ -29,7 +29,7 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from linumpy.bench import Layout, oct_volume, write_volume
-from linumpy.gpu import nvcomp_zstd
+from linumpy.gpu import codec_staging, nvcomp_zstd
 from linumpy.gpu.zarr_context import gpu_zarr_context
 
 LAYOUTS = {
@@ -69,6 +69,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="*", default=[32])
     parser.add_argument("--batch", type=int, nargs="*", default=[1024])
     parser.add_argument("--settle-ms", type=float, nargs="*", default=[0.0])
+    parser.add_argument("--piece-mib", type=int, help="codec_staging.PIECE_BYTES in MiB")
+    parser.add_argument("--copy-threads", type=int, help="codec_staging.COPY_THREADS")
     parser.add_argument(
         "--busy-settle-ms",
         type=float,
@@ -86,6 +88,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
+    if args.piece_mib is not None:
+        codec_staging.PIECE_BYTES = args.piece_mib * 2**20
+    if args.copy_threads is not None:
+        codec_staging.COPY_THREADS = args.copy_threads
     if args.busy_settle_ms is not None:
         nvcomp_zstd._DECODES.busy_settle_seconds = args.busy_settle_ms / 1e3
     calls = Calls()
