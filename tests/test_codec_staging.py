@@ -19,6 +19,17 @@ def test_runs_of_keeps_order_and_limit() -> None:
     assert runs_of([3, 3, 3], 100) == [[0, 1, 2]]
 
 
+@pytest.mark.parametrize("part_bytes", [7, 4096, 2**23])
+def test_copied_is_a_new_array_with_the_same_bytes(
+    monkeypatch: pytest.MonkeyPatch, part_bytes: int
+) -> None:
+    monkeypatch.setattr(codec_staging, "COPY_PART_BYTES", part_bytes)
+    source = np.random.default_rng(2).integers(0, 256, 100_003, dtype=np.uint8)
+    out = asyncio.run(codec_staging.copied(source))
+    assert not np.shares_memory(out, source)
+    np.testing.assert_array_equal(out, source)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("piece_bytes", [64, 4096, 2**26])
 def test_host_and_device_chunks_land_at_their_offsets(

@@ -31,6 +31,7 @@ from linumpy.gpu._xxhash import xxh64_batch
 from linumpy.gpu.availability import codec_stream, require_gpu
 from linumpy.gpu.codec_staging import (
     borrow_pinned,
+    copied,
     host_bytes,
     is_on_device,
     layout,
@@ -316,11 +317,9 @@ async def _encode_batch(
         # Frames back to the host, packed, with room for a checksum.
         extra = CHECKSUM_BYTES if checksum else 0
         packed_offsets, packed_total = layout([n + extra for n in frame_sizes])
-        if all(_is_gpu_prototype(spec.prototype) for spec in specs):
-            packed = borrow_pinned(pinned, packed_total)  # uploaded again below
-        else:
-            packed = np.empty(packed_total, dtype=np.uint8)  # host frames are returned: not lent
-
+        # Downloaded into pinned memory: a copy per frame into pageable memory waits for each
+        # (host byte buffers: 128^3 written at 2.16 against 2.90 GB/s with device ones).
+        packed = borrow_pinned(pinned, packed_total)
         with stream:
             for k, frame_size in enumerate(frame_sizes):
                 memcpy_async(
@@ -330,6 +329,8 @@ async def _encode_batch(
                     stream,
                 )
         await _stream_done(stream)
+        if not all(_is_gpu_prototype(spec.prototype) for spec in specs):
+            packed = await copied(packed)  # host frames are returned: the pinned buffer is lent
     except BaseException:
         _synchronize_on_error(stream)
         raise

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALIGNMENT",
     "borrow_pinned",
+    "copied",
     "device_pointer",
     "host_bytes",
     "is_on_device",
@@ -215,3 +216,13 @@ async def copy_pieces(
         copy(range(len(views)))
     else:
         await asyncio.gather(*(asyncio.to_thread(copy, part) for part in parts))
+
+
+async def copied(source: np.ndarray) -> np.ndarray:
+    """A new host array with the bytes of ``source`` (1-D uint8), copied by threads as in
+    :func:`copy_pieces`."""
+    out = np.empty(source.nbytes, dtype=np.uint8)
+    step = max(COPY_PART_BYTES, -(-source.nbytes // COPY_THREADS))
+    places = list(range(0, source.nbytes, step))
+    await copy_pieces([source[p : p + step] for p in places], out, places)
+    return out
