@@ -54,7 +54,13 @@ ALIGNMENT = 16
 
 
 def layout(sizes: Sequence[int]) -> tuple[list[int], int]:
-    """Aligned offsets of buffers of ``sizes`` packed one after another, and their total."""
+    """Aligned offsets of buffers of ``sizes`` packed one after another, and their total.
+
+    Examples
+    --------
+    >>> layout([3, 20])
+    ([0, 16], 48)
+    """
     offsets = []
     position = 0
     for size in sizes:
@@ -64,12 +70,24 @@ def layout(sizes: Sequence[int]) -> tuple[list[int], int]:
 
 
 def is_on_device(array: Any) -> bool:
-    """Whether ``array`` is in device memory (has ``__cuda_array_interface__``)."""
+    """Whether ``array`` is in device memory (has ``__cuda_array_interface__``).
+
+    Examples
+    --------
+    >>> is_on_device(np.zeros(2))
+    False
+    """
     return hasattr(array, "__cuda_array_interface__")
 
 
 def pinned_empty(nbytes: int) -> np.ndarray:
-    """An uninitialised 1-D uint8 array in page-locked host memory (CuPy's pinned pool)."""
+    """An uninitialised 1-D uint8 array in page-locked host memory (CuPy's pinned pool).
+
+    Examples
+    --------
+    >>> pinned_empty(64).nbytes  # doctest: +SKIP
+    64
+    """
     import cupy
 
     memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
@@ -79,7 +97,13 @@ def pinned_empty(nbytes: int) -> np.ndarray:
 def borrow_pinned(pinned: ExitStack, nbytes: int) -> np.ndarray:
     """Page-locked host memory until ``pinned`` closes, from the cache the fast path uses too:
     page-locking a new buffer for every batch cost more than the batch's GPU work (sized with
-    room: :data:`PINNED_ROOM`)."""
+    room: :data:`PINNED_ROOM`).
+
+    Examples
+    --------
+    >>> with ExitStack() as pinned:  # doctest: +SKIP
+    ...     staging = borrow_pinned(pinned, 1 << 20)
+    """
     if nbytes == 0:
         return np.empty(0, dtype=np.uint8)
     (buffer,) = pinned.enter_context(pinned_buffers(roomy(nbytes, PINNED_ROOM), count=1))
@@ -87,7 +111,12 @@ def borrow_pinned(pinned: ExitStack, nbytes: int) -> np.ndarray:
 
 
 def memcpy_async(dst: int, src: int, nbytes: int, stream: cupy.cuda.Stream) -> None:
-    """Queue a copy between any two addresses (unified addressing picks the direction)."""
+    """Queue a copy between any two addresses (unified addressing picks the direction).
+
+    Examples
+    --------
+    >>> memcpy_async(device.data.ptr, host.ctypes.data, host.nbytes, stream)  # doctest: +SKIP
+    """
     import cupy
 
     if nbytes:
@@ -95,6 +124,13 @@ def memcpy_async(dst: int, src: int, nbytes: int, stream: cupy.cuda.Stream) -> N
 
 
 def device_pointer(array: Any) -> int:
+    """The device address of a device array's first byte.
+
+    Examples
+    --------
+    >>> device_pointer(cupy.zeros(4, dtype=cupy.uint8)) > 0  # doctest: +SKIP
+    True
+    """
     import cupy
 
     return int(cupy.asarray(array).data.ptr)
@@ -119,6 +155,11 @@ def stage_inputs(
     -------
     staging, device_in, host_chunks, pending
         The two buffers, the indices of the host chunks, and whether a download is queued.
+
+    Examples
+    --------
+    >>> staging, device_in, host, pending = stage_inputs(  # doctest: +SKIP
+    ...     arrays, offsets, total, stream, download=True, pinned=pinned)
     """
     import cupy
 
@@ -138,12 +179,24 @@ def stage_inputs(
 
 
 def host_bytes(array: Any) -> np.ndarray:
-    """A host chunk's bytes as a 1-D uint8 array."""
+    """A host chunk's bytes as a 1-D uint8 array.
+
+    Examples
+    --------
+    >>> host_bytes(np.arange(2, dtype="<u2")).tolist()
+    [0, 0, 1, 0]
+    """
     return np.asarray(array).reshape(-1).view(np.uint8)
 
 
 def runs_of(sizes: Sequence[int], limit: int) -> list[list[int]]:
-    """Consecutive positions of ``sizes`` in runs of at most ``limit`` bytes (one, if larger)."""
+    """Consecutive positions of ``sizes`` in runs of at most ``limit`` bytes (one, if larger).
+
+    Examples
+    --------
+    >>> runs_of([4, 4, 12, 1], 8)
+    [[0, 1], [2], [3]]
+    """
     pieces: list[list[int]] = [[]]
     filled = 0
     for k, size in enumerate(sizes):
@@ -165,7 +218,12 @@ async def upload_host_chunks(
 ) -> None:
     """Queue the upload of the host chunks into ``device_in`` at ``offsets``, a piece of at most
     :data:`PIECE_BYTES` at a time through two pinned buffers used in turn; a piece of chunks
-    that lie side by side in ``device_in`` is uploaded with one copy."""
+    that lie side by side in ``device_in`` is uploaded with one copy.
+
+    Examples
+    --------
+    >>> await upload_host_chunks(arrays, offsets, host, device_in, stream, pinned)  # doctest: +SKIP
+    """
     sizes = [int(arrays[i].nbytes) for i in host_chunks]
     padded = [-(-size // ALIGNMENT) * ALIGNMENT for size in sizes]
     pieces = runs_of(padded, PIECE_BYTES)
@@ -220,7 +278,14 @@ async def copy_pieces(
 
 async def copied(source: np.ndarray) -> np.ndarray:
     """A new host array with the bytes of ``source`` (1-D uint8), copied by threads as in
-    :func:`copy_pieces`."""
+    :func:`copy_pieces`.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> asyncio.run(copied(np.arange(4, dtype=np.uint8))).tolist()
+    [0, 1, 2, 3]
+    """
     out = np.empty(source.nbytes, dtype=np.uint8)
     step = max(COPY_PART_BYTES, -(-source.nbytes // COPY_THREADS))
     places = list(range(0, source.nbytes, step))

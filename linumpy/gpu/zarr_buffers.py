@@ -87,6 +87,11 @@ class DeviceNDBuffer(gpu.NDBuffer):
     legacy default stream, which waits for every nvCOMP call in flight (sharded 128^3 on an
     H200: zarr's event loop stalled 68 ms per read). Nor is zarr's "slow copy based path"
     warning given for such arrays: their copy to the device is the one copy there is.
+
+    Examples
+    --------
+    >>> DeviceNDBuffer(np.arange(3)).as_numpy_array()  # a host array stays one
+    array([0, 1, 2])
     """
 
     def __init__(self, array: NDArrayLike) -> None:
