@@ -1,12 +1,14 @@
-"""Batches of zarr's codec calls on the GPU: staging, validation, nvCOMP, checksums.
+"""Batches of zarr's codec calls on the GPU: validation, nvCOMP, checksums.
 
-:class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` hands its batches here. Decoding stages every
-chunk in one pinned buffer, checks each frame on the CPU (:mod:`linumpy.io.engine.frames`), copies
-the batch to the device once, decodes it with one call of the nvCOMP layer
-(:mod:`linumpy.gpu.nvcomp`), and verifies stored checksums with the XXH64 kernel. Valid chunks that
-nvCOMP cannot decode (several frames, skippable frames, no declared content size) go to libzstd.
-Encoding packs chunks into one device buffer, encodes them with one nvCOMP call, checks every
-frame like a stored chunk and adds checksums when asked.
+:class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` hands its batches here. Decoding gathers every
+chunk into one device buffer (:mod:`linumpy.gpu.codec_staging`: host chunks uploaded through
+pinned memory a piece at a time, device chunks copied there and downloaded once), checks each
+frame on the CPU where its bytes are (:mod:`linumpy.io.engine.frames`), decodes the batch with
+one call of the nvCOMP layer (:mod:`linumpy.gpu.nvcomp`), and verifies stored checksums with the
+XXH64 kernel. Valid chunks that nvCOMP cannot decode (several frames, skippable frames, no
+declared content size) go to libzstd. Encoding packs chunks into one device buffer, encodes them
+with one nvCOMP call, brings the frames back through pinned memory, checks every frame like a
+stored chunk and adds checksums when asked.
 """
 
 from __future__ import annotations
