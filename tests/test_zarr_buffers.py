@@ -24,6 +24,21 @@ def speckle(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     return (1000 * rng.exponential(1.0, shape) + 5).astype(np.uint16)
 
 
+def new_array(
+    path: Path, data: np.ndarray, shards: tuple[int, ...] | None, compressor: str | None
+) -> zarr.Array:
+    """A new array of ``data``'s shape and dtype in chunks of 16^3, under the current config."""
+    compressors = {"zstd": ZstdCodec(level=3), "blosc": BloscCodec(), None: None}[compressor]
+    return zarr.create_array(
+        path,
+        shape=data.shape,
+        chunks=(16, 16, 16),
+        shards=shards,
+        dtype=data.dtype,
+        compressors=compressors,
+    )
+
+
 def test_host_bytes_join_compare_and_convert() -> None:
     first = HostBytes.from_bytes(b"abc")
     joined = first + HostBytes.from_array_like(np.frombuffer(b"de", "B"))
@@ -62,17 +77,9 @@ def test_zarr_round_trips_through_host_bytes(
     """zarr writes and reads with HostBytes as its byte buffer (numpy arrays), files readable by
     plain zarr and equal to the data."""
     data = speckle((48, 40, 64))
-    compressors = {"zstd": ZstdCodec(level=3), "blosc": BloscCodec(), None: None}[compressor]
     host = {"buffer": host_bytes_config()["buffer"]}
     with zarr.config.set(host):
-        array = zarr.create_array(
-            tmp_path / "a.zarr",
-            shape=data.shape,
-            chunks=(16, 16, 16),
-            shards=shards,
-            dtype=data.dtype,
-            compressors=compressors,
-        )
+        array = new_array(tmp_path / "a.zarr", data, shards, compressor)
         array[...] = data
         array[3:20, 5, 7:40] = 9  # partial chunk and shard writes read what is stored
         data[3:20, 5, 7:40] = 9
@@ -125,19 +132,11 @@ def test_gpu_zarr_context_reads_and_writes_cupy_without_slow_copies(
     from linumpy.gpu.zarr_context import gpu_zarr_context
 
     data = speckle((48, 40, 64), seed=3)
-    compressors = {"zstd": ZstdCodec(level=3), "blosc": BloscCodec(), None: None}[compressor]
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*slow copy.*")
         with gpu_zarr_context():
             assert default_buffer_prototype().buffer is HostBytes
-            array = zarr.create_array(
-                tmp_path / "a.zarr",
-                shape=data.shape,
-                chunks=(16, 16, 16),
-                shards=shards,
-                dtype=data.dtype,
-                compressors=compressors,
-            )
+            array = new_array(tmp_path / "a.zarr", data, shards, compressor)
             array[...] = cupy.asarray(data)
             array[3:20, 5, 7:40] = cupy.full((17, 33), 9, dtype=cupy.uint16)
             data[3:20, 5, 7:40] = 9
