@@ -146,7 +146,7 @@ def main() -> int:
                       f"in flight {key[3]}, {key[4]} buffers: {len(records)} calls")  # fmt: skip
                 for at, a in records:
                     print(f"  at {at * 1e3:7.1f} ms: {a[0]} chunks; " + ", ".join(
-                        f"{v:.1f}" for v in a[2:]) + " ms (staging, checks, decode)")  # fmt: skip
+                        f"{v:.1f}" for v in a[2:]) + " ms (decode)")  # fmt: skip
                 table.append((name, key, nbytes / seconds / 1e9, nbytes / base / 1e9, chunks))
     print(
         "\n| layout | (concurrency, batch, settle ms, in flight, buffers) | codec GB/s "

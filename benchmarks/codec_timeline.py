@@ -64,15 +64,24 @@ def patch() -> None:
         return await decode(self, items)
 
     nvcomp_zstd.NvcompZstdCodec.decode = timed_decode  # type: ignore[method-assign]
-    batch = codec_batches._decode_batch
+    prepare = codec_batches._prepare
 
-    async def timed_batch(stream, chunks, *args, **kwargs):  # type: ignore[no-untyped-def]
+    async def timed_prepare(stream, items, pinned):  # type: ignore[no-untyped-def]
+        note(f"prepare start ({len(items)} chunks)")
+        result = await prepare(stream, items, pinned)
+        note(f"prepare end   ({len(items)} chunks)")
+        return result
+
+    codec_batches._prepare = timed_prepare
+    batch = codec_batches._decode_prepared
+
+    async def timed_batch(stream, chunks):  # type: ignore[no-untyped-def]
         note(f"batch start ({len(chunks)} chunks)")
-        result = await batch(stream, chunks, *args, **kwargs)
+        result = await batch(stream, chunks)
         note(f"batch end   ({len(chunks)} chunks)")
         return result
 
-    codec_batches._decode_batch = timed_batch
+    codec_batches._decode_prepared = timed_batch
 
 
 def heartbeats(stop: threading.Event) -> None:

@@ -23,6 +23,7 @@ from zarr.codecs import ZstdCodec
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError, SettingsError
 from linumpy.gpu import codec_staging
+from linumpy.gpu.codec_batches import arrived_on_host, decode_items, prepare_items
 from linumpy.gpu.codec_staging import layout as _layout
 from linumpy.gpu.nvcomp_zstd import (
     BATCH_SIZE_ENV,
@@ -607,6 +608,63 @@ def test_unusual_valid_chunk_is_decoded_on_the_cpu(
     _replace_first_chunk(tmp_path / "a.zarr", data, UNUSUAL[case])
     np.testing.assert_array_equal(read_gpu(tmp_path / "a.zarr"), data)
     assert nvcomp_counts(caplog) == (7, 1)
+
+
+def _items(buffer: Callable[[bytes], object], pieces: list[np.ndarray]) -> list[tuple]:
+    """``(zstd frame, spec, name)`` items of uint16 pieces, the frames made by ``buffer``."""
+    from zarr.core.array_spec import ArrayConfig, ArraySpec
+    from zarr.core.buffer import gpu
+    from zarr.core.dtype import parse_dtype
+
+    prototype = gpu.buffer_prototype  # decoded chunks land on the device
+    return [
+        (
+            buffer(Zstd(level=3, checksum=True).encode(piece)),
+            ArraySpec(
+                shape=piece.shape,
+                dtype=parse_dtype(np.uint16, zarr_format=3),
+                fill_value=0,
+                config=ArrayConfig.from_dict({}),
+                prototype=prototype,
+            ),
+            f"c/{i}",
+        )
+        for i, piece in enumerate(pieces)
+    ]
+
+
+def test_arrived_on_host_for_host_bytes() -> None:
+    from zarr.core.buffer import cpu
+
+    items = [(cpu.Buffer.from_bytes(b"\x01\x02"), None, "c/0")]
+    assert arrived_on_host(items)  # type: ignore[arg-type]
+
+
+@pytest.mark.gpu
+def test_prepared_and_raw_chunks_decode_in_one_call(
+    cp: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A merged call can hold chunks prepared as their call arrived (host bytes) beside raw
+    ones (device bytes, staged in the call): every chunk decodes to its own values."""
+    import asyncio
+
+    import cupy
+    from zarr.core.buffer import cpu, gpu
+
+    caplog.set_level(logging.DEBUG, logger=CODEC_LOGGER)
+    pieces = [oct_like((n,), seed=n) for n in (5000, 7, 65536, 1200)]
+    host = _items(cpu.Buffer.from_bytes, pieces[:2])
+    device = _items(lambda b: gpu.Buffer(cupy.frombuffer(b, np.uint8)), pieces[2:])
+    assert arrived_on_host(host) and not arrived_on_host(device)
+    assert not arrived_on_host(host + device)
+
+    async def both() -> list:
+        return await decode_items([*await prepare_items(host), device[0], device[1]])
+
+    decoded = asyncio.run(both())
+    for buffer, piece in zip(decoded, pieces, strict=True):
+        np.testing.assert_array_equal(cupy.asnumpy(buffer.as_array_like()).view(np.uint16), piece)
+    assert nvcomp_counts(caplog) == (4, 0)
 
 
 @pytest.mark.gpu

@@ -18,8 +18,10 @@ import functools
 import logging
 import math
 import time
+import weakref
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +46,7 @@ from linumpy.gpu.codec_staging import (
 )
 from linumpy.io.engine.frames import (
     CHECKSUM_BYTES,
+    ZstdFrameInfo,
     decode_zstd_cpu,
     inspect_zstd_chunk,
     set_zstd_checksum,
@@ -55,7 +58,15 @@ if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, BufferPrototype
     from zarr.core.dtype.wrapper import ZDType
 
-__all__ = ["chunk_key", "current_device", "decode_items", "encode_items"]
+__all__ = [
+    "PreparedChunk",
+    "arrived_on_host",
+    "chunk_key",
+    "current_device",
+    "decode_items",
+    "encode_items",
+    "prepare_items",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -142,61 +153,123 @@ def current_device() -> int | None:
 # --- decode -----------------------------------------------------------------------------------
 
 
-async def _decode_batch(
-    stream: cupy.cuda.Stream,
-    chunks: Sequence[Buffer],
-    specs: Sequence[ArraySpec],
-    keys: Sequence[str],
-    pinned: ExitStack,
+PREPARES_AT_ONCE = 2
+"""Codec calls staged at once on one event loop (each holds two pinned pieces while it runs)."""
+
+_prepare_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@dataclass(slots=True)
+class PreparedChunk:
+    """A chunk checked and staged for the merged nvCOMP call.
+
+    ``address`` is the device address of its compressed bytes (0 for a chunk that libzstd
+    decodes, whose bytes are then in ``host``); ``keep`` holds the device buffer they are in.
+
+    Examples
+    --------
+    >>> [chunk.address > 0 for chunk in await prepare_items(items)]  # doctest: +SKIP
+    [True, True]
+    """
+
+    spec: ArraySpec
+    key: str
+    info: ZstdFrameInfo
+    size: int
+    address: int
+    host: np.ndarray | None
+    keep: Any
+
+
+def _nvcomp_decodable(info: ZstdFrameInfo, size: int) -> bool:
+    return (
+        info.gpu_decodable
+        and 0 < (info.content_size or 0) <= nvcomp.MAX_DECODE_BYTES
+        and size <= nvcomp.MAX_DECODE_BYTES
+    )
+
+
+async def prepare_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[PreparedChunk]:
+    """Check a codec call's chunks and put their bytes on the device, as the call arrives.
+
+    zarr hands the codec a sharded array's shards one call each, spread over the read; staged
+    here, before :func:`decode_items` merges calls, a late merged call starts nvCOMP at once.
+
+    Raises
+    ------
+    ChunkDecodeError
+        For a malformed chunk (only its own call fails).
+
+    Examples
+    --------
+    >>> prepared = await prepare_items([(chunk, spec, "c/0")])  # doctest: +SKIP
+    """
+    require_gpu("the nvCOMP zstd codec")
+    loop = asyncio.get_running_loop()
+    slots = _prepare_slots.setdefault(loop, asyncio.Semaphore(PREPARES_AT_ONCE))
+    async with slots:
+        with ExitStack() as pinned, codec_stream() as stream:
+            return await _prepare(stream, items, pinned)
+
+
+async def _prepare(
+    stream: cupy.cuda.Stream, items: list[tuple[Buffer, ArraySpec, str]], pinned: ExitStack
+) -> list[PreparedChunk]:
+    started = time.perf_counter()
+    arrays = [chunk.as_array_like() for chunk, _, _ in items]
+    sizes = [int(array.nbytes) for array in arrays]
+    offsets, total = layout(sizes)
+    try:
+        staging, device_in, host_chunks, pending = stage_inputs(
+            arrays, offsets, total, stream, download=True, pinned=pinned
+        )
+        await upload_host_chunks(arrays, offsets, host_chunks, device_in, stream, pinned)
+        await _stream_done(stream)  # the bytes are on the device; the pinned buffers are free
+    except BaseException:
+        _synchronize_on_error(stream)
+        raise
+    staged = time.perf_counter()
+    on_host = set(host_chunks)
+    prepared = []
+    for i, ((_, spec, key), offset, size) in enumerate(zip(items, offsets, sizes, strict=True)):
+        # Checked where the bytes are: host chunks in place, device chunks downloaded.
+        source = host_bytes(arrays[i]) if i in on_host else staging[offset : offset + size]
+        info = inspect_zstd_chunk(source, key=key, expected_size=_expected_nbytes(spec))
+        if _nvcomp_decodable(info, size):
+            prepared.append(
+                PreparedChunk(spec, key, info, size, device_in.data.ptr + offset, None, device_in)
+            )
+        else:  # libzstd's; a copy, since the staging buffer goes back to the cache
+            prepared.append(PreparedChunk(spec, key, info, size, 0, np.array(source), None))
+    logger.debug(
+        "prepared %d chunks; ms: staging %.1f, checks %.1f",
+        len(items),
+        1e3 * (staged - started),
+        1e3 * (time.perf_counter() - staged),
+    )
+    return prepared
+
+
+async def _decode_prepared(
+    stream: cupy.cuda.Stream, chunks: Sequence[PreparedChunk]
 ) -> list[Buffer]:
     import cupy
 
     started = time.perf_counter()
-    arrays = [chunk.as_array_like() for chunk in chunks]
-    sizes = [int(array.nbytes) for array in arrays]
-    in_offsets, in_total = layout(sizes)
-    try:
-        staging, device_in, host_chunks, pending = stage_inputs(
-            arrays, in_offsets, in_total, stream, download=True, pinned=pinned
-        )
-        await upload_host_chunks(arrays, in_offsets, host_chunks, device_in, stream, pinned)
-        if pending:
-            await _stream_done(stream)
-        staged = time.perf_counter()
-        on_host = set(host_chunks)
-        # The bytes the CPU checks: host chunks where they are, device chunks downloaded.
-        sources = [
-            host_bytes(arrays[i]) if i in on_host else staging[offset : offset + size]
-            for i, (offset, size) in enumerate(zip(in_offsets, sizes, strict=True))
-        ]
-        # Validate everything before nvCOMP sees anything.
-        infos = [
-            inspect_zstd_chunk(source, key=key, expected_size=_expected_nbytes(spec))
-            for source, key, spec in zip(sources, keys, specs, strict=True)
-        ]
-    except BaseException:
-        _synchronize_on_error(stream)
-        raise
-    validated = time.perf_counter()
-
-    on_gpu = [
-        i
-        for i, info in enumerate(infos)
-        if info.gpu_decodable
-        and 0 < (info.content_size or 0) <= nvcomp.MAX_DECODE_BYTES
-        and sizes[i] <= nvcomp.MAX_DECODE_BYTES
-    ]
-    on_cpu = sorted(set(range(len(chunks))) - set(on_gpu))
-    out_sizes = [infos[i].content_size or 0 for i in on_gpu]
+    on_gpu = [i for i, chunk in enumerate(chunks) if chunk.address]
+    on_cpu = [i for i, chunk in enumerate(chunks) if not chunk.address]
+    out_sizes = [chunks[i].info.content_size or 0 for i in on_gpu]
     out_offsets, out_total = layout(out_sizes)
-    checked = [k for k, i in enumerate(on_gpu) if infos[i].checksum is not None]
-    to_device = [_decodes_to_device(specs[i].prototype) for i in on_gpu]
+    checked = [k for k, i in enumerate(on_gpu) if chunks[i].info.checksum is not None]
+    to_device = [_decodes_to_device(chunks[i].spec.prototype) for i in on_gpu]
     try:
         with stream:
             device_out = cupy.empty(max(out_total, 1), dtype=np.uint8)
             statuses = nvcomp.decode(
-                device_in.data.ptr + np.array([in_offsets[i] for i in on_gpu], dtype=np.int64),
-                np.array([sizes[i] for i in on_gpu], dtype=np.int64),
+                np.array([chunks[i].address for i in on_gpu], dtype=np.int64),
+                np.array([chunks[i].size for i in on_gpu], dtype=np.int64),
                 device_out.data.ptr + np.array(out_offsets, dtype=np.int64),
                 np.array(out_sizes, dtype=np.int64),
                 stream=stream,
@@ -219,9 +292,9 @@ async def _decode_batch(
             *(
                 asyncio.to_thread(
                     decode_zstd_cpu,
-                    sources[i],
-                    key=keys[i],
-                    expected_size=_expected_nbytes(specs[i]),
+                    chunks[i].host,
+                    key=chunks[i].key,
+                    expected_size=_expected_nbytes(chunks[i].spec),
                 )
                 for i in on_cpu
             )
@@ -231,36 +304,33 @@ async def _decode_batch(
         _synchronize_on_error(stream)
         raise
 
-    statuses.check([keys[i] for i in on_gpu])
+    statuses.check([chunks[i].key for i in on_gpu])
     for k, digest in zip(checked, hashes, strict=True):
-        stored = infos[on_gpu[k]].checksum
+        stored = chunks[on_gpu[k]].info.checksum
         if (int(digest) & 0xFFFFFFFF) != stored:
             raise ChunkDecodeError(
-                keys[on_gpu[k]],
+                chunks[on_gpu[k]].key,
                 f"content checksum mismatch: the frame stores 0x{stored:08X}, the decoded bytes "
                 f"hash to 0x{int(digest) & 0xFFFFFFFF:08X}",
             )
     logger.debug(
-        "decoded %d chunks with nvCOMP, %d on the CPU; ms: staging %.1f, checks %.1f, decode %.1f",
+        "decoded %d chunks with nvCOMP, %d on the CPU; ms: decode %.1f",
         len(on_gpu),
         len(on_cpu),
-        1e3 * (staged - started),
-        1e3 * (validated - staged),
-        1e3 * (time.perf_counter() - validated),
+        1e3 * (time.perf_counter() - started),
     )
 
     results: list[Buffer | None] = [None] * len(chunks)
     for k, i in enumerate(on_gpu):
         region = slice(out_offsets[k], out_offsets[k] + out_sizes[k])
-        prototype = specs[i].prototype
+        prototype = chunks[i].spec.prototype
         if to_device[k]:
             results[i] = prototype.buffer.from_array_like(device_out[region])
         else:
             results[i] = prototype.buffer.from_array_like(host_out[region])  # type: ignore[index]
     for i, decoded in zip(on_cpu, cpu_decoded, strict=True):
-        results[i] = _wrap(
-            specs[i].prototype, decoded, device=_decodes_to_device(specs[i].prototype)
-        )
+        prototype = chunks[i].spec.prototype
+        results[i] = _wrap(prototype, decoded, device=_decodes_to_device(prototype))
     return results  # type: ignore[return-value]
 
 
@@ -370,17 +440,40 @@ async def _encode_batch(
     ]
 
 
-async def decode_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Buffer]:
-    """Decode ``(chunk bytes, spec, name)`` items in one batch (the codec's merged calls).
+async def decode_items(chunks: list[PreparedChunk | tuple[Buffer, ArraySpec, str]]) -> list[Buffer]:
+    """Decode chunks with one nvCOMP call (the codec's merged calls).
+
+    Each item is a chunk prepared as its call arrived (:func:`prepare_items`) or a ``(chunk
+    bytes, spec, name)`` item, checked and staged here, in the merged call.
 
     Examples
     --------
+    >>> decoded = await decode_items(await prepare_items([(chunk, spec, "c/0")]))  # doctest: +SKIP
     >>> decoded = await decode_items([(chunk, spec, "c/0")])  # doctest: +SKIP
     """
     require_gpu("the nvCOMP zstd codec")
-    with ExitStack() as pinned, codec_stream() as stream:
-        columns = (list(c) for c in zip(*items, strict=True))
-        return await _decode_batch(stream, *columns, pinned=pinned)
+    raw = [i for i, chunk in enumerate(chunks) if not isinstance(chunk, PreparedChunk)]
+    ready = list(chunks)
+    with codec_stream() as stream:
+        if raw:
+            with ExitStack() as pinned:
+                prepared = await _prepare(stream, [chunks[i] for i in raw], pinned)  # type: ignore[misc]
+            for i, chunk in zip(raw, prepared, strict=True):
+                ready[i] = chunk
+        return await _decode_prepared(stream, ready)  # type: ignore[arg-type]
+
+
+def arrived_on_host(items: Sequence[tuple[Buffer, ArraySpec, str]]) -> bool:
+    """Whether every chunk's bytes are in host memory (zarr's host byte buffers).
+
+    Examples
+    --------
+    >>> arrived_on_host([(HostBytes.from_bytes(b"x"), spec, "c/0")])  # doctest: +SKIP
+    True
+    """
+    return not any(
+        hasattr(chunk.as_array_like(), "__cuda_array_interface__") for chunk, _, _ in items
+    )
 
 
 async def encode_items(

@@ -43,7 +43,15 @@ from zarr.registry import fully_qualified_name, register_codec
 
 from linumpy.gpu._coalesce import CallMerger
 from linumpy.gpu.availability import gpu_unavailable_reason
-from linumpy.gpu.codec_batches import chunk_key, current_device, decode_items, encode_items
+from linumpy.gpu.codec_batches import (
+    PreparedChunk,
+    arrived_on_host,
+    chunk_key,
+    current_device,
+    decode_items,
+    encode_items,
+    prepare_items,
+)
 from linumpy.io.engine.crc import crc32c
 from linumpy.settings import ENV, Settings, resolve
 
@@ -157,7 +165,13 @@ class NvcompZstdCodec(BytesBytesCodec):
         present = [i for i, (chunk, _) in enumerate(items) if chunk is not None]
         results: list[Buffer | None] = [None] * len(items)
         if present:
-            decoded = await _DECODES(_named(items, present), key=current_device())
+            named = _named(items, present)
+            # Host bytes (gpu_zarr_context) are checked and staged as their call arrives, so a
+            # late merged call starts nvCOMP at once (sharded 128^3: 1.43x -> 1.86x enable_gpu());
+            # device bytes (enable_gpu()) are gathered in the merged call, one download for all
+            # (staged per call they ran at 0.77x, 10 smaller calls).
+            batch = await prepare_items(named) if arrived_on_host(named) else named
+            decoded = await _DECODES(batch, key=current_device())
             for i, buffer in zip(present, decoded, strict=True):
                 results[i] = buffer
         return results
@@ -315,7 +329,7 @@ def _named(
 
 # Two merged decodes at once: shards that zarr hands over while a call runs start their own
 # call (sharded 128^3, 16-core H200 host, 5 rounds: 1.32x -> 1.41x enable_gpu(); 16 at once 1.39x).
-_DECODES: CallMerger[tuple[Buffer, ArraySpec, str], Buffer] = CallMerger(
+_DECODES: CallMerger[PreparedChunk | tuple[Buffer, ArraySpec, str], Buffer] = CallMerger(
     decode_items, max_in_flight=2
 )
 

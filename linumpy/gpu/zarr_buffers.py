@@ -77,20 +77,20 @@ class HostBytes(cpu.Buffer):
 
 
 class DeviceNDBuffer(gpu.NDBuffer):
-    """zarr's GPU array buffer, which leaves an array made on the host there until it is needed
-    on the device.
+    """zarr's GPU array buffer, which leaves an array made on the host there.
 
-    Arrays zarr hands out (:meth:`as_ndarray_like`) and arrays it creates are on the device, as
-    with zarr's own GPU buffer. A host array it is given (a shard's index, a chunk that no GPU
-    codec decoded, a numpy array written) stays a host array: zarr reads a shard's index back
-    with :meth:`as_numpy_array`, and a round trip through the device there is a copy on CUDA's
-    legacy default stream, which waits for every nvCOMP call in flight (sharded 128^3 on an
-    H200: zarr's event loop stalled 68 ms per read). Nor is zarr's "slow copy based path"
-    warning given for such arrays: their copy to the device is the one copy there is.
+    The arrays zarr creates (a read's output, a chunk to fill) are on the device, as with zarr's
+    own GPU buffer, so reads return cupy arrays. A host array it is given (a shard's index, a
+    chunk that no GPU codec decoded, a numpy array written) stays a host array until it is
+    written into a device one: zarr decodes and encodes a shard's index on the host, and a round
+    trip through the device there is a copy on CUDA's legacy default stream, which waits for
+    every nvCOMP call in flight (sharded 128^3 on an H200: zarr's event loop stalled 68 ms per
+    read). Nor is zarr's "slow copy based path" warning given for such arrays: their copy to the
+    device is the one copy there is.
 
     Examples
     --------
-    >>> DeviceNDBuffer(np.arange(3)).as_numpy_array()  # a host array stays one
+    >>> DeviceNDBuffer(np.arange(3)).as_ndarray_like()  # a host array stays one
     array([0, 1, 2])
     """
 
@@ -104,14 +104,6 @@ class DeviceNDBuffer(gpu.NDBuffer):
         """A buffer of a host array, left on the host until the device needs it."""
         return cls(np.asarray(array_like))
 
-    def as_ndarray_like(self) -> NDArrayLike:
-        """The array on the device (copied there first if it is on the host)."""
-        if not _on_device(self._data):
-            import cupy
-
-            self._data = cupy.asarray(self._data)
-        return self._data
-
     def as_numpy_array(self) -> npt.NDArray[Any]:
         """The array in host memory (copied from the device if it is there)."""
         if _on_device(self._data):
@@ -123,12 +115,13 @@ class DeviceNDBuffer(gpu.NDBuffer):
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, core.NDBuffer):
             value = value._data
-        if _on_device(self._data) and isinstance(value, np.ndarray):
+        if _on_device(self._data) != _on_device(value) and not np.isscalar(value):
             import cupy
 
-            value = cupy.asarray(value)
-        elif _on_device(value) and not _on_device(self._data):
-            self.as_ndarray_like()
+            if _on_device(self._data):
+                value = cupy.asarray(value)
+            else:  # device bytes written into a host array: the array moves to the device
+                self._data = cupy.asarray(self._data)
         self._data.__setitem__(key, value)
 
 
