@@ -2,13 +2,14 @@
 
 :class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` hands its batches here. Decoding gathers every
 chunk into one device buffer (:mod:`linumpy.gpu.codec_staging`: host chunks uploaded through
-pinned memory a piece at a time, device chunks copied there and downloaded once), checks each
-frame on the CPU where its bytes are (:mod:`linumpy.io.engine.frames`), decodes the batch with
-one call of the nvCOMP layer (:mod:`linumpy.gpu.nvcomp`), and verifies stored checksums with the
-XXH64 kernel. Valid chunks that nvCOMP cannot decode (several frames, skippable frames, no
-declared content size) go to libzstd. Encoding packs chunks into one device buffer, encodes them
-with one nvCOMP call, brings the frames back through pinned memory, checks every frame like a
-stored chunk and adds checksums when asked.
+pinned memory a piece at a time, device chunks copied there and downloaded once) and checks each
+frame on the CPU where its bytes are (:mod:`linumpy.io.engine.frames`): host chunks as their
+codec call arrives (:func:`prepare_items`), device chunks in the merged call. The merged call
+decodes with one call of the nvCOMP layer (:mod:`linumpy.gpu.nvcomp`) and verifies stored
+checksums with the XXH64 kernel. Valid chunks that nvCOMP cannot decode (several frames,
+skippable frames, no declared content size) go to libzstd. Encoding packs chunks into one device
+buffer, encodes them with one nvCOMP call, brings the frames back through pinned memory, checks
+every frame like a stored chunk and adds checksums when asked.
 """
 
 from __future__ import annotations
