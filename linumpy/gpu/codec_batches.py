@@ -472,9 +472,7 @@ def arrived_on_host(items: Sequence[tuple[Buffer, ArraySpec, str]]) -> bool:
     >>> arrived_on_host([(HostBytes.from_bytes(b"x"), spec, "c/0")])  # doctest: +SKIP
     True
     """
-    return not any(
-        hasattr(chunk.as_array_like(), "__cuda_array_interface__") for chunk, _, _ in items
-    )
+    return not any(is_on_device(chunk.as_array_like()) for chunk, _, _ in items)
 
 
 async def encode_items(

@@ -23,6 +23,8 @@ import numpy as np
 from zarr.core.buffer import core, cpu, gpu
 from zarr.registry import fully_qualified_name, register_buffer, register_ndbuffer
 
+from linumpy.gpu.codec_staging import is_on_device
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -31,10 +33,6 @@ if TYPE_CHECKING:
     from zarr.core.buffer.core import NDArrayLike
 
 __all__ = ["DeviceNDBuffer", "HostBytes", "host_bytes_config"]
-
-
-def _on_device(array: Any) -> bool:
-    return hasattr(array, "__cuda_array_interface__")
 
 
 class HostBytes(cpu.Buffer):
@@ -59,7 +57,7 @@ class HostBytes(cpu.Buffer):
 
     def as_numpy_array(self) -> npt.NDArray[Any]:
         """The bytes in host memory (copied there from the device if they are on it)."""
-        if _on_device(self._data):
+        if is_on_device(self._data):
             import cupy
 
             return cupy.asnumpy(self._data)
@@ -69,7 +67,7 @@ class HostBytes(cpu.Buffer):
         """These bytes followed by ``others``: on the device if all are there, else on the host."""
         parts = [self, *others]
         arrays = [part.as_array_like() for part in parts]
-        if all(_on_device(array) for array in arrays):
+        if all(is_on_device(array) for array in arrays):
             import cupy
 
             return self.__class__(cupy.concatenate(arrays))
@@ -106,7 +104,7 @@ class DeviceNDBuffer(gpu.NDBuffer):
 
     def as_numpy_array(self) -> npt.NDArray[Any]:
         """The array in host memory (copied from the device if it is there)."""
-        if _on_device(self._data):
+        if is_on_device(self._data):
             import cupy
 
             return cupy.asnumpy(self._data)
@@ -115,10 +113,10 @@ class DeviceNDBuffer(gpu.NDBuffer):
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, core.NDBuffer):
             value = value._data
-        if _on_device(self._data) != _on_device(value) and not np.isscalar(value):
+        if is_on_device(self._data) != is_on_device(value) and not np.isscalar(value):
             import cupy
 
-            if _on_device(self._data):
+            if is_on_device(self._data):
                 value = cupy.asarray(value)
             else:  # device bytes written into a host array: the array moves to the device
                 self._data = cupy.asarray(self._data)
