@@ -29,11 +29,11 @@ case "$part" in
       --out-folder /dev/shm --json "$out/dask_stitch_shm.json" > "$out/dask_stitch_shm.log" 2>&1
     tail -4 "$out/dask_stitch_shm.log" ;;
   share) for f in 0 0.15 0.3; do LINUMPY_GPU_CPU_SHARE=$f timeout 170 python3 -c "import sys; \
-from linumpy.cli.linum_benchmark_io import main; sys.argv = ['linum-benchmark-io', '$out/share$f', \
+from linumpy.scripts.linum_benchmark_io import main; sys.argv = ['linum-benchmark-io', '$out/share$f', \
 '-f', '--no-shard', '--chunks', '128', '--no-writes', '--row-budget', '1.0', '--workdir', \
 '/tmp/bs']; sys.exit(main())" > "$out/share$f.log" 2>&1; echo "share $f"
       grep -E "read_volume\(gpu=True\)|nvCOMP" "$out/share$f/benchmark_io.md" | tail -3; done ;;
-  writes) timeout 560 python3 -c "import sys; from linumpy.cli.linum_benchmark_io import main; \
+  writes) timeout 560 python3 -c "import sys; from linumpy.scripts.linum_benchmark_io import main; \
 sys.argv = ['linum-benchmark-io', '$out/bio', '-f', '--checksum', 'both', \
 '--chunks', '64', '--row-budget', '1.0', '--workdir', '/tmp/bv']; sys.exit(main())" \
       > "$out/bio.log" 2>&1; grep -i "write" "$out/bio.log" | tail -12 ;;

@@ -33,7 +33,7 @@ PEAK = (
 #: What the scripts import before they start working: the baseline's imports.
 IMPORTS = (
     "import dask.array, numpy, zarr, linumpy.io, linumpy.parallel, linumpy.mosaic.pipeline, "
-    "linumpy.cli.linum_stitch_3d, linumpy.cli.linum_aip"
+    "linumpy.scripts.linum_stitch_3d, linumpy.scripts.linum_aip"
 )
 
 
@@ -100,12 +100,12 @@ def measure(folder: Path, limit: str, factor: float, tile: int, grid: int, chunk
     chunks = ["--chunks", str(chunk), "128", "128"]
     runs = {
         "stitch": run_script(
-            "linumpy.cli.linum_stitch_3d",
+            "linumpy.scripts.linum_stitch_3d",
             [mosaic, os.fspath(folder / "transform.json"), stitched, "--memory-limit", limit]
             + chunks,
         ),
         "aip": run_script(
-            "linumpy.cli.linum_aip",
+            "linumpy.scripts.linum_aip",
             [stitched, os.fspath(folder / "aip.ome.zarr"), "--memory-limit", limit],
         ),
     }

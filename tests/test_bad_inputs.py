@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from linumpy.cli import build_parser, fail_on_errors, linum_aip
+from linumpy.cli import build_parser, fail_on_errors
+from linumpy.scripts import linum_aip
 from linumpy.errors import LinumpyError
 from linumpy.io import read_volume, save_omezarr
 from linumpy.io.demo import make_demo_data, read_demo_truth

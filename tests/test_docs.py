@@ -37,6 +37,9 @@ def _public_modules() -> list[str]:
     for info in pkgutil.walk_packages(linumpy.__path__, "linumpy."):
         if not any(part.startswith("_") for part in info.name.split(".")):
             names.append(info.name)
+    # The scripts install as linumpy.scripts from the top-level scripts/ folder.
+    names.append("linumpy.scripts")
+    names += [f"linumpy.scripts.{path.stem}" for path in (ROOT / "scripts").glob("linum_*.py")]
     return sorted(names)
 
 
@@ -52,12 +55,12 @@ def _public_names(module: ModuleType) -> list[str]:
 
 
 def _script_commands() -> dict[str, str]:
-    """Console command of every ``linumpy/cli/linum_*.py``, by module stem."""
+    """Console command of every ``scripts/linum_*.py``, by module stem."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     by_module = {target.split(":")[0]: name for name, target in project["scripts"].items()}
     return {
-        path.stem: by_module.get(f"linumpy.cli.{path.stem}", path.stem.replace("_", "-"))
-        for path in sorted((ROOT / "linumpy" / "cli").glob("linum_*.py"))
+        path.stem: by_module.get(f"linumpy.scripts.{path.stem}", path.stem.replace("_", "-"))
+        for path in sorted((ROOT / "scripts").glob("linum_*.py"))
     }
 
 
@@ -140,7 +143,7 @@ def test_every_public_function_and_class_has_an_example() -> None:
 
 def test_every_script_has_a_page_with_an_example(built_docs: Path) -> None:
     commands = _script_commands()
-    assert commands, "no linumpy/cli/linum_*.py found"
+    assert commands, "no scripts/linum_*.py found"
     for stem, command in commands.items():
         page = built_docs / "api" / "scripts" / f"{command}.html"
         assert page.is_file(), f"{stem}: no page {page.name}"

@@ -78,9 +78,9 @@ MAIN = (
 # A script runs as ``python -m`` runs it (runpy, as __main__), once its imports are done.
 SCRIPT = (
     "import runpy, sys\n"
-    "import linumpy.io, linumpy.mosaic.pipeline, linumpy.cli.{name}\n"
+    "import linumpy.io, linumpy.mosaic.pipeline, linumpy.scripts.{name}\n"
     "sys.stdin.readline()\n"
-    "runpy.run_module('linumpy.cli.{name}', run_name='__main__', alter_sys=True)\n"
+    "runpy.run_module('linumpy.scripts.{name}', run_name='__main__', alter_sys=True)\n"
 )
 
 
@@ -105,7 +105,7 @@ class Library:
 
 
 class Script:
-    """A script run as ``python -m linumpy.cli.NAME`` would run it (reruns call its ``main``
+    """A script run as ``python -m linumpy.scripts.NAME`` would run it (reruns call its ``main``
     here)."""
 
     def __init__(self, name: str, args: Callable[[Path, int, Path], list[object]]) -> None:
@@ -116,7 +116,7 @@ class Script:
         return _python("-c", code, *self.args(inputs, variant, out))
 
     def rerun(self, inputs: Path, variant: int, out: Path) -> None:
-        main = importlib.import_module(f"linumpy.cli.{self.name}").main
+        main = importlib.import_module(f"linumpy.scripts.{self.name}").main
         main([str(a) for a in self.args(inputs, variant, out)])
 
 

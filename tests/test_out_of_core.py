@@ -186,7 +186,7 @@ def test_convert_under_a_memory_limit_writes_the_same_bytes(tmp_path: Path, kind
 
 
 def _run(module: str, *args: object) -> None:
-    __import__(f"linumpy.cli.{module}", fromlist=["main"]).main([str(a) for a in args])
+    __import__(f"linumpy.scripts.{module}", fromlist=["main"]).main([str(a) for a in args])
 
 
 def _fails(module: str, capsys, *args: object) -> str:

@@ -32,7 +32,7 @@ SMALL = ["--grid", "4", "5", "--tile-shape", "16", "64", "64"]
 
 
 def _main(name: str):
-    return importlib.import_module(f"linumpy.cli.{name}").main
+    return importlib.import_module(f"linumpy.scripts.{name}").main
 
 
 def run_script(name: str, *args: object) -> None:
@@ -83,7 +83,7 @@ def test_help(name, capsys) -> None:
         run_script(name, "--help")
     assert stop.value.code == 0
     out = capsys.readouterr().out
-    doc = importlib.import_module(f"linumpy.cli.{name}").__doc__.strip().splitlines()[0]
+    doc = importlib.import_module(f"linumpy.scripts.{name}").__doc__.strip().splitlines()[0]
     assert doc in out
     for flag in ("--overwrite", "--use-gpu", "--no-use-gpu", "--verbose"):
         assert flag in out
@@ -292,7 +292,7 @@ def test_zstd_level_and_its_old_name(tmp_path, option) -> None:
     levels = [getattr(codec, "level", None) for codec in array.compressors]
     assert levels == [9, None], array.compressors  # zstd, then crc32c
     help_text = (
-        importlib.import_module("linumpy.cli.linum_stitch_3d")._build_arg_parser().format_help()
+        importlib.import_module("linumpy.scripts.linum_stitch_3d")._build_arg_parser().format_help()
     )
     assert "--zstd-level N, --level N" in help_text and "deprecated" in help_text
 
@@ -318,9 +318,9 @@ _PROBE = textwrap.dedent(
     """
     import ctypes, json, sys
     from pathlib import Path
-    import linumpy.cli.linum_make_demo_data as demo, linumpy.cli.linum_aip as aip
-    import linumpy.cli.linum_estimate_transform as est, linumpy.cli.linum_stitch_3d as s3
-    import linumpy.cli.linum_stitch_2d as s2, linumpy.cli.linum_convert_to_omezarr as conv
+    import linumpy.scripts.linum_make_demo_data as demo, linumpy.scripts.linum_aip as aip
+    import linumpy.scripts.linum_estimate_transform as est, linumpy.scripts.linum_stitch_3d as s3
+    import linumpy.scripts.linum_stitch_2d as s2, linumpy.scripts.linum_convert_to_omezarr as conv
     d = Path(sys.argv[1])
     demo.main([str(d / "m.ome.zarr"), "--grid", "2", "3", "--tile-shape", "8", "64", "64"])
     aip.main([str(d / "m.ome.zarr"), str(d / "a.ome.zarr"), "--no-use-gpu"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from linumpy.cli import linum_convert_to_omezarr
+from linumpy.scripts import linum_convert_to_omezarr
 from linumpy.io import read_axes, read_omezarr, read_volume, save_omezarr
 from linumpy.mosaic.convert import convert_to_omezarr
 

@@ -21,7 +21,7 @@ from ome_zarr.reader import Reader
 from zarr_layouts import sample_data
 
 from linumpy import settings
-from linumpy.cli import linum_aip, linum_convert_to_omezarr
+from linumpy.scripts import linum_aip, linum_convert_to_omezarr
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume, save_omezarr
 from linumpy.io import staging as staging_module

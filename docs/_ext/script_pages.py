@@ -1,4 +1,4 @@
-"""Sphinx extension: one reference page per ``linumpy/cli/linum_*.py`` pipeline script.
+"""Sphinx extension: one reference page per ``scripts/linum_*.py`` pipeline script.
 
 Each page is generated at build time from the script's own argparse parser (``_build_arg_parser()``,
 rendered by sphinx-argparse's ``argparse`` directive) and carries the example commands listed for
@@ -39,12 +39,12 @@ class Script:
 
 
 def find_scripts(root: Path) -> list[Script]:
-    """Every ``linumpy/cli/linum_*.py`` under ``root``, named by its console entry point."""
+    """Every ``scripts/linum_*.py`` under ``root``, named by its console entry point."""
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     commands = {target.split(":")[0]: name for name, target in project.get("scripts", {}).items()}
     scripts = []
-    for path in sorted((root / "linumpy" / "cli").glob("linum_*.py")):
-        module = f"linumpy.cli.{path.stem}"
+    for path in sorted((root / "scripts").glob("linum_*.py")):
+        module = f"linumpy.scripts.{path.stem}"
         prog = commands.get(module)
         if prog is None:
             logger.warning(

@@ -90,7 +90,7 @@ def build_parser(doc: str | None, prog: str | None = None) -> LinumArgumentParse
     >>> parser = build_parser("Stitch a mosaic grid.", prog="linum-demo")
     >>> _ = parser.add_argument("input")
     >>> print(parser.format_help())
-    usage: linum-demo [-h] input
+    usage: linum-demo [-h] [--version] input
     <BLANKLINE>
     Stitch a mosaic grid.
     <BLANKLINE>
@@ -99,11 +99,16 @@ def build_parser(doc: str | None, prog: str | None = None) -> LinumArgumentParse
     <BLANKLINE>
     options:
       -h, --help  show this help message and exit
+      --version   show program's version number and exit
     <BLANKLINE>
     """
-    return LinumArgumentParser(
+    from linumpy import __version__
+
+    parser = LinumArgumentParser(
         prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
 
 
 def add_overwrite_arg(parser: argparse.ArgumentParser) -> None:

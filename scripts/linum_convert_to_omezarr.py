@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     Examples
     --------
     >>> import numpy as np, tempfile
-    >>> from linumpy.cli.linum_convert_to_omezarr import main
+    >>> from linumpy.scripts.linum_convert_to_omezarr import main
     >>> folder = tempfile.mkdtemp()
     >>> np.save(folder + "/volume.npy", np.zeros((16, 32, 32), np.uint16))
     >>> main([folder + "/volume.npy", folder + "/volume.ome.zarr", "--n-levels", "2"])

@@ -65,7 +65,7 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.cli.linum_stitch_3d import _build_arg_parser, run
+    >>> from linumpy.scripts.linum_stitch_3d import _build_arg_parser, run
     >>> from linumpy.io.demo import make_demo_data, read_demo_truth
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.cli.linum_stitch_3d import main
+    >>> from linumpy.scripts.linum_stitch_3d import main
     >>> from linumpy.io.demo import make_demo_data, read_demo_truth
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))

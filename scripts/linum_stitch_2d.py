@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy.cli import LinumArgumentParser
-from linumpy.cli.linum_stitch_3d import _build_arg_parser as _stitch_parser
-from linumpy.cli.linum_stitch_3d import run
+from linumpy.scripts.linum_stitch_3d import _build_arg_parser as _stitch_parser
+from linumpy.scripts.linum_stitch_3d import run
 
 NDIM = 2
 
@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.cli import linum_aip
+    >>> from linumpy.scripts import linum_aip
     >>> from linumpy.io.demo import make_demo_data, read_demo_truth
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))

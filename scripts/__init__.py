@@ -1,0 +1,1 @@
+"""The ``linum-*`` pipeline scripts, one module each (installed as ``linumpy.scripts``)."""
