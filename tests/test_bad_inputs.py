@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from linumpy.cli import build_parser, fail_on_errors
-from linumpy.scripts import linum_aip
 from linumpy.errors import LinumpyError
 from linumpy.io import read_volume, save_omezarr
 from linumpy.io.demo import make_demo_data, read_demo_truth
+from linumpy.scripts import linum_aip
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_BENCH = ["--cpu-only", "--chunks", "16", "--no-shard", "--repeats", "1", "--warmup", "0"]

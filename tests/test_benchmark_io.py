@@ -14,8 +14,8 @@ from conftest import gpu_missing_reason
 from zarr_layouts import make_array, sample_data
 
 from linumpy.bench import oct_volume
-from linumpy.scripts import linum_benchmark_io, linum_gpu_info
 from linumpy.io import save_omezarr
+from linumpy.scripts import linum_benchmark_io, linum_gpu_info
 
 TINY = ["--shape", "32", "96", "64", "--chunks", "16", "--shard", "16", "48", "64"]
 TINY += ["--shard-chunks", "16", "--warmup", "0", "--repeats", "2", "--row-budget", "1"]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tifffile
 
-from linumpy.scripts import linum_convert_to_omezarr
 from linumpy.io import read_axes, read_omezarr, read_volume, save_omezarr
 from linumpy.mosaic.convert import convert_to_omezarr
+from linumpy.scripts import linum_convert_to_omezarr
 
 RNG = np.random.default_rng(13)
 

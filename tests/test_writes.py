@@ -21,13 +21,13 @@ from ome_zarr.reader import Reader
 from zarr_layouts import sample_data
 
 from linumpy import settings
-from linumpy.scripts import linum_aip, linum_convert_to_omezarr
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume, save_omezarr
 from linumpy.io import staging as staging_module
 from linumpy.io.metadata import Axis
 from linumpy.io.omezarr import read_axes
 from linumpy.io.staging import STAGING_SUFFIX, StagedWrite, clean_staging, recover_staging
+from linumpy.scripts import linum_aip, linum_convert_to_omezarr
 
 HOST = staging_module._HOST
 

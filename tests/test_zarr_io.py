@@ -572,3 +572,29 @@ def test_pinned_room_is_the_next_power_of_two_within_the_room(
     from linumpy.gpu.memory import roomy
 
     assert roomy(nbytes, room) == expected
+
+
+@pytest.mark.gpu
+def test_nvcomp_library_version_is_the_supported_major() -> None:
+    import importlib.metadata
+
+    from linumpy.gpu import nvcomp
+
+    version = nvcomp.library_version()
+    assert version[0] == nvcomp.SUPPORTED_MAJOR
+    wheels = [
+        importlib.metadata.version(name)
+        for name in ("nvidia-libnvcomp-cu13", "nvidia-libnvcomp-cu12")
+        if _installed(name)
+    ]
+    assert any(w.startswith(".".join(map(str, version[:2]))) for w in wheels), (version, wheels)
+
+
+def _installed(name: str) -> bool:
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numcodecs import Zstd
-from zarr.core.buffer import gpu as gpu_buffer
-from zarr.core.dtype.common import HasItemSize
+from zarr.buffer import gpu as gpu_buffer
 
 from linumpy.errors import ChunkDecodeError
 from linumpy.gpu import nvcomp
@@ -55,9 +54,10 @@ from linumpy.io.engine.frames import (
 
 if TYPE_CHECKING:
     import cupy
-    from zarr.core.array_spec import ArraySpec
-    from zarr.core.buffer import Buffer, BufferPrototype
-    from zarr.core.dtype.wrapper import ZDType
+    from zarr.abc.buffer import Buffer, BufferPrototype
+    from zarr.dtype import ZDType
+
+    from linumpy._compat import ArraySpec
 
 __all__ = [
     "PreparedChunk",
@@ -96,11 +96,9 @@ def chunk_key(index: int, count: int, spec: ArraySpec) -> str:
 
     Examples
     --------
-    >>> from zarr.core.array_spec import ArrayConfig, ArraySpec
-    >>> from zarr.core.buffer import default_buffer_prototype
-    >>> from zarr.core.dtype import UInt16
-    >>> spec = ArraySpec((4, 4), UInt16(), 0, ArrayConfig.from_dict({}),
-    ...                  default_buffer_prototype())
+    >>> from types import SimpleNamespace
+    >>> from zarr.dtype import UInt16
+    >>> spec = SimpleNamespace(shape=(4, 4), dtype=UInt16())  # the fields zarr's spec has
     >>> chunk_key(2, 5, spec)
     'batch item 2 of 5 (chunk shape (4, 4), dtype uint16)'
     """
@@ -109,9 +107,10 @@ def chunk_key(index: int, count: int, spec: ArraySpec) -> str:
 
 def _expected_nbytes(spec: ArraySpec) -> int | None:
     """The decoded size of a chunk of a fixed-size data type, or None (e.g. variable strings)."""
-    if not isinstance(spec.dtype, HasItemSize):
+    item_size = getattr(spec.dtype, "item_size", None)  # variable-size types have none
+    if not isinstance(item_size, int):
         return None
-    return math.prod(spec.shape) * spec.dtype.item_size
+    return math.prod(spec.shape) * item_size
 
 
 def _is_gpu_prototype(prototype: BufferPrototype) -> bool:

@@ -39,6 +39,7 @@ __all__ = [
     "alignments",
     "decode",
     "encode",
+    "library_version",
     "max_encoded_size",
 ]
 
@@ -97,6 +98,34 @@ _SIGNATURES: dict[str, tuple[Any, ...]] = {
 }
 
 
+#: The nvCOMP major version whose C API this module declares.
+SUPPORTED_MAJOR = 6
+
+
+def _version_of(library: ctypes.CDLL) -> tuple[int, int, int]:
+    """(major, minor, patch) from ``nvcompGetProperties`` (version = major*1000 + minor*100 +
+    patch); the struct is read into a larger buffer so a grown struct cannot overrun it."""
+    properties = (ctypes.c_uint32 * 16)()
+    function = library.nvcompGetProperties
+    function.argtypes, function.restype = [ctypes.c_void_p], ctypes.c_int
+    if function(ctypes.cast(properties, ctypes.c_void_p)) != _SUCCESS:
+        raise GPUUnavailableError("libnvcomp did not report its version (nvcompGetProperties)")
+    value = int(properties[0])
+    return value // 1000, value % 1000 // 100, value % 100
+
+
+@functools.cache
+def library_version() -> tuple[int, int, int]:
+    """The loaded libnvcomp's version, as (major, minor, patch).
+
+    Examples
+    --------
+    >>> library_version()  # doctest: +SKIP
+    (6, 0, 0)
+    """
+    return _version_of(_library())
+
+
 @functools.cache
 def _library() -> ctypes.CDLL:
     """libnvcomp, loaded the way the ``nvidia-nvcomp`` wheels load it, with typed functions."""
@@ -109,6 +138,13 @@ def _library() -> ctypes.CDLL:
     library = libnvcomp.load_library()
     if library is None:
         raise GPUUnavailableError("libnvcomp could not be loaded")
+    version = _version_of(library)
+    if version[0] != SUPPORTED_MAJOR:  # the C structs below are declared for this major version
+        raise GPUUnavailableError(
+            f"libnvcomp {'.'.join(map(str, version))} is installed; linumpy needs nvCOMP "
+            f"{SUPPORTED_MAJOR}.x (pip install 'nvidia-nvcomp-cu13>={SUPPORTED_MAJOR},"
+            f"<{SUPPORTED_MAJOR + 1}')"
+        )
     for name, argtypes in _SIGNATURES.items():
         function = getattr(library, name)
         function.argtypes = list(argtypes)

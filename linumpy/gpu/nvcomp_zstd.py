@@ -37,8 +37,6 @@ from typing import TYPE_CHECKING, cast
 
 from zarr.abc.codec import BytesBytesCodec
 from zarr.codecs import Crc32cCodec
-from zarr.codecs.zstd import parse_checksum, parse_zstd_level
-from zarr.core.common import parse_named_configuration
 from zarr.registry import fully_qualified_name, register_codec
 
 from linumpy.gpu._coalesce import CallMerger
@@ -58,9 +56,10 @@ from linumpy.settings import ENV, Settings, resolve
 if TYPE_CHECKING:
     from typing import Self
 
-    from zarr.core.array_spec import ArraySpec
-    from zarr.core.buffer import Buffer
-    from zarr.core.common import JSON
+    from zarr.abc.buffer import Buffer
+    from zarr.types import JSON
+
+    from linumpy._compat import ArraySpec
 
 __all__ = [
     "BATCH_SIZE_ENV",
@@ -84,6 +83,22 @@ DEFAULT_CONCURRENCY = Settings().nvcomp_concurrency
 
 BATCH_SIZE_ENV = ENV["nvcomp_batch_size"][0]
 CONCURRENCY_ENV = ENV["nvcomp_concurrency"][0]
+
+
+def parse_zstd_level(data: object) -> int:
+    """A zstd compression level: an int of at most 22 (negative levels are zstd's fast modes)."""
+    if isinstance(data, bool) or not isinstance(data, int):
+        raise TypeError(f"zstd level must be an int, got {type(data).__name__}")
+    if data > 22:
+        raise ValueError(f"zstd level must be at most 22, got {data}")
+    return data
+
+
+def parse_checksum(data: object) -> bool:
+    """Whether zstd frames carry their content checksum: a bool."""
+    if not isinstance(data, bool):
+        raise TypeError(f"zstd checksum must be a bool, got {type(data).__name__}")
+    return data
 
 
 @dataclass(frozen=True)
@@ -136,7 +151,9 @@ class NvcompZstdCodec(BytesBytesCodec):
     @classmethod
     def from_dict(cls, data: dict[str, JSON]) -> Self:
         """Build the codec from zarr's JSON form of the ``zstd`` codec."""
-        _, configuration = parse_named_configuration(data, "zstd")
+        name, configuration = data.get("name"), data.get("configuration", {})
+        if name != "zstd" or not isinstance(configuration, dict):
+            raise ValueError(f"expected the zstd codec's JSON, got {data!r}")
         return cls(**configuration)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, JSON]:

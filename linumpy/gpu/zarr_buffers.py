@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zarr.core.buffer import core, cpu, gpu
+from zarr.abc.buffer import NDBuffer
+from zarr.buffer import cpu, gpu
 from zarr.registry import fully_qualified_name, register_buffer, register_ndbuffer
 
 from linumpy.gpu.codec_staging import is_on_device
@@ -29,8 +30,7 @@ if TYPE_CHECKING:
     from typing import Self
 
     import numpy.typing as npt
-    from zarr.core.buffer import Buffer
-    from zarr.core.buffer.core import NDArrayLike
+    from zarr.abc.buffer import Buffer, NDArrayLike
 
 __all__ = ["DeviceNDBuffer", "HostBytes", "host_bytes_config"]
 
@@ -111,7 +111,7 @@ class DeviceNDBuffer(gpu.NDBuffer):
         return np.asarray(self._data)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if isinstance(value, core.NDBuffer):
+        if isinstance(value, NDBuffer):
             value = value._data
         if is_on_device(self._data) != is_on_device(value) and not np.isscalar(value):
             import cupy
@@ -133,7 +133,7 @@ def host_bytes_config() -> dict[str, str]:
     --------
     >>> import zarr
     >>> with zarr.config.set(host_bytes_config()):
-    ...     zarr.core.buffer.default_buffer_prototype().buffer.__name__
+    ...     zarr.buffer.default_buffer_prototype().buffer.__name__
     'HostBytes'
     """
     register_buffer(HostBytes, qualname=fully_qualified_name(HostBytes))

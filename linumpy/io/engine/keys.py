@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
-from zarr.core.metadata import ArrayV2Metadata
 
 __all__ = ["chunk_keys"]
 
@@ -27,11 +25,13 @@ def chunk_keys(metadata: Any, coords: np.ndarray, prefix: str = "") -> list[str]
     ['a/c/0/1', 'a/c/1/0']
     """
     encoding = getattr(metadata, "chunk_key_encoding", None)
-    if isinstance(metadata, ArrayV2Metadata):
+    # The standard encodings are told apart by their JSON name, as zarr's metadata spells them.
+    name = encoding.to_dict().get("name") if encoding is not None else None
+    if metadata.zarr_format == 2:
         separator, start = metadata.dimension_separator, ""
-    elif type(encoding) in (DefaultChunkKeyEncoding, V2ChunkKeyEncoding):
+    elif name in ("default", "v2"):
         separator = encoding.separator
-        start = "c" + separator if type(encoding) is DefaultChunkKeyEncoding else ""
+        start = "c" + separator if name == "default" else ""
     else:
         return [prefix + metadata.encode_chunk_key(tuple(c)) for c in coords.tolist()]
     if coords.shape[1] == 0:  # a 0-d array: one chunk, keyed "c" (default) or "0" (v2)

@@ -1,0 +1,29 @@
+"""zarr's private names linumpy uses live in linumpy._compat alone, and still exist."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import linumpy._compat as compat
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_private_zarr_names_still_exist() -> None:
+    assert compat.PRIVATE_ZARR_NAMES == ("zarr.core.array_spec:ArraySpec",)
+    for entry in compat.PRIVATE_ZARR_NAMES:
+        module, name = entry.split(":")
+        assert hasattr(importlib.import_module(module), name), entry
+
+
+def test_no_module_but_compat_names_zarr_core() -> None:
+    pattern = re.compile(r"zarr\.core\b")
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("linumpy", "scripts")
+        for path in (ROOT / folder).rglob("*.py")
+        if path.name != "_compat.py" and pattern.search(path.read_text())
+    ]
+    assert offenders == []
