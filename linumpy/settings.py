@@ -20,6 +20,7 @@ field                    environment variable             default
 ``nvcomp_batch_size``    ``LINUMPY_NVCOMP_BATCH_SIZE``    1024 chunks per codec call in zarr
 ``nvcomp_concurrency``   ``LINUMPY_NVCOMP_CONCURRENCY``   32 (zarr's ``async.concurrency``)
 ``write_checksum``       ``LINUMPY_ZSTD_CHECKSUM``        true: written zstd frames carry checksums
+``durable``              ``LINUMPY_DURABLE``              true: written images flushed to disk
 =======================  ===============================  ==========================================
 
 An invalid value raises :class:`~linumpy.errors.SettingsError` naming the field or the variable.
@@ -130,6 +131,9 @@ class Settings:
         zarr's ``async.concurrency`` under ``gpu_zstd_config``: shards in flight share nvCOMP calls.
     write_checksum
         Whether zstd frames written by linumpy carry zstd's content checksum.
+    durable
+        Whether a write flushes what it wrote to stable storage before it replaces the old
+        version, and the folder's entry after (see the writing guide); off for scratch data.
 
     Examples
     --------
@@ -154,6 +158,7 @@ class Settings:
     nvcomp_batch_size: int = 1024
     nvcomp_concurrency: int = 32
     write_checksum: bool = True
+    durable: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -229,6 +234,7 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "nvcomp_batch_size": ("LINUMPY_NVCOMP_BATCH_SIZE", _env_int),
     "nvcomp_concurrency": ("LINUMPY_NVCOMP_CONCURRENCY", _env_int),
     "write_checksum": ("LINUMPY_ZSTD_CHECKSUM", _env_flag),
+    "durable": ("LINUMPY_DURABLE", _env_flag),
 }
 
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
@@ -244,6 +250,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "nvcomp_batch_size": _positive,
     "nvcomp_concurrency": _positive,
     "write_checksum": _flag,
+    "durable": _flag,
 }
 
 _lock = threading.Lock()

@@ -32,6 +32,7 @@ GOOD = {
     "nvcomp_batch_size": ("64", 64),
     "nvcomp_concurrency": ("48", 48),
     "write_checksum": ("off", False),
+    "durable": ("0", False),
 }
 BAD = {
     "io_threads": ["0", "-2", "four", "2.5", ""],
@@ -46,6 +47,7 @@ BAD = {
     "nvcomp_batch_size": ["0", "1e3"],
     "nvcomp_concurrency": ["-5", "many"],
     "write_checksum": ["maybe", "2", ""],
+    "durable": ["sometimes", ""],
 }
 # Invalid keyword values per field.
 BAD_VALUES = {
@@ -61,6 +63,7 @@ BAD_VALUES = {
     "nvcomp_batch_size": [0, False],
     "nvcomp_concurrency": [0, 3.0],
     "write_checksum": [1, "yes", None],
+    "durable": [0, "no"],
 }
 
 
