@@ -2,7 +2,9 @@
 
 - The module docstring is the parser's description; inputs and outputs are positional.
 - ``-f/--overwrite`` replaces existing outputs; without it an existing output is an error.
-- ``-v/--verbose`` logs what happens (``-vv`` for debug details).
+- ``-v/--verbose`` logs what happens (``-vv`` for debug details) and ends with a table of where
+  the time went (start-up and imports, CUDA context, kernel compilation, metadata, level 0,
+  pyramid, the final swap, other: see :mod:`linumpy.phases`).
 - ``--use-gpu/--no-use-gpu`` (alias ``--use_gpu``, off by default): without a usable GPU, a warning
   says what is missing and the CPU path runs.
 - Bad arguments, unreadable or corrupt inputs, malformed metadata and unwritable outputs end with
@@ -26,8 +28,9 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
+from linumpy import phases
 from linumpy.errors import LinumpyError
 
 __all__ = [
@@ -56,6 +59,9 @@ _INPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
 )
 # The -v count each parser parsed: fail_on_errors shows tracebacks with -v.
 _VERBOSE: weakref.WeakKeyDictionary[argparse.ArgumentParser, int] = weakref.WeakKeyDictionary()
+# With -v: [recorder, depth of fail_on_errors blocks, whether the start-up counts]; the recorder
+# runs from the outermost fail_on_errors block's start to its end, which prints its table.
+_PHASES: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Any]] = weakref.WeakKeyDictionary()
 
 
 class LinumArgumentParser(argparse.ArgumentParser):
@@ -220,6 +226,7 @@ def resolve_gpu(use_gpu: bool) -> bool:
     except ImportError as exc:
         reason = f"linumpy's GPU support cannot be imported ({exc})"
     if reason is None:
+        phases.gpu_started()  # with -v: the CUDA context timed as its own phase
         return True
     logger.warning("--use-gpu: no usable GPU: %s; running on the CPU", reason)
     return False
@@ -408,12 +415,27 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
     linum-demo: error: tile shape must be two positive integers (height, width), got (0, 64)
     exit status 2
     """
+    timing = _PHASES.get(parser)
+    if timing is not None:
+        if timing[1] == 0 and phases.active() is None:
+            timing[0] = phases.PhaseRecorder(startup=None if timing[2] else 0.0).start()
+        timing[1] += 1
+    finished = False
     try:
         yield
+        finished = True
     except (LinumpyError, OSError, ValueError) as exc:
         if _VERBOSE.get(parser, 0) > 0:
             traceback.print_exc(file=sys.stderr)
         parser.error(str(exc) or type(exc).__name__)
+    finally:
+        if timing is not None:
+            timing[1] -= 1
+            if timing[1] == 0 and timing[0] is not None:
+                _PHASES.pop(parser, None)
+                result = timing[0].stop()
+                if finished:
+                    print(phases.format_table(result, parser.prog), file=sys.stderr, flush=True)
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -440,4 +462,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     args = parser.parse_args(argv)
     _VERBOSE[parser] = getattr(args, "verbose", 0)
     setup_logging(_VERBOSE[parser], parser.prog)
+    if _VERBOSE[parser] > 0:
+        # the interpreter's start-up counts for a command, not for main(argv) called from Python
+        _PHASES[parser] = [None, 0, argv is None]
     return args

@@ -22,6 +22,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
+from linumpy import phases
 from linumpy._xp import array_module, gpu_module
 from linumpy.errors import LinumpyError
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
@@ -138,6 +139,7 @@ def store_graph(data: da.Array, target: zarr.Array | str | os.PathLike[str]) -> 
     )
 
 
+@phases.recorded("level 0", unless_within=("pyramid",))
 def store_dask(
     data: da.Array,
     target: zarr.Array | str | os.PathLike[str],
@@ -210,6 +212,7 @@ def _downsample_cost(dtype: np.dtype, factors: Sequence[int]) -> int:
     return source * dtype.itemsize + copy + source * work + 2 * dtype.itemsize
 
 
+@phases.recorded("pyramid")
 def write_pyramid(
     arrays: Sequence[zarr.Array],
     *,

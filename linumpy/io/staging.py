@@ -37,6 +37,7 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
+from linumpy import phases
 from linumpy.errors import LinumpyError
 
 __all__ = ["STAGING_SUFFIX", "StagedWrite", "clean_staging", "recover_staging", "staged"]
@@ -139,6 +140,7 @@ class StagedWrite:
         """Whether the write was committed or aborted."""
         return self._done
 
+    @phases.recorded("final swap")
     def commit(self) -> None:
         """Move the new content into place; the old content is deleted afterwards.
 

@@ -21,7 +21,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from linumpy import settings
+from linumpy import phases, settings
 from linumpy._xp import array_module, to_numpy
 from linumpy.errors import LinumpyError, UnsupportedLayoutError
 from linumpy.io.engine.write import write_array
@@ -408,6 +408,7 @@ class OmeZarrWriter:
             self.commit()
 
 
+@phases.recorded("pyramid")
 def _downsample_level(source: zarr.Array, target: zarr.Array, axes: Sequence[int]) -> None:
     factors = [2 if size > 1 and i in axes else 1 for i, size in enumerate(source.shape)]
     block = target.shards or target.chunks

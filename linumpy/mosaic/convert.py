@@ -19,6 +19,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
+from linumpy import phases
 from linumpy._xp import gpu_module
 from linumpy.io import Axis, OmeZarrWriter, open_volume
 from linumpy.io.dask_write import (
@@ -152,6 +153,7 @@ class Converted(NamedTuple):
         return f"axes {''.join(a.name for a in self.axes)}, voxel size {sizes} ({origin})"
 
 
+@phases.recorded("metadata")
 def convert_to_omezarr(
     source: str | os.PathLike[str],
     target: str | os.PathLike[str],

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from linumpy import phases
 from linumpy._xp import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
@@ -125,6 +126,7 @@ def mosaic_tile_shape(
     return parse_tile_shape(chunks[-2:])
 
 
+@phases.recorded("projection")
 def average_intensity_projection(
     path: str | os.PathLike[str],
     *,
@@ -172,6 +174,7 @@ def average_intensity_projection(
     return cluster.compute(lazy, desc="projection", progress=progress)
 
 
+@phases.recorded("metadata")
 def projection_omezarr(
     source: str | os.PathLike[str],
     target: str | os.PathLike[str],
@@ -270,6 +273,7 @@ def save_png(image: Any, path: str | os.PathLike[str], *, percentiles=(0.5, 99.5
     Image.fromarray(np.round(scaled * 255).astype(np.uint8)).save(os.fspath(path), format="PNG")
 
 
+@phases.recorded("metadata")
 def estimate_transform_omezarr(
     path: str | os.PathLike[str],
     *,
@@ -335,6 +339,7 @@ def _slab_depth(requested: int | None, chunk_depth: int, depth: int, n_levels: i
     return min(math.ceil((requested or chunk_depth) / unit) * unit, depth)
 
 
+@phases.recorded("metadata")
 def stitch_omezarr(
     source: str | os.PathLike[str],
     target: str | os.PathLike[str],

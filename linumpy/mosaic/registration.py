@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from linumpy import phases
 from linumpy._xp import array_module, ndimage_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.mosaic.transform import (
@@ -397,6 +398,7 @@ def _subpixel(
     return fraction
 
 
+@phases.recorded("registration")
 def estimate_transform(
     aip_grid: Any,
     tile_shape: Sequence[int],

@@ -1,0 +1,469 @@
+"""Where a run's time goes: phases that library functions mark and ``-v`` prints as a table.
+
+Library functions mark what they do (:func:`phase` as a context manager, :func:`recorded` as a
+decorator): ``metadata``, ``level 0``, ``pyramid``, ``final swap``... Nothing is measured unless a
+:class:`PhaseRecorder` is running (the ``linum-*`` scripts start one with ``-v``); without one a
+mark costs one test of a global. While one runs:
+
+- time inside a phase counts for that phase, less the phases marked inside it (the innermost
+  wins), so the rows add up to the wall time; time outside every phase is ``other``;
+- phases are marked by the thread that started the recorder (the one running the pipeline);
+  marks from other threads (dask tasks) are ignored;
+- imports (any thread) are timed apart and, with the interpreter's start-up before the recorder
+  started (from the process's start time in ``/proc/self/stat`` on Linux), make the
+  ``start-up and imports`` row;
+- with :func:`gpu_started`, the CUDA context's creation is timed apart, and so is every kernel
+  compilation by cupy's NVRTC compiler (any thread: linumpy's kernels, cupy's own and cuCIM's);
+  kernels found in cupy's on-disk cache (``CUPY_CACHE_DIR``, by default ``~/.cupy/kernel_cache``)
+  are loaded, not compiled, and do not count.
+
+:func:`format_table` prints the rows; :func:`parse_table` reads them back from a command's
+output (the pipeline benchmark does).
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+__all__ = [
+    "OTHER",
+    "STARTUP",
+    "PhaseRecorder",
+    "Phases",
+    "active",
+    "format_table",
+    "gpu_started",
+    "parse_table",
+    "phase",
+    "process_age",
+    "recorded",
+]
+
+#: The row of time outside every marked phase.
+OTHER = "other"
+#: The row of the interpreter's start-up and every import.
+STARTUP = "start-up and imports"
+#: The row of the CUDA context's creation.
+CUDA_CONTEXT = "CUDA context"
+#: The row of cupy's kernel compilations (cache misses of its on-disk cache).
+KERNELS = "kernel compilation"
+# Rows in this order first, then the others as first marked; "other" last.
+_ORDER = (STARTUP, CUDA_CONTEXT, KERNELS, "metadata")
+_TITLE = "where the time went"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_ACTIVE: PhaseRecorder | None = None
+_NULL = nullcontext()
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The measured rows of a run: seconds per phase, the total, and counts (kernels compiled).
+
+    Examples
+    --------
+    >>> from linumpy.phases import Phases
+    >>> phases = Phases({"metadata": 0.25, "level 0": 2.0, "other": 0.25}, 2.5)
+    >>> phases.seconds["level 0"] / phases.total
+    0.8
+    """
+
+    seconds: Mapping[str, float]
+    total: float
+    counts: Mapping[str, int] | None = None
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux ``/proc/self/stat``; None elsewhere).
+
+    Examples
+    --------
+    >>> from linumpy.phases import process_age
+    >>> age = process_age()
+    >>> age is None or age > 0
+    True
+    """
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, in ticks
+        return max(time.clock_gettime(time.CLOCK_BOOTTIME) - started, 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+class _Side:
+    """Wall time during which at least one call of some kind runs, in any thread."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.since = 0.0
+
+
+class PhaseRecorder:
+    """Records the phases marked while it runs (see the module documentation).
+
+    Use it as a context manager (or :meth:`start` and :meth:`stop`); :meth:`result` gives the
+    rows. One recorder runs at a time.
+
+    Parameters
+    ----------
+    startup
+        Seconds the process ran before the recorder started (by default :func:`process_age`);
+        0 leaves the start-up out.
+
+    Examples
+    --------
+    >>> import time
+    >>> from linumpy.phases import PhaseRecorder, phase
+    >>> with PhaseRecorder(startup=0.0) as recorder:
+    ...     with phase("level 0"):
+    ...         time.sleep(0.02)
+    ...         with phase("pyramid"):
+    ...             time.sleep(0.01)
+    >>> phases = recorder.result()
+    >>> phases.seconds["level 0"] >= 0.02, phases.seconds["pyramid"] >= 0.01
+    (True, True)
+    >>> abs(sum(phases.seconds.values()) - phases.total) < 1e-6
+    True
+    """
+
+    def __init__(self, startup: float | None = None) -> None:
+        self.startup = process_age() if startup is None else startup
+        self._lock = threading.Lock()
+        self._totals: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._stack: list[list[Any]] = []
+        self._sides: dict[str, _Side] = {}
+        self._restore: list[Callable[[], None]] = []
+        self._thread: int | None = None
+        self._compiles_watched = False
+        self._started = self._stopped = 0.0
+
+    # -- the main thread's phases --------------------------------------------------------------
+
+    def _charge(self, now: float) -> None:
+        frame = self._stack[-1]
+        self._totals[frame[0]] = self._totals.get(frame[0], 0.0) + now - frame[1]
+        frame[1] = now
+
+    @contextmanager
+    def phase(self, name: str, unless_within: tuple[str, ...] = ()) -> Iterator[None]:
+        """Count the time inside the ``with`` block for ``name`` (unless the current phase is one
+        of ``unless_within``); see :func:`phase`."""
+        if threading.get_ident() != self._thread or not self._stack:
+            yield
+            return
+        with self._lock:
+            if self._stack[-1][0] in unless_within:
+                name = self._stack[-1][0]
+            now = time.perf_counter()
+            self._charge(now)
+            self._stack.append([name, now])
+        try:
+            yield
+        finally:
+            with self._lock:
+                if len(self._stack) > 1:
+                    now = time.perf_counter()
+                    self._charge(now)
+                    self._stack.pop()
+                    self._stack[-1][1] = now
+
+    # -- activities of any thread: imports, kernel compilations ---------------------------------
+
+    def _side_begin(self, kind: str) -> None:
+        with self._lock:
+            side = self._sides.setdefault(kind, _Side())
+            if side.running == 0:
+                side.since = time.perf_counter()
+            side.running += 1
+
+    def _side_end(self, kind: str, count: bool = False) -> None:
+        with self._lock:
+            side = self._sides[kind]
+            side.running -= 1
+            if count:
+                self._counts[kind] = self._counts.get(kind, 0) + 1
+            if side.running or not self._stack:
+                return
+            spent = time.perf_counter() - side.since
+            # the main thread waited on it in whatever phase it is in: move the time over
+            label = self._stack[-1][0]
+            self._totals[label] = self._totals.get(label, 0.0) - spent
+            self._totals[kind] = self._totals.get(kind, 0.0) + spent
+
+    def timed_call(
+        self, kind: str, function: Callable[P, R], count: bool = False
+    ) -> Callable[P, R]:
+        """``function`` wrapped so that its calls count for ``kind`` (from any thread)."""
+
+        @functools.wraps(function)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            self._side_begin(kind)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._side_end(kind, count)
+
+        return wrapper
+
+    def _watch_imports(self) -> None:
+        original = builtins.__import__
+        local = threading.local()
+
+        def timed_import(name: str, *args: Any, **kwargs: Any) -> Any:
+            level = args[3] if len(args) > 3 else kwargs.get("level", 0)
+            if getattr(local, "depth", 0) or (level == 0 and name in sys.modules):
+                return original(name, *args, **kwargs)
+            local.depth = 1
+            self._side_begin(STARTUP)
+            try:
+                return original(name, *args, **kwargs)
+            finally:
+                local.depth = 0
+                self._side_end(STARTUP)
+
+        builtins.__import__ = timed_import
+
+        def restore() -> None:
+            if builtins.__import__ is timed_import:
+                builtins.__import__ = original
+
+        self._restore.append(restore)
+
+    def watch_kernel_compiles(self) -> None:
+        """Time cupy's kernel compilations (NVRTC, or nvcc) apart, as ``kernel compilation``."""
+        compiler = sys.modules.get("cupy.cuda.compiler")
+        if compiler is None or self._compiles_watched:
+            return
+        self._compiles_watched = True
+        originals = {}
+        for name in ("compile_using_nvrtc", "compile_using_nvcc"):
+            function = getattr(compiler, name, None)
+            if callable(function):
+                originals[name] = function
+                setattr(compiler, name, self.timed_call(KERNELS, function, count=True))
+
+        def restore() -> None:
+            for name, function in originals.items():
+                setattr(compiler, name, function)
+            self._compiles_watched = False
+
+        self._restore.append(restore)
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def start(self) -> PhaseRecorder:
+        """Start recording in this thread; raises RuntimeError if another recorder runs."""
+        global _ACTIVE
+        if _ACTIVE is not None:
+            raise RuntimeError("a PhaseRecorder is already running")
+        self._thread = threading.get_ident()
+        self._started = time.perf_counter()
+        self._stack = [[OTHER, self._started]]
+        self._watch_imports()
+        _ACTIVE = self
+        return self
+
+    def stop(self) -> Phases:
+        """Stop recording (the hooks are removed) and return the rows."""
+        global _ACTIVE
+        if _ACTIVE is self:
+            _ACTIVE = None
+            with self._lock:
+                now = time.perf_counter()
+                while len(self._stack) > 1:
+                    self._charge(now)
+                    self._stack.pop()
+                    self._stack[-1][1] = now
+                self._charge(now)
+                self._stopped = now
+            for restore in reversed(self._restore):
+                restore()
+            self._restore.clear()
+        return self.result()
+
+    def result(self) -> Phases:
+        """The rows so far (seconds by phase in display order), the total and the counts."""
+        with self._lock:
+            totals = dict(self._totals)
+            if self._stack and _ACTIVE is self:
+                now = time.perf_counter()
+                label, since = self._stack[-1]
+                totals[label] = totals.get(label, 0.0) + now - since
+            else:
+                now = self._stopped or time.perf_counter()
+        startup = self.startup or 0.0
+        totals[STARTUP] = totals.get(STARTUP, 0.0) + startup
+        ordered = {name: totals.pop(name) for name in _ORDER if name in totals}
+        other = totals.pop(OTHER, 0.0)
+        ordered.update(totals)
+        ordered[OTHER] = other
+        total = now - self._started + startup if self._started else sum(ordered.values())
+        return Phases(ordered, total, dict(self._counts))
+
+    def __enter__(self) -> PhaseRecorder:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def active() -> PhaseRecorder | None:
+    """The running recorder, or None.
+
+    Examples
+    --------
+    >>> from linumpy.phases import PhaseRecorder, active
+    >>> active() is None
+    True
+    >>> with PhaseRecorder(startup=0.0) as recorder:
+    ...     active() is recorder
+    True
+    """
+    return _ACTIVE
+
+
+def phase(name: str, *, unless_within: tuple[str, ...] = ()) -> Any:
+    """A context manager: the time inside counts for phase ``name`` while a recorder runs.
+
+    ``unless_within`` names enclosing phases that keep the time (``store_dask`` marks
+    ``level 0`` unless it is writing a pyramid level). Without a running recorder this is a
+    shared no-op context.
+
+    Examples
+    --------
+    >>> from linumpy.phases import PhaseRecorder, phase
+    >>> with PhaseRecorder(startup=0.0) as recorder:
+    ...     with phase("pyramid"):
+    ...         with phase("level 0", unless_within=("pyramid",)):
+    ...             pass
+    >>> "level 0" in recorder.result().seconds
+    False
+    """
+    recorder = _ACTIVE
+    if recorder is None:
+        return _NULL
+    return recorder.phase(name, unless_within)
+
+
+def recorded(
+    name: str, *, unless_within: tuple[str, ...] = ()
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A decorator: calls of the function count for phase ``name`` (see :func:`phase`).
+
+    Examples
+    --------
+    >>> import time
+    >>> from linumpy.phases import PhaseRecorder, recorded
+    >>> @recorded("metadata")
+    ... def read_attributes():
+    ...     time.sleep(0.01)
+    >>> with PhaseRecorder(startup=0.0) as recorder:
+    ...     read_attributes()
+    >>> recorder.result().seconds["metadata"] >= 0.01
+    True
+    """
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(function)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            recorder = _ACTIVE
+            if recorder is None:
+                return function(*args, **kwargs)
+            with recorder.phase(name, unless_within):
+                return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def gpu_started() -> None:
+    """With a recorder running: create the CUDA context now, timed as its own row, and time
+    cupy's kernel compilations apart from then on. Does nothing without a recorder.
+
+    Examples
+    --------
+    >>> from linumpy.phases import gpu_started
+    >>> gpu_started()  # no recorder running: nothing happens, nothing is imported
+    """
+    recorder = _ACTIVE
+    if recorder is None:
+        return
+    with recorder.phase(CUDA_CONTEXT):
+        import cupy
+
+        cupy.empty(1)  # the first allocation creates the context
+        cupy.cuda.runtime.deviceSynchronize()
+    recorder.watch_kernel_compiles()
+
+
+def format_table(phases: Phases, title: str = "") -> str:
+    """The rows as a small text table: seconds and share of the total.
+
+    Examples
+    --------
+    >>> from linumpy.phases import Phases, format_table
+    >>> print(format_table(Phases({"level 0": 3.0, "other": 1.0}, 4.0), "linum-aip"))
+    linum-aip: where the time went (4.00 s since the process started):
+      level 0                   3.00 s  75.0%
+      other                     1.00 s  25.0%
+    """
+    head = f"{title}: " if title else ""
+    lines = [f"{head}{_TITLE} ({phases.total:.2f} s since the process started):"]
+    counts = phases.counts or {}
+    for name, seconds in phases.seconds.items():
+        share = 100 * seconds / phases.total if phases.total > 0 else 0.0
+        note = f"  {counts[name]} compiled" if counts.get(name) else ""
+        lines.append(f"  {name:<22} {seconds:>7.2f} s {share:>5.1f}%{note}")
+    return "\n".join(lines)
+
+
+_ROW = re.compile(r"^  (\S.*?)\s+(-?\d+\.\d+) s\s+-?\d+\.\d%(?:\s+(\d+) compiled)?\s*$")
+_HEAD = re.compile(re.escape(_TITLE) + r" \((\d+\.\d+) s since the process started\):\s*$")
+
+
+def parse_table(text: str) -> Phases | None:
+    """The last table :func:`format_table` wrote in ``text`` (a command's output), or None.
+
+    Examples
+    --------
+    >>> from linumpy.phases import Phases, format_table, parse_table
+    >>> phases = Phases({"metadata": 0.5, "level 0": 3.0, "other": 0.5}, 4.0, {})
+    >>> output = "progress...\\n" + format_table(phases, "linum-aip") + "\\nlinum-aip: done\\n"
+    >>> parse_table(output)
+    Phases(seconds={'metadata': 0.5, 'level 0': 3.0, 'other': 0.5}, total=4.0, counts={})
+    >>> parse_table("no table here") is None
+    True
+    """
+    found: Phases | None = None
+    lines = re.split(r"[\r\n]+", text)
+    for i, line in enumerate(lines):
+        head = _HEAD.search(line)
+        if head is None:
+            continue
+        seconds: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for row in lines[i + 1 :]:
+            match = _ROW.match(row)
+            if match is None:
+                break
+            seconds[match[1]] = float(match[2])
+            if match[3]:
+                counts[match[1]] = int(match[3])
+        found = Phases(seconds, float(head[1]), counts)
+    return found
