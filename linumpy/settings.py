@@ -20,6 +20,7 @@ field                    environment variable             default
 ``nvcomp_batch_size``    ``LINUMPY_NVCOMP_BATCH_SIZE``    1024 chunks per codec call in zarr
 ``nvcomp_concurrency``   ``LINUMPY_NVCOMP_CONCURRENCY``   32 (zarr's ``async.concurrency``)
 ``write_checksum``       ``LINUMPY_ZSTD_CHECKSUM``        true: written zstd frames carry checksums
+``chunk_bytes``          ``LINUMPY_CHUNK_KIB``            1024 KiB per chunk in written layouts
 ``durable``              ``LINUMPY_DURABLE``              true: written images flushed to disk
 =======================  ===============================  ==========================================
 
@@ -38,7 +39,8 @@ from linumpy.errors import SettingsError
 
 __all__ = ["ENV", "Settings", "get", "resolve", "set"]
 
-MIB = 1024 * 1024
+KIB = 1024
+MIB = 1024 * KIB
 FETCH_CHOICES = ("auto", "kvikio", "pread")
 READ_ORDER_CHOICES = ("auto", "file", "size")
 
@@ -131,6 +133,9 @@ class Settings:
         zarr's ``async.concurrency`` under ``gpu_zstd_config``: shards in flight share nvCOMP calls.
     write_checksum
         Whether zstd frames written by linumpy carry zstd's content checksum.
+    chunk_bytes
+        Target size of the (inner) chunks that writers choose when none are given
+        (:func:`linumpy.io.layout.inner_chunks`).
     durable
         Whether a write flushes what it wrote to stable storage before it replaces the old
         version, and the folder's entry after (see the writing guide); off for scratch data.
@@ -159,6 +164,7 @@ class Settings:
     nvcomp_concurrency: int = 32
     write_checksum: bool = True
     durable: bool = True
+    chunk_bytes: int = 1024 * KIB
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -190,13 +196,17 @@ def _env_int(variable: str, raw: str, scale: int = 1) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        unit = " (MiB)" if scale > 1 else ""
+        unit = {KIB: " (KiB)", MIB: " (MiB)"}.get(scale, "")
         raise SettingsError(f"{variable} must be a positive integer{unit}, got {raw!r}")
     return value * scale
 
 
 def _env_mib(variable: str, raw: str) -> int:
     return _env_int(variable, raw, MIB)
+
+
+def _env_kib(variable: str, raw: str) -> int:
+    return _env_int(variable, raw, KIB)
 
 
 def _env_mib0(variable: str, raw: str) -> int:
@@ -235,6 +245,7 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "nvcomp_concurrency": ("LINUMPY_NVCOMP_CONCURRENCY", _env_int),
     "write_checksum": ("LINUMPY_ZSTD_CHECKSUM", _env_flag),
     "durable": ("LINUMPY_DURABLE", _env_flag),
+    "chunk_bytes": ("LINUMPY_CHUNK_KIB", _env_kib),
 }
 
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
@@ -251,6 +262,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "nvcomp_concurrency": _positive,
     "write_checksum": _flag,
     "durable": _flag,
+    "chunk_bytes": _positive,
 }
 
 _lock = threading.Lock()

@@ -33,6 +33,7 @@ GOOD = {
     "nvcomp_concurrency": ("48", 48),
     "write_checksum": ("off", False),
     "durable": ("0", False),
+    "chunk_bytes": ("512", 512 * 1024),
 }
 BAD = {
     "io_threads": ["0", "-2", "four", "2.5", ""],
@@ -48,6 +49,7 @@ BAD = {
     "nvcomp_concurrency": ["-5", "many"],
     "write_checksum": ["maybe", "2", ""],
     "durable": ["sometimes", ""],
+    "chunk_bytes": ["0", "1MiB", "-4"],
 }
 # Invalid keyword values per field.
 BAD_VALUES = {
@@ -64,6 +66,7 @@ BAD_VALUES = {
     "nvcomp_concurrency": [0, 3.0],
     "write_checksum": [1, "yes", None],
     "durable": [0, "no"],
+    "chunk_bytes": [0, 1.5, "1024"],
 }
 
 

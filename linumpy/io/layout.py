@@ -1,0 +1,356 @@
+"""The storage layout linumpy writes by default: small inner chunks grouped into shards.
+
+nvCOMP decodes a zstd frame serially, so a GPU read is as fast as its chunks are small and many;
+the CPU pays per chunk. One policy, :func:`inner_chunks`, sizes the chunks by bytes (about
+``linumpy.settings.get().chunk_bytes``, 1 MiB by default, whatever the dtype), and the shards
+group them into few files: one tile of a mosaic grid (:func:`tile_shards`), or slabs of whole
+planes of a volume (:func:`slab_shards`), up to :data:`SHARD_BYTES`. :func:`default_layout`
+resolves a writer's ``chunks`` and ``shards`` arguments with them. NGFF 0.4 (zarr v2) has no
+shards: it gets the same chunks, one file each, with a warning above :data:`V2_WARN_FILES` files.
+
+Examples
+--------
+>>> from linumpy.io.layout import default_layout
+>>> default_layout((96, 1024, 1024), "uint16")
+Layout(chunks=(32, 128, 128), shards=(64, 1024, 1024))
+>>> default_layout((96, 1024, 1024), "float32").chunks
+(16, 128, 128)
+>>> default_layout((2048, 2048), "uint16", ngff_version="0.4")
+Layout(chunks=(512, 1024), shards=None)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from linumpy import settings
+
+__all__ = [
+    "PLANE_EDGE",
+    "SHARD_BYTES",
+    "V2_WARN_FILES",
+    "Layout",
+    "default_layout",
+    "inner_chunks",
+    "slab_shards",
+    "tile_layout",
+    "tile_shards",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Inner chunks of a volume reach this many voxels in y and x before they grow in depth: planes
+#: are what projections, stitching and viewers read.
+PLANE_EDGE = 128
+#: Largest shard :func:`slab_shards` makes by default. A shard is written whole by one task, so
+#: its size bounds a writer's memory; whole planes of most volumes fit.
+SHARD_BYTES = 128 * 2**20
+#: Zarr v2 (NGFF 0.4) writes one file per chunk. Above this many chunk files in one array the
+#: writers warn: creating and writing a small file cost 39 us, deleting it 16 us on the 2-core
+#: development machine's ext4 (``benchmarks/layout_cpu.py --files``), and network file systems
+#: and object stores pay milliseconds per file and limit their counts.
+V2_WARN_FILES = 100_000
+
+ShardsArg = Sequence[int] | Literal["auto"] | None
+
+
+class Layout(NamedTuple):
+    """A chunk shape and a shard shape (None: one file per chunk)."""
+
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None
+
+
+def _space(ndim: int, space: Sequence[int] | None) -> list[int]:
+    """The space axes: ``space``, else the last three (two for 2-D)."""
+    if space is None:
+        return list(range(max(0, ndim - 3), ndim))
+    return sorted(int(a) % ndim for a in space)
+
+
+def _nearest_divisor(n: int, target: int) -> int:
+    """The divisor of ``n`` nearest ``target`` by ratio (the smaller on a tie)."""
+    divisors = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    divisors += [n // d for d in divisors]
+    return min(divisors, key=lambda d: (abs(math.log(d / target)), d))
+
+
+def inner_chunks(
+    shape: Sequence[int],
+    dtype: np.typing.DTypeLike,
+    *,
+    space: Sequence[int] | None = None,
+    chunk_bytes: int | None = None,
+    within: Sequence[int] | None = None,
+) -> tuple[int, ...]:
+    """The chunk shape of linumpy's default layout: about ``chunk_bytes`` per chunk.
+
+    Space axes grow by doubling: the last two (y, x) up to :data:`PLANE_EDGE` each, then the
+    one before them (z), then y and x again, while a chunk stays within ``chunk_bytes``; no axis
+    outgrows the array. Other axes (channels, time) get 1. An image of 2 axes grows y and x in
+    turn. With ``within`` (a tile that the chunks must divide) each axis is then moved to the
+    nearest divisor of the tile's.
+
+    Parameters
+    ----------
+    shape, dtype
+        The array's.
+    space
+        The indices of the space axes; by default the last three.
+    chunk_bytes
+        Target bytes per chunk; ``linumpy.settings.get().chunk_bytes`` by default.
+    within
+        A block, of ``shape``'s length, that every chunk axis must divide.
+
+    Examples
+    --------
+    >>> from linumpy.io.layout import inner_chunks
+    >>> inner_chunks((96, 1024, 1024), "uint16"), inner_chunks((96, 1024, 1024), "float32")
+    ((32, 128, 128), (16, 128, 128))
+    >>> inner_chunks((4096, 4096), "uint16"), inner_chunks((4096, 4096), "uint8")
+    ((512, 1024), (1024, 1024))
+    >>> inner_chunks((8, 1000, 1000), "uint16")  # a thin volume: wider planes
+    (8, 256, 256)
+    >>> inner_chunks((96, 1000, 1000), "uint16", within=(96, 250, 250))  # tiles of 250
+    (32, 125, 125)
+    >>> inner_chunks((3, 64, 512, 512), "uint16", space=(1, 2, 3))  # one channel per chunk
+    (1, 32, 128, 128)
+    """
+    shape = tuple(max(1, int(n)) for n in shape)
+    itemsize = np.dtype(dtype).itemsize
+    target = settings.get().chunk_bytes if chunk_bytes is None else int(chunk_bytes)
+    limit = shape if within is None else tuple(min(int(w), n) for w, n in zip(within, shape))
+    axes = _space(len(shape), space)
+    chunk = [1] * len(shape)
+    if not axes:
+        return tuple(chunk)
+
+    def grow(order: Sequence[int], cap: float) -> None:
+        """Double the axes of ``order`` in turn, each up to ``cap`` and its limit."""
+        active = [a for a in order if chunk[a] < min(cap, limit[a])]
+        while active:
+            for axis in list(active):
+                new = min(chunk[axis] * 2, limit[axis])
+                if new > cap or math.prod(chunk) // chunk[axis] * new * itemsize > target:
+                    active.remove(axis)
+                    continue
+                chunk[axis] = new
+                if new >= min(cap, limit[axis]):
+                    active.remove(axis)
+
+    plane, depth = axes[-2:][::-1], axes[:-2]  # x before y: rows stay long
+    if depth:
+        grow(plane, PLANE_EDGE)
+        grow(depth[::-1], math.inf)
+    grow(plane, math.inf)
+    if within is not None:
+        chunk = [_nearest_divisor(n, c) for n, c in zip(limit, chunk)]
+    return tuple(chunk)
+
+
+def _grow_whole(
+    shards: list[int],
+    axes: Sequence[int],
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    itemsize: int,
+    shard_bytes: int,
+) -> None:
+    """Grow ``shards`` along ``axes`` in order, each to the whole axis when it fits, else to as
+    many whole chunks as fit (in balanced shards), and then stop."""
+    for axis in axes:
+        count = -(-shape[axis] // chunks[axis])
+        others = math.prod(shards) // shards[axis] * itemsize
+        fit = max(1, min(count, shard_bytes // max(1, others * chunks[axis])))
+        per_shard = -(-count // -(-count // fit))  # the same number of chunks in every shard
+        shards[axis] = chunks[axis] * per_shard
+        if per_shard < count:
+            return
+
+
+def slab_shards(
+    shape: Sequence[int],
+    chunks: Sequence[int],
+    dtype: np.typing.DTypeLike,
+    *,
+    space: Sequence[int] | None = None,
+    shard_bytes: int = SHARD_BYTES,
+) -> tuple[int, ...] | None:
+    """Shards of whole planes: whole x rows, whole planes, then as many planes as fit.
+
+    Each grows in whole chunks while a shard holds at most ``shard_bytes`` (at least one
+    chunk); shards of one axis hold the same number of chunks. None when a shard would hold
+    one chunk (sharding would add nothing).
+
+    Examples
+    --------
+    >>> from linumpy.io.layout import slab_shards
+    >>> slab_shards((512, 1024, 1024), (32, 128, 128), "uint16")  # 64 planes of 2 MiB
+    (64, 1024, 1024)
+    >>> slab_shards((64, 4096, 4096), (16, 128, 128), "float32")  # planes of 64 MiB
+    (16, 512, 4096)
+    >>> slab_shards((32, 128, 128), (32, 128, 128), "uint16") is None
+    True
+    """
+    shape = tuple(max(1, int(n)) for n in shape)
+    chunks = tuple(min(int(c), n) for c, n in zip(chunks, shape))
+    shards = list(chunks)
+    axes = _space(len(shape), space)[::-1]
+    _grow_whole(shards, axes, shape, chunks, np.dtype(dtype).itemsize, shard_bytes)
+    return None if tuple(shards) == chunks else tuple(shards)
+
+
+def tile_shards(
+    shape: Sequence[int],
+    chunks: Sequence[int],
+    dtype: np.typing.DTypeLike,
+    tile: Sequence[int],
+    *,
+    space: Sequence[int] | None = None,
+    shard_bytes: int = SHARD_BYTES,
+) -> tuple[int, ...] | None:
+    """Shards of one tile of a mosaic grid: the tile's ``(h, w)`` in y and x, and its whole
+    depth when that fits ``shard_bytes`` (else as many whole chunks of depth as fit).
+
+    ``chunks`` must divide the tile. None when a shard would hold one chunk.
+
+    Examples
+    --------
+    >>> from linumpy.io.layout import tile_shards
+    >>> tile_shards((96, 1024, 1024), (32, 128, 128), "uint16", (256, 256))
+    (96, 256, 256)
+    >>> tile_shards((64, 512, 512), (16, 128, 128), "float32", (128, 128)) is None
+    False
+    """
+    shape = tuple(max(1, int(n)) for n in shape)
+    chunks = tuple(min(int(c), n) for c, n in zip(chunks, shape))
+    axes = _space(len(shape), space)
+    shards = list(chunks)
+    for axis, size in zip(axes[-2:], tuple(tile)[-2:]):
+        if int(size) % chunks[axis]:
+            raise ValueError(f"chunks {chunks} do not divide the tile {tuple(tile)}")
+        shards[axis] = int(size)
+    _grow_whole(shards, axes[:-2][::-1], shape, chunks, np.dtype(dtype).itemsize, shard_bytes)
+    return None if tuple(shards) == chunks else tuple(shards)
+
+
+def tile_layout(
+    shape: Sequence[int],
+    dtype: np.typing.DTypeLike,
+    tile: Sequence[int],
+    *,
+    space: Sequence[int] | None = None,
+    chunk_bytes: int | None = None,
+    shard_bytes: int = SHARD_BYTES,
+) -> Layout:
+    """The default layout of a mosaic grid of ``tile`` ``(h, w)`` tiles: inner chunks that
+    divide a tile (:func:`inner_chunks` with ``within``), one tile per shard
+    (:func:`tile_shards`).
+
+    Examples
+    --------
+    >>> from linumpy.io.layout import tile_layout
+    >>> tile_layout((96, 1024, 1024), "uint16", (256, 256))
+    Layout(chunks=(32, 128, 128), shards=(96, 256, 256))
+    >>> tile_layout((64, 64), "float32", (32, 32))  # a tile is one small chunk
+    Layout(chunks=(32, 32), shards=None)
+    """
+    shape = tuple(int(n) for n in shape)
+    axes = _space(len(shape), space)
+    within = list(shape)
+    for axis, size in zip(axes[-2:], tuple(tile)[-2:]):
+        within[axis] = int(size)
+    chunks = inner_chunks(shape, dtype, space=axes, chunk_bytes=chunk_bytes, within=within)
+    shards = tile_shards(shape, chunks, dtype, tile, space=axes, shard_bytes=shard_bytes)
+    return Layout(chunks, shards)
+
+
+def _parse(value: Any, shape: tuple[int, ...], name: str) -> tuple[int, ...]:
+    block = tuple(int(v) for v in value)
+    if len(block) != len(shape) or min(block, default=1) < 1:
+        raise ValueError(f"{name} must hold {len(shape)} positive integers, got {tuple(value)}")
+    return block
+
+
+def warn_file_count(
+    shape: Sequence[int], chunks: Sequence[int], *, what: str = "this image"
+) -> int:
+    """Log a warning when an unsharded array of ``chunks`` makes more than
+    :data:`V2_WARN_FILES` chunk files; return their number.
+
+    Examples
+    --------
+    >>> from linumpy.io.layout import warn_file_count
+    >>> warn_file_count((512, 1024, 1024), (32, 128, 128))
+    1024
+    """
+    files = math.prod(-(-int(n) // int(c)) for n, c in zip(shape, chunks))
+    if files > V2_WARN_FILES:
+        logger.warning(
+            "%s: %s chunks of %s make %s files (NGFF 0.4 has no shards); so many files are slow "
+            "to write, copy and delete, on network file systems above all. Write NGFF 0.5 "
+            "(sharded by default) or pass larger chunks",
+            what,
+            tuple(int(c) for c in chunks),
+            tuple(int(n) for n in shape),
+            f"{files:,}",
+        )
+    return files
+
+
+def default_layout(
+    shape: Sequence[int],
+    dtype: np.typing.DTypeLike,
+    *,
+    chunks: Sequence[int] | None = None,
+    shards: ShardsArg = "auto",
+    ngff_version: Literal["0.4", "0.5"] = "0.5",
+    space: Sequence[int] | None = None,
+    what: str = "this image",
+) -> Layout:
+    """Resolve a writer's ``chunks`` and ``shards`` arguments.
+
+    ``chunks=None`` takes :func:`inner_chunks`; ``shards="auto"`` takes :func:`slab_shards` of
+    the chunks for NGFF 0.5 and none for 0.4 (then warning, with :func:`warn_file_count`, when
+    the chunk files are very many); ``shards=None`` writes one file per chunk. Explicit shapes
+    are kept (shards must be multiples of the chunks, and need NGFF 0.5).
+
+    Raises
+    ------
+    ValueError
+        For shapes of the wrong length or with entries below 1, shards that are not multiples
+        of the chunks, or shards with NGFF 0.4.
+
+    Examples
+    --------
+    >>> from linumpy.io.layout import default_layout
+    >>> default_layout((64, 512, 512), "uint16", chunks=(64, 64, 64))
+    Layout(chunks=(64, 64, 64), shards=(64, 512, 512))
+    >>> default_layout((64, 512, 512), "uint16", shards=None)
+    Layout(chunks=(32, 128, 128), shards=None)
+    """
+    shape = tuple(int(n) for n in shape)
+    given = chunks is not None
+    chunk = _parse(chunks, shape, "chunks") if given else inner_chunks(shape, dtype, space=space)
+    if isinstance(shards, str):
+        if shards != "auto":
+            raise ValueError(f"shards must be a shape, 'auto' or None, got {shards!r}")
+        if ngff_version == "0.4":
+            warn_file_count(shape, chunk, what=what)
+            return Layout(chunk, None)
+        return Layout(chunk, slab_shards(shape, chunk, dtype, space=space))
+    if shards is None:
+        if ngff_version == "0.4" and not given:
+            warn_file_count(shape, chunk, what=what)
+        return Layout(chunk, None)
+    shard = _parse(shards, shape, "shards")
+    if ngff_version == "0.4":
+        raise ValueError("shards need zarr v3: use ngff_version='0.5'")
+    if any(s % c for s, c in zip(shard, chunk)):
+        raise ValueError(f"shards {shard} must be multiples of chunks {chunk}")
+    return Layout(chunk, shard)
