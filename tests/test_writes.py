@@ -29,7 +29,7 @@ from linumpy.io.omezarr import read_axes
 from linumpy.io.staging import STAGING_SUFFIX, StagedWrite, clean_staging, recover_staging
 from linumpy.scripts import linum_aip, linum_convert_to_omezarr
 
-HOST = staging_module._HOST
+HOST = staging_module.HOST
 
 
 def hidden(folder: Path) -> list[str]:

@@ -1,25 +1,34 @@
-"""Atomic replacement of files and directories through a staging entry beside the target.
+"""Atomic, durable replacement of files and directories through a staging folder beside them.
 
-A write of ``TARGET`` goes to a hidden sibling directory
-``.TARGET.<pid>@<host>-<token>.linumpy-staging/`` (same directory, so the same file system and
-every move is a rename). The new content is built in it as ``new/TARGET``; once complete it is
-renamed to ``ready``, then swapped with ``TARGET`` in one step (Linux ``renameat2`` with
-``RENAME_EXCHANGE``) or, where the file system cannot exchange, in two renames (``TARGET`` to
-``old``, ``ready`` to ``TARGET``); the staging directory, which then holds the old content, is
-deleted last.
+A write of ``TARGET`` goes to a hidden sibling folder ``.PREFIX.<token>.linumpy-staging/``
+(``PREFIX``: the first 40 characters of the target's name; same folder, so the same file system
+and every move is a rename; short, so that names up to the file system's 255 bytes work). It
+holds ``owner`` (the target's name, the writer's pid, host and start time; the writer holds an
+exclusive ``flock`` on it while it writes), the new content built as ``new/TARGET`` and, once
+the commit begins, ``state``. The commit:
 
-Recovery rule, applied to staging directories whose writer is gone (its process no longer
-exists) at the start of every write of ``TARGET``, when ``TARGET`` is opened for reading while
-missing, and by :func:`clean_staging`:
+1. flushes the staging folder to stable storage (:mod:`linumpy.io.durable`, unless the
+   ``durable`` setting is off), then records in ``state`` (written and flushed before each step)
+   the identity (device, inode) of the complete new content and of the old target;
+2. renames ``new/TARGET`` to ``ready``;
+3. swaps ``ready`` with ``TARGET`` in one step (Linux ``renameat2`` with ``RENAME_EXCHANGE``) or,
+   where the file system cannot exchange, in two renames (``TARGET`` to ``old``, ``ready`` to
+   ``TARGET``);
+4. renames what now holds the old content to ``trash``, flushes the target's folder and deletes
+   the staging folder.
 
-- ``TARGET`` missing and ``ready`` present: the write had completed and was interrupted between
-  the two renames; ``ready`` is moved to ``TARGET`` (the new version wins).
-- ``TARGET`` missing and only ``old`` present: ``old`` is moved back to ``TARGET``.
-- Anything else (a half-written ``new``, the old content after the swap): deleted.
+Recovery, applied to staging folders whose writer is gone (its lock is free) at the start of
+every write of ``TARGET``, when ``TARGET`` is opened for reading while missing, and by
+:func:`clean_staging`: when ``TARGET`` is missing and an entry of the staging folder is the
+complete new content (its identity is the one ``state`` recorded), it is moved to ``TARGET`` (the
+write completes); everything else is deleted. The old content is never moved back: once it is in
+the staging folder the new content is complete and takes its place, so a ``TARGET`` missing
+after the swap was moved away by someone else, and the old content (perhaps half deleted) goes.
 
-An interrupted write therefore never leaves ``TARGET`` half-written: it holds the old content
-(interrupted before the swap) or the new one (after it). Staging directories of live processes
-(or of another host, whose processes cannot be checked) are left alone.
+An interrupted write therefore leaves ``TARGET`` holding the whole old content (interrupted before
+the swap) or the whole new one (after it). Staging folders of live writers are left alone; what
+cannot be cleaned (a writer on another host that cannot be checked, a folder that cannot be
+deleted, the ambiguous leftovers of older linumpy versions) is reported.
 """
 
 from __future__ import annotations
@@ -27,29 +36,48 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import logging
 import os
 import secrets
-import shutil
-import socket
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from linumpy import phases
 from linumpy.errors import LinumpyError
+from linumpy.io.durable import flush_file, flush_folder, flush_tree
+from linumpy.io.recovery import (
+    ACTIVE,
+    HOST,
+    PREFIX_CHARS,
+    STAGING_SUFFIX,
+    clean_staging,
+    exists,
+    identity,
+    recover_staging,
+    remove_tree,
+    started,
+)
 
 __all__ = ["STAGING_SUFFIX", "StagedWrite", "clean_staging", "recover_staging", "staged"]
 
 logger = logging.getLogger(__name__)
 
-#: Name suffix of the staging directories (hidden siblings of their target).
-STAGING_SUFFIX = ".linumpy-staging"
-_LEGACY_SUFFIX = ".partial"  # the scripts' staging before linumpy 0.3: ``.NAME.<random>.partial``
-_HOST = socket.gethostname()
-_ACTIVE: set[Path] = set()  # this process's staging directories still being written
+#: The commit's steps: ``state`` records each before it is taken (and :data:`step_hook` sees it).
+COMMIT_STEPS = ("ready", "swap", "swapped", "trash", "remove")
 _exchange_supported = sys.platform.startswith("linux")
+
+#: Called with each commit step's name (:data:`COMMIT_STEPS`, and ``"flush"`` and ``"exchanged"``)
+#: once ``state`` records it and before the step is taken; the kill tests stop a writer there.
+step_hook: Callable[[str], None] | None = None
+
+
+def _step(name: str) -> None:
+    if step_hook is not None:
+        step_hook(name)
 
 
 def _exchange(first: Path, second: Path) -> bool:
@@ -70,36 +98,28 @@ def _exchange(first: Path, second: Path) -> bool:
     return True
 
 
-def _sync_dir(folder: Path) -> None:
-    """Flush a directory's entries (the renames) to disk; best effort."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-
-def _exists(path: Path) -> bool:
-    return path.exists() or path.is_symlink()
+def _write_json(path: Path, value: dict[str, Any], durable: bool) -> None:
+    """Replace ``path`` by ``value`` as JSON in one rename (flushed first when ``durable``)."""
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(json.dumps(value))
+    if durable:
+        flush_file(partial)
+    os.replace(partial, path)
+    if durable:
+        flush_folder(path.parent)
 
 
 class StagedWrite:
-    """A write of ``target`` built in a staging directory beside it, moved into place by
+    """A write of ``target`` built in a staging folder beside it, moved into place by
     :meth:`commit` in one step, or thrown away by :meth:`abort`.
 
     Parameters
     ----------
     target
         The file or directory to create or replace.
+    durable
+        Flush the new content to stable storage before the swap and the folder after it; by
+        default ``linumpy.settings.get().durable`` (True unless ``LINUMPY_DURABLE=0``).
 
     Attributes
     ----------
@@ -121,24 +141,42 @@ class StagedWrite:
     ('new', ['result.txt'])
     """
 
-    def __init__(self, target: str | os.PathLike[str]) -> None:
+    def __init__(self, target: str | os.PathLike[str], *, durable: bool | None = None) -> None:
+        from linumpy import settings
+
         self.target = Path(target)
         if not self.target.name or self.target.name in (".", ".."):
             raise LinumpyError(f"{target}: not a file or directory name to write")
+        self.durable = settings.get().durable if durable is None else bool(durable)
         recover_staging(self.target)
-        name = f".{self.target.name}.{os.getpid()}@{_HOST}-{secrets.token_hex(4)}{STAGING_SUFFIX}"
+        name = f".{self.target.name[:PREFIX_CHARS]}.{secrets.token_hex(4)}{STAGING_SUFFIX}"
         self.staging = self.target.parent / name
-        (self.staging / "new").mkdir(parents=True)
-        _ACTIVE.add(self.staging)
+        self.staging.mkdir(parents=True)
+        ACTIVE.add(self.staging)
+        self._lock: int | None = None
+        self._lock_box: list[int | None] = [None]
+        # A write dropped without commit or abort is discarded at garbage collection or exit.
+        self._finalizer = weakref.finalize(self, _discard, self.staging, self._lock_box)
+        try:
+            self._lock = self._lock_box[0] = _hold(self.staging / "owner")
+            owner = {"target": self.target.name, "pid": os.getpid(), "host": HOST}
+            owner["started"] = started(os.getpid())
+            (self.staging / "owner").write_text(json.dumps(owner))
+            (self.staging / "new").mkdir()
+        except BaseException:
+            self._finish()
+            raise
         self.path = self.staging / "new" / self.target.name
         self._done = False
-        # A write dropped without commit or abort is discarded at garbage collection or exit.
-        self._finalizer = weakref.finalize(self, _discard, self.staging)
 
     @property
     def done(self) -> bool:
         """Whether the write was committed or aborted."""
         return self._done
+
+    def _record(self, step: str, state: dict[str, Any]) -> None:
+        _write_json(self.staging / "state", {**state, "step": step}, self.durable)
+        _step(step)
 
     @phases.recorded("final swap")
     def commit(self) -> None:
@@ -148,26 +186,47 @@ class StagedWrite:
         ------
         LinumpyError
             When nothing was written at :attr:`path`.
+        OSError
+            When flushing or a rename fails: the target is left as it was.
         """
         if self._done:
             return
-        if not _exists(self.path):
+        if not exists(self.path):
             raise LinumpyError(f"{self.target}: nothing was written to replace it with")
-        ready = self.staging / "ready"
+        _step("flush")
+        if self.durable:
+            flush_tree(self.staging)
+        ready, old = self.staging / "ready", self.staging / "old"
+        state = {"target": self.target.name, "new": identity(self.path)}
+        state["old"] = identity(self.target)
+        self._record("ready", state)
         os.rename(self.path, ready)
-        if not _exists(self.target):
+        self._record("swap", state)
+        if state["old"] is None:
             os.rename(ready, self.target)
         elif not _exchange(ready, self.target):
             if ready.is_dir() or (self.target.is_dir() and not self.target.is_symlink()):
-                os.rename(self.target, self.staging / "old")
+                os.rename(self.target, old)
+                _step("swap-half")
                 try:
                     os.rename(ready, self.target)
                 except OSError:
-                    os.rename(self.staging / "old", self.target)  # put the old content back
+                    os.rename(old, self.target)  # put the old content back
                     raise
             else:
                 os.replace(ready, self.target)  # files replace each other in one step
-        _sync_dir(self.target.parent)
+        _step("exchanged")
+        self._record("swapped", state)
+        for leftover in (ready, old):
+            if exists(leftover):
+                self._record("trash", state)
+                os.rename(leftover, self.staging / "trash")
+        if self.durable:
+            try:
+                flush_folder(self.target.parent)
+            except OSError as exc:  # the swap is done: say so, and that it may not be on disk
+                logger.warning("%s: its folder could not be flushed to disk: %s", self.target, exc)
+        self._record("remove", state)
         self._finish()
 
     def abort(self) -> None:
@@ -178,15 +237,35 @@ class StagedWrite:
     def _finish(self) -> None:
         self._done = True
         self._finalizer.detach()
-        _ACTIVE.discard(self.staging)
-        _remove(self.staging)
+        ACTIVE.discard(self.staging)
+        failed = remove_tree(self.staging)
+        if failed:
+            logger.warning("%s: cannot delete the staging folder: %s", self.staging, failed)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
 
-def _discard(staging: Path) -> None:
-    if staging in _ACTIVE:
+def _hold(path: Path) -> int | None:
+    """Create ``path`` and hold an exclusive lock on it; None where the system has no locks."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (ImportError, OSError):
+        pass  # no locks here (another OS, some network file systems): liveness by pid then
+    return fd
+
+
+def _discard(staging: Path, lock: list[int | None]) -> None:
+    if staging in ACTIVE:
         logger.warning("%s: a write never committed; its staged content is deleted", staging)
-        _ACTIVE.discard(staging)
-        _remove(staging)
+        ACTIVE.discard(staging)
+        remove_tree(staging)
+    if lock[0] is not None:
+        with contextlib.suppress(OSError):
+            os.close(lock[0])
 
 
 @contextlib.contextmanager
@@ -194,7 +273,7 @@ def staged(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a path to write ``target``'s new content to; move it into place on success.
 
     On an exception (Ctrl-C included) the staged content is deleted and ``target`` is left as it
-    was; a killed process leaves a staging directory that the next write removes (see the module
+    was; a killed process leaves a staging folder that the next write removes (see the module
     documentation for the recovery rule).
 
     Examples
@@ -222,144 +301,3 @@ def staged(target: str | os.PathLike[str]) -> Iterator[Path]:
         write.abort()
         raise
     write.commit()
-
-
-def _owner(entry: str, target: str) -> tuple[int, str] | None:
-    """``(pid, host)`` of a staging directory of ``target``, None for any other name."""
-    prefix = f".{target}."
-    if not (entry.startswith(prefix) and entry.endswith(STAGING_SUFFIX)):
-        return None
-    pid, _, rest = entry[len(prefix) : -len(STAGING_SUFFIX)].partition("@")
-    host = rest.rpartition("-")[0]
-    return (int(pid), host) if pid.isdigit() and host else None
-
-
-def _alive(pid: int, host: str, staging: Path) -> bool:
-    if host != _HOST:
-        return True  # another machine's process: it cannot be checked from here
-    if pid == os.getpid():
-        return staging in _ACTIVE
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _staging_dirs(target: Path, legacy: bool) -> list[tuple[Path, bool]]:
-    """The staging directories of ``target`` as ``(path, stale)``, oldest name first."""
-    try:
-        entries = sorted(os.listdir(target.parent or "."))
-    except FileNotFoundError:
-        return []
-    found = []
-    for entry in entries:
-        owner = _owner(entry, target.name)
-        path = target.parent / entry
-        if owner is not None:
-            found.append((path, not _alive(*owner, path)))
-        elif legacy and entry.startswith(f".{target.name}.") and entry.endswith(_LEGACY_SUFFIX):
-            found.append((path, True))
-    return found
-
-
-def _restore_candidates(staging: Path, target: Path) -> list[Path]:
-    if staging.name.endswith(_LEGACY_SUFFIX):
-        # the new output there may be incomplete: only the old one moved aside is known whole
-        return [staging / (target.name + ".old")]
-    return [staging / "ready", staging / "old"]
-
-
-def recover_staging(target: str | os.PathLike[str], *, legacy: bool = False) -> list[str]:
-    """Finish or undo the interrupted writes of ``target`` and delete their staging directories.
-
-    Applies the module's recovery rule to every staging directory of ``target`` whose process is
-    gone; those of running writers are left alone.
-
-    Parameters
-    ----------
-    target
-        The file or directory whose staging to clean.
-    legacy
-        Also handle the ``.NAME.*.partial`` directories of linumpy 0.2's scripts (they carry no
-        process id: only clean them when no script is writing ``target``).
-
-    Returns
-    -------
-    list of str
-        What was done, one line per action (empty when there was nothing to do).
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> from pathlib import Path
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> stale = folder / ".image.ome.zarr.999999999@nohost-0000.linumpy-staging"
-    >>> (stale / "old").mkdir(parents=True)  # a replacement killed between its two renames
-    >>> recover_staging(folder / "image.ome.zarr", legacy=True)  # doctest: +ELLIPSIS
-    ['...linumpy-staging: left alone: its writer runs on nohost']
-    """
-    target = Path(target)
-    actions = []
-    for staging, stale in _staging_dirs(target, legacy):
-        if not stale:
-            owner = _owner(staging.name, target.name)
-            if owner is not None and owner[1] != _HOST:
-                actions.append(f"{staging}: left alone: its writer runs on {owner[1]}")
-            continue
-        if not _exists(target):
-            for candidate in _restore_candidates(staging, target):
-                if _exists(candidate):
-                    try:
-                        os.rename(candidate, target)
-                    except OSError as exc:
-                        logger.warning("%s: cannot restore %s: %s", staging, target, exc)
-                        continue
-                    actions.append(f"{target}: restored from {candidate}")
-                    break
-        _remove(staging)
-        actions.append(f"{staging}: removed")
-    for action in actions:
-        logger.info("%s", action)
-    return actions
-
-
-def clean_staging(path: str | os.PathLike[str]) -> list[str]:
-    """Recover or delete what interrupted writes left beside ``path`` (documented cleanup).
-
-    ``path`` is a written file or image (its own staging directories are handled) or a folder
-    (the staging directories of every entry in it). Writes still running are left alone; the
-    ``.NAME.*.partial`` directories of linumpy 0.2's scripts are handled too.
-
-    Returns
-    -------
-    list of str
-        What was done, one line per action.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> stale = folder / ".out.ome.zarr.x1y2.partial"
-    >>> (stale / "out.ome.zarr.old").mkdir(parents=True)  # old output moved aside, then killed
-    >>> [line.split(": ")[1] for line in clean_staging(folder)]  # doctest: +ELLIPSIS
-    ['restored from ...out.ome.zarr.old', 'removed']
-    >>> sorted(p.name for p in folder.iterdir())
-    ['out.ome.zarr']
-    """
-    path = Path(path)
-    targets = {path}
-    if path.is_dir() and not path.is_symlink():
-        for entry in os.listdir(path):
-            if entry.endswith(_LEGACY_SUFFIX) and entry.startswith("."):
-                targets.add(path / entry[1:].rsplit(".", 2)[0])
-            elif entry.endswith(STAGING_SUFFIX) and entry.startswith(".") and "@" in entry:
-                head = entry[1 : -len(STAGING_SUFFIX)]
-                targets.add(path / head[: head.rfind(".", 0, head.find("@"))])
-    actions = []
-    for target in sorted(targets):
-        actions += recover_staging(target, legacy=True)
-    return actions

@@ -24,6 +24,7 @@ from zarr.storage import LocalStore
 from linumpy import phases, settings
 from linumpy._xp import array_module, to_numpy
 from linumpy.errors import LinumpyError, UnsupportedLayoutError
+from linumpy.io.durable import flush_folder, flush_tree
 from linumpy.io.engine.write import write_array
 from linumpy.io.metadata import (
     Axis,
@@ -369,7 +370,8 @@ class OmeZarrWriter:
         self.commit()
 
     def commit(self) -> None:
-        """Move a replacement into place (the old image is deleted); nothing to do for a new image.
+        """Move a replacement into place (the old image is deleted); a new image written in place
+        is flushed to disk (unless the ``durable`` setting is off).
 
         For callers that write every pyramid level themselves; :meth:`finalize` commits too.
         """
@@ -379,6 +381,9 @@ class OmeZarrWriter:
             self.arrays = [
                 zarr.open_array(store=self.path / a.path, mode="r+") for a in self.arrays
             ]
+        elif not self._committed and self._created and settings.get().durable:
+            flush_tree(self.path)
+            flush_folder(self.path.parent)
         self._committed = True
 
     def abort(self) -> None:
