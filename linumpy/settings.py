@@ -17,6 +17,7 @@ field                    environment variable             default
 ``gpu_cpu_share``        ``LINUMPY_GPU_CPU_SHARE``        0: nvCOMP decodes every chunk
 ``gpu_read_order``       ``LINUMPY_GPU_READ_ORDER``       ``auto`` (``size`` for chunks >= 1 MiB)
 ``gpu_chunk_bytes``      ``LINUMPY_GPU_CHUNK_MIB``        16 MiB: larger chunks decode on the CPU
+``gpu_encode_min_bytes`` ``LINUMPY_GPU_ENCODE_MIN_MIB``   0: 16 MiB per I/O thread (smaller on CPU)
 ``nvcomp_batch_size``    ``LINUMPY_NVCOMP_BATCH_SIZE``    1024 chunks per codec call in zarr
 ``nvcomp_concurrency``   ``LINUMPY_NVCOMP_CONCURRENCY``   32 (zarr's ``async.concurrency``)
 ``write_checksum``       ``LINUMPY_ZSTD_CHECKSUM``        true: written zstd frames carry checksums
@@ -126,6 +127,10 @@ class Settings:
         more, whose frames take tens of milliseconds each, ``"file"`` for smaller ones.
     gpu_chunk_bytes
         Largest decoded chunk nvCOMP decodes; larger ones are decoded by libzstd on the CPU.
+    gpu_encode_min_bytes
+        Writes of device arrays smaller than this are encoded by libzstd threads on the CPU
+        after one download: each nvCOMP encode call costs about 90 ms whatever its size, more
+        than the CPU takes for a small block. 0 (the default) means 16 MiB per ``io_threads``.
     nvcomp_batch_size
         Chunks per codec call in zarr's pipeline under
         :func:`linumpy.gpu.nvcomp_zstd.gpu_zstd_config`.
@@ -160,6 +165,7 @@ class Settings:
     gpu_cpu_share: float = 0.0
     gpu_read_order: Literal["auto", "file", "size"] = "auto"
     gpu_chunk_bytes: int = 16 * MIB
+    gpu_encode_min_bytes: int = 0
     nvcomp_batch_size: int = 1024
     nvcomp_concurrency: int = 32
     write_checksum: bool = True
@@ -241,6 +247,7 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "gpu_cpu_share": ("LINUMPY_GPU_CPU_SHARE", _env_share),
     "gpu_read_order": ("LINUMPY_GPU_READ_ORDER", _order_choice),
     "gpu_chunk_bytes": ("LINUMPY_GPU_CHUNK_MIB", _env_mib),
+    "gpu_encode_min_bytes": ("LINUMPY_GPU_ENCODE_MIN_MIB", _env_mib0),
     "nvcomp_batch_size": ("LINUMPY_NVCOMP_BATCH_SIZE", _env_int),
     "nvcomp_concurrency": ("LINUMPY_NVCOMP_CONCURRENCY", _env_int),
     "write_checksum": ("LINUMPY_ZSTD_CHECKSUM", _env_flag),
@@ -258,6 +265,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "gpu_cpu_share": _share,
     "gpu_read_order": _order_choice,
     "gpu_chunk_bytes": _positive,
+    "gpu_encode_min_bytes": _non_negative,
     "nvcomp_batch_size": _positive,
     "nvcomp_concurrency": _positive,
     "write_checksum": _flag,

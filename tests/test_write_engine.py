@@ -305,7 +305,7 @@ def test_gpu_writes_what_zarr_reads_on_the_cpu(tmp_path: Path, layout: str) -> N
 
     data = sample()
     ours, cpu = create(tmp_path / "g.zarr", layout), create(tmp_path / "c.zarr", layout)
-    report = write_array(ours, cupy.asarray(data))
+    report = write_array(ours, cupy.asarray(data), settings={"gpu_encode_min_bytes": 1})
     assert report.backend == "gpu"
     write_array(cpu, data)
     back = zarr.open_array(str(tmp_path / "g.zarr"))[...]  # libzstd verifies checksums, crc32c
@@ -322,11 +322,29 @@ def test_gpu_small_groups_and_dtypes(tmp_path: Path, dtype: str, fill: float) ->
     data = sample(dtype, fill)
     array = create(tmp_path / "g.zarr", "sharded-crc32c", dtype, fill)
     # one shard per group: several groups, the host buffers taking turns
-    report = write_array(array, cupy.asarray(data), settings={"scratch_bytes": 1})
+    report = write_array(
+        array, cupy.asarray(data), settings={"scratch_bytes": 1, "gpu_encode_min_bytes": 1}
+    )
     assert report.backend == "gpu" and report.chunks_empty > 0
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "g.zarr"))[...], data)
     write_array(array, cupy.asarray(data[16:]), (slice(16, None),))
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "g.zarr"))[...], data)
+
+
+@pytest.mark.gpu
+def test_small_device_writes_are_encoded_on_the_cpu(tmp_path: Path) -> None:
+    import cupy
+
+    data = sample()
+    array = zarr.create_array(
+        str(tmp_path / "s.zarr"), shape=data.shape, chunks=CHUNKS, dtype=data.dtype
+    )
+    small = write_array(array, cupy.asarray(data), settings={"gpu_encode_min_bytes": 1 << 30})
+    assert small.backend == "cpu"
+    np.testing.assert_array_equal(array[...], data)
+    large = write_array(array, cupy.asarray(data + 1), settings={"gpu_encode_min_bytes": 1})
+    assert large.backend == "gpu"
+    np.testing.assert_array_equal(array[...], data + 1)
 
 
 @pytest.mark.gpu

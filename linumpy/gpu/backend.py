@@ -191,7 +191,10 @@ class GpuBackend:
         # groups at the end) left its last groups waiting for busy streams, each call costing
         # nvCOMP's latency (1 GiB, 64^3 inner chunks, x2 host: 19.91 GB/s tapered, 21.46 not).
         groups = self.slots if overlap else 1
-        return min(compressed, per_slot), per_slot, groups, self._cpu_share
+        # Frames too large for nvCOMP (a 48 MiB frame takes it ~0.5 s, however many run beside
+        # it) all go to libzstd threads, which decode them into pinned memory for one copy.
+        tail = 1.0 if self.plan.chunk_nbytes > self.max_decode_bytes else self._cpu_share
+        return min(compressed, per_slot), per_slot, groups, tail
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
         """The slot's pinned buffer, once its last copy to the device is done."""

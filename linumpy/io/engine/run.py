@@ -274,15 +274,18 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
     key = EntryKeys(plan, fetched.group.entries)
     verdicts = check_frames(staging, offsets, nbytes, plan.chunk_nbytes)
     too_large = plan.chunk_nbytes > backend.max_decode_bytes
+    # A tail group's sound frames are decoded by the back end itself (libzstd threads into its
+    # own buffers), frames too large for nvCOMP included; otherwise those decode here.
+    backend_decodes = not too_large or fetched.group.tail
     candidates = (
-        range(len(verdicts)) if too_large else np.flatnonzero(verdicts == FRAME_NEEDS_CHECK)
+        np.flatnonzero(verdicts == FRAME_NEEDS_CHECK) if backend_decodes else range(len(verdicts))
     )
     on_cpu = []
     for i in candidates:
         frame = staging[offsets[i] : offsets[i] + nbytes[i]]
         if verdicts[i] == FRAME_NEEDS_CHECK:
             info = inspect_zstd_chunk(frame, key=key(i), expected_size=plan.chunk_nbytes)
-            if info.gpu_decodable and not too_large:
+            if info.gpu_decodable and backend_decodes:
                 verdicts[i] = FRAME_GPU if info.checksum is None else FRAME_CHECKSUM
                 continue
         on_cpu.append(int(i))
@@ -424,7 +427,9 @@ def run(
                 backend.synchronize()
                 raise
             phases["submit"] += time.perf_counter() - mark
-            stats.n_cpu_decoded += len(fetched.decoded)
+            # a tail group is decoded on the CPU whole, in the back end or here
+            tail = fetched.group.tail
+            stats.n_cpu_decoded += len(fetched.group.entries) if tail else len(fetched.decoded)
         mark = time.perf_counter()
         try:
             backend.finish()

@@ -369,7 +369,10 @@ def write_array(
     if array_module(data) is not np:
         from linumpy.gpu.encode import gpu_encode_unusable_reason, write_gpu
 
-        if gpu_encode_unusable_reason(plan) is None:
+        small = int(data.nbytes) < (
+            config.gpu_encode_min_bytes or 16 * settings_module.MIB * config.io_threads
+        )
+        if not small and gpu_encode_unusable_reason(plan) is None:
             report = write_gpu(plan, data, config)
             report.seconds = time.perf_counter() - started
             return report
