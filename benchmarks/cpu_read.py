@@ -18,6 +18,7 @@ decoded bytes. Every reader's first result is checked against the volume.
 Usage::
 
     .venv/bin/python benchmarks/cpu_read.py --mib 256 --threads 2 --rounds 9
+    .venv/bin/python benchmarks/cpu_read.py --mib 1024 --layouts 1,3 --skip tstore,zarrs
     git show HEAD~1:linumpy/io/engine/cpu.py > /tmp/cpu_before.py
     .venv/bin/python benchmarks/cpu_read.py --baseline /tmp/cpu_before.py
 """
@@ -166,7 +167,8 @@ def main() -> None:
 
         linumpy.io.engine.cpu.RUN_BYTES = args.run_bytes
     depth = 128
-    side = max(512, round((args.mib * 2**20 / 2 / depth) ** 0.5 / 512) * 512)
+    # Sides in multiples of 64 (whole 64^3 chunks); 1 MiB makes a (128, 64, 64) smoke-test volume.
+    side = max(64, round((args.mib * 2**20 / 2 / depth) ** 0.5 / 64) * 64)
     shape = (depth, side, side)
     volume = oct_volume(shape)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="cpu_read_"))

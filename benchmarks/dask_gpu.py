@@ -16,8 +16,11 @@ the median of ``--stitch-repeats``, with the last run's task stream (time before
 the span of the tasks, time after the last; per worker, tasks and seconds computing). Target:
 >= 1.8x.
 
-Medians of ``--repeats`` runs after one warm-up; a short table is printed last. Development tool
-(not installed); run from the checkout: ``python benchmarks/dask_gpu.py --gpus 2``.
+``--cpu`` runs (a) on the CPU instead (numpy blocks, no GPU needed): with ``--size-gib 0.001
+--side 128`` it is the smoke test CI runs.
+
+Medians of ``--repeats`` runs after one warm-up; a short table is printed last. Run from the
+checkout: ``python benchmarks/dask_gpu.py --gpus 2`` (``--json FILE`` keeps the rows).
 """
 
 from __future__ import annotations
@@ -38,28 +41,28 @@ import numpy as np
 GIB = 2**30
 
 
-def make_volume(path: Path, size_gib: float) -> tuple[int, ...]:
-    """Sharded uint16 OME-Zarr image of about ``size_gib`` (no zstd checksums, as the issue's
-    figures): speckle-like noise with a dim background. Read as a 4x4 mosaic grid of 256x256
-    tiles by the stitching rows."""
+def make_volume(path: Path, size_gib: float, side: int = 1024) -> tuple[int, ...]:
+    """Sharded uint16 OME-Zarr image of about ``size_gib``, ``side`` x ``side`` planes (no zstd
+    checksums): speckle-like noise with a dim background. Read as a 4x4 mosaic grid of tiles of a
+    quarter side by the stitching rows."""
     from linumpy.io import OmeZarrWriter
 
-    side = 512
-    depth = max(128, int(round(size_gib * GIB / (2 * 1024 * 1024) / 128)) * 128)
-    shape = (depth, 1024, 1024)
+    shard = min(512, side)
+    depth = max(128, int(round(size_gib * GIB / (2 * side * side) / 128)) * 128)
+    shape = (depth, side, side)
     writer = OmeZarrWriter(
         path,
         shape,
         np.uint16,
         voxel_size=(1, 1, 1),
         chunks=(64, 64, 64),
-        shards=(128, side, side),
+        shards=(128, shard, shard),
         checksum=False,
     )
     array = writer.array
     rng = np.random.default_rng(0)
-    slab = rng.gamma(2.0, 300.0, size=(128, 1024, 1024))
-    slab[:, :, :300] *= 0.05  # background
+    slab = rng.gamma(2.0, 300.0, size=(128, side, side))
+    slab[:, :, : side * 300 // 1024] *= 0.05  # background
     slab = np.clip(slab, 0, 65535).astype(np.uint16)
     for z0 in range(0, depth, 128):
         array[z0 : z0 + 128] = np.roll(slab, z0 // 128 * 37, axis=2)
@@ -99,34 +102,41 @@ def timed(fn, repeats: int, client: Any = None) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
-def single_gpu(path: Path, nbytes: int, repeats: int) -> list[dict[str, Any]]:
-    import cupy
+def _free_device_pool(gpu: bool) -> None:
+    if gpu:
+        import cupy
 
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def single_gpu(path: Path, nbytes: int, repeats: int, gpu: bool = True) -> list[dict[str, Any]]:
+    """(a): ``read_volume`` of the whole volume against ``open_volume`` summed block by block,
+    on the GPU (or, ``gpu=False``, on the CPU)."""
     from linumpy.io import open_volume, read_volume
     from linumpy.parallel import Cluster
 
     def read() -> float:
-        volume = read_volume(path, gpu=True)
+        volume = read_volume(path, gpu=gpu)
         total = float(volume.sum(dtype="float64"))
         del volume
         return total
 
     seconds, expected = timed(read, repeats)
-    rows = [{"what": "read_volume(gpu=True) + sum", "s": seconds, "GB/s": nbytes / seconds / 1e9}]
-    cupy.get_default_memory_pool().free_all_blocks()
+    rows = [{"what": f"read_volume(gpu={gpu}) + sum", "s": seconds, "GB/s": nbytes / seconds / 1e9}]
+    _free_device_pool(gpu)
     configs = [("128MiB", 1), ("128MiB", 2), ("512MiB", 1), ("512MiB", 2), ("512MiB", 4)]
     configs += [("1GiB", 1), ("1GiB", 2), (None, 2)]
     for chunks, threads in configs:
-        what = f"open_volume(gpu=True), {chunks or 'default'} blocks, {threads} thread(s)"
+        what = f"open_volume(gpu={gpu}), {chunks or 'default'} blocks, {threads} thread(s)"
         cluster = Cluster(threads=threads)
-        lazy = _block_sums(open_volume(path, gpu=True, chunks=chunks))
+        lazy = _block_sums(open_volume(path, gpu=gpu, chunks=chunks))
         try:
             seconds, total = timed(lambda: float(cluster.compute(lazy)), repeats)  # noqa: B023
         except Exception as exc:  # a failing configuration is a result too
             rows.append({"what": what, "error": f"{type(exc).__name__}: {exc}"[:200]})
             continue
         finally:
-            cupy.get_default_memory_pool().free_all_blocks()
+            _free_device_pool(gpu)
         rows.append(
             {
                 "what": what,
@@ -390,6 +400,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-gib", type=float, default=2.0, help="volume size [%(default)s]")
     parser.add_argument("--gpus", type=int, default=1, help="2: also (c), (d) [%(default)s]")
+    parser.add_argument("--cpu", action="store_true", help="only (a), on the CPU (no GPU needed)")
+    parser.add_argument(
+        "--side", type=int, default=1024, help="the volume's planes, side x side [%(default)s]"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="[%(default)s]")
     parser.add_argument("--no-device-limit", action="store_true", help="skip (b)")
     parser.add_argument("--no-stitch", action="store_true", help="skip (d)")
@@ -437,7 +451,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
         path = Path(folder) / "volume.ome.zarr"
         start = time.perf_counter()
-        shape = make_volume(path, args.size_gib)
+        shape = make_volume(path, args.size_gib, args.side)
         nbytes = int(np.prod(shape)) * 2
         print(
             f"volume {shape} uint16 ({nbytes / GIB:.2f} GiB) written in "
@@ -445,10 +459,11 @@ def main() -> int:
             flush=True,
         )
         single = args.stitch_only or args.no_single
-        steps = [] if single else [lambda: single_gpu(path, nbytes, args.repeats)]
-        if not args.no_device_limit and not args.stitch_only:
+        gpu = not args.cpu
+        steps = [] if single else [lambda: single_gpu(path, nbytes, args.repeats, gpu)]
+        if gpu and not args.no_device_limit and not args.stitch_only:
             steps.append(lambda: [device_limit(path, nbytes)])
-        if args.gpus > 1:
+        if gpu and args.gpus > 1:
             if not args.stitch_only:
                 blocks = args.read_blocks.split(",")
                 steps.append(lambda: multi_gpu(path, nbytes, args.repeats, args.gpus, blocks))

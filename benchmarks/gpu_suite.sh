@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Dev: run every `gpu`-marked test on a GPU host, one pytest process per test file, so a CUDA
-# error that poisons one process's context cannot fail the files after it. Logs under $1; the
-# summary table and every failure's one-line reason (pytest -rfE) are printed last, since only a
-# few of the logs come back from the device.
+# Run every `gpu`-marked test on a GPU host, one pytest process per test file, so that a CUDA
+# error that poisons one process's context cannot fail the files after it. Each file's log goes
+# under OUTDIR; the summary table and every failure's one-line reason (pytest -rfE) are printed
+# last.
 # Usage: bash benchmarks/gpu_suite.sh OUTDIR [per-file timeout s] [extra pytest args]
-out=${1:?OUTDIR}; limit=${2:-150}; shift 2 2>/dev/null; mkdir -p "$out"
+# PYTHON names the interpreter (default: .venv/bin/python when present, else python3);
+# GPU_TEST_FILES the files to consider (default: tests/test_*.py).
+out=${1:?usage: bash benchmarks/gpu_suite.sh OUTDIR [per-file timeout s] [extra pytest args]}
+limit=${2:-150}; shift 2 2>/dev/null || shift $#
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+fi
+mkdir -p "$out"
 printf '| file | result | seconds |\n| --- | --- | --- |\n' > "$out/summary.md"
-for f in $(grep -l "pytest.mark.gpu\|mark.gpu" tests/test_*.py); do
+# shellcheck disable=SC2086  # GPU_TEST_FILES is a list of paths or globs
+for f in $(grep -l "mark\.gpu" ${GPU_TEST_FILES:-tests/test_*.py}); do
   name=$(basename "$f" .py); t0=$(date +%s)
-  timeout "$limit" python3 -m pytest -q -rfE -m gpu -p no:cacheprovider "$f" "$@" > "$out/$name.log" 2>&1
-  rc=$?; line=$(grep -E "passed|failed|error|skipped" "$out/$name.log" | tail -1)
+  timeout "$limit" "$PYTHON" -m pytest -q -rfE -m gpu -p no:cacheprovider "$f" "$@" \
+    > "$out/$name.log" 2>&1
+  rc=$?; line=$(grep -E "passed|failed|error|skipped|deselected" "$out/$name.log" | tail -1)
   [ $rc -eq 124 ] && line="TIMEOUT after ${limit}s; $(grep -cE 'PASSED|passed' "$out/$name.log") lines"
   printf '| %s | %s | %s |\n' "$name" "$line" "$(( $(date +%s) - t0 ))" >> "$out/summary.md"
 done
