@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import shutil
 import signal
@@ -33,10 +34,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from linumpy.io import read_volume
+from linumpy.io import read_volume, save_omezarr
 from linumpy.io.demo import make_demo_data, read_demo_truth
 from linumpy.io.omezarr import read_axes, read_omezarr
-from linumpy.io.staging import STAGING_SUFFIX
+from linumpy.io.recovery import PREFIX_CHARS, read_json
+from linumpy.io.staging import STAGING_SUFFIX, recover_staging
 
 N_KILLS = int(os.environ.get("LINUMPY_KILL_N", "10"))
 LANES = 2  # outputs killed side by side, each N_KILLS / LANES times
@@ -179,8 +181,12 @@ def same(a: tuple, b: tuple) -> bool:
 
 
 def staging_of(folder: Path, name: str, pid: int | None = None) -> list[str]:
-    prefix = f".{name}." + (f"{pid}@" if pid is not None else "")
-    return [e for e in os.listdir(folder) if e.startswith(prefix) and e.endswith(STAGING_SUFFIX)]
+    """The staging folders of ``name`` in ``folder`` (of the writer ``pid`` only, if given)."""
+    prefix = f".{name[:PREFIX_CHARS]}."
+    entries = [e for e in os.listdir(folder) if e.startswith(prefix) and e.endswith(STAGING_SUFFIX)]
+    if pid is None:
+        return entries
+    return [e for e in entries if (read_json(folder / e / "owner") or {}).get("pid") == pid]
 
 
 def spawn(argv: list[str]) -> subprocess.Popen:
@@ -316,3 +322,106 @@ def test_sigkill_during_a_write_never_loses_the_output(
         f"{target}: {dict(outcomes)} (staging existed {window:.2f} s, "
         f"kills within {2 * aim[0]:.2f} s)"
     )
+
+
+# -- kills at each step of the commit -----------------------------------------------------------
+
+# A driver forks one child per case; the child stops itself with SIGKILL at the case's commit step
+# (linumpy.io.staging.step_hook) while it writes the new version over the old one. The driver
+# itself never writes: a fork after zarr's I/O thread started could hang.
+STEP_DRIVER = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    import numpy as np
+    from linumpy.io import save_omezarr, staging
+
+    def write(kind, target):
+        if kind == "image":
+            save_omezarr(np.full((8, 32, 32), 2, np.uint16), target, voxel_size=(1, 1, 1),
+                         chunks=(4, 16, 16), n_levels=2, overwrite=True)
+        else:
+            with staging.staged(target) as path:
+                path.write_text("new")
+
+    for case in json.loads(sys.argv[1]):
+        pid = os.fork()
+        if pid == 0:
+            staging._exchange_supported = case["exchange"]
+            def stop(step, wanted=case["step"]):
+                if step == wanted:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            staging.step_hook = stop
+            write(case["kind"], case["target"])
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"target": case["target"], "killed": os.WIFSIGNALED(status)}))
+    """
+)
+BEFORE_SWAP = ("flush", "ready", "swap")
+AFTER_SWAP = ("exchanged", "swapped", "trash", "remove")
+
+
+def _version(kind: str, path: Path) -> str | None:
+    """``"old"``, ``"new"`` or ``"absent"``; anything else fails the test."""
+    if not path.exists():
+        return "absent"
+    if kind == "file":
+        text = path.read_text()
+        assert text in ("old", "new"), text
+        return text
+    levels, axes, voxel_sizes = snapshot(path)
+    assert len(levels) == 2 and axes and voxel_sizes, path
+    values = {int(v) for level in levels for v in np.unique(level)}
+    assert values in ({1}, {2}), values  # a whole version: every level of one of them
+    return "old" if values == {1} else "new"
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+@pytest.mark.parametrize("kind", ["image", "file"])
+def test_sigkill_at_each_commit_step(tmp_path: Path, kind: str, exchange: bool) -> None:
+    """Killed at every step of the commit, a replacement leaves the whole old or the whole new
+    version; when the target is then moved away, recovery brings back only a complete new
+    version, never the old one (perhaps half deleted) that the staging folder held."""
+    steps = [*BEFORE_SWAP, *(["swap-half"] if exchange is False and kind == "image" else [])]
+    steps += AFTER_SWAP
+    cases = []
+    for step in steps:
+        for moved in (False, True):
+            target = tmp_path / f"{step}-{'moved' if moved else 'stay'}" / "out.ome.zarr"
+            target.parent.mkdir()
+            if kind == "image":
+                save_omezarr(
+                    np.full((8, 32, 32), 1, np.uint16),
+                    target,
+                    voxel_size=(1, 1, 1),
+                    chunks=(4, 16, 16),
+                    n_levels=2,
+                )
+            else:
+                target.write_text("old")
+            cases.append({"kind": kind, "target": str(target), "step": step, "exchange": exchange})
+    run = subprocess.run(
+        _python("-c", STEP_DRIVER, json.dumps(cases)), capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    reports = [json.loads(line) for line in run.stdout.splitlines()]
+    assert len(reports) == len(cases) and all(r["killed"] for r in reports), run.stderr[-3000:]
+    for case in cases:
+        target, step = Path(case["target"]), case["step"]
+        moved = target.parent.name.endswith("-moved")
+        assert staging_of(target.parent, target.name), f"{step}: the kill left no staging"
+        if moved and target.exists():
+            os.rename(target, target.parent / "moved")
+        recover_staging(target)  # what the next write, a read of a missing target, or -f do
+        found = _version(kind, target)
+        if step == "swap-half":
+            expected = "new"  # killed between the two renames: the complete new version wins
+        elif moved:
+            expected = "new" if step in ("ready", "swap") else "absent"
+        else:
+            expected = "old" if step in BEFORE_SWAP else "new"
+        assert found == expected, f"killed at {step}{' then moved' if moved else ''}: {found}"
+        assert staging_of(target.parent, target.name) == [], step
+        if moved and step not in ("swap-half",):
+            swapped = step in AFTER_SWAP
+            assert _version(kind, target.parent / "moved") == ("new" if swapped else "old")

@@ -217,9 +217,9 @@ class StagedWrite:
                 os.replace(ready, self.target)  # files replace each other in one step
         _step("exchanged")
         self._record("swapped", state)
+        self._record("trash", state)
         for leftover in (ready, old):
             if exists(leftover):
-                self._record("trash", state)
                 os.rename(leftover, self.staging / "trash")
         if self.durable:
             try:
