@@ -396,7 +396,8 @@ class Cluster:
         >>> Cluster(threads=1).compute(da.arange(6, chunks=2) * 2)
         array([ 0,  2,  4,  6,  8, 10])
         """
-        with tqdm(desc=desc, unit="task", disable=not progress, total=0) as bar:
+        # delay: no bar is drawn before the task count is known (reset draws the first one)
+        with tqdm(desc=desc, unit="task", disable=not progress, total=0, delay=1e-9) as bar:
             if self.client is None:
                 with _TaskBar(bar):
                     # the threaded get itself: scheduler="threads" would import distributed

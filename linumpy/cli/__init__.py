@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -57,6 +58,12 @@ EXIT_USAGE = 2
 _INPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
     weakref.WeakKeyDictionary()
 )
+# The outputs each parser's script checked, so that no two of them are one path.
+_OUTPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
+    weakref.WeakKeyDictionary()
+)
+#: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
 # The -v count each parser parsed: fail_on_errors shows tracebacks with -v.
 _VERBOSE: weakref.WeakKeyDictionary[argparse.ArgumentParser, int] = weakref.WeakKeyDictionary()
 # With -v: [recorder, depth of fail_on_errors blocks, whether the start-up counts]; the recorder
@@ -282,8 +289,9 @@ def check_output(
     make_parents: bool = False,
     kind: Literal["file", "directory"] | None = None,
 ) -> Path:
-    """Exit with a one-line error when ``path`` exists without ``-f``, cannot be created, or is an
-    input of the script (checked with :func:`check_input` before), inside one or contains one.
+    """Exit with a one-line error when ``path`` exists without ``-f`` (a dangling link too),
+    cannot be created, or is an input of the script (checked with :func:`check_input` before) or
+    another of its outputs (checked before), inside one or contains one.
 
     With ``make_parents``, missing parent directories are created. With ``kind``, an existing
     ``path`` of the other kind is never replaced, ``-f`` or not. What an interrupted earlier
@@ -300,6 +308,7 @@ def check_output(
     'out.ome.zarr'
     >>> (folder / "new").is_dir()
     True
+    >>> parser = build_parser("Demo.", prog="linum-demo")  # each run checks its outputs apart
     >>> try:
     ...     with contextlib.redirect_stderr(sys.stdout):
     ...         check_output(parser, folder / "new", overwrite=False)
@@ -317,23 +326,37 @@ def check_output(
     ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
     linum-demo: error: output '.../new' is the input '.../new'; write to another path
     exit status 2
+
+    Two outputs of one run are never one path (nor one inside the other):
+
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> _ = check_output(parser, folder / "a.png", overwrite=True)
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         check_output(parser, folder / "a.png", overwrite=True)
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
+    linum-demo: error: output '.../a.png' is the output '.../a.png'; write to another path
+    exit status 2
     """
     path = Path(path)
-    for source in _INPUTS.get(parser, []):
-        overlap = _overlap(path, source)
-        if overlap:
-            parser.error(
-                f"output {os.fspath(path)!r} {overlap} the input {os.fspath(source)!r}; "
-                "write to another path"
-            )
+    for role, others in (("input", _INPUTS), ("output", _OUTPUTS)):
+        for other in others.get(parser, []):
+            overlap = _overlap(path, other)
+            if overlap:
+                parser.error(
+                    f"output {os.fspath(path)!r} {overlap} the {role} {os.fspath(other)!r}; "
+                    "write to another path"
+                )
     if path.parent.is_dir():
         from linumpy.io.staging import recover_staging
 
         recover_staging(path)
+    present = path.exists() or path.is_symlink()  # a dangling link is replaced only with -f
     if path.exists() and kind is not None and path.is_dir() != (kind == "directory"):
         found = "a directory" if path.is_dir() else "a file"
         parser.error(f"output {os.fspath(path)!r} is {found}; it is not replaced by a {kind}")
-    if path.exists() and not overwrite:
+    if present and not overwrite:
         parser.error(f"output {os.fspath(path)!r} exists; use -f to overwrite it")
     if make_parents:
         try:
@@ -344,6 +367,7 @@ def check_output(
         parser.error(f"cannot create {os.fspath(path)!r}: no directory {os.fspath(path.parent)!r}")
     if not os.access(path.parent, os.W_OK | os.X_OK):  # a read-only file system too, for root
         parser.error(f"cannot create {os.fspath(path)!r}: {os.fspath(path.parent)!r} is read-only")
+    _OUTPUTS.setdefault(parser, []).append(path)
     return path
 
 
@@ -356,7 +380,8 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     exception (Ctrl-C included) it is deleted and ``path`` is left as it was; a killed run leaves
     the staging directory, which the next write of ``path`` removes. An existing ``path`` is
     replaced only once the new one is complete, in one step. An OS error about the staging
-    directory (a read-only folder, a full disk) becomes a :class:`LinumpyError` naming ``path``.
+    directory (a read-only folder), and a full disk, a quota or a file size limit met while
+    writing, become a :class:`LinumpyError` naming ``path``.
 
     Examples
     --------
@@ -388,7 +413,8 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with staged(path) as staging:
             yield staging
     except OSError as exc:
-        if STAGING_SUFFIX not in f"{exc.filename} {exc.filename2}":
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        if not full and STAGING_SUFFIX not in f"{exc.filename} {exc.filename2}":
             raise
         reason = exc.strerror or type(exc).__name__
         raise LinumpyError(f"cannot write {os.fspath(path)!r}: {reason}") from exc
@@ -398,6 +424,8 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
     """Turn linumpy's errors and OS errors (unreadable input, unwritable output) into a one-line
     error and exit status 2; with ``-v`` (see :func:`parse_args`) the traceback comes first.
+    Ctrl-C ends the run with ``PROG: interrupted`` and exit status 130 (what was being written is
+    thrown away, its previous version kept).
 
     Any other exception is a bug: it propagates (a traceback and exit status 1).
 
@@ -428,6 +456,10 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
         if _VERBOSE.get(parser, 0) > 0:
             traceback.print_exc(file=sys.stderr)
         parser.error(str(exc) or type(exc).__name__)
+    except KeyboardInterrupt:
+        if _VERBOSE.get(parser, 0) > 0:
+            traceback.print_exc(file=sys.stderr)
+        parser.exit(EXIT_INTERRUPTED, f"{parser.prog}: interrupted\n")
     finally:
         if timing is not None:
             timing[1] -= 1
@@ -465,4 +497,19 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     if _VERBOSE[parser] > 0:
         # the interpreter's start-up counts for a command, not for main(argv) called from Python
         _PHASES[parser] = [None, 0, argv is None]
+    if argv is None and _VERBOSE[parser] == 0:
+        sys.excepthook = _interrupted_hook(parser.prog, sys.excepthook)
     return args
+
+
+def _interrupted_hook(prog: str, previous: Any) -> Any:
+    """An excepthook printing ``PROG: interrupted`` for a Ctrl-C outside :func:`fail_on_errors`
+    (the interpreter then ends as killed by SIGINT: status 130 in a shell)."""
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            print(f"{prog}: interrupted", file=sys.stderr)
+        else:
+            previous(kind, value, tb)
+
+    return hook
