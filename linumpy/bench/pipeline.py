@@ -1,0 +1,497 @@
+"""The pipeline benchmark: the ``linum-*`` commands users run, on the CPU and with ``--use-gpu``.
+
+Demo mosaic grids (:func:`linumpy.io.demo.make_demo_data`) are written in linumpy's default
+layout and with one chunk per tile (as other tools write mosaics); ``linum-estimate-transform``,
+``linum-stitch-3d`` and ``linum-aip`` then run on each, every run a separate process
+(``python -m linumpy.scripts.X ... -v``: start-up, imports and the CUDA context included), page
+cache warm. Each command's ``-v`` table (:mod:`linumpy.phases`) gives its phases. The GPU runs
+use their own cupy kernel cache (``CUPY_CACHE_DIR``), empty before a command's first GPU run: that
+run is what a fresh machine pays and is reported apart; the next runs load the kernels it
+compiled. ``read_volume`` of each mosaic, CPU and GPU, in this process, is the read ceiling.
+
+:func:`run_pipeline_benchmark` runs it; :mod:`linumpy.bench.pipeline_report` prints the table and
+writes the JSON and the chart; ``linum-benchmark-pipeline`` is its command line.
+"""
+
+from __future__ import annotations
+
+import compileall
+import importlib.util
+import inspect
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "COMMANDS",
+    "MOSAICS",
+    "CommandRun",
+    "MosaicSpec",
+    "PipelineConfig",
+    "PipelineResult",
+    "ReadRun",
+    "run_pipeline_benchmark",
+    "scaled",
+]
+
+#: The commands timed, by short name: (console command, script module).
+COMMANDS = {
+    "estimate": ("linum-estimate-transform", "linum_estimate_transform"),
+    "stitch": ("linum-stitch-3d", "linum_stitch_3d"),
+    "aip": ("linum-aip", "linum_aip"),
+}
+#: The layouts each mosaic is written in: linumpy's default, and one zstd chunk per tile.
+LAYOUTS = ("default", "tile")
+
+
+@dataclass(frozen=True)
+class MosaicSpec:
+    """A demo mosaic grid of the benchmark: ``grid`` tiles of ``tile`` voxels (uint16).
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import MOSAICS
+    >>> spec = MOSAICS["6x6"]
+    >>> spec.grid, spec.tile, round(spec.nbytes / 1e9, 2)
+    ((6, 6), (96, 512, 512), 1.81)
+    """
+
+    key: str
+    grid: tuple[int, int]
+    tile: tuple[int, int, int]
+    commands: tuple[str, ...] = tuple(COMMANDS)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the mosaic grid."""
+        return math.prod(self.grid) * math.prod(self.tile) * 2
+
+    @property
+    def label(self) -> str:
+        """``6x6 of 96x512x512``."""
+        return f"{self.grid[0]}x{self.grid[1]} of {'x'.join(map(str, self.tile))}"
+
+
+#: The mosaics: the 6 x 6 grid of (96, 512, 512) tiles (1.81 GB), the 8 x 8 grid of 256^3
+#: tiles (2 GiB), and an 8 GiB grid for the projection alone.
+MOSAICS = {
+    "6x6": MosaicSpec("6x6", (6, 6), (96, 512, 512)),
+    "8x8": MosaicSpec("8x8", (8, 8), (256, 256, 256)),
+    "8gib": MosaicSpec("8gib", (8, 8), (256, 512, 512), ("aip",)),
+}
+
+
+def scaled(spec: MosaicSpec, scale: float) -> MosaicSpec:
+    """``spec`` with each tile side times ``scale`` (multiples of 8, at least 8; 16 in y, x).
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import MOSAICS, scaled
+    >>> scaled(MOSAICS["6x6"], 0.125).tile
+    (16, 64, 64)
+    """
+    if scale == 1:
+        return spec
+    tile = tuple(
+        max(16 if axis else 8, int(round(n * scale / 8)) * 8) for axis, n in enumerate(spec.tile)
+    )
+    return MosaicSpec(spec.key, spec.grid, tile, spec.commands)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """What one pipeline benchmark run measures.
+
+    Attributes
+    ----------
+    mosaics, layouts
+        Keys of :data:`MOSAICS`, and of :data:`LAYOUTS` (``default``, ``tile``).
+    scale
+        Tile sides times this (smaller mosaics for smoke tests).
+    gpu
+        Run the GPU half (skipped, with the reason, when no GPU is usable).
+    commands
+        Keys of :data:`COMMANDS` to run (each mosaic also limits them).
+    compile_sources
+        Compile the Python sources of linumpy and its dependencies to bytecode first, as an
+        installed package has them (an install with ``--no-compile`` would time the compiler).
+    timeout
+        Seconds one command may run.
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import PipelineConfig
+    >>> config = PipelineConfig(mosaics=("6x6",), scale=0.125, gpu=False)
+    >>> [spec.tile for spec in config.specs()]
+    [(16, 64, 64)]
+    """
+
+    mosaics: tuple[str, ...] = ("6x6", "8x8")
+    layouts: tuple[str, ...] = LAYOUTS
+    scale: float = 1.0
+    gpu: bool = True
+    commands: tuple[str, ...] = tuple(COMMANDS)
+    compile_sources: bool = True
+    timeout: float = 600.0
+
+    def specs(self) -> list[MosaicSpec]:
+        """The mosaics to make, scaled."""
+        return [scaled(MOSAICS[key], self.scale) for key in self.mosaics]
+
+
+@dataclass
+class CommandRun:
+    """One command run: its wall time (process start to exit) and its ``-v`` phases.
+
+    ``run`` is ``"first"`` for a command's first GPU run (empty kernel cache), else ``"warm"``.
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import CommandRun
+    >>> run = CommandRun("stitch", "6x6 of 96x512x512, tile", "gpu", "warm", 5.0)
+    >>> run.ok
+    True
+    """
+
+    command: str
+    mosaic: str
+    device: str
+    run: str
+    seconds: float
+    phases: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    returncode: int = 0
+    error: str = ""
+    log: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command succeeded."""
+        return self.returncode == 0
+
+
+@dataclass
+class ReadRun:
+    """``read_volume`` of a mosaic in this process, best of the timed runs after one warm-up.
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import ReadRun
+    >>> ReadRun("6x6 of 96x512x512, tile", "cpu", 0.5, 2.0).gbps
+    4.0
+    """
+
+    mosaic: str
+    device: str
+    seconds: float
+    nbytes_gb: float
+    error: str = ""
+
+    @property
+    def gbps(self) -> float:
+        """10^9 bytes of volume per second (0 when it failed)."""
+        return self.nbytes_gb / self.seconds if self.seconds > 0 and not self.error else 0.0
+
+
+@dataclass
+class PipelineResult:
+    """Everything one run measured, with the machine and the mosaics' layouts.
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import PipelineConfig, PipelineResult
+    >>> PipelineResult(PipelineConfig(gpu=False), {"cpus": "2"}).runs
+    []
+    """
+
+    config: PipelineConfig
+    machine: dict[str, str]
+    gpu_skipped: str = ""
+    mosaics: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[CommandRun] = field(default_factory=list)
+    reads: list[ReadRun] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def gpu_reason() -> str | None:
+    """Why the GPU half cannot run here, or None."""
+    try:
+        from linumpy.gpu.zarr_io import gpu_unavailable_reason
+    except ImportError as exc:
+        return f"linumpy's GPU support cannot be imported ({exc})"
+    return gpu_unavailable_reason()
+
+
+_SOURCES = ("linumpy", "zarr", "numcodecs", "dask", "distributed", "skimage", "scipy", "cupy")
+_SOURCES += ("cupyx", "nvidia", "kvikio", "cucim", "dask_cuda", "tifffile", "ome_zarr_models")
+
+
+def _compile_sources() -> None:
+    """Bytecode for the packages the commands import (where their folders are writable)."""
+    for name in _SOURCES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            if os.access(folder, os.W_OK):
+                compileall.compile_dir(folder, quiet=2, workers=os.cpu_count() or 1)
+
+
+def _layout_options(layout: str, tile: tuple[int, int, int]) -> dict[str, Any]:
+    """make_demo_data's options for a layout: none for the default; one chunk per tile."""
+    if layout == "default":
+        return {}
+    # a make_demo_data without a chunks option writes one chunk per tile already
+    if "chunks" in inspect.signature(_make_demo_data()).parameters:
+        return {"chunks": tile, "shards": None}
+    return {}
+
+
+def _make_demo_data() -> Callable[..., Any]:
+    from linumpy.io.demo import make_demo_data
+
+    return make_demo_data
+
+
+def _describe_layout(path: Path, tile: tuple[int, int, int]) -> tuple[str, dict[str, Any]]:
+    from linumpy.io import open_array
+
+    array = open_array(path)
+    chunks, shards = tuple(array.chunks), array.shards
+    if shards is None and chunks == tile:
+        name = "one chunk per tile"
+    elif shards is None:
+        name = f"{'x'.join(map(str, chunks))} chunks"
+    else:
+        name = f"{'x'.join(map(str, chunks))} in {'x'.join(map(str, shards))} shards"
+    stored = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return name, {
+        "chunks": list(chunks),
+        "shards": list(shards) if shards else None,
+        "stored_bytes": stored,
+    }
+
+
+def _make_mosaic(spec: MosaicSpec, layout: str, path: Path, gpu: bool) -> dict[str, Any]:
+    from linumpy._xp import gpu_module
+    from linumpy.io.demo import read_demo_truth
+
+    start = time.perf_counter()
+    _make_demo_data()(
+        path,
+        grid_shape=spec.grid,
+        tile_shape=spec.tile,
+        overwrite=True,
+        xp=gpu_module(gpu),
+        **_layout_options(layout, spec.tile),
+    )
+    if gpu:
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+    read_demo_truth(path).save(path.with_suffix(".truth.json"))
+    name, stored = _describe_layout(path, spec.tile)
+    return {
+        "key": spec.key,
+        "grid": list(spec.grid),
+        "tile": list(spec.tile),
+        "layout": layout,
+        "layout_name": name,
+        "nbytes": spec.nbytes,
+        **stored,
+        "made_s": round(time.perf_counter() - start, 2),
+    }
+
+
+def _read_ceiling(path: Path, label: str, nbytes: int, gpu: bool) -> ReadRun:
+    from linumpy.io import read_volume
+
+    device = "gpu" if gpu else "cpu"
+    times = []
+    try:
+        for _ in range(3):  # one warm-up, then the best of two
+            start = time.perf_counter()
+            volume = read_volume(path, gpu=gpu)
+            if gpu:
+                import cupy
+
+                cupy.cuda.runtime.deviceSynchronize()
+            times.append(time.perf_counter() - start)
+            del volume
+            if gpu:
+                cupy.get_default_memory_pool().free_all_blocks()
+    except Exception as exc:  # a failing read is a result too
+        return ReadRun(label, device, 0.0, nbytes / 1e9, f"{type(exc).__name__}: {exc}"[:300])
+    return ReadRun(label, device, min(times[1:]), nbytes / 1e9)
+
+
+def _command_args(command: str, path: Path, out: Path) -> list[str]:
+    truth = path.with_suffix(".truth.json")
+    if command == "estimate":
+        return [str(path), str(out / "transform.json")]
+    if command == "stitch":
+        return [str(path), str(truth), str(out / "stitched.ome.zarr")]
+    return [str(path), str(out / "aip.ome.zarr")]
+
+
+def _run_command(
+    command: str,
+    label: str,
+    path: Path,
+    out: Path,
+    *,
+    gpu: bool,
+    run: str,
+    env: dict[str, str],
+    logs: Path,
+    timeout: float,
+) -> CommandRun:
+    from linumpy.phases import parse_table
+
+    module = COMMANDS[command][1]
+    argv = [sys.executable, "-m", f"linumpy.scripts.{module}", *_command_args(command, path, out)]
+    argv += ["-f", "-v", *(["--use-gpu"] if gpu else [])]
+    device = "gpu" if gpu else "cpu"
+    log = logs / f"{label.replace(' ', '_').replace(',', '')}-{command}-{device}-{run}.log"
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+        code, stdout, stderr = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, stdout, stderr = -9, str(exc.stdout or ""), f"{exc.stderr or ''}\ntimed out"
+    seconds = time.perf_counter() - start
+    log.write_text(f"$ {' '.join(argv)}\n{stdout}\n{stderr}")
+    table = parse_table(stderr)
+    error = "" if code == 0 else (stderr.strip().splitlines() or ["failed"])[-1][:300]
+    return CommandRun(
+        command,
+        label,
+        device,
+        run,
+        round(seconds, 3),
+        dict(table.seconds) if table else {},
+        dict(table.counts or {}) if table else {},
+        code,
+        error,
+        str(log),
+    )
+
+
+def _output_difference(cpu: Path, gpu: Path) -> float:
+    """Largest |CPU - GPU| of the first 32 planes of two stitched images, over the CPU's max."""
+    from linumpy.io import read_volume
+
+    slab = (slice(0, 32), slice(None), slice(None))
+    a, b = read_volume(cpu, region=slab), read_volume(gpu, region=slab)
+    return float(np.abs(a - b).max()) / (float(np.abs(a).max()) or 1.0)
+
+
+def run_pipeline_benchmark(
+    config: PipelineConfig,
+    out_dir: Path,
+    *,
+    log: Callable[[str], None] = print,
+    keep: bool = False,
+) -> PipelineResult:
+    """Make each mosaic, time the commands on it (CPU, then GPU), and its reads.
+
+    Logs of every command go to ``out_dir/logs``; the mosaics are written in ``out_dir/data``
+    (removed once measured, unless ``keep``); the GPU runs' kernel cache is
+    ``out_dir/kernel_cache``, emptied first. ``log`` is called with a line per step.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.bench.pipeline import PipelineConfig, run_pipeline_benchmark
+    >>> config = PipelineConfig(mosaics=("6x6",), layouts=("tile",), scale=0.125, gpu=False,
+    ...                         commands=("aip",), compile_sources=False)
+    >>> result = run_pipeline_benchmark(config, Path(tempfile.mkdtemp()), log=lambda line: None)
+    >>> [(run.command, run.device, run.ok, "level 0" in run.phases) for run in result.runs]
+    [('aip', 'cpu', True, True)]
+    """
+    from linumpy.bench.pipeline_report import run_info
+    from linumpy.bench.run import machine_info
+
+    reason = gpu_reason() if config.gpu else "not asked for (CPU only)"
+    gpu = reason is None
+    result = PipelineResult(config, {**machine_info(gpu), **run_info()}, gpu_skipped=reason or "")
+    if not gpu and config.gpu:
+        log(f"GPU half skipped: no usable GPU ({reason})")
+    if config.compile_sources:
+        log("compiling Python sources to bytecode (as an installed package has them)")
+        _compile_sources()
+    data, logs, cache = out_dir / "data", out_dir / "logs", out_dir / "kernel_cache"
+    for folder in (data, cache):
+        shutil.rmtree(folder, ignore_errors=True)
+    for folder in (data, logs, cache):
+        folder.mkdir(parents=True, exist_ok=True)
+    first_done: set[str] = set()
+    for spec in config.specs():
+        for layout in config.layouts:
+            path = data / f"{spec.key}-{layout}.ome.zarr"
+            log(f"making {spec.label} ({spec.nbytes / 2**30:.2f} GiB), {layout} layout")
+            mosaic = _make_mosaic(spec, layout, path, gpu)
+            if any(
+                m["key"] == spec.key and m["layout_name"] == mosaic["layout_name"]
+                for m in result.mosaics
+            ):
+                log(f"  {layout} layout is the same as one measured: skipped")
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            result.mosaics.append(mosaic)
+            label = f"{spec.label}, {mosaic['layout_name']}"
+            for on_gpu in (False, True) if gpu else (False,):
+                result.reads.append(_read_ceiling(path, label, spec.nbytes, on_gpu))
+            outs = {}
+            for command in (c for c in spec.commands if c in config.commands):
+                env = {**os.environ, "CUPY_CACHE_DIR": str(cache / command)}
+                for on_gpu in (False, True) if gpu else (False,):
+                    out = data / f"out-{command}-{'gpu' if on_gpu else 'cpu'}"
+                    out.mkdir(exist_ok=True)
+                    outs[command, on_gpu] = out
+                    runs = ["warm"]
+                    if on_gpu and command not in first_done:
+                        runs.insert(0, "first")
+                        first_done.add(command)
+                    for run in runs:
+                        done = _run_command(
+                            command,
+                            label,
+                            path,
+                            out,
+                            gpu=on_gpu,
+                            run=run,
+                            env=env,
+                            logs=logs,
+                            timeout=config.timeout,
+                        )
+                        result.runs.append(done)
+                        log(
+                            f"  {COMMANDS[command][0]} {done.device} ({run}): {done.seconds:.2f} s"
+                            + ("" if done.ok else f" FAILED: {done.error}")
+                        )
+            if ("stitch", True) in outs:
+                try:
+                    difference = _output_difference(
+                        outs["stitch", False] / "stitched.ome.zarr",
+                        outs["stitch", True] / "stitched.ome.zarr",
+                    )
+                    result.outputs.append({"mosaic": label, "max_rel_difference": difference})
+                except Exception as exc:  # a failed stitch has no output to compare
+                    result.outputs.append({"mosaic": label, "error": str(exc)[:300]})
+            if not keep:
+                path.with_suffix(".truth.json").unlink(missing_ok=True)
+                for item in [path, *outs.values()]:
+                    shutil.rmtree(item, ignore_errors=True)
+    return result

@@ -1,0 +1,70 @@
+"""linum-benchmark-pipeline on a tiny mosaic, CPU only: every command runs in its own process,
+its -v phases are read back, and the table, JSON and chart are written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from linumpy.bench.pipeline import MOSAICS, PipelineConfig, run_pipeline_benchmark, scaled
+from linumpy.bench.pipeline_report import pipeline_table, write_pipeline_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_commands_run_as_processes_and_their_phases_are_read(tmp_path: Path) -> None:
+    config = PipelineConfig(
+        mosaics=("6x6",), layouts=("tile",), scale=0.05, gpu=False, compile_sources=False
+    )
+    lines: list[str] = []
+    result = run_pipeline_benchmark(config, tmp_path, log=lines.append)
+    assert [(r.command, r.device, r.run) for r in result.runs] == [
+        ("estimate", "cpu", "warm"),
+        ("stitch", "cpu", "warm"),
+        ("aip", "cpu", "warm"),
+    ]
+    for run in result.runs:
+        assert run.ok, run.error
+        assert run.phases["start-up and imports"] > 0
+        assert sum(run.phases.values()) <= run.seconds + 0.05  # the table's total is inside the run
+        assert Path(run.log).is_file()
+    stitch = result.runs[1]
+    assert {"metadata", "level 0", "pyramid", "final swap", "other"} <= set(stitch.phases)
+    assert "registration" in result.runs[0].phases
+    (mosaic,) = result.mosaics
+    assert mosaic["chunks"] == list(scaled(MOSAICS["6x6"], 0.05).tile) and not mosaic["shards"]
+    assert result.reads[0].device == "cpu" and result.reads[0].gbps > 0
+    assert not (tmp_path / "data" / "6x6-tile.ome.zarr").exists()  # removed once measured
+    table = pipeline_table(result)
+    assert "| linum-stitch-3d | 6x6 of 8x24x24, one chunk per tile |" in table
+    assert "level 0" in table
+    write_pipeline_json(result, tmp_path / "run.json")
+    saved = json.loads((tmp_path / "run.json").read_text())
+    assert saved["runs"][1]["phases"]["level 0"] == stitch.phases["level 0"]
+    assert saved["machine"]["date"] and saved["settings"]["scale"] == 0.05
+
+
+def test_the_command_skips_the_gpu_half_without_a_gpu(tmp_path: Path) -> None:
+    from linumpy.bench.pipeline import gpu_reason
+
+    if gpu_reason() is None:
+        pytest.skip("a GPU is usable here: the GPU half runs")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "linumpy.scripts.linum_benchmark_pipeline", str(out)]
+    argv += ["--mosaic", "8x8", "--layout", "tile", "--command", "aip", "--scale", "0.05"]
+    done = subprocess.run(
+        [*argv, "--no-compile"], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert "GPU half skipped: no usable GPU" in done.stdout
+    assert "| linum-aip | 8x8 of 16x16x16, one chunk per tile |" in done.stdout
+    saved = json.loads((out / "benchmark_pipeline.json").read_text())
+    assert saved["gpu_skipped"] and {r["device"] for r in saved["runs"]} == {"cpu"}
+    assert (out / "benchmark_pipeline.md").is_file()
+    pytest.importorskip("matplotlib")
+    assert (out / "benchmark_pipeline.png").stat().st_size > 1000
+    again = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 2 and "use -f" in again.stderr
