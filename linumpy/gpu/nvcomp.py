@@ -10,8 +10,10 @@ queues its work and returns: the work space is allocated once per stream and gro
 the output sizes come from the plan, and per-chunk statuses are checked when the caller waits.
 
 nvCOMP checks little (a corrupt frame may decode to wrong bytes or fault): callers hand it only
-frames that passed :mod:`linumpy.io.engine.frames`. The statuses and decoded sizes it reports are
-still checked, as a second line of defence.
+frames that passed :mod:`linumpy.io.engine.frames` and, for chunks stored with a crc32c, whose
+crc32c matched (on the CPU, or on the device between the upload of a decode's tables and the
+decode: ``before_decode`` and :mod:`linumpy.gpu.crc_device`). The
+statuses and decoded sizes it reports are still checked, as a second line of defence.
 
 Importing this module imports neither cupy nor nvCOMP; the first call does.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -279,6 +281,7 @@ def decode(
     capacities: np.ndarray,
     *,
     stream: cupy.cuda.Stream,
+    before_decode: Callable[[int, int], None] | None = None,
 ) -> PendingStatuses:
     """Queue one batched nvCOMP zstd decode on ``stream``; return its pending statuses.
 
@@ -291,6 +294,10 @@ def decode(
         Per frame: device address of its decoded bytes and their exact size.
     stream
         The CuPy stream to queue on; nothing is waited for.
+    before_decode
+        Called with the device addresses of the sources and sizes columns (int64, one entry
+        per frame) once their upload is queued, before the decode is: it may queue work on
+        ``stream`` that rewrites them (the device crc32c check gives a failed frame a stand-in).
 
     Returns
     -------
@@ -319,6 +326,8 @@ def decode(
     (src, src_n, dst_n, dst, statuses, actual), device = _tables(
         stream, [sources, sizes, capacities, targets], n
     )
+    if before_decode is not None:
+        before_decode(src, src_n)
     _check(
         library.nvcompBatchedZstdDecompressAsync(
             src, src_n, dst_n, actual, n, temp, temp_bytes, dst, opts, statuses, stream.ptr

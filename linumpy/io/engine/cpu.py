@@ -35,7 +35,7 @@ from linumpy.io.engine.cpu_layout import (
     joins,
     tapering_batches,
 )
-from linumpy.io.engine.crc import strip_crc32c
+from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_matches, strip_crc32c
 from linumpy.io.engine.fetch import ALIGN, read_chunk_file
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.memory import check_host_memory, format_size
@@ -324,9 +324,13 @@ class CpuBackend:
             data = shards.read(file, offset, nbytes, key, self._buffer)
         if data is None:
             return None
+        local = self._local
         if plan.crc32c:
-            data = strip_crc32c(data, key)
-        return self._local.read_address, len(data), data  # data starts the buffer
+            nbytes = len(data)
+            if not crc32c_matches(local.read_view, nbytes):
+                strip_crc32c(data, key)  # raises, saying what is wrong
+            data = data[: nbytes - CRC32C_BYTES]
+        return local.read_address, len(data), data  # data starts the buffer
 
     def _buffer(self, nbytes: int) -> np.ndarray:
         """This thread's read buffer, grown to hold ``nbytes``."""
@@ -334,6 +338,7 @@ class CpuBackend:
         if buffer is None or buffer.nbytes < nbytes:
             buffer = self._local.read = np.empty(max(nbytes, 2 * ALIGN), dtype=np.uint8)
             self._local.read_address = buffer.ctypes.data
+            self._local.read_view = memoryview(buffer)
         return buffer
 
     def read_files(self) -> Stats:

@@ -20,7 +20,14 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError
 
-__all__ = ["CRC32C_BYTES", "crc32c", "strip_crc32c", "strip_crc32c_many"]
+__all__ = [
+    "CRC32C_BYTES",
+    "crc32c",
+    "crc32c_bodies",
+    "crc32c_matches",
+    "strip_crc32c",
+    "strip_crc32c_many",
+]
 
 #: Bytes of the checksum at the end of each chunk.
 CRC32C_BYTES = 4
@@ -52,6 +59,24 @@ def crc32c(data: np.ndarray | bytes | bytearray) -> int:
     return int(_CRC32C(data))
 
 
+def crc32c_matches(view: memoryview, nbytes: int) -> bool:
+    """Whether the first ``nbytes`` of ``view`` end with the crc32c of the bytes before.
+
+    The reading threads' check, written for the fewest Python steps per chunk (the GIL is held
+    for them, and with many threads it bounds the read): one slice, one call that releases the
+    GIL for 32 KiB or more, one integer of the trailer. :func:`strip_crc32c` says what is wrong.
+
+    Examples
+    --------
+    >>> frame = b"some compressed bytes"
+    >>> chunk = memoryview(frame + crc32c(frame).to_bytes(4, "little"))
+    >>> crc32c_matches(chunk, len(chunk)), crc32c_matches(chunk, len(chunk) - 1)
+    (True, False)
+    """
+    body = nbytes - CRC32C_BYTES
+    return body >= 0 and _CRC32C(view[:body]) == int.from_bytes(view[body:nbytes], "little")
+
+
 def strip_crc32c(chunk: np.ndarray | bytes, key: str | Callable[[], str]) -> np.ndarray | bytes:
     """Check a stored chunk's trailing crc32c and return the bytes before it.
 
@@ -81,12 +106,38 @@ def strip_crc32c(chunk: np.ndarray | bytes, key: str | Callable[[], str]) -> np.
     stored = int.from_bytes(bytes(chunk[n - CRC32C_BYTES :]), "little")
     computed = crc32c(body)
     if computed != stored:
-        raise ChunkDecodeError(
-            name(),
-            f"crc32c checksum mismatch: stored 0x{stored:08X}, computed 0x{computed:08X} "
-            "(the stored bytes changed; nothing was decoded)",
-        )
+        raise ChunkDecodeError(name(), _mismatch(stored, computed))
     return body
+
+
+def _mismatch(stored: int, computed: int) -> str:
+    return (
+        f"crc32c checksum mismatch: stored 0x{stored:08X}, computed 0x{computed:08X} "
+        "(the stored bytes changed; nothing was decoded)"
+    )
+
+
+def crc32c_bodies(sizes: np.ndarray, key: Callable[[int], str]) -> np.ndarray:
+    """The sizes of chunks without their crc32c, for a check made later (on the GPU).
+
+    Raises
+    ------
+    ChunkDecodeError
+        For the first chunk shorter than its checksum.
+
+    Examples
+    --------
+    >>> crc32c_bodies(np.array([7, 9]), str).tolist()
+    [3, 5]
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    short = np.flatnonzero(sizes < CRC32C_BYTES)
+    if len(short):
+        i = int(short[0])
+        raise ChunkDecodeError(
+            key(i), f"{int(sizes[i])} bytes, shorter than its {CRC32C_BYTES}-byte crc32c"
+        )
+    return sizes - CRC32C_BYTES
 
 
 def strip_crc32c_many(
@@ -122,21 +173,15 @@ def strip_crc32c_many(
     >>> strip_crc32c_many(buffer, np.array([0, 7]), np.array([7, 9]), str).tolist()
     [3, 5]
     """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    short = np.flatnonzero(sizes < CRC32C_BYTES)
-    if len(short):
-        i = int(short[0])
-        raise ChunkDecodeError(
-            key(i), f"{int(sizes[i])} bytes, shorter than its {CRC32C_BYTES}-byte crc32c"
-        )
-    bodies = sizes - CRC32C_BYTES
+    bodies = crc32c_bodies(sizes, key)
     ends = np.asarray(offsets, dtype=np.int64) + bodies
     trailers = buffer[ends[:, None] + np.arange(CRC32C_BYTES)].copy().view("<u4").reshape(-1)
     starts = np.asarray(offsets, dtype=np.int64).tolist()
     stops = ends.tolist()
+    view = memoryview(buffer)
 
     def compute(part: range) -> list[int]:
-        return [int(_CRC32C(buffer[starts[i] : stops[i]])) for i in part]
+        return [_CRC32C(view[starts[i] : stops[i]]) for i in part]
 
     count = len(starts)
     if pool is None or count < 2:
@@ -148,9 +193,5 @@ def strip_crc32c_many(
     bad = np.flatnonzero(np.asarray(computed, dtype=np.int64) != trailers.astype(np.int64))
     if len(bad):
         i = int(bad[0])
-        raise ChunkDecodeError(
-            key(i),
-            f"crc32c checksum mismatch: stored 0x{int(trailers[i]):08X}, computed "
-            f"0x{computed[i]:08X} (the stored bytes changed; nothing was decoded)",
-        )
+        raise ChunkDecodeError(key(i), _mismatch(int(trailers[i]), computed[i]))
     return bodies

@@ -1,0 +1,375 @@
+"""crc32c checked on the device before nvCOMP decodes a frame, with no wait for the host.
+
+Chunks stored with zarr's ``crc32c`` codec end with the crc32c of their zstd frame. nvCOMP's zstd
+decoder trusts its input (a flipped bit inside a frame made it fault or hang on an H200), so no
+frame whose crc32c fails may reach it. Checking on the CPU costs a pass over the compressed bytes
+on the reading threads; here the check runs on the device, on the stream that decodes the group,
+between the upload of the decode's tables and the decode itself
+(:func:`linumpy.gpu.nvcomp.decode`'s ``before_decode``):
+
+1. nvCOMP's batched CRC32 (``nvcompBatchedCRC32Async``, the ``nvcompCRC32_C`` preset of
+   ``nvcomp/crc32.h``) computes every frame's crc32c from the decode's own source and size
+   columns, and
+2. a kernel compares each with the four bytes stored after the frame and, for a frame that
+   fails, flags it and points its source at a stand-in: a small valid frame of zeros of the
+   chunk's size (:func:`standin_frame`), so that nvCOMP decodes that instead.
+
+The stream never waits for the host; the flags are read after the final synchronisation, and
+the first chunk flagged raises :class:`~linumpy.errors.ChunkDecodeError`
+(:meth:`DeviceCrc32c.raise_first`).
+
+The binding follows ``nvcomp/crc32.h`` of nvCOMP 6 exactly (struct sizes are asserted, options
+passed by value). Importing this module imports neither cupy nor nvCOMP.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+from linumpy.gpu import nvcomp
+
+if TYPE_CHECKING:
+    import cupy
+
+__all__ = [
+    "DeviceCrc32c",
+    "crc32c_device",
+    "crc32c_of_buffers",
+    "crc32c_unavailable_reason",
+    "standin_frame",
+]
+
+
+class _CRC32Spec(ctypes.Structure):
+    """``nvcompCRC32Spec_t``: 32 bytes."""
+
+    _fields_ = [
+        ("poly", ctypes.c_uint32),
+        ("init", ctypes.c_uint32),
+        ("ref_in", ctypes.c_bool),
+        ("ref_out", ctypes.c_bool),
+        ("xorout", ctypes.c_uint32),
+        ("reserved", ctypes.c_char * 16),
+    ]
+
+
+class _CRC32KernelConf(ctypes.Structure):
+    """``nvcompCRC32KernelConf_t``: 32 bytes."""
+
+    _fields_ = [
+        ("kernel_kind", ctypes.c_int),
+        ("bytes_per_read", ctypes.c_int32),
+        ("blocks_per_msg", ctypes.c_int32),
+        ("reserved", ctypes.c_char * 20),
+    ]
+
+
+class _CRC32Opts(ctypes.Structure):
+    """``nvcompBatchedCRC32Opts_t``: 128 bytes, passed by value."""
+
+    _fields_ = [
+        ("spec", _CRC32Spec),
+        ("kernel_conf", _CRC32KernelConf),
+        ("reserved", ctypes.c_char * 64),
+    ]
+
+
+# The sizes nvcomp/crc32.h asserts: a struct declared otherwise would pass garbage by value.
+assert (ctypes.sizeof(_CRC32Spec), ctypes.sizeof(_CRC32KernelConf)) == (32, 32)
+assert ctypes.sizeof(_CRC32Opts) == 128
+
+#: ``nvcompCRC32_C`` (CRC-32/ISCSI, as zarr's ``crc32c`` codec): polynomial, init, reflected
+#: input and output, xorout.
+_CRC32_C = (0x1EDC6F41, 0xFFFFFFFF, True, True, 0xFFFFFFFF)
+_ONLY_SEGMENT = 0  # nvcompCRC32OnlySegment: each buffer is a whole message
+
+_P = ctypes.c_void_p
+_N = ctypes.c_size_t
+_SIGNATURES: dict[str, tuple[Any, ...]] = {
+    # input pointers, input sizes, count, crc32 out, options, segment kind, statuses, stream
+    "nvcompBatchedCRC32Async": (_P, _P, _N, _P, _CRC32Opts, ctypes.c_int, _P, _P),
+    # device input sizes (NULL: the largest is given), count, configuration out, largest, stream
+    "nvcompBatchedCRC32GetHeuristicConf": (_P, _N, ctypes.POINTER(_CRC32KernelConf), _N, _P),
+}
+
+_THREADS_PER_BLOCK = 128
+
+_GUARD_SOURCE = r"""
+extern "C" __global__ void crc32c_guard(const long long sources_at, const long long sizes_at,
+                                        const unsigned int* __restrict__ computed,
+                                        unsigned int* __restrict__ stored,
+                                        unsigned char* __restrict__ failed,
+                                        const long long standin, const long long standin_size,
+                                        const int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long* sources = (long long*)sources_at;
+    long long* sizes = (long long*)sizes_at;
+    // The four bytes after the frame: its crc32c, little endian, at any alignment.
+    const unsigned char* p = (const unsigned char*)sources[i] + sizes[i];
+    const unsigned int value = (unsigned int)p[0] | ((unsigned int)p[1] << 8)
+                             | ((unsigned int)p[2] << 16) | ((unsigned int)p[3] << 24);
+    stored[i] = value;
+    const bool bad = value != computed[i];
+    failed[i] = bad ? 1 : 0;
+    if (bad) {  // nvCOMP decodes the stand-in instead: the damaged frame never reaches it
+        sources[i] = standin;
+        sizes[i] = standin_size;
+    }
+}
+"""
+
+
+@functools.cache
+def _crc_library() -> ctypes.CDLL | str:
+    """libnvcomp with its batched CRC32 functions typed, or why it has none."""
+    library = nvcomp._library()
+    for name, argtypes in _SIGNATURES.items():
+        function = getattr(library, name, None)
+        if function is None:
+            return f"libnvcomp {'.'.join(map(str, nvcomp.library_version()))} has no {name}"
+        function.argtypes = list(argtypes)
+        function.restype = ctypes.c_int
+    return library
+
+
+def crc32c_unavailable_reason() -> str | None:
+    """Why nvCOMP cannot compute crc32c here, or None when it can.
+
+    Examples
+    --------
+    >>> crc32c_unavailable_reason() is None  # doctest: +SKIP
+    True
+    """
+    try:
+        library = _crc_library()
+    except GPUUnavailableError as exc:
+        return str(exc)
+    return library if isinstance(library, str) else None
+
+
+@functools.lru_cache(maxsize=64)
+def _options(device: int, count: int, largest: int) -> _CRC32Opts:
+    """CRC-32C options with nvCOMP's kernel configuration for ``count`` inputs of at most
+    ``largest`` bytes on ``device``: with the largest size given, nvCOMP's heuristic runs on the
+    host and waits for no stream."""
+    library = _crc_library()
+    assert not isinstance(library, str), library
+    conf = _CRC32KernelConf()
+    status = library.nvcompBatchedCRC32GetHeuristicConf(
+        None, count, ctypes.byref(conf), largest, None
+    )
+    if status != 0:
+        raise RuntimeError(f"nvCOMP CRC32 configuration query failed (status {status})")
+    poly, init, ref_in, ref_out, xorout = _CRC32_C
+    return _CRC32Opts(_CRC32Spec(poly, init, ref_in, ref_out, xorout), conf)
+
+
+def crc32c_device(
+    sources: int, sizes: int, count: int, out: int, *, largest: int, stream: cupy.cuda.Stream
+) -> None:
+    """Queue nvCOMP's crc32c of ``count`` device buffers on ``stream``.
+
+    Parameters
+    ----------
+    sources, sizes
+        Device addresses of two int64 arrays of ``count`` entries: each buffer's device address
+        and size in bytes (no alignment needed).
+    count
+        How many buffers.
+    out
+        Device address of ``count`` uint32, each buffer's crc32c once ``stream`` gets there.
+    largest
+        The largest size among the buffers (picks nvCOMP's kernel configuration).
+    stream
+        The CuPy stream to queue on; nothing is waited for.
+
+    Raises
+    ------
+    GPUUnavailableError
+        When nvCOMP has no batched CRC32 (see :func:`crc32c_unavailable_reason`).
+
+    Examples
+    --------
+    >>> crc32c_device(ptrs.data.ptr, sizes.data.ptr, n, out.data.ptr, largest=2**20,
+    ...               stream=stream)  # doctest: +SKIP
+    """
+    if count == 0:
+        return
+    library = _crc_library()
+    if isinstance(library, str):
+        raise GPUUnavailableError(library)
+    import cupy
+
+    # Configurations are cached per power of two of the count: a few serve every read.
+    bucket = 1 << max(0, count - 1).bit_length()
+    options = _options(cupy.cuda.runtime.getDevice(), bucket, max(1, int(largest)))
+    status = library.nvcompBatchedCRC32Async(
+        sources, sizes, count, out, options, _ONLY_SEGMENT, None, stream.ptr
+    )
+    if status != 0:
+        raise RuntimeError(f"nvCOMP CRC32 launch failed (status {status})")
+
+
+def crc32c_of_buffers(
+    buffer: cupy.ndarray, offsets: np.ndarray, sizes: np.ndarray, *, stream: cupy.cuda.Stream
+) -> cupy.ndarray:
+    """The crc32c of ``buffer[offsets[i] : offsets[i] + sizes[i]]`` for every i, on the device.
+
+    Examples
+    --------
+    >>> crcs = crc32c_of_buffers(device_bytes, offsets, sizes, stream=stream)  # doctest: +SKIP
+    >>> stream.synchronize(); crcs.get()  # doctest: +SKIP
+    """
+    import cupy
+
+    offsets = np.asarray(offsets, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if len(offsets) and (offsets.min() < 0 or (offsets + sizes).max() > buffer.nbytes):
+        raise ValueError("a buffer lies outside the device array")
+    with stream:
+        table = cupy.asarray(np.stack([int(buffer.data.ptr) + offsets, sizes]))
+        out = cupy.empty(len(offsets), dtype=np.uint32)
+    crc32c_device(
+        int(table.data.ptr),
+        int(table.data.ptr) + 8 * len(offsets),
+        len(offsets),
+        int(out.data.ptr),
+        largest=int(sizes.max()) if len(sizes) else 0,
+        stream=stream,
+    )
+    # ``table`` goes back to cupy's pool now: only later work on this stream can reuse it.
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def standin_frame(nbytes: int) -> np.ndarray:
+    """A valid zstd frame of ``nbytes`` zeros that declares its size (a few hundred bytes).
+
+    nvCOMP decodes it in place of a frame whose crc32c failed; the read then raises, so its
+    zeros are never returned.
+
+    Examples
+    --------
+    >>> frame = standin_frame(4 * 2**20)
+    >>> frame.nbytes < 1000
+    True
+    """
+    from numcodecs import Zstd
+
+    from linumpy.io.engine.frames import FRAME_GPU, check_frames
+
+    frame = np.frombuffer(Zstd(level=1).encode(np.zeros(nbytes, dtype=np.uint8)), np.uint8)
+    verdict = check_frames(frame, np.zeros(1, np.int64), np.array([frame.nbytes]), nbytes)
+    if verdict[0] != FRAME_GPU:  # pragma: no cover - libzstd declares the size of one-shot frames
+        raise RuntimeError(f"the stand-in frame of {nbytes} bytes is not nvCOMP-ready")
+    return frame
+
+
+@functools.cache
+def _guard_kernel() -> cupy.RawKernel:
+    import cupy
+
+    return cupy.RawKernel(_GUARD_SOURCE, "crc32c_guard")
+
+
+@dataclass(slots=True)
+class _Verdicts:
+    """One group's device check: per frame the stored and computed crc32c and a failure flag."""
+
+    entries: np.ndarray  # plan entries, in the decode's order
+    computed: Any
+    stored: Any
+    failed: Any
+
+
+class DeviceCrc32c:
+    """The device crc32c check of one read's groups, before nvCOMP decodes them.
+
+    Parameters
+    ----------
+    chunk_nbytes
+        Decoded size of every chunk (the stand-in frame decodes to it).
+    stream
+        A stream to upload the stand-in frame on (waited for once, here).
+
+    Examples
+    --------
+    As :class:`linumpy.gpu.backend.GpuBackend` uses it:
+
+    >>> check = DeviceCrc32c(plan.chunk_nbytes, stream)  # doctest: +SKIP
+    >>> guard = check.guard(entries, largest, stream)  # doctest: +SKIP
+    >>> nvcomp.decode(sources, sizes, targets, capacities, stream=stream,
+    ...               before_decode=guard)  # doctest: +SKIP
+    >>> stream.synchronize(); check.raise_first(plan.key)  # doctest: +SKIP
+    """
+
+    def __init__(self, chunk_nbytes: int, stream: cupy.cuda.Stream) -> None:
+        import cupy
+
+        frame = standin_frame(chunk_nbytes)
+        with stream:
+            self._standin = cupy.asarray(frame)
+        stream.synchronize()  # every stream may need it: uploaded once, before any group
+        self._standin_size = int(frame.nbytes)
+        self._groups: list[_Verdicts] = []
+
+    def guard(self, entries: np.ndarray, largest: int, stream: cupy.cuda.Stream) -> Any:
+        """The ``before_decode`` of one group's :func:`~linumpy.gpu.nvcomp.decode` call.
+
+        ``entries`` are the frames' plan entries in the decode's order, ``largest`` the largest
+        frame (without its crc32c).
+        """
+
+        def before_decode(sources: int, sizes: int) -> None:
+            import cupy
+
+            n = len(entries)
+            with stream:
+                computed = cupy.empty(n, dtype=np.uint32)
+                stored = cupy.empty(n, dtype=np.uint32)
+                failed = cupy.empty(n, dtype=np.uint8)
+                crc32c_device(
+                    sources, sizes, n, int(computed.data.ptr), largest=largest, stream=stream
+                )
+                blocks = (n + _THREADS_PER_BLOCK - 1) // _THREADS_PER_BLOCK
+                _guard_kernel()(
+                    (blocks,),
+                    (_THREADS_PER_BLOCK,),
+                    (
+                        np.int64(sources), np.int64(sizes), computed, stored, failed,
+                        np.int64(self._standin.data.ptr), np.int64(self._standin_size),
+                        np.int32(n),
+                    ),
+                )  # fmt: skip
+            self._groups.append(_Verdicts(np.asarray(entries), computed, stored, failed))
+
+        return before_decode
+
+    def raise_first(self, key: Any) -> None:
+        """After every stream is synchronised: raise for the first chunk whose crc32c failed.
+
+        ``key(entry)`` names a plan entry. Groups are looked at in the order they were queued,
+        frames in their decode order.
+
+        Raises
+        ------
+        ChunkDecodeError
+            Naming the chunk, with the stored and computed crc32c.
+        """
+        for group in self._groups:
+            bad = np.flatnonzero(group.failed.get())
+            if len(bad):
+                i = int(bad[0])
+                stored, computed = int(group.stored[i].get()), int(group.computed[i].get())
+                raise ChunkDecodeError(
+                    key(int(group.entries[i])),
+                    f"crc32c checksum mismatch: stored 0x{stored:08X}, computed 0x{computed:08X} "
+                    "(checked on the GPU; the stored bytes changed and nvCOMP never saw them)",
+                )
