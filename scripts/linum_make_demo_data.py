@@ -2,9 +2,14 @@
 """Write a synthetic serial-OCT mosaic grid (the demo data) as a zstd OME-Zarr image.
 
 The grid (Z, rows * tile_h, cols * tile_w) holds overlapping 3D tiles of a tissue section with
-speckle, depth attenuation and empty background tiles, one chunk per tile. The true tile layout
-(an affine map of the tile index) is stored in the image's attributes under "linumpy.demo", so
-linum-estimate-transform can be checked against it.
+speckle, depth attenuation and empty background tiles. The true tile layout (an affine map of the
+tile index) is stored in the image's attributes under "linumpy.demo", so linum-estimate-transform
+can be checked against it.
+
+Layout: one shard per tile, of inner chunks of about 1 MiB that divide the tile (for example
+(32, 128, 128) in (96, 256, 256) tiles), which the GPU decodes in parallel and the CPU reads as fast
+as one chunk per tile. --no-shards writes one chunk per tile instead (the layout of most
+acquisition software), --chunks and --shards choose other shapes.
 """
 
 from __future__ import annotations
@@ -45,11 +50,24 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="Random seed [%(default)s].")
     parser.add_argument(
+        "--chunks",
+        nargs=3,
+        type=positive_int,
+        metavar=("Z", "Y", "X"),
+        help="Inner chunk shape (default: about 1 MiB, dividing a tile).",
+    )
+    shards = parser.add_mutually_exclusive_group()
+    shards.add_argument(
         "--shards",
         nargs=3,
         type=positive_int,
         metavar=("Z", "Y", "X"),
-        help="Shard shape, a multiple of the tile shape (default: no sharding).",
+        help="Shard shape, a multiple of the chunks (default: one tile).",
+    )
+    shards.add_argument(
+        "--no-shards",
+        action="store_true",
+        help="No shards: one file per chunk (by default one chunk per tile).",
     )
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
@@ -85,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 overlap=args.overlap,
                 rotation_deg=args.rotation,
                 seed=args.seed,
-                shards=args.shards,
+                chunks=args.chunks,
+                shards=None if args.no_shards else args.shards or "auto",
                 xp=xp,
             )
     size = demo.mosaic.nbytes / 2**20

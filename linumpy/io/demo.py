@@ -4,8 +4,9 @@ A tissue volume (smooth structures, speckle, depth attenuation below an uneven s
 section that leaves some tiles empty) is imaged as overlapping 3D tiles whose top-left corners
 follow an affine map of the tile index (stage steps with a small rotation and shear). Every tile
 gets its own noise floor and a mild vignetting, as a real acquisition would. The tiles are stored
-side by side as a mosaic grid ``(Z, rows * tile_h, cols * tile_w)``, one chunk per tile, and the
-ground truth goes into the image's attributes under the ``linumpy`` key.
+side by side as a mosaic grid ``(Z, rows * tile_h, cols * tile_w)``, one shard per tile of small
+inner chunks (:func:`linumpy.io.layout.tile_layout`), and the ground truth goes into the image's
+attributes under the ``linumpy`` key.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from linumpy._xp import ndimage_module
 from linumpy.errors import LinumpyError
+from linumpy.io.layout import ShardsArg, inner_chunks, tile_layout, tile_shards
 from linumpy.mosaic.transform import TileTransform
 
 __all__ = ["DemoMosaic", "generate_demo_mosaic", "make_demo_data", "read_demo_truth"]
@@ -227,11 +229,12 @@ def make_demo_data(
     overlap: float = 0.2,
     rotation_deg: float = 1.5,
     seed: int = 0,
-    shards: Sequence[int] | None = None,
+    chunks: Sequence[int] | None = None,
+    shards: ShardsArg = "auto",
     overwrite: bool = False,
     xp: ModuleType = np,
 ) -> DemoMosaic:
-    """Generate a demo mosaic grid and write it as a zstd OME-Zarr (NGFF 0.5), one chunk per tile.
+    """Generate a demo mosaic grid and write it as a zstd OME-Zarr (NGFF 0.5), one shard per tile.
 
     The image's attributes hold, under ``linumpy``: ``mosaic`` (``tile_shape`` ``[h, w]`` and
     ``grid_shape``) and ``demo`` (the true ``transform`` as :meth:`TileTransform.to_dict` writes
@@ -243,8 +246,13 @@ def make_demo_data(
         The OME-Zarr image to create.
     grid_shape, tile_shape, overlap, rotation_deg, seed, xp
         See :func:`generate_demo_mosaic`.
+    chunks
+        Inner chunk shape; by default about ``linumpy.settings.get().chunk_bytes`` dividing a
+        tile (:func:`linumpy.io.layout.tile_layout`), or the whole tile when ``shards`` is None.
     shards
-        Shard shape (a multiple of the tile shape); None for one file per tile.
+        ``"auto"`` (the default): one shard per tile; a shape (a multiple of the chunks); None:
+        no shards, one file per chunk (with the default chunks, one chunk per tile: the layout
+        other tools write).
     overwrite
         Replace an existing ``path``.
 
@@ -260,8 +268,13 @@ def make_demo_data(
     >>> path = tempfile.mkdtemp() + "/demo.ome.zarr"
     >>> demo = make_demo_data(path, grid_shape=(2, 2), tile_shape=(8, 16, 16))
     >>> array, voxel_size = read_omezarr(path)
-    >>> array.shape, array.chunks, voxel_size
-    ((8, 32, 32), (8, 16, 16), (3.5, 2.5, 2.5))
+    >>> array.shape, array.chunks, array.shards, voxel_size  # a tile smaller than one chunk
+    ((8, 32, 32), (8, 16, 16), None, (3.5, 2.5, 2.5))
+    >>> from linumpy import settings
+    >>> with settings.set(chunk_bytes=1024):  # chunks of 1 KiB: four per tile, in its shard
+    ...     _ = make_demo_data(path, grid_shape=(2, 2), tile_shape=(8, 16, 16), overwrite=True)
+    >>> read_omezarr(path)[0].chunks, read_omezarr(path)[0].shards
+    ((2, 16, 16), (8, 16, 16))
     """
     from linumpy.io.omezarr import OmeZarrWriter
     from linumpy.mosaic.pipeline import write_linumpy_attrs
@@ -274,12 +287,13 @@ def make_demo_data(
         seed=seed,
         xp=xp,
     )
+    chunks, shards = _demo_layout(demo.mosaic.shape, tile_shape, chunks, shards)
     writer = OmeZarrWriter(
         path,
         demo.mosaic.shape,
         np.uint16,
         voxel_size=DEMO_VOXEL_SIZE,
-        chunks=tile_shape,
+        chunks=chunks,
         shards=shards,
         overwrite=overwrite,
     )
@@ -301,6 +315,26 @@ def make_demo_data(
         },
     )
     return demo
+
+
+def _demo_layout(
+    shape: tuple[int, ...],
+    tile_shape: Sequence[int],
+    chunks: Sequence[int] | None,
+    shards: ShardsArg,
+) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """The chunks and shards of a demo mosaic grid (see :func:`make_demo_data`)."""
+    tile = tuple(int(n) for n in tile_shape)
+    if shards is None:
+        return tuple(chunks or tile), None
+    if chunks is None:
+        chunks = tile_layout(shape, np.uint16, tile[-2:]).chunks
+        if not isinstance(shards, str) and any(int(s) % c for s, c in zip(shards, chunks)):
+            chunks = inner_chunks(shape, np.uint16, within=shards)
+    chunks = tuple(int(c) for c in chunks)
+    if isinstance(shards, str):
+        return chunks, tile_shards(shape, chunks, np.uint16, tile[-2:])
+    return chunks, tuple(int(s) for s in shards)
 
 
 def read_demo_truth(path: str | os.PathLike[str]) -> TileTransform:

@@ -35,11 +35,13 @@ __all__ = [
     "SHARD_BYTES",
     "V2_WARN_FILES",
     "Layout",
+    "ShardsArg",
     "default_layout",
     "inner_chunks",
     "slab_shards",
     "tile_layout",
     "tile_shards",
+    "warn_file_count",
 ]
 
 logger = logging.getLogger(__name__)
@@ -315,7 +317,8 @@ def default_layout(
 ) -> Layout:
     """Resolve a writer's ``chunks`` and ``shards`` arguments.
 
-    ``chunks=None`` takes :func:`inner_chunks`; ``shards="auto"`` takes :func:`slab_shards` of
+    ``chunks=None`` takes :func:`inner_chunks` (within the shards when they are given);
+    ``shards="auto"`` takes :func:`slab_shards` of
     the chunks for NGFF 0.5 and none for 0.4 (then warning, with :func:`warn_file_count`, when
     the chunk files are very many); ``shards=None`` writes one file per chunk. Explicit shapes
     are kept (shards must be multiples of the chunks, and need NGFF 0.5).
@@ -333,10 +336,17 @@ def default_layout(
     Layout(chunks=(64, 64, 64), shards=(64, 512, 512))
     >>> default_layout((64, 512, 512), "uint16", shards=None)
     Layout(chunks=(32, 128, 128), shards=None)
+    >>> default_layout((64, 512, 512), "uint16", shards=(64, 96, 96))
+    Layout(chunks=(32, 96, 96), shards=(64, 96, 96))
     """
     shape = tuple(int(n) for n in shape)
     given = chunks is not None
-    chunk = _parse(chunks, shape, "chunks") if given else inner_chunks(shape, dtype, space=space)
+    explicit = shards is not None and not isinstance(shards, str)
+    shard = _parse(shards, shape, "shards") if explicit else None
+    if given:
+        chunk = _parse(chunks, shape, "chunks")
+    else:  # within explicit shards: they must be multiples of the chunks
+        chunk = inner_chunks(shape, dtype, space=space, within=shard)
     if isinstance(shards, str):
         if shards != "auto":
             raise ValueError(f"shards must be a shape, 'auto' or None, got {shards!r}")
@@ -348,7 +358,7 @@ def default_layout(
         if ngff_version == "0.4" and not given:
             warn_file_count(shape, chunk, what=what)
         return Layout(chunk, None)
-    shard = _parse(shards, shape, "shards")
+    assert shard is not None
     if ngff_version == "0.4":
         raise ValueError("shards need zarr v3: use ngff_version='0.5'")
     if any(s % c for s, c in zip(shard, chunk)):

@@ -26,6 +26,7 @@ from linumpy._xp import array_module, to_numpy
 from linumpy.errors import LinumpyError, UnsupportedLayoutError
 from linumpy.io.durable import flush_folder, flush_tree
 from linumpy.io.engine.write import write_array
+from linumpy.io.layout import ShardsArg, default_layout, slab_shards
 from linumpy.io.metadata import (
     Axis,
     NgffVersion,
@@ -194,11 +195,14 @@ class OmeZarrWriter:
     voxel_size
         Size of a voxel along each axis, in its unit (1 for time and channel axes).
     chunks
-        Chunk shape; 128 along each axis (clipped to the shape) by default. Shapes cutting the
-        image into millions of tiny chunks are refused
+        (Inner) chunk shape; by default about 1 MiB per chunk, shaped by the dtype
+        (:func:`linumpy.io.layout.inner_chunks`; within ``shards`` when those are given).
+        Shapes cutting the image into millions of tiny chunks are refused
         (:func:`~linumpy.io.metadata.check_chunk_count`).
     shards
-        Shard shape (NGFF 0.5 only), a multiple of ``chunks``; None for no sharding.
+        Shard shape (NGFF 0.5 only), a multiple of ``chunks``; ``"auto"`` (the default): slabs
+        of whole planes up to 128 MiB (:func:`linumpy.io.layout.slab_shards`, computed for each
+        level), none for NGFF 0.4; None: one file per chunk.
     n_levels
         Number of pyramid levels, full resolution included.
     level
@@ -250,7 +254,7 @@ class OmeZarrWriter:
         *,
         voxel_size: Sequence[float],
         chunks: Sequence[int] | None = None,
-        shards: Sequence[int] | None = None,
+        shards: ShardsArg = "auto",
         n_levels: int = 1,
         level: int = 3,
         overwrite: bool = False,
@@ -268,13 +272,19 @@ class OmeZarrWriter:
         self.voxel_size = parse_voxel_size(voxel_size, len(self.shape))
         self.axes = make_axes(len(self.shape), axes, unit)
         self.checksum = settings.get().write_checksum if checksum is None else bool(checksum)
-        chunks = parse_block(chunks, self.shape, "chunks") or tuple(min(128, s) for s in shape)
-        shards = parse_block(shards, self.shape, "shards")
-        if shards is not None:
-            if ngff_version == "0.4":
-                raise ValueError("shards need zarr v3: use ngff_version='0.5'")
-            if any(s % c for s, c in zip(shards, chunks, strict=True)):
-                raise ValueError(f"shards {shards} must be multiples of chunks {chunks}")
+        space = [i for i, axis in enumerate(self.axes) if axis.type == "space"]
+        auto_shards = isinstance(shards, str)
+        chunks, shards = default_layout(
+            self.shape,
+            self.dtype,
+            chunks=parse_block(chunks, self.shape, "chunks"),
+            shards=shards if auto_shards else parse_block(shards, self.shape, "shards"),
+            ngff_version=self.ngff_version,
+            space=space,
+            what=str(self.target),
+        )
+        if auto_shards and shards is not None:
+            shards = "auto"  # recomputed for each level's shape
         if not isinstance(n_levels, int) or n_levels < 1:
             raise ValueError(f"n_levels must be a positive integer, got {n_levels!r}")
         check_chunk_count(self.shape, chunks, self.dtype.itemsize)
@@ -298,7 +308,7 @@ class OmeZarrWriter:
     def _create(
         self,
         chunks: tuple[int, ...],
-        shards: tuple[int, ...] | None,
+        shards: tuple[int, ...] | str | None,
         n_levels: int,
         level: int,
         fill_value: Any,
@@ -312,7 +322,10 @@ class OmeZarrWriter:
         for index, level_shape in enumerate(_level_shapes(self.shape, n_levels, shrink)):
             level_chunks = tuple(min(c, s) for c, s in zip(chunks, level_shape))
             level_shards = None
-            if shards is not None:
+            if shards == "auto":
+                space = [i for i, k in enumerate(shrink) if k]
+                level_shards = slab_shards(level_shape, level_chunks, self.dtype, space=space)
+            elif shards is not None:
                 level_shards = tuple(
                     min(sh, -(-s // c) * c) for sh, s, c in zip(shards, level_shape, level_chunks)
                 )
@@ -437,7 +450,7 @@ def save_omezarr(
     *,
     voxel_size: Sequence[float],
     chunks: Sequence[int] | None = None,
-    shards: Sequence[int] | None = None,
+    shards: ShardsArg = "auto",
     n_levels: int = 1,
     level: int = 3,
     overwrite: bool = False,
