@@ -19,8 +19,9 @@ Do not edit: ``python tests/test_notebook.py`` rewrites it from the notebook.
 # 2. project it along z (average intensity projection, AIP),
 # 3. estimate the tile layout by phase correlation and compare it with the truth,
 # 4. stitch with each blending mode,
-# 5. time the same steps on a larger mosaic, on the CPU and, when one is present, on the GPU,
-#    with the GPU's first-use costs measured apart.
+# 5. time the pipeline's commands (`linum-estimate-transform`, `linum-stitch-3d`, `linum-aip`) as
+#    a user runs them, on the CPU and, when one is present, on the GPU, with the pipeline
+#    benchmark: where each run's time went, and the GPU's first run apart.
 #
 # The notebook runs on the CPU (the test suite executes it, with a small benchmark mosaic); the
 # GPU cells only run where cupy, nvCOMP and a CUDA device are usable. On a GPU machine without
@@ -131,186 +132,69 @@ for level, (data, size) in enumerate(levels):
 show([data[data.shape[0] // 3] for data, _ in levels], [f"level {i}, plane Z/3" for i in range(3)])
 
 # %% [markdown]
-# ## 5. CPU and GPU: first-use costs apart, then a mosaic large enough
+# ## 5. CPU and GPU: the pipeline benchmark
 #
-# A GPU pays on data large enough to keep it busy, and only once its one-off costs are paid. Those
-# costs are measured apart here:
+# `linum-benchmark-pipeline` times the commands above the way a user runs them: each one a separate
+# process (`python -m linumpy.scripts.linum_stitch_3d ... -v`), first on the CPU, then with
+# `--use-gpu`, page cache warm. Every command ends its `-v` output with a table of where its time
+# went, which the benchmark reads back:
 #
-# - **CUDA context**: created by a process's first allocation on the device.
-# - **Libraries**: nvCOMP, cuFFT, cuBLAS and cuCIM load and set up on first use.
-# - **Kernel compilation**: cupy compiles each elementwise, reduction and raw kernel with NVRTC the
-#   first time a process needs it and keeps the binary on disk (`~/.cupy/kernel_cache`, or
-#   `CUPY_CACHE_DIR`), so later processes load it instead. cupyx's `ndimage.shift` compiles a kernel
-#   per output shape: the registration resamples spans of whole multiples of 32 pixels, so that
-#   tile pairs with slightly different overlaps share a few kernels.
-# - **FFT plans**: cuFFT plans are made per shape and kept in cupy's plan cache (16 plans). Tiles
-#   share one shape; overlap sides of 128 pixels or more are trimmed to multiples of 16, so pairs share
-#   a few shapes and their plans are made once.
+# - **start-up and imports**: the interpreter, numpy, zarr, dask (and cupy, nvCOMP), paid by every
+#   process;
+# - **CUDA context**: created once per process on the GPU;
+# - **kernel compilation**: cupy compiles each kernel with NVRTC the first time a machine needs it
+#   and keeps it on disk (`~/.cupy/kernel_cache`, or `CUPY_CACHE_DIR`); later processes load it.
+#   The benchmark gives the GPU runs a kernel cache of their own, empty before each command's first
+#   GPU run: that run, what a fresh machine pays, is reported apart from the next;
+# - **metadata**, **level 0** (the stitched or projected image), **pyramid**, **final swap** (the
+#   new image moved into place), **registration** and **projection** for the layout estimate, and
+#   **other**.
 #
-# Then the projection, the layout estimate and the 3D stitch run on a benchmark mosaic of
-# `BENCH_GRID` tiles of `BENCH_TILE` voxels: small without a GPU (this notebook runs in CI on two
-# CPU cores), large with one. The environment variables `LINUMPY_NOTEBOOK_GRID` and
-# `LINUMPY_NOTEBOOK_TILE` override them (e.g. `6,6` and `96,512,512`).
+# Its library function, `run_pipeline_benchmark`, runs here on the 6 x 6 mosaic of the benchmark
+# (tiles of 96 x 512 x 512, in linumpy's default layout and with one chunk per tile), shrunk by
+# `scale`: tiny without a GPU (this notebook runs in CI on two CPU cores), full size with one. The
+# environment variable `LINUMPY_NOTEBOOK_SCALE` overrides it (e.g. `1`).
 
 # %%
 import os
 
-from linumpy.gpu.zarr_io import gpu_unavailable_reason
-from linumpy.mosaic.pipeline import mosaic_tile_shape
-from linumpy.mosaic.registration import estimate_transform
+from linumpy.bench.pipeline import PipelineConfig, gpu_reason, run_pipeline_benchmark
+from linumpy.bench.pipeline_report import pipeline_chart, pipeline_table
 
-reason = gpu_unavailable_reason()
+reason = gpu_reason()
 gpu = reason is None
-print("GPU: usable" if gpu else f"GPU: not usable here ({reason}); CPU timings only")
-
-
-def size_setting(name, with_gpu, without_gpu):
-    value = os.environ.get(name)
-    return tuple(int(n) for n in value.split(",")) if value else (with_gpu if gpu else without_gpu)
-
-
-BENCH_GRID = size_setting("LINUMPY_NOTEBOOK_GRID", (6, 6), (2, 3))
-BENCH_TILE = size_setting("LINUMPY_NOTEBOOK_TILE", (96, 512, 512), (16, 64, 64))
-
-
-def synchronize():
-    if gpu:
-        import cupy
-
-        cupy.cuda.runtime.deviceSynchronize()
-
-
-def run_steps(path, on_gpu, target, stitch_layout=None):
-    """Seconds taken by each step on the mosaic grid at ``path``, and the estimated layout;
-    the stitch uses ``stitch_layout`` when given (to compare CPU and GPU volumes)."""
-    times = {}
-    synchronize()
-    start = time.perf_counter()
-    projection = average_intensity_projection(path, gpu=on_gpu)
-    synchronize()
-    times["projection"] = time.perf_counter() - start
-    start = time.perf_counter()
-    layout, _ = estimate_transform(projection, mosaic_tile_shape(path))
-    times["estimate"] = time.perf_counter() - start
-    start = time.perf_counter()
-    stitch_layout = layout if stitch_layout is None else stitch_layout
-    stitch_omezarr(path, target, stitch_layout, gpu=on_gpu, n_levels=3, overwrite=True)
-    times["stitch 3D"] = time.perf_counter() - start
-    return times, layout
-
+print("GPU: usable" if gpu else f"GPU: not usable here ({reason}); the CPU half only")
+scale = float(os.environ.get("LINUMPY_NOTEBOOK_SCALE", "1" if gpu else "0.05"))
+config = PipelineConfig(mosaics=("6x6",), scale=scale, compile_sources=False)
+result = run_pipeline_benchmark(config, workdir / "pipeline", log=print)
+print()
+print(pipeline_table(result))
 
 # %% [markdown]
-# ### First-use costs
-#
-# The context is timed on its own; then the three steps run twice on a tiny mosaic (2 x 2 tiles of
-# 8 x 64 x 64): the first run pays for libraries, kernels and FFT plans, the second only for the
-# work and the kernel launches. Kernel compilation is timed in fresh processes: one with an empty
-# kernel cache (it compiles), one with the cache the first filled (it loads).
+# The same run as a chart (`pipeline_chart`; `linum-benchmark-pipeline` writes it with the
+# table and a JSON record of the run: date, machine, versions, commit and every phase):
 
 # %%
-import subprocess
-import sys
-
-if gpu:
-    import cupy
-
-    start = time.perf_counter()
-    cupy.empty(1)
-    synchronize()
-    context = time.perf_counter() - start
-    tiny = workdir / "tiny.ome.zarr"
-    make_demo_data(tiny, grid_shape=(2, 2), tile_shape=(8, 64, 64))
-    cold, _ = run_steps(tiny, True, workdir / "tiny_gpu.ome.zarr")
-    warm, _ = run_steps(tiny, True, workdir / "tiny_gpu.ome.zarr")
-    print(f"CUDA context: {context:.2f} s")
-    for step in cold:
-        print(
-            f"{step:>10} on the tiny mosaic: first run {cold[step]:6.3f} s, second "
-            f"{warm[step]:6.3f} s: first use {cold[step] - warm[step]:6.3f} s"
-        )
-
-    # The layout estimate in fresh processes: an empty kernel cache, then the one it filled.
-    script = (
-        "import time, cupy\n"
-        "from linumpy.io.demo import generate_demo_mosaic\n"
-        "from linumpy.mosaic.registration import estimate_transform\n"
-        "demo = generate_demo_mosaic(grid_shape=(2, 2), tile_shape=(8, 64, 64))\n"
-        "aip = cupy.asarray(demo.mosaic.mean(axis=0))\n"
-        "cupy.cuda.runtime.deviceSynchronize()\n"
-        "runs = []\n"
-        "for _ in range(2):\n"
-        "    start = time.perf_counter()\n"
-        "    estimate_transform(aip, (64, 64))\n"
-        "    runs.append(time.perf_counter() - start)\n"
-        "print(*runs)\n"
-    )
-    cache = workdir / "kernel_cache"
-    environment = {**os.environ, "CUPY_CACHE_DIR": str(cache)}
-    for label in ("empty kernel cache", "kernels cached on disk"):
-        result = subprocess.run(
-            [sys.executable, "-c", script], env=environment, capture_output=True, text=True
-        )
-        if result.returncode:
-            raise RuntimeError(result.stderr)
-        first, second = (float(value) for value in result.stdout.split()[-2:])
-        print(f"new process, {label}: estimate {first:.2f} s, again {second:.3f} s")
-    kernels = sum(1 for item in cache.rglob("*") if item.is_file())
-    print(f"kernels the layout estimate compiled: {kernels}")
-else:
-    print("no GPU: no first-use costs to measure")
+chart = workdir / "pipeline.png"
+if pipeline_chart(result, chart):
+    image = plt.imread(chart)
+    fig, ax = plt.subplots(figsize=(image.shape[1] / 60, image.shape[0] / 60))
+    ax.imshow(image)
+    ax.axis("off")
+    plt.show()
 
 # %% [markdown]
-# ### The benchmark mosaic
+# At this notebook's CI size every command spends most of its time starting up: the work is a
+# few milliseconds, so a single run there says nothing about the GPU. On a GPU host, the full-size
+# comparison (both mosaics of the benchmark, both layouts, and an 8 GiB mosaic for the
+# projection) is one command:
 #
-# The GPU runs each step twice: the first run still pays for what this mosaic's sizes need anew
-# (FFT plans and shift kernels of its shapes, larger memory pools), the second is the steady
-# state that a pipeline processing many sections sees.
-
-# %%
-bench_path = workdir / "bench.ome.zarr"
-start = time.perf_counter()
-xp = np
-if gpu:
-    import cupy as xp  # generate the synthetic data on the GPU: much faster for a large mosaic
-make_demo_data(bench_path, grid_shape=BENCH_GRID, tile_shape=BENCH_TILE, xp=xp)
-bench_shape = read_omezarr(bench_path)[0].shape
-print(
-    f"benchmark mosaic: {BENCH_GRID[0]} x {BENCH_GRID[1]} tiles of {BENCH_TILE}, grid "
-    f"{bench_shape}, {np.prod(bench_shape) * 2 / 2**30:.2f} GiB of uint16 "
-    f"(made in {time.perf_counter() - start:.1f} s)"
-)
-
-timings = {}
-timings["CPU"], cpu_layout = run_steps(bench_path, False, workdir / "bench_cpu.ome.zarr")
-if gpu:
-    gpu_target = workdir / "bench_gpu.ome.zarr"
-    timings["GPU, first"], _ = run_steps(bench_path, True, gpu_target, cpu_layout)
-    timings["GPU"], gpu_layout = run_steps(bench_path, True, gpu_target, cpu_layout)
-    difference = np.abs(read_volume(gpu_target) - read_volume(workdir / "bench_cpu.ome.zarr")).max()
-    print(f"GPU vs CPU layout: {gpu_layout.max_position_error(cpu_layout):.4f} px apart")
-    print(f"largest |GPU - CPU| in the volume stitched with one layout: {difference:.2e}")
-print(f"{'step':>10}" + "".join(f"{name:>12}" for name in timings) + ("   speed-up" if gpu else ""))
-for step in timings["CPU"]:
-    row = "".join(f"{times[step]:>10.2f} s" for times in timings.values())
-    speedup = f"{timings['CPU'][step] / timings['GPU'][step]:>10.1f}x" if gpu else ""
-    print(f"{step:>10}{row} {speedup}")
-
-# %% [markdown]
-# Where the GPU does not pay: on a mosaic as small as the first sections' (20 tiles of
-# 32 x 128 x 128), each step's work on the GPU is short next to the first-use costs above and
-# the kernel launches around it, so a single run there is faster on the CPU. On the benchmark
-# mosaic (6 x 6 tiles of 96 x 512 x 512, 1.69 GiB), measured on an H200 host: the layout estimate
-# runs about 6x faster on the GPU, but the projection ran at half the CPU's speed and the 3-D
-# stitch at a fifth (80-90 s against 13 s, the same result to the last bit). The stitch's cost was
-# its blocks: (32, 256, 256) output blocks each decoded whole (96, 512, 512) tile chunks, every
-# tile about 27 times, and the pyramid's 128 MiB blocks on 16 threads (8.9 s; 1.6 s with 1 GiB
-# blocks on 2 threads). Blocks now cover whole stored chunks and GPU jobs default to 2 threads
-# and 1 GiB blocks; with those, outside this
-# notebook (`benchmarks/stitch_threads.py`, same mosaic, an H200 of a 32-CPU host), the 3-D stitch
-# took 5.7-6.1 s on the GPU against 6.2 s on the CPU: even, no longer behind. The projection was
-# not measured again. So: estimate layouts on the GPU (`linum-estimate-transform --use-gpu`);
-# stitch on either; GPU reads and writes of whole volumes (`read_volume(path, gpu=True)`, the
-# write engine) are where the GPU pays most (see the benchmarks page).
+# ```bash
+# linum-benchmark-pipeline pipeline_out --mosaic all
+# ```
+#
+# Its table and chart land in `pipeline_out/` with each command's log; the phases column shows
+# where a GPU run still waits (start-up, level 0 or the pyramid).
 
 # %%
 import shutil

@@ -406,6 +406,7 @@ def gpu_started() -> None:
         return
     with recorder.phase(CUDA_CONTEXT):
         import cupy
+        import cupy.cuda.compiler  # noqa: F401  (its compile functions are timed below)
 
         cupy.empty(1)  # the first allocation creates the context
         cupy.cuda.runtime.deviceSynchronize()

@@ -84,6 +84,10 @@ def test_notebook_executes(tmp_path) -> None:
     )
     error = float(text.split("largest tile position error:")[1].split("px")[0])
     assert error < 0.5
+    # the timing section is the pipeline benchmark's table: each command, with its phases
+    for command in ("linum-estimate-transform", "linum-stitch-3d", "linum-aip"):
+        assert f"| {command} | 6x6 of " in text
+    assert "start-up " in text and "level 0 " in text
     assert _images(notebook) >= 4
 
 
