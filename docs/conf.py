@@ -9,8 +9,8 @@ and the notebook is rendered from its committed outputs, never executed here.
 from __future__ import annotations
 
 import os
+import re
 import sys
-import tomllib
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
@@ -24,7 +24,10 @@ sys.path[:0] = [str(DOCS / "_ext")]
 project = "linumpy"
 author = "the linumpy developers"
 copyright = "2026, the linumpy developers"
-release = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+# The version is written once, in linumpy/__init__.py (pyproject.toml reads it from there).
+release = re.search(
+    r'^__version__ = "([^"]+)"', (ROOT / "linumpy" / "__init__.py").read_text(), re.M
+).group(1)
 version = release
 
 extensions = [
@@ -41,7 +44,7 @@ source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-n
 root_doc = "index"
 # Quotes and ellipses, but no dashes: "--use-gpu" must not become an en dash in prose.
 smartquotes_action = "qe"
-exclude_patterns = ["_build", "dev", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
 
 # --- API reference (sphinx-autoapi) ------------------------------------------------------------
 autoapi_type = "python"

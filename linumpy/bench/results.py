@@ -140,7 +140,7 @@ def parse_record(payload: Any, source: str | Path) -> BenchRecord:
 
     Raises
     ------
-    BenchInputError
+    linumpy.errors.BenchInputError
         When a field is missing or malformed; the message names the file and the field.
 
     Examples
@@ -287,7 +287,7 @@ def chart(record: BenchRecord, path: Path) -> None:
 
     Raises
     ------
-    BenchInputError
+    linumpy.errors.BenchInputError
         When matplotlib (the ``bench`` or ``docs`` extra) is not installed.
 
     Examples
