@@ -17,6 +17,7 @@ field                    environment variable             default
 ``gpu_cpu_share``        ``LINUMPY_GPU_CPU_SHARE``        0: nvCOMP decodes every chunk
 ``gpu_read_order``       ``LINUMPY_GPU_READ_ORDER``       ``auto`` (``size`` for chunks >= 1 MiB)
 ``gpu_chunk_bytes``      ``LINUMPY_GPU_CHUNK_MIB``        16 MiB: larger chunks decode on the CPU
+``gpu_crc32c``           ``LINUMPY_GPU_CRC32C``           ``auto``: on the GPU where nvCOMP can
 ``gpu_encode_min_bytes`` ``LINUMPY_GPU_ENCODE_MIN_MIB``   0: 16 MiB per I/O thread (smaller on CPU)
 ``nvcomp_batch_size``    ``LINUMPY_NVCOMP_BATCH_SIZE``    1024 chunks per codec call in zarr
 ``nvcomp_concurrency``   ``LINUMPY_NVCOMP_CONCURRENCY``   32 (zarr's ``async.concurrency``)
@@ -44,6 +45,7 @@ KIB = 1024
 MIB = 1024 * KIB
 FETCH_CHOICES = ("auto", "kvikio", "pread")
 READ_ORDER_CHOICES = ("auto", "file", "size")
+CRC32C_CHOICES = ("auto", "device", "cpu")
 
 
 def available_cpus() -> int:
@@ -82,6 +84,7 @@ def _one_of(options: tuple[str, ...]) -> Callable[[str, object], str]:
 
 _fetch_choice = _one_of(FETCH_CHOICES)
 _order_choice = _one_of(READ_ORDER_CHOICES)
+_crc32c_choice = _one_of(CRC32C_CHOICES)
 
 
 def _flag(name: str, value: object) -> bool:
@@ -127,6 +130,11 @@ class Settings:
         more, whose frames take tens of milliseconds each, ``"file"`` for smaller ones.
     gpu_chunk_bytes
         Largest decoded chunk nvCOMP decodes; larger ones are decoded by libzstd on the CPU.
+    gpu_crc32c
+        Where a GPU read checks the crc32c of chunks stored with one, before nvCOMP decodes
+        them: ``"device"`` (nvCOMP's batched CRC32 on the chunks copied to the GPU; a failed
+        chunk never reaches the decoder), ``"cpu"`` (on the reading threads), or ``"auto"``:
+        the device where nvCOMP can, else the CPU.
     gpu_encode_min_bytes
         Writes of device arrays smaller than this are encoded by libzstd threads on the CPU
         after one download: each nvCOMP encode call costs about 90 ms whatever its size, more
@@ -165,6 +173,7 @@ class Settings:
     gpu_cpu_share: float = 0.0
     gpu_read_order: Literal["auto", "file", "size"] = "auto"
     gpu_chunk_bytes: int = 16 * MIB
+    gpu_crc32c: Literal["auto", "device", "cpu"] = "auto"
     gpu_encode_min_bytes: int = 0
     nvcomp_batch_size: int = 1024
     nvcomp_concurrency: int = 32
@@ -247,6 +256,7 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "gpu_cpu_share": ("LINUMPY_GPU_CPU_SHARE", _env_share),
     "gpu_read_order": ("LINUMPY_GPU_READ_ORDER", _order_choice),
     "gpu_chunk_bytes": ("LINUMPY_GPU_CHUNK_MIB", _env_mib),
+    "gpu_crc32c": ("LINUMPY_GPU_CRC32C", _crc32c_choice),
     "gpu_encode_min_bytes": ("LINUMPY_GPU_ENCODE_MIN_MIB", _env_mib0),
     "nvcomp_batch_size": ("LINUMPY_NVCOMP_BATCH_SIZE", _env_int),
     "nvcomp_concurrency": ("LINUMPY_NVCOMP_CONCURRENCY", _env_int),
@@ -265,6 +275,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "gpu_cpu_share": _share,
     "gpu_read_order": _order_choice,
     "gpu_chunk_bytes": _positive,
+    "gpu_crc32c": _crc32c_choice,
     "gpu_encode_min_bytes": _non_negative,
     "nvcomp_batch_size": _positive,
     "nvcomp_concurrency": _positive,

@@ -4,9 +4,10 @@ The engine's run loop (:func:`linumpy.io.engine.run.run`) fetches and checks gro
 CPU while this back end queues group k on a CUDA stream of its own (``gpu_streams`` of them, in
 turn): one host-to-device copy of the group's compressed bytes, one nvCOMP call decoding them into
 the stream's device buffer, stored checksums hashed there (XXH64 kernel), one scatter kernel into
-the output. An nvCOMP call takes its frames' decode latency however few they are (on an H200,
-k calls on one stream cost k times one call) while calls on separate streams run together, so
-reading overlaps decoding through the streams. With ``gpu_cpu_share``, the read's last chunks
+the output. An nvCOMP call takes its frames' decode latency however few they are (k calls on
+one stream cost k times one call) while calls on separate streams run together, so reading
+overlaps decoding through the streams (docs/gpu_guide.md, "Measurements behind the GPU
+defaults": streams). With ``gpu_cpu_share``, the read's last chunks
 come in groups of their own (``Group.tail``) that libzstd threads decode once the files are read,
 while nvCOMP finishes the groups before them: the cores are idle by then, and an nvCOMP call
 lasts as long as its slowest frame however few frames it has.
@@ -26,7 +27,7 @@ import math
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,11 +35,12 @@ import numpy as np
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
 from linumpy.gpu.memory import PinnedLease
+from linumpy.gpu.read_checks import ReadChecks
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
 from linumpy.io.engine.fetch import ALIGN, align_up, kvikio_unusable_reason, use_kvikio_threads
 from linumpy.io.engine.frames import FRAME_CHECKSUM, FRAME_NEEDS_CHECK, decode_zstd_cpu
-from linumpy.io.engine.plan import EntryKeys, ReadPlan
-from linumpy.io.engine.run import Fetched
+from linumpy.io.engine.plan import ReadPlan
+from linumpy.io.engine.run import Fetched, Group
 from linumpy.settings import Settings
 
 if TYPE_CHECKING:
@@ -53,7 +55,8 @@ _SLOT_ALIGN = 256
 # Below this many compressed bytes a read is one group: overlap would not pay for the calls.
 _OVERLAP_MIN_BYTES = 32 * 1024 * 1024
 # From this decoded chunk size, ``gpu_read_order="auto"`` reads the best-compressed chunks first:
-# one frame of 128^3 uint16 (4 MiB) decodes in 20-64 ms on an H200, one of 64^3 in ~11 ms.
+# large frames decode slowly enough for their order to matter, small ones do not
+# (docs/gpu_guide.md, "Measurements behind the GPU defaults": ``gpu_read_order``).
 SIZE_ORDER_MIN_CHUNK = 1024 * 1024
 
 
@@ -108,14 +111,6 @@ class _Slot:
     cpu_done: Future[None] | None = None  # the CPU decode of its last group, then its copy
 
 
-@dataclass(slots=True)
-class _Checks:
-    """Work to verify once the streams are done: nvCOMP statuses, checksums."""
-
-    statuses: list[tuple[Any, np.ndarray]] = field(default_factory=list)  # entries per call
-    hashes: list[tuple[Any, list[tuple[int, int]]]] = field(default_factory=list)
-
-
 class GpuBackend:
     """Decode groups into a cupy output on ``settings.gpu_streams`` streams.
 
@@ -156,7 +151,9 @@ class GpuBackend:
         self._geometry = geometry(plan)
         self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
         self._slots = [_Slot(streams[i % len(streams)]) for i in range(self.slots)]
-        self._checks = _Checks()
+        self._checks = ReadChecks.for_read(plan, settings, streams[0])
+        #: Where the stored crc32c of chunks is checked: "device", "cpu", or "" (none stored).
+        self.crc32c_where = self._checks.where
         self._lease = PinnedLease()
         self._device_id = cupy.cuda.runtime.getDevice()
         self._cpu_share = settings.gpu_cpu_share
@@ -188,8 +185,9 @@ class GpuBackend:
         self._staging_room = min(compressed, per_slot)
         self._decoded_room = per_slot
         # One group per stream, of equal sizes: a tapered split (a small first group, halved
-        # groups at the end) left its last groups waiting for busy streams, each call costing
-        # nvCOMP's latency (1 GiB, 64^3 inner chunks, x2 host: 19.91 GB/s tapered, 21.46 not).
+        # groups at the end) leaves its last groups waiting for busy streams, each call costing
+        # nvCOMP's latency (docs/gpu_guide.md, "Measurements behind the GPU defaults": equal
+        # groups).
         groups = self.slots if overlap else 1
         # Frames too large for nvCOMP (a 48 MiB frame takes it ~0.5 s, however many run beside
         # it) all go to libzstd threads, which decode them into pinned memory for one copy.
@@ -230,6 +228,10 @@ class GpuBackend:
                 state.device = None  # back to the pool first: stream-ordered reuse
                 state.device = cupy.empty(nbytes, dtype=np.uint8)
         return state.device
+
+    def crc32c_on_device(self, group: Group) -> bool:
+        """Whether the group's crc32c is checked on the device (see :class:`ReadChecks`)."""
+        return self._checks.on_device(group)
 
     def submit(self, fetched: Fetched) -> None:
         """Queue the group: nvCOMP on its slot's stream, or libzstd threads for the read's tail."""
@@ -317,8 +319,6 @@ class GpuBackend:
         """Queue the group's copy, decode, checksum hashes and scatter on its slot's stream."""
         import cupy
 
-        from linumpy.gpu._xxhash import xxh64_batch
-
         state = self._slots[fetched.slot]
         stream = state.stream
         layout = fetched.group.layout
@@ -351,29 +351,20 @@ class GpuBackend:
                     slots[on_gpu],
                     np.full(len(on_gpu), self.plan.chunk_nbytes, dtype=np.int64),
                     stream=stream,
+                    before_decode=self._checks.before_decode(fetched, on_gpu, stream),
                 )
-                self._checks.statuses.append((pending, entries[on_gpu]))
+                self._checks.decoded(pending, entries[on_gpu])
             checked = np.flatnonzero(fetched.verdicts == FRAME_CHECKSUM)
             if len(checked):
-                ends = layout.offsets[checked] + fetched.sizes[checked]
-                stored = [
-                    (int.from_bytes(fetched.staging[end - 4 : end].tobytes(), "little"), int(e))
-                    for end, e in zip(ends.tolist(), entries[checked].tolist())
-                ]
-                hashes = xxh64_batch(
-                    device,
-                    (slots[checked] - base).tolist(),
-                    [self.plan.chunk_nbytes] * len(checked),
-                    stream=stream,
-                )
-                self._checks.hashes.append((hashes, stored))
+                self._checks.hash_content(fetched, checked, device, slots[checked] - base, stream)
             self.phases["nvcomp"] += time.perf_counter() - mark
             mark = time.perf_counter()
             self._scatter(entries, slots, state)
             self.phases["scatter"] += time.perf_counter() - mark
 
     def finish(self) -> None:
-        """Wait for every stream, then check nvCOMP's statuses and the stored checksums."""
+        """Wait for every stream, then check the crc32c verdicts of the device, nvCOMP's
+        statuses and the stored checksums."""
         for state in self._slots:
             if state.cpu_done is not None:
                 done, state.cpu_done = state.cpu_done, None
@@ -389,17 +380,7 @@ class GpuBackend:
                 "process's CUDA context may be unusable. Read such data with "
                 "settings={'gpu_cpu_share': 1} (libzstd decodes) or on the CPU",
             ) from exc
-        for pending, entries in self._checks.statuses:
-            pending.check(EntryKeys(self.plan, entries))
-        for hashes, stored in self._checks.hashes:
-            for digest, (expected, entry) in zip(hashes.get().tolist(), stored):
-                computed = digest & 0xFFFFFFFF
-                if computed != expected:
-                    raise ChunkDecodeError(
-                        self.plan.key(entry),
-                        f"content checksum mismatch: the frame stores 0x{expected:08X}, the "
-                        f"decoded bytes hash to 0x{computed:08X}",
-                    )
+        self._checks.verify(self.phases)
 
     def synchronize(self) -> None:
         """Wait for the work queued on every stream (errors are logged: one is being raised)."""

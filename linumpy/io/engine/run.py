@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from linumpy.io.engine.crc import strip_crc32c_many
+from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_bodies, strip_crc32c_many
 from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, read_group
 from linumpy.io.engine.frames import (
     FRAME_CHECKSUM,
@@ -89,6 +89,10 @@ class Fetched:
         skippable frames, no declared size) or too large for the back end's decoder.
     seconds
         Time spent reading the group's files.
+    crc32c_on_device
+        The chunks' crc32c (codec ``crc32c``) is left to the back end, which checks it on the
+        device before decoding (``sizes`` already leave it out); chunks decoded in the fetch or
+        validate stage had theirs checked on the CPU.
 
     Examples
     --------
@@ -107,10 +111,14 @@ class Fetched:
     verdicts: np.ndarray
     decoded: list[tuple[int, np.ndarray]] = field(default_factory=list)
     seconds: float = 0.0
+    crc32c_on_device: bool = False
 
 
 class Backend(Protocol):
     """What :func:`run` needs of a back end (see :mod:`linumpy.io.engine.cpu` for one).
+
+    A back end may also have ``crc32c_on_device(group) -> bool``: True leaves a group's crc32c
+    checks to the back end (:attr:`Fetched.crc32c_on_device`).
 
     Examples
     --------
@@ -256,13 +264,21 @@ def _fetch(
         staging, group.layout, EntryKeys(plan, entries), reader=reader, pool=pool, threads=threads
     )
     nbytes = sizes[entries]
-    if plan.crc32c:  # before anything decodes them: nvCOMP trusts its input
+    # A back end may check the crc32c itself, before its decoder sees the chunks (the GPU's).
+    on_device = plan.crc32c and getattr(backend, "crc32c_on_device", _never)(group)
+    if on_device:
+        nbytes = crc32c_bodies(nbytes, EntryKeys(plan, entries))
+    elif plan.crc32c:  # before anything decodes them: nvCOMP trusts its input
         nbytes = strip_crc32c_many(
             staging, group.layout.offsets, nbytes, EntryKeys(plan, entries), pool
         )
     seconds = time.perf_counter() - started
     verdicts = np.full(len(entries), FRAME_NEEDS_CHECK, dtype=np.int8)
-    return Fetched(index, slot, group, staging, nbytes, verdicts, [], seconds)
+    return Fetched(index, slot, group, staging, nbytes, verdicts, [], seconds, on_device)
+
+
+def _never(group: Group) -> bool:
+    return False
 
 
 def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPoolExecutor) -> None:
@@ -280,6 +296,11 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
     candidates = (
         np.flatnonzero(verdicts == FRAME_NEEDS_CHECK) if backend_decodes else range(len(verdicts))
     )
+    if fetched.crc32c_on_device and len(candidates):  # these may not reach the device's check
+        picked = np.asarray(candidates, dtype=np.int64)
+        strip_crc32c_many(
+            staging, offsets[picked], nbytes[picked] + CRC32C_BYTES, lambda i: key(int(picked[i]))
+        )
     on_cpu = []
     for i in candidates:
         frame = staging[offsets[i] : offsets[i] + nbytes[i]]

@@ -1,0 +1,138 @@
+"""What a GPU read verifies, and when: the validate stage of the GPU back end.
+
+Before nvCOMP decodes a group, the stored crc32c of its chunks (codec ``crc32c``) is checked on
+the device (:mod:`linumpy.gpu.crc_device`: a failed frame is swapped for a stand-in, so nvCOMP
+never sees it) or, with ``gpu_crc32c="cpu"`` or where nvCOMP has no CRC32, on the reading
+threads (:mod:`linumpy.io.engine.crc`). After the decode, frames that store zstd's content
+checksum are hashed on the device (:mod:`linumpy.gpu._xxhash`). Everything is read back once,
+after the final synchronisation, and the first failure raises
+:class:`~linumpy.errors.ChunkDecodeError` naming its chunk: a crc32c first (a failed chunk was
+decoded from a stand-in, so its other checks mean nothing), then nvCOMP's statuses and sizes,
+then the content checksums. The device time of the checks is added to the read's phases
+(``crc32c_device``, ``xxh64_device``: summed over groups, whose streams overlap).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+from linumpy.gpu.crc_device import DeviceCrc32c, crc32c_unavailable_reason
+from linumpy.io.engine.frames import CHECKSUM_BYTES
+from linumpy.io.engine.plan import EntryKeys, ReadPlan
+from linumpy.io.engine.run import Fetched, Group
+from linumpy.settings import Settings
+
+__all__ = ["ReadChecks"]
+
+
+@dataclass(slots=True)
+class ReadChecks:
+    """One GPU read's checks (see the module docstring); made by :meth:`for_read`.
+
+    Examples
+    --------
+    >>> checks = ReadChecks.for_read(plan, settings, streams[0])  # doctest: +SKIP
+    >>> checks.where  # doctest: +SKIP
+    'device'
+    """
+
+    plan: ReadPlan
+    #: Where the stored crc32c of chunks is checked: "device", "cpu", or "" (none stored).
+    where: str = ""
+    crc: DeviceCrc32c | None = None
+    statuses: list[tuple[Any, np.ndarray]] = field(default_factory=list)  # entries per call
+    # device hashes, the stored checksums (uint32), their entries
+    hashes: list[tuple[Any, np.ndarray, np.ndarray]] = field(default_factory=list)
+    timed: dict[str, list[tuple[Any, Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def for_read(cls, plan: ReadPlan, settings: Settings, stream: Any) -> ReadChecks:
+        """The checks of a read of ``plan`` under ``settings.gpu_crc32c``.
+
+        Raises
+        ------
+        GPUUnavailableError
+            ``gpu_crc32c="device"`` on chunks with a crc32c, where nvCOMP has no CRC32.
+        """
+        if not plan.crc32c:
+            return cls(plan)
+        if settings.gpu_crc32c != "cpu":
+            reason = crc32c_unavailable_reason()
+            if reason is None:
+                return cls(plan, "device", DeviceCrc32c(plan.chunk_nbytes, stream))
+            if settings.gpu_crc32c == "device":
+                raise GPUUnavailableError(
+                    f"LINUMPY_GPU_CRC32C/gpu_crc32c='device' was asked for, but {reason}"
+                )
+        return cls(plan, "cpu")
+
+    def on_device(self, group: Group) -> bool:
+        """Whether the group's crc32c is checked on the device, before nvCOMP (not for groups
+        that libzstd decodes: their frames never reach nvCOMP)."""
+        return self.crc is not None and not group.tail
+
+    def _time(self, name: str, start: Any, stream: Any) -> None:
+        self.timed.setdefault(name, []).append((start, stream.record()))
+
+    def before_decode(self, fetched: Fetched, on_gpu: np.ndarray, stream: Any) -> Any:
+        """The ``before_decode`` of the group's nvCOMP call: its device crc32c check, or None."""
+        if not fetched.crc32c_on_device or self.crc is None:
+            return None
+        largest = int(fetched.sizes[on_gpu].max())
+        guard = self.crc.guard(fetched.group.entries[on_gpu], largest, stream)
+
+        def check(sources: int, sizes: int) -> None:
+            start = stream.record()
+            guard(sources, sizes)
+            self._time("crc32c_device", start, stream)
+
+        return check
+
+    def decoded(self, pending: Any, entries: np.ndarray) -> None:
+        """Keep one nvCOMP call's pending statuses, for :meth:`verify`."""
+        self.statuses.append((pending, entries))
+
+    def hash_content(
+        self, fetched: Fetched, checked: np.ndarray, device: Any, offsets: np.ndarray, stream: Any
+    ) -> None:
+        """Queue the XXH64 of the decoded chunks ``checked`` (positions in the group) that
+        ``device[offsets]`` holds; their stored checksums are taken from the staging buffer now,
+        before it is reused."""
+        from linumpy.gpu._xxhash import xxh64_batch
+
+        start = stream.record()
+        ends = fetched.group.layout.offsets[checked] + fetched.sizes[checked]
+        trailers = ends[:, None] + np.arange(-CHECKSUM_BYTES, 0)
+        stored = fetched.staging[trailers].copy().view("<u4").reshape(-1)
+        sizes = np.full(len(checked), self.plan.chunk_nbytes, dtype=np.int64)
+        hashes = xxh64_batch(device, offsets, sizes, stream=stream)
+        self.hashes.append((hashes, stored, fetched.group.entries[checked]))
+        self._time("xxh64_device", start, stream)
+
+    def verify(self, phases: dict[str, float]) -> None:
+        """After every stream is synchronised: add the checks' device time to ``phases``, then
+        raise for the first failure (crc32c, then nvCOMP's statuses, then content checksums)."""
+        import cupy
+
+        for name, events in self.timed.items():
+            seconds = sum(cupy.cuda.get_elapsed_time(a, b) for a, b in events) / 1e3
+            phases[name] = phases.get(name, 0.0) + seconds
+        plan = self.plan
+        if self.crc is not None:
+            self.crc.raise_first(plan.key)
+        for pending, entries in self.statuses:
+            pending.check(EntryKeys(plan, entries))
+        for hashes, stored, entries in self.hashes:
+            computed = (hashes.get() & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            bad = np.flatnonzero(computed != stored)
+            if len(bad):
+                i = int(bad[0])
+                raise ChunkDecodeError(
+                    plan.key(int(entries[i])),
+                    f"content checksum mismatch: the frame stores 0x{int(stored[i]):08X}, the "
+                    f"decoded bytes hash to 0x{int(computed[i]):08X}",
+                )
