@@ -52,8 +52,8 @@ DEFAULT_TASK_BYTES = 128 * 2**20
 #: costs a fixed latency per call (nvCOMP's), which small blocks pay over and over.
 DEFAULT_GPU_TASK_BYTES = 2**30
 #: Local threads of a GPU job when none are asked for: threads share one device, and more of
-#: them only queue on it (the notebook mosaic's pyramid on an H200: 1.6 s with 2 threads and
-#: 1 GiB blocks, 8.9 s with 16 threads and 128 MiB blocks; ``docs/dev/runs/s5``).
+#: them only queue on it (docs/gpu_guide.md, "Measurements behind the GPU defaults": GPU
+#: threads).
 DEFAULT_GPU_THREADS = 2
 #: Threads of each dask-cuda worker started by :func:`dask_cluster` (``gpus=``).
 GPU_WORKER_THREADS = 1
@@ -61,11 +61,10 @@ GPU_WORKER_THREADS = 1
 #: set allows: a large memory limit must not leave one block, run by one worker, per job.
 BLOCKS_PER_SLOT = 4
 #: ... for a GPU job: a GPU task runs alone on its device and pays fixed costs per block
-#: (nvCOMP's latency per call: ~60 ms to decode the best-compressed 4 MiB frames, ~90 ms per
+#: (nvCOMP's latency per call, tens of milliseconds for a decode of large frames and for any
 #: encode; the first reads before the device starts, the last writes after it is done), so one
-#: block per task that can run at once. The stitch of ``benchmarks/dask_gpu.py`` (2 GiB, x2
-#: host): 4 per slot 1.70 s on 1 GPU, 1.02 s on 2 (``docs/dev/runs/s7``); 2 per slot 1.24 and
-#: 0.82 s, 1 per slot 1.26 and 0.68 s (``docs/dev/runs/s8``).
+#: block per task that can run at once (docs/gpu_guide.md, "Measurements behind the GPU
+#: defaults": GPU blocks per task).
 GPU_BLOCKS_PER_SLOT = 1
 #: A GPU task's working set stays within this share of its device's memory, shared by the
 #: tasks that run on one device at once: the engine's scratch, nvCOMP's work space (1-3 GiB)
@@ -76,11 +75,9 @@ SPLIT_FLOOR_BYTES = 64 * 2**20
 #: The split's share of the job per block may exceed an even split by this factor: blocks grow
 #: by doubling, and a block's working set holds parts that do not shrink with it (a tile, a
 #: plane of weights), so the block of exactly 1/4 of a slot's share costs a hair more than that
-#: share, and without slack a job came out in 8 blocks per slot of half the size. On a GPU that
-#: costs most: the 2-GPU stitch of ``benchmarks/dask_gpu.py`` ran (64, 947, 947) blocks whose
-#: nvCOMP encode took 1.68 s per GiB-volume against 0.93 s with (128, 947, 947) blocks
-#: (``docs/dev/runs/s6/phases_w64.log``, ``phases_w128.log``: an encode call costs about the
-#: same for 64 or 128 chunks).
+#: share, and without slack a job comes out in 8 blocks per slot of half the size, which costs
+#: most on a GPU, where an encode call costs about the same for 64 or 128 chunks
+#: (docs/gpu_guide.md, "Measurements behind the GPU defaults": ``SPLIT_SLACK``).
 SPLIT_SLACK = 1.25
 #: Share of a worker's memory limit that its tasks' planned working sets may use; the rest is
 #: left to what a plan does not count (zarr's and the read engine's buffers, the allocator).

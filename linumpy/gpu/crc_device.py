@@ -1,7 +1,7 @@
 """crc32c checked on the device before nvCOMP decodes a frame, with no wait for the host.
 
 Chunks stored with zarr's ``crc32c`` codec end with the crc32c of their zstd frame. nvCOMP's zstd
-decoder trusts its input (a flipped bit inside a frame made it fault or hang on an H200), so no
+decoder trusts its input (a flipped bit inside a frame can make it fault or hang), so no
 frame whose crc32c fails may reach it. Checking on the CPU costs a pass over the compressed bytes
 on the reading threads; here the check runs on the device, on the stream that decodes the group,
 between the upload of the decode's tables and the decode itself

@@ -66,10 +66,11 @@ def _group_budget(plan: WritePlan, scratch_bytes: int) -> int:
     """Blocks per group: the gathered rows and the encoder's output fit ``scratch_bytes``.
 
     The padded box (edges only) and an aligned copy of the rows live only while gathering,
-    before the output is allocated, so the peak is rows plus output. Counting all three (the
-    seventh session's bound) made groups a third smaller, and each group is one nvCOMP encode
-    call of ~90 ms on an H200 whatever its size (``benchmarks/encode_calls.py``). nvCOMP's own
-    work space comes on top (1-2.7 GiB, the GPU guide).
+    before the output is allocated, so the peak is rows plus output. Counting all three would
+    make groups a third smaller, and each group is one nvCOMP encode call, whose cost on the
+    device hardly depends on its size (docs/gpu_guide.md, "Measurements behind the GPU
+    defaults": ``scratch_bytes`` for writes). nvCOMP's own work space comes on top (1-2.7 GiB,
+    the GPU guide).
     """
     from linumpy.gpu import nvcomp
 

@@ -66,8 +66,8 @@ def roomy(nbytes: int, room: int) -> int:
 
     Requests of a job's reads and writes vary with the data (deeper blocks of an OCT volume
     compress less), and a cached buffer only serves requests it holds: allocated at their exact
-    sizes, a 2 GiB stitch's buffers were page-locked again block after block (0.26 s of a
-    read's 0.50 s per pass on an H200).
+    sizes, a job's buffers are page-locked again block after block (docs/gpu_guide.md,
+    "Measurements behind the GPU defaults": pinned buffers).
 
     Examples
     --------

@@ -4,8 +4,8 @@ Both the fast read path and the zarr codec (:mod:`linumpy.gpu.nvcomp_zstd`) call
 :func:`decode` and :func:`encode`. They use ``libnvcomp``'s batched, asynchronous C functions
 (``nvcompBatchedZstdDecompressAsync``, ``nvcompBatchedZstdCompressAsync``) through ``ctypes``
 rather than the ``nvidia.nvcomp.Codec`` Python object: a ``Codec`` call allocates its work space,
-asks the device for the frames' sizes and waits for the answer, which cost about 10 ms per call
-on an H200 whatever the batch, so overlapping reads with decoding (several calls) lost. Here a call
+asks the device for the frames' sizes and waits for the answer, a fixed cost per call that made
+overlapping reads with decoding (several calls) lose. Here a call
 queues its work and returns: the work space is allocated once per stream and grown when needed,
 the output sizes come from the plan, and per-chunk statuses are checked when the caller waits.
 
@@ -182,9 +182,9 @@ def _temp(stream: cupy.cuda.Stream, nbytes: int) -> tuple[int, int, Any]:
     """A device work space of ``nbytes`` for one call on ``stream``, and the array to keep alive.
 
     Taken from cupy's pool, whose blocks are reused only by later work on the same stream, and
-    given back as soon as the call is queued. A cache of its own per stream kept the largest
-    space ever asked (1.6x the decoded bytes of a call) for the life of the thread: under dask,
-    the streams of every thread held theirs (13.5 GB in use on an H200 after a few reads).
+    given back as soon as the call is queued: a cache of its own per stream would keep the
+    largest space ever asked (about 1.6x the decoded bytes of a call) for the life of the
+    thread, on every dask thread's streams at once.
     """
     import cupy
 

@@ -298,9 +298,9 @@ def gpu_zstd_config(
     concurrency
         zarr's ``async.concurrency``: how many shards (or batches) zarr reads and decodes at once.
         The inner chunks of shards decoded at once share nvCOMP calls, so sharded arrays read
-        faster with more (on an H200, a 1 GiB array of 16 shards: 3.4 GB/s at zarr's default of
-        10, 5.1 at 32, 5.2 at 64); each shard in flight holds its decoded bytes in device
-        memory. Default: the ``nvcomp_concurrency`` setting (``LINUMPY_NVCOMP_CONCURRENCY``, 32).
+        faster with more than zarr's default of 10 (docs/gpu_guide.md, "Measurements behind the
+        GPU defaults": ``nvcomp_concurrency``); each shard in flight holds its decoded bytes in
+        device memory. Default: the ``nvcomp_concurrency`` setting (``LINUMPY_NVCOMP_CONCURRENCY``, 32).
 
     Returns
     -------
@@ -344,8 +344,9 @@ def _named(
     ]
 
 
-# Two merged decodes at once: shards that zarr hands over while a call runs start their own
-# call (sharded 128^3, 16-core H200 host, 5 rounds: 1.32x -> 1.41x enable_gpu(); 16 at once 1.39x).
+# Two merged decodes at once: shards that zarr hands over while a call runs start their own call
+# instead of waiting for it (docs/gpu_guide.md, "Measurements behind the GPU defaults": merged
+# codec calls).
 _DECODES: CallMerger[PreparedChunk | tuple[Buffer, ArraySpec, str], Buffer] = CallMerger(
     decode_items, max_in_flight=2
 )

@@ -53,9 +53,8 @@ PLANE_EDGE = 128
 #: its size bounds a writer's memory; whole planes of most volumes fit.
 SHARD_BYTES = 128 * 2**20
 #: Zarr v2 (NGFF 0.4) writes one file per chunk. Above this many chunk files in one array the
-#: writers warn: creating and writing a small file cost 39 us, deleting it 16 us on the 2-core
-#: development machine's ext4 (``benchmarks/layout_cpu.py --files``), and network file systems
-#: and object stores pay milliseconds per file and limit their counts.
+#: writers warn: every file costs tens of microseconds to create and delete on a local disk, and
+#: network file systems and object stores pay milliseconds per file and limit their counts.
 V2_WARN_FILES = 100_000
 
 ShardsArg = Sequence[int] | Literal["auto"] | None

@@ -32,9 +32,8 @@ __all__ = [
 #: Default size of one block of :func:`open_volume`.
 DEFAULT_BLOCK_BYTES = DEFAULT_TASK_BYTES
 #: Default block size of ``open_volume(gpu=True)``: each GPU read pays a fixed start (first
-#: group read, last nvCOMP call's latency) of about 30 ms on an H200. Summing a 2 GiB sharded
-#: volume on two threads (x2 host): 128 MiB blocks 4.4 GB/s, 512 MiB 13.8, 1 GiB 21.1, against
-#: 26.1 GB/s for one read_volume(gpu=True).
+#: group read, last nvCOMP call's latency), which smaller blocks pay over and over
+#: (docs/gpu_guide.md, "Measurements behind the GPU defaults": GPU block size).
 DEFAULT_GPU_BLOCK_BYTES = DEFAULT_GPU_TASK_BYTES
 
 

@@ -103,8 +103,8 @@ def plan_stitch_block(
     a source chunk in y and x, when that fits the memory limit (without one:
     :data:`REUSE_TASK_BYTES`, and the host's available memory shared by the threads): every block
     decodes the stored chunks it touches whole, so small blocks over large chunks
-    decode each many times (on an H200, (32, 256, 256) blocks over (96, 512, 512) single-chunk
-    tiles stitched 14x slower than (96, 1024, 1024) blocks).
+    decode each many times (docs/architecture.md, "Measurements behind the defaults": blocks
+    over whole chunks).
 
     Parameters
     ----------
@@ -148,9 +148,7 @@ def plan_stitch_block(
     allowed = cluster.task_bytes(minimum, "stitching", gpu=gpu)
     if source_chunks is not None:
         # Weighed against what memory allows, before the split for parallelism: decoding each
-        # chunk once pays more than more, smaller blocks (stitch_blocks.log: 9 blocks of
-        # (96, 1024, 1024) on 16 threads 1.1 s, 147 blocks of (32, 256, 256) 4.1 s on the CPU;
-        # 0.9 s and 12.8 s on a GPU)
+        # chunk once pays more than more, smaller blocks.
         room = allowed
         if cluster.memory_limit is None:  # within what this host has free, shared by the threads
             free = int(available_memory() * TASK_SHARE) // cluster.threads

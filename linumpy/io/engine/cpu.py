@@ -49,23 +49,16 @@ GROUP_BYTES = 64 * 1024 * 1024
 #: Fewest compressed bytes per group.
 MIN_GROUP_BYTES = 8 * 1024 * 1024
 #: Per thread: whole chunks that lie side by side along the output's last axis are decoded into
-#: a run buffer of this size and copied into the output in one assignment, which numpy then
-#: writes row after row of the output instead of one chunk row at a time. On the 2-CPU
-#: development machine, 256 MiB of 64^3 uint16 chunks (``benchmarks/cpu_read.py``, medians of
-#: 7-9 interleaved rounds, before -> after): 1 thread 0.40 -> 0.43 GB/s (chunk files) and
-#: 0.30 -> 0.42 (sharded), 2 threads 0.74 -> 0.80 and 0.65 -> 0.69; the copies alone, 1 thread:
-#: 150-250 ms chunk by chunk, 55-65 ms in runs of 16. Small enough to stay in a core's cache
-#: (runs of 4 such chunks). Only where threads read their own chunks (:meth:`CpuBackend.read_files`,
-#: batches of consecutive chunks): a run-loop group's batches hold few chunks (one each with 32
-#: threads), so runs hardly form there, and with runs the run loop read sharded 64^3 at 2.66 GB/s
-#: on 32 threads against 3.64 without (64^3 chunk files 3.09 with, 2.59 without; 2 H200 host,
-#: 1 GiB). Sharded 64^3 read by the threads, 2-CPU machine, 576 MiB, 9 interleaved rounds:
-#: 0.60 GB/s without runs, 0.66 with (a loaded machine).
+#: a run buffer of this size, small enough to stay in a core's cache, and copied into the output
+#: in one assignment, so that numpy writes whole output rows instead of one chunk row at a time
+#: (docs/architecture.md, "Measurements behind the defaults": ``RUN_BYTES``). Used only where
+#: threads read their own batches of consecutive chunks (:meth:`CpuBackend.read_files`): a
+#: run-loop group's batches are too small for runs to form.
 RUN_BYTES = 2 * 1024 * 1024
 #: A new output at least this large has its pages faulted in before decoding, each thread writing
-#: one byte per page of its own contiguous part, instead of by threads scattering chunks across
-#: the same pages. 32 threads, 1 GiB of 128^3 uint16 chunk files
-#: (``benchmarks/cpu_read.py``, 2 H200 host): 8.04 -> 8.71 GB/s (10.66 into an output reused).
+#: one byte per page of its own contiguous part, because threads scattering chunks across the
+#: same pages fault them in slowly (docs/architecture.md, "Measurements behind the defaults":
+#: ``PREFAULT_BYTES``).
 PREFAULT_BYTES = 64 * 1024 * 1024
 
 
@@ -348,17 +341,15 @@ class CpuBackend:
         A worker that reads its own chunks overlaps reading with the other workers' decoding,
         without a group barrier, staging buffers, a producer thread or frame checks (libzstd
         checks the frames it decodes), and its batches of consecutive chunks form runs. A batch
-        keeps the shards it reads from open. Sharded 128^3 / 64^3 uint16 in (128, 512, 512)
-        shards, 576 MiB, 2-CPU machine, 7 interleaved rounds: 1.01 / 0.95 GB/s through the run
-        loop, 1.14 / 1.19 so; per inner chunk of 8^3 / 16^3 / 32^3, 2 threads: 18 / 37 / 88 us
-        through the run loop, 14 / 19 / 67 us so. On 32 threads (2 H200 host, 1 GiB) chunk files
-        read so at 6.66 / 3.13 GB/s (128^3 / 64^3) when the run loop read shards at 5.47 / 3.39.
+        keeps the shards it reads from open. This is faster than the run loop when the same
+        threads read and decode (docs/architecture.md, "Measurements behind the defaults":
+        threads read their own chunks).
         """
         plan = self.plan
         # In the output's order, also for shards: a batch then writes long rows of the output
-        # (sharded 64^3, 2-CPU machine, 576 MiB, 9 and 11 interleaved rounds: 1.06 and 0.79 GB/s
-        # against 0.90 and 0.72 in storage order), and a shard's inner chunks along x, stored
-        # one after the other, are still read in turn.
+        # (docs/architecture.md, "Measurements behind the defaults": shards in the output's
+        # order), and a shard's inner chunks along x, stored one after the other, are still read
+        # in turn.
         entries = np.flatnonzero(plan.stored).tolist()
         sharded = plan.chunks_per_shard is not None
         sizes = [0] * len(entries)

@@ -4,8 +4,8 @@ A chunk written with the codec chain ``bytes, zstd, crc32c`` (linumpy's default 
 are on) ends with four bytes: the crc32c (Castagnoli) of the zstd frame, little endian. The fetch
 stage checks it on the reading threads, so a chunk whose stored bytes changed is refused before
 any decoder sees it. That matters for the GPU: nvCOMP's zstd decoder trusts its input, and a
-flipped bit inside a frame's blocks made it fault or hang on an H200 (the zstd content checksum
-is only checked after decoding).
+flipped bit inside a frame's blocks can make it fault or hang (docs/gpu_guide.md, "Checksums
+and corrupt data"; the zstd content checksum is only checked after decoding).
 
 The ``crc32c`` package computes it with the CPU's crc32 instruction and releases the GIL, so the
 reading threads check in parallel; ``google_crc32c`` (a dependency of zarr) is the fallback.
