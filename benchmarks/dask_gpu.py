@@ -355,9 +355,8 @@ def multi_gpu_stitch(
             times = []
             for run in range(repeats + 1):  # the first warms the workers up
                 # a new image each run, the last one deleted outside the timing: replacing an
-                # image deletes the old one at the commit, in the client after the last task
-                # (0.14 s at 2 GiB, 0.48 s at 8 GiB; 0.01 s with new images: runs/s6), which is
-                # not stitching
+                # image deletes the old one at the commit, in the client after the last task,
+                # which is not stitching
                 target = folder / f"stitched_{n}_{run}.ome.zarr"
                 shutil.rmtree(folder / f"stitched_{n}_{run - 1}.ome.zarr", ignore_errors=True)
                 with get_task_stream(cluster.client) as stream:

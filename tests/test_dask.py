@@ -318,8 +318,8 @@ def test_a_large_memory_limit_still_gives_every_worker_blocks(local_cluster) -> 
 def test_the_split_does_not_halve_blocks_that_miss_an_even_share_by_a_hair(local_cluster) -> None:
     # The 2-GPU stitch's regression: the block of a quarter of a slot's share cost a hair more
     # than that (a tile and a plane of weights do not shrink with the block), so each slot got 8
-    # blocks of half the depth, which on the GPU took 1.6x as long (docs/dev/runs/s6). A GPU job
-    # is cut into GPU_BLOCKS_PER_SLOT blocks per slot, not BLOCKS_PER_SLOT (docs/dev/runs/s7).
+    # blocks of half the depth, which on the GPU took 1.6x as long (docs/gpu_guide.md, SPLIT_SLACK).
+    # A GPU job is cut into GPU_BLOCKS_PER_SLOT blocks per slot, not BLOCKS_PER_SLOT.
     step = 0.9 * 256
     transform = TileTransform([[step, 0.0], [0.0, step]], (0.0, 0.0), (256, 256), (4, 4))
     out_shape = (1024, *transform.output_shape())

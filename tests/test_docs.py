@@ -1,7 +1,7 @@
 """The documentation builds without warnings, documents every public object and script, and its
 examples run.
 
-The site is built once per session from a copy of ``docs/`` in a temporary directory (the build
+The site is built once per test run from a copy of ``docs/`` in a temporary directory (the build
 generates pages into its source tree, and several builds may run at once in one checkout).
 """
 

@@ -288,8 +288,8 @@ def write_files(
     """Write each stored file's bytes from ``buffer`` to a file of its own under ``directory``,
     at the path it has in the array (chunk key folders included, made here as a writer makes
     them): a flat folder of thousands of new files costs the file system more than the same
-    files in zarr's nested folders (64^3 chunks on the x2 host: 0.96-0.98 GB/s flat, while the
-    write engine wrote 1.5-1.9 GB/s nested; ``docs/dev/runs/s6/bio-writes-64-newfiles.md``).
+    files in zarr's nested folders, which would make the ceiling lower than the writers it
+    judges.
 
     Returns the files written (no fsync: zarr does not sync either).
 
