@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"output {str(out_dir)!r} holds results; use -f to overwrite them")
     cli.check_output(parser, out_dir / "benchmark_pipeline.json", True, make_parents=True)
     with cli.fail_on_errors(parser):
-        from linumpy.bench.pipeline import PipelineConfig, run_pipeline_benchmark
+        from linumpy.bench.pipeline import PipelineConfig, PipelineResult, run_pipeline_benchmark
         from linumpy.bench.pipeline_report import (
             pipeline_chart,
             pipeline_table,
@@ -122,15 +122,24 @@ def main(argv: Sequence[str] | None = None) -> None:
             compile_sources=not args.no_compile,
             timeout=args.timeout,
         )
+
+        def save(result: PipelineResult) -> tuple[str, str]:
+            table = pipeline_table(result)
+            machine = "; ".join(f"{k} {v}" for k, v in result.machine.items())
+            (out_dir / "benchmark_pipeline.md").write_text(
+                f"# Pipeline benchmark, {result.machine['date']}\n\nMachine: {machine}\n\n{table}\n"
+            )
+            write_pipeline_json(result, out_dir / "benchmark_pipeline.json")
+            return table, machine
+
         result = run_pipeline_benchmark(
-            config, out_dir, log=lambda line: print(line, flush=True), keep=args.keep
+            config,
+            out_dir,
+            log=lambda line: print(line, flush=True),
+            keep=args.keep,
+            on_mosaic=save,  # a run cut short keeps the mosaics measured
         )
-        table = pipeline_table(result)
-        machine = "; ".join(f"{k} {v}" for k, v in result.machine.items())
-        (out_dir / "benchmark_pipeline.md").write_text(
-            f"# Pipeline benchmark, {result.machine['date']}\n\nMachine: {machine}\n\n{table}\n"
-        )
-        write_pipeline_json(result, out_dir / "benchmark_pipeline.json")
+        table, machine = save(result)
         charted = pipeline_chart(result, out_dir / "benchmark_pipeline.png")
     print("", table, "", f"Machine: {machine}", sep="\n")
     if not charted:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import compileall
 import importlib.util
-import inspect
 import math
 import os
 import shutil
@@ -247,22 +246,6 @@ def _compile_sources() -> None:
                 compileall.compile_dir(folder, quiet=2, workers=os.cpu_count() or 1)
 
 
-def _layout_options(layout: str, tile: tuple[int, int, int]) -> dict[str, Any]:
-    """make_demo_data's options for a layout: none for the default; one chunk per tile."""
-    if layout == "default":
-        return {}
-    # a make_demo_data without a chunks option writes one chunk per tile already
-    if "chunks" in inspect.signature(_make_demo_data()).parameters:
-        return {"chunks": tile, "shards": None}
-    return {}
-
-
-def _make_demo_data() -> Callable[..., Any]:
-    from linumpy.io.demo import make_demo_data
-
-    return make_demo_data
-
-
 def _describe_layout(path: Path, tile: tuple[int, int, int]) -> tuple[str, dict[str, Any]]:
     from linumpy.io import open_array
 
@@ -284,21 +267,24 @@ def _describe_layout(path: Path, tile: tuple[int, int, int]) -> tuple[str, dict[
 
 def _make_mosaic(spec: MosaicSpec, layout: str, path: Path, gpu: bool) -> dict[str, Any]:
     from linumpy._xp import gpu_module
-    from linumpy.io.demo import read_demo_truth
+    from linumpy.io.demo import make_demo_data, read_demo_truth
 
     start = time.perf_counter()
-    _make_demo_data()(
+    # "tile": one chunk per tile and no shards, as other tools write mosaic grids
+    options = {"chunks": spec.tile, "shards": None} if layout == "tile" else {}
+    make_demo_data(
         path,
         grid_shape=spec.grid,
         tile_shape=spec.tile,
         overwrite=True,
         xp=gpu_module(gpu),
-        **_layout_options(layout, spec.tile),
+        **options,
     )
-    if gpu:
+    if gpu:  # the commands' processes get the device's memory
         import cupy
 
         cupy.get_default_memory_pool().free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
     read_demo_truth(path).save(path.with_suffix(".truth.json"))
     name, stored = _describe_layout(path, spec.tile)
     return {
@@ -335,6 +321,17 @@ def _read_ceiling(path: Path, label: str, nbytes: int, gpu: bool) -> ReadRun:
     return ReadRun(label, device, min(times[1:]), nbytes / 1e9)
 
 
+def _script_argv(module: str) -> list[str]:
+    """How to run a script: ``python -m linumpy.scripts.X`` when installed, else its file."""
+    try:
+        if importlib.util.find_spec(f"linumpy.scripts.{module}") is not None:
+            return [sys.executable, "-m", f"linumpy.scripts.{module}"]
+    except ImportError:
+        pass
+    # a source checkout on PYTHONPATH, not installed: the scripts folder beside the package
+    return [sys.executable, str(Path(__file__).resolve().parents[2] / "scripts" / f"{module}.py")]
+
+
 def _command_args(command: str, path: Path, out: Path) -> list[str]:
     truth = path.with_suffix(".truth.json")
     if command == "estimate":
@@ -358,8 +355,7 @@ def _run_command(
 ) -> CommandRun:
     from linumpy.phases import parse_table
 
-    module = COMMANDS[command][1]
-    argv = [sys.executable, "-m", f"linumpy.scripts.{module}", *_command_args(command, path, out)]
+    argv = [*_script_argv(COMMANDS[command][1]), *_command_args(command, path, out)]
     argv += ["-f", "-v", *(["--use-gpu"] if gpu else [])]
     device = "gpu" if gpu else "cpu"
     log = logs / f"{label.replace(' ', '_').replace(',', '')}-{command}-{device}-{run}.log"
@@ -402,12 +398,14 @@ def run_pipeline_benchmark(
     *,
     log: Callable[[str], None] = print,
     keep: bool = False,
+    on_mosaic: Callable[[PipelineResult], None] | None = None,
 ) -> PipelineResult:
     """Make each mosaic, time the commands on it (CPU, then GPU), and its reads.
 
     Logs of every command go to ``out_dir/logs``; the mosaics are written in ``out_dir/data``
     (removed once measured, unless ``keep``); the GPU runs' kernel cache is
-    ``out_dir/kernel_cache``, emptied first. ``log`` is called with a line per step.
+    ``out_dir/kernel_cache``, emptied first. ``log`` is called with a line per step,
+    ``on_mosaic`` with the result so far after each mosaic (to save partial results).
 
     Examples
     --------
@@ -429,8 +427,9 @@ def run_pipeline_benchmark(
     if not gpu and config.gpu:
         log(f"GPU half skipped: no usable GPU ({reason})")
     if config.compile_sources:
-        log("compiling Python sources to bytecode (as an installed package has them)")
+        start = time.perf_counter()
         _compile_sources()
+        log(f"Python sources compiled to bytecode ({time.perf_counter() - start:.1f} s)")
     data, logs, cache = out_dir / "data", out_dir / "logs", out_dir / "kernel_cache"
     for folder in (data, cache):
         shutil.rmtree(folder, ignore_errors=True)
@@ -494,4 +493,6 @@ def run_pipeline_benchmark(
                 path.with_suffix(".truth.json").unlink(missing_ok=True)
                 for item in [path, *outs.values()]:
                     shutil.rmtree(item, ignore_errors=True)
+            if on_mosaic is not None:
+                on_mosaic(result)
     return result
