@@ -5,26 +5,26 @@ Every tunable of the read engine, the GPU back end and the nvCOMP codec is a fie
 environment variables, :func:`set` (process-wide, usable as a context manager, nestable) and a
 ``settings=`` argument of a call (a :class:`Settings` or a dict of fields).
 
-=======================  ===============================  ==========================================
-field                    environment variable             default
-=======================  ===============================  ==========================================
-``io_threads``           ``LINUMPY_IO_THREADS``           CPUs available to the process
-``pinned_bytes``         ``LINUMPY_GPU_PINNED_MIB``       1024 MiB of page-locked staging
-``scratch_bytes``        ``LINUMPY_GPU_SCRATCH_MIB``      2048 MiB on the device beyond the output
-``fetch``                ``LINUMPY_GPU_FETCH``            ``auto`` (kvikio if it works, else pread)
-``gpu_streams``          ``LINUMPY_GPU_STREAMS``          4 groups decoded at once
-``batch_bytes``          ``LINUMPY_GPU_BATCH_MIB``        0: groups sized by scratch and streams
-``gpu_cpu_share``        ``LINUMPY_GPU_CPU_SHARE``        0: nvCOMP decodes every chunk
-``gpu_read_order``       ``LINUMPY_GPU_READ_ORDER``       ``auto`` (``size`` for chunks >= 1 MiB)
-``gpu_chunk_bytes``      ``LINUMPY_GPU_CHUNK_MIB``        16 MiB: larger chunks decode on the CPU
-``gpu_crc32c``           ``LINUMPY_GPU_CRC32C``           ``auto``: on the GPU where nvCOMP can
-``gpu_encode_min_bytes`` ``LINUMPY_GPU_ENCODE_MIN_MIB``   0: 16 MiB per I/O thread (smaller on CPU)
-``nvcomp_batch_size``    ``LINUMPY_NVCOMP_BATCH_SIZE``    1024 chunks per codec call in zarr
-``nvcomp_concurrency``   ``LINUMPY_NVCOMP_CONCURRENCY``   32 (zarr's ``async.concurrency``)
-``write_checksum``       ``LINUMPY_ZSTD_CHECKSUM``        true: written zstd frames carry checksums
-``chunk_bytes``          ``LINUMPY_CHUNK_KIB``            1024 KiB per chunk in written layouts
-``durable``              ``LINUMPY_DURABLE``              true: written images flushed to disk
-=======================  ===============================  ==========================================
+========================  ==============================  ==========================================
+field                     environment variable            default
+========================  ==============================  ==========================================
+``io_threads``            ``LINUMPY_IO_THREADS``          CPUs available to the process
+``pinned_bytes``          ``LINUMPY_GPU_PINNED_MIB``      1024 MiB of page-locked staging
+``scratch_bytes``         ``LINUMPY_GPU_SCRATCH_MIB``     2048 MiB on the device beyond the output
+``fetch``                 ``LINUMPY_GPU_FETCH``           ``auto`` (kvikio if it works, else pread)
+``gpu_streams``           ``LINUMPY_GPU_STREAMS``         4 groups decoded at once
+``batch_bytes``           ``LINUMPY_GPU_BATCH_MIB``       0: groups sized by scratch and streams
+``gpu_cpu_share``         ``LINUMPY_GPU_CPU_SHARE``       0: nvCOMP decodes every chunk
+``gpu_read_order``        ``LINUMPY_GPU_READ_ORDER``      ``auto`` (``size`` for chunks >= 1 MiB)
+``gpu_chunk_bytes``       ``LINUMPY_GPU_CHUNK_MIB``       16 MiB: larger chunks decode on the CPU
+``gpu_crc32c``            ``LINUMPY_GPU_CRC32C``          ``auto``: on the GPU where nvCOMP can
+``gpu_encode_min_bytes``  ``LINUMPY_GPU_ENCODE_MIN_MIB``  0: 16 MiB per I/O thread (smaller on CPU)
+``nvcomp_batch_size``     ``LINUMPY_NVCOMP_BATCH_SIZE``   1024 chunks per codec call in zarr
+``nvcomp_concurrency``    ``LINUMPY_NVCOMP_CONCURRENCY``  32 (zarr's ``async.concurrency``)
+``write_checksum``        ``LINUMPY_ZSTD_CHECKSUM``       true: written zstd frames carry checksums
+``chunk_bytes``           ``LINUMPY_CHUNK_KIB``           1024 KiB per chunk in written layouts
+``durable``               ``LINUMPY_DURABLE``             true: written images flushed to disk
+========================  ==============================  ==========================================
 
 An invalid value raises :class:`~linumpy.errors.SettingsError` naming the field or the variable.
 """
