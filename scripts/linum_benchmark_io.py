@@ -3,24 +3,27 @@ with the same run's ceilings.
 
 An OCT-like volume (speckle under depth attenuation, a noise floor everywhere: no all-zero
 chunks) is generated, or taken from --input (a zarr array, or an OME-Zarr image's level 0), and
-written in each layout: 128^3 and 64^3 chunks, and both in 128x512x512 shards by default
-(--checksum on/both: with linumpy's checksums too: zstd's content checksum and a crc32c).
+written in each layout: 128^3 and 64^3 chunks, and both in 128x512x512 shards by default,
+each twice: without checksums and with linumpy's (zstd's content checksum and a crc32c, what
+linumpy writes by default; --checksum on or off for one of them).
 For each layout, in GB/s of decompressed volume (warm-up runs, then medians of repeats):
 
 - CPU reads: linumpy read_volume, zarr, tensorstore and zarr with the zarrs codec pipeline (these
   two when installed);
-- GPU reads: read_volume(gpu=True), zarr in gpu_zarr_context (nvCOMP codec), zarr enable_gpu();
+- GPU reads: read_volume(gpu=True) (on checksummed layouts also with the crc32c checked on the
+  CPU instead of the GPU), zarr in gpu_zarr_context (nvCOMP codec), zarr enable_gpu();
 - writes: zarr's CPU write and the GPU write (nvCOMP encode); --no-writes skips them;
 - ceilings: N-thread os.preadv of the stored files (into pinned memory with a GPU), numcodecs
   decode of the frames in memory (N threads), pinned host->device copy, nvCOMP decode of all
   frames on the device in one call, N-thread write of the stored files;
 - with --cold: read_volume (CPU and GPU) and the file read after posix_fadvise(DONTNEED).
 
-Every read is checked against the volume. The last table printed gives each row's fraction of
-its ceilings. Results: OUT_DIR/benchmark_io.md, benchmark_io.json and benchmark_io.png (the chart
+Every read is checked against the volume. The checksum table gives each path's GB/s without
+and with checksums and their ratio; the last table printed gives each row's fraction of its
+ceilings. Results: OUT_DIR/benchmark_io.md, benchmark_io.json and benchmark_io.png (the chart
 needs matplotlib: pip install -e ".[bench]"). Without a GPU, or with --cpu-only, the CPU rows
 and ceilings run; e.g. a quick CPU run:
-linum-benchmark-io OUT --size-mib 64 --chunks 64 --no-shard --cpu-only
+linum-benchmark-io OUT --size-mib 64 --chunks 64 --no-shard --cpu-only --checksum on
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import numpy as np
 from linumpy.bench import BenchConfig, BenchResult, Layout, run_benchmark
 from linumpy.bench.report import (
     bar_chart,
+    checksum_table,
     details_table,
     header,
     reads_by_layout,
@@ -104,10 +108,10 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     layout.add_argument(
         "--checksum",
         choices=("off", "on", "both"),
-        default="off",
-        help="Write checksums as linumpy does by default (zstd content checksum, then a crc32c "
-        "of each frame; reads verify both); both: each layout twice, to measure their cost "
-        "[%(default)s].",
+        default="both",
+        help="Checksums as linumpy writes them by default (zstd content checksum, then a crc32c "
+        "of each frame; reads verify both): on, off, or both: each layout twice, to measure "
+        "their cost [%(default)s].",
     )
     timing = p.add_argument_group("timing")
     timing.add_argument(
@@ -280,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
         title = f"{result.shape} {result.dtype}, {result.machine.get('device', 'CPU only')}"
         charted = bar_chart(result.rows, args.out_dir / "benchmark_io.png", title[:150])
     print(details, "", reads_by_layout(result.rows), "", sep="\n")
+    if costs := checksum_table(result.rows):
+        print("Checksum cost (GB/s without and with checksums):", "", costs, "", sep="\n")
     if not charted:
         print("no chart: matplotlib is not installed (pip install -e '.[bench]')\n")
     print("\n".join(header(result)), "", summary, sep="\n", flush=True)
@@ -293,6 +299,7 @@ def _save(out_dir: Path, result: BenchResult) -> tuple[str, str]:
         [f"# I/O benchmark, {result.machine['date']}", "", *header(result), ""]
         + ["## All rows", "", details, ""]
         + ["## Reads (fraction of the decode ceiling)", "", reads_by_layout(result.rows), ""]
+        + (["## Checksum cost", "", costs, ""] if (costs := checksum_table(result.rows)) else [])
         + ["## Fractions of the ceilings", "", summary]
     )
     (out_dir / "benchmark_io.md").write_text(text + "\n")

@@ -39,7 +39,8 @@ def test_cpu_run_writes_tables_json_and_chart(
     printed = capsys.readouterr().out
     rows = json.loads((out / "benchmark_io.json").read_text())["rows"]
     layouts = {row["layout"] for row in rows}
-    assert layouts == {"16^3", "sharded 16^3 in 16x48x64"}
+    plain = {"16^3", "sharded 16^3 in 16x48x64"}
+    assert layouts == plain | {f"{name}, checksums" for name in plain}  # --checksum both
     for layout in layouts:
         names = {row["name"] for row in rows if row["layout"] == layout}
         assert {
@@ -62,6 +63,16 @@ def test_cpu_run_writes_tables_json_and_chart(
     assert "| 16^3 | linumpy read_volume (CPU) |" in last
     markdown = (out / "benchmark_io.md").read_text()
     assert last.strip() in markdown
+    # The cost of checksums: each path of each layout without and with them.
+    costs = markdown[markdown.index("## Checksum cost") :].split("\n\n")[1]
+    gbps = {(row["layout"], row["name"]): row["gbps"] for row in rows}
+    for layout in plain:
+        name = "linumpy read_volume (CPU)"
+        ratio = gbps[f"{layout}, checksums", name] / gbps[layout, name]
+        line = next(x for x in costs.splitlines() if x.startswith(f"| {layout} | {name} |"))
+        assert line.startswith(f"| {layout} | {name} | {gbps[layout, name]:.2f} | "), line
+        assert line.endswith(f" | {ratio:.2f} |"), line
+    assert costs in printed
     written = sorted(p.name for p in out.iterdir())
     if importlib.util.find_spec("matplotlib") is None:
         assert "no chart: matplotlib is not installed" in printed
@@ -159,16 +170,22 @@ def test_gpu_rows_and_ceilings_match_the_volume(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     linum_benchmark_io.main([str(out), *TINY, "--cold", "--fetch", "auto", "pread"])
     rows = json.loads((out / "benchmark_io.json").read_text())["rows"]
-    for layout in ("16^3", "sharded 16^3 in 16x48x64"):
+    plain = ("16^3", "sharded 16^3 in 16x48x64")
+    for layout in (*plain, *(f"{name}, checksums" for name in plain)):
         mine = {row["name"]: row for row in rows if row["layout"] == layout}
-        for name in (
+        names = [
             "read_volume(gpu=True)",
             "read_volume(gpu=True), fetch=pread",
             "read_volume(gpu=True), cold",
             "gpu_zarr_context (nvCOMP codec in zarr)",
             "zarr enable_gpu() (CPU decode, copy per chunk)",
             "GPU write (nvCOMP encode in gpu_zarr_context)",
-        ):
+        ]
+        if layout.endswith("checksums"):  # the crc32c checked on the GPU, and on the CPU
+            names.append("read_volume(gpu=True), crc32c on the CPU")
+            phases = mine["read_volume(gpu=True)"]["extra"]["phases"]
+            assert phases["crc32c_device"] > 0 and phases["xxh64_device"] > 0, phases
+        for name in names:
             assert mine[name]["runs"] >= 1 and mine[name]["matches"] is True, mine[name]
         ops = {row["op"] for row in mine.values() if row["kind"] == "ceiling" and row["runs"]}
         assert {"copy", "decode-gpu", "decode-cpu", "file-read", "file-read-cold"} <= ops

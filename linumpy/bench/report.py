@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from linumpy.bench.rows import CHECKSUM_SUFFIX, CPU_CHECK_SUFFIX
 from linumpy.bench.run import BenchResult
 from linumpy.bench.timing import Row
 
@@ -15,6 +16,7 @@ __all__ = [
     "CEILING_COLUMNS",
     "bar_chart",
     "ceilings_of",
+    "checksum_table",
     "details_table",
     "header",
     "summary_table",
@@ -172,6 +174,43 @@ def summary_table(rows: list[Row]) -> str:
                 f"| {layout} | {name} | {_gbps(r)} | " + " | ".join(cells) + f" | {_ok(r)} |"
             )
     return "\n".join(lines)
+
+
+def checksum_table(rows: list[Row]) -> str:
+    """Per layout and path: GB/s without checksums, with linumpy's checksums, and their ratio.
+
+    Pairs each row of a checksummed layout (``"..., checksums"``) with the same path on the
+    same layout without checksums; a path that checks the crc32c on the CPU instead of the GPU
+    (``"..., crc32c on the CPU"``) is paired with the path itself. Empty when the run measured
+    no such pair (``--checksum both`` measures them).
+
+    Examples
+    --------
+    >>> from linumpy.bench import Row
+    >>> from linumpy.bench.report import checksum_table
+    >>> print(checksum_table([
+    ...     Row("8^3", "read_volume (CPU)", "cpu", "read", 2.0, 0.1, 3, True),
+    ...     Row("8^3, checksums", "read_volume (CPU)", "cpu", "read", 1.9, 0.1, 3, True),
+    ... ]))
+    | layout | path | GB/s without | GB/s with checksums | ratio |
+    | --- | --- | ---: | ---: | ---: |
+    | 8^3 | read_volume (CPU) | 2.00 | 1.90 | 0.95 |
+    """
+    measured = {(r.layout, r.name): r for r in rows if r.runs and r.kind != "ceiling" and r.gbps}
+    lines = [
+        "| layout | path | GB/s without | GB/s with checksums | ratio |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for (layout, name), checked in measured.items():
+        if not layout.endswith(CHECKSUM_SUFFIX):
+            continue
+        base = layout.removesuffix(CHECKSUM_SUFFIX)
+        plain = measured.get((base, name.removesuffix(CPU_CHECK_SUFFIX)))
+        if plain is None:
+            continue
+        ratio = checked.gbps / plain.gbps
+        lines.append(f"| {base} | {name} | {plain.gbps:.2f} | {checked.gbps:.2f} | {ratio:.2f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def reads_by_layout(rows: list[Row]) -> str:

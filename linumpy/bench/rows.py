@@ -29,6 +29,10 @@ from linumpy.io import read_volume
 __all__ = ["Layout", "cpu_read_rows", "gpu_read_rows", "write_rows", "write_volume"]
 
 ZARRS_PIPELINE = "zarrs.ZarrsCodecPipeline"
+#: Names of checksummed layouts end with this (:meth:`Layout.cubic`).
+CHECKSUM_SUFFIX = ", checksums"
+#: A row of a checksummed layout only: the same path with the crc32c checked on the CPU.
+CPU_CHECK_SUFFIX = ", crc32c on the CPU"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,7 @@ class Layout:
         if shards is not None:
             shards = tuple(int(s) for s in shards)
             name = f"sharded {name} in {'x'.join(map(str, shards))}"
-        return cls(name + (", checksums" if checksum else ""), (edge,) * ndim, shards, checksum)
+        return cls(name + (CHECKSUM_SUFFIX if checksum else ""), (edge,) * ndim, shards, checksum)
 
 
 def _optional(name: str) -> ModuleType | None:
@@ -198,11 +202,14 @@ def gpu_read_rows(
     *,
     fetch: Sequence[str] = ("auto",),
     cold: bool = False,
+    checksum: bool = False,
 ) -> list[Row]:
     """Time the GPU reads of the array at ``path``, each checked against ``device_volume``.
 
     ``fetch`` lists the file readers of the fast path to time (``"auto"``: the settings in
-    force; ``"pread"``, ``"kvikio"``: passed as ``settings={"fetch": ...}``).
+    force; ``"pread"``, ``"kvikio"``: passed as ``settings={"fetch": ...}``). With
+    ``checksum`` (the array stores crc32c), the fast path is also timed with the crc32c checked
+    on the CPU (``gpu_crc32c="cpu"``), beside the default (on the device where nvCOMP can).
 
     Examples
     --------
@@ -220,15 +227,19 @@ def gpu_read_rows(
     nbytes = int(device_volume.nbytes)
     measure = functools.partial(timer.measure, layout, kind="gpu", op="read", nbytes=nbytes)
 
-    def fast(fetch: str) -> Callable[[], Any]:
-        settings = None if fetch == "auto" else {"fetch": fetch}
-        return lambda: read_volume(path, gpu=True, settings=settings)
+    def fast(fetch: str, **more: str) -> Callable[[], Any]:
+        settings = ({} if fetch == "auto" else {"fetch": fetch}) | more
+        return lambda: read_volume(path, gpu=True, settings=settings or None)
 
     rows = []
     for reader in fetch:
         name = "read_volume(gpu=True)" + ("" if reader == "auto" else f", fetch={reader}")
         rows.append(measure(name=name, run=fast(reader), check=same))
         _report_note(rows[-1])
+        if checksum:
+            run = fast(reader, gpu_crc32c="cpu")
+            rows.append(measure(name=name + CPU_CHECK_SUFFIX, run=run, check=same))
+            _report_note(rows[-1])
 
     def in_context() -> Any:
         with gpu_zarr_context():

@@ -286,7 +286,13 @@ def run_benchmark(
             cpu_read_rows(timer, layout.name, path, volume, cold=config.cold)
             if config.gpu:
                 gpu_read_rows(
-                    timer, layout.name, path, device_volume, fetch=config.fetch, cold=config.cold
+                    timer,
+                    layout.name,
+                    path,
+                    device_volume,
+                    fetch=config.fetch,
+                    cold=config.cold,
+                    checksum=layout.checksum,
                 )
             if config.input is None and not config.keep:
                 shutil.rmtree(path, ignore_errors=True)
