@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from linumpy.cli import build_parser, check_input, fail_on_errors, parse_args
+from linumpy.cli import add_verbose_arg, build_parser, check_input, fail_on_errors, parse_args
 from linumpy.cli.options import number
 from linumpy.errors import LinumpyError
 
@@ -29,6 +29,7 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         default=0,
         help="Multiscale (pyramid) level of an OME-Zarr image [%(default)s].",
     )
+    add_verbose_arg(parser)
     return parser
 
 
@@ -50,6 +51,15 @@ def main(argv: list[str] | None = None) -> None:
         from linumpy.gpu.zarr_io import describe_gpu, gpu_read_route
         from linumpy.io import open_array
 
+        array = None
+        if args.path is not None:  # a bad image or level ends the run before any report
+            check_input(parser, args.path)
+            try:
+                array = open_array(args.path, args.level)
+            except LinumpyError as exc:
+                if args.level != 0 and open_array(args.path, 0) is not None:  # level 0 opens
+                    parser.error(f"argument --level: {exc}")
+                raise
         settings = linumpy.settings.get()
         info = describe_gpu()
         width = max(map(len, info))
@@ -60,15 +70,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{settings.pinned_bytes / 2**20:.0f} MiB, scratch "
             f"{settings.scratch_bytes / 2**20:.0f} MiB, fetch {settings.fetch}"
         )
-        if args.path is None:
+        if array is None:
             return
-        check_input(parser, args.path)
-        try:
-            array = open_array(args.path, args.level)
-        except LinumpyError as exc:
-            if args.level != 0 and open_array(args.path, 0) is not None:  # level 0 opens: --level
-                parser.error(f"argument --level: {exc}")
-            raise
         route = gpu_read_route(array)
     print(f"\nread_volume({str(args.path)!r}, level={args.level}, gpu=True) takes:")
     print(f"  {_ROUTES.get(route.path, route.path)}")

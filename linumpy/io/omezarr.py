@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from linumpy.io.metadata import (
 from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
 from linumpy.io.opened import open_once
 from linumpy.io.staging import recover_staging
+from linumpy.io.validate import check_array_shape, check_level_axes, check_scale
 from linumpy.io.writer import OmeZarrWriter, downsample_mean, save_omezarr
 
 __all__ = [
@@ -55,7 +57,7 @@ def _metadata_file(*folders: Path) -> Path:
             try:
                 if not isinstance(json.loads(file.read_bytes()), dict):
                     return file
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 return file
     return present[0] if present else folders[-1]
 
@@ -70,10 +72,26 @@ def _malformed_metadata(*folders: str | os.PathLike[str]) -> Iterator[None]:
         yield
     except LinumpyError:
         raise
-    except (KeyError, TypeError, AttributeError, IndexError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        file = _metadata_file(*map(Path, folders))
+        raise LinumpyError(f"{file}: malformed zarr metadata (JSON nested too deep)") from None
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        # ValueError: invalid JSON, and zarr's own refusals (a codec, a data type, a path)
         what = f"no {exc} entry" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
         file = _metadata_file(*map(Path, folders))
         raise LinumpyError(f"{file}: malformed zarr or OME-NGFF metadata ({what})") from exc
+
+
+def _check_regular(folder: Path) -> None:
+    """Refuse metadata files that are not regular files (a FIFO would block zarr's read)."""
+    for name in _METADATA_FILES:
+        file = folder / name
+        try:
+            mode = file.stat().st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise LinumpyError(f"{file}: not a regular file")
 
 
 def _open_node(path: str | os.PathLike[str]) -> zarr.Array | zarr.Group:
@@ -84,11 +102,17 @@ def _open_node(path: str | os.PathLike[str]) -> zarr.Array | zarr.Group:
             recover_staging(path)
     if not path.exists():
         raise LinumpyError(f"{path}: no such file or directory")
+    _check_regular(path)
     try:
         with _malformed_metadata(path):
-            return zarr.open(store=LocalStore(path, read_only=True), mode="r")
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError, ValueError) as exc:
-        raise LinumpyError(f"{path}: not a zarr array or OME-Zarr image ({exc})") from None
+            try:
+                return zarr.open(store=LocalStore(path, read_only=True), mode="r")
+            except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
+                raise LinumpyError(f"{path}: not a zarr array or OME-Zarr image ({exc})") from None
+    except LinumpyError as exc:
+        if "malformed" in str(exc) and not any((path / n).is_file() for n in _METADATA_FILES):
+            raise LinumpyError(f"{path}: not a zarr array or OME-Zarr image") from None
+        raise
 
 
 def open_array(path: str | os.PathLike[str], level: int = 0) -> zarr.Array:
@@ -129,6 +153,7 @@ def _open_level(path: str | os.PathLike[str], level: int) -> tuple[zarr.Array, l
     if isinstance(node, zarr.Array):
         if level != 0:
             raise LinumpyError(f"{path}: a plain zarr array has only level 0, not level {level}")
+        check_array_shape(node.shape, node.dtype.itemsize, _metadata_file(Path(path)), image=False)
         return node, [Path(path)]
     array, folder = _level_array(node, path, level)
     return array, [Path(path), folder]
@@ -145,10 +170,16 @@ def _level_array(
             f"{path}: level {level} out of range; the image has levels 0 to {len(paths) - 1}"
         )
     folder = Path(path, str(paths[level]))
-    with _malformed_metadata(folder, path):
+    if folder.is_dir():
+        _check_regular(folder)
+    with _malformed_metadata(path, folder):  # the group's metadata is read: the level's at fault
         array = node.get(paths[level])
     if not isinstance(array, zarr.Array):
         raise LinumpyError(f"{path}: level {level} ({paths[level]!r}) is not a zarr array")
+    check_array_shape(array.shape, array.dtype.itemsize, _metadata_file(folder), image=True)
+    with _malformed_metadata(path):
+        axes = multiscale_metadata(node, path).get("axes")
+    check_level_axes(axes, array.ndim, level, _metadata_file(Path(path)))
     return array, folder
 
 
@@ -198,7 +229,9 @@ def read_omezarr(
             raise LinumpyError(f"{path}: level {level} has no scale transformation")
         transforms = multiscale.get("coordinateTransformations", [])
         global_scale = scale_of(transforms) or [1.0] * len(scale)
-    return array, tuple(s * g for s, g in zip(scale, global_scale, strict=True))
+        voxel_size = tuple(s * g for s, g in zip(scale, global_scale, strict=True))
+    check_scale(voxel_size, level, _metadata_file(Path(path)))
+    return array, voxel_size
 
 
 def read_axes(path: str | os.PathLike[str]) -> tuple[Axis, ...]:

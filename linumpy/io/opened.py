@@ -13,6 +13,7 @@ metadata changed while zarr was reading it can then never pair an array with new
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -53,11 +54,13 @@ def metadata_bytes(folders: Sequence[str]) -> tuple[bytes | None, ...]:
     found: list[bytes | None] = []
     for folder in folders:
         for name in _NAMES:
-            try:
-                with open(os.path.join(folder, name), "rb") as file:
-                    found.append(file.read())
-            except OSError:  # not there, or not a file
+            try:  # opened without blocking: a FIFO there is no metadata, and no hang
+                fd = os.open(os.path.join(folder, name), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            except OSError:  # not there
                 found.append(None)
+                continue
+            with os.fdopen(fd, "rb") as file:
+                found.append(file.read() if stat.S_ISREG(os.fstat(fd).st_mode) else None)
     return tuple(found)
 
 

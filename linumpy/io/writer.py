@@ -268,6 +268,10 @@ class OmeZarrWriter:
         self.target = Path(path)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
+        if self.dtype.kind not in "biufc":  # strings, objects, dates: zarr cannot read them back
+            raise ValueError(f"{self.target}: dtype {self.dtype} is not a number type")
+        if 0 in self.shape:
+            raise ValueError(f"{self.target}: shape {self.shape} has an empty axis (no voxel)")
         self.ngff_version = parse_ngff_version(ngff_version)
         self.voxel_size = parse_voxel_size(voxel_size, len(self.shape))
         self.axes = make_axes(len(self.shape), axes, unit)

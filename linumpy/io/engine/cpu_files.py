@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.engine.fetch import read_exactly
+from linumpy.io.engine.fetch import open_chunk_file, read_exactly
 
 __all__ = ["OpenShards"]
 
@@ -84,7 +84,7 @@ class OpenShards:
         fd = self._fds.get(file)
         if fd is None:
             try:
-                fd = os.open(self._files[file], os.O_RDONLY)
+                fd = open_chunk_file(self._files[file], key)
             except FileNotFoundError:
                 raise ChunkDecodeError(key(), "the shard vanished while reading") from None
             self._fds[file] = fd

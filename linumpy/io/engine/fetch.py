@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -61,6 +62,31 @@ def align_up(n: int, alignment: int = ALIGN) -> int:
     (32, 32)
     """
     return -(-n // alignment) * alignment
+
+
+def open_chunk_file(path: str, key: Callable[[], str]) -> int:
+    """Open a chunk or shard file for reading; anything but a regular file (a directory, a FIFO,
+    a device) raises :class:`~linumpy.errors.ChunkDecodeError` naming ``key()``, without a
+    blocking open or read of it. FileNotFoundError propagates.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> fifo = tempfile.mkdtemp() + "/c0"
+    >>> os.mkfifo(fifo)
+    >>> open_chunk_file(fifo, lambda: "c/0")
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.ChunkDecodeError: chunk 'c/0': ... is a FIFO, not a chunk file
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else None
+        raise ChunkDecodeError(key(), f"{path} is {kind or 'not a regular file'}, not a chunk file")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def read_exactly(fd: int, view: memoryview, offset: int, key: Callable[[], str]) -> None:
@@ -114,11 +140,9 @@ def read_chunk_file(
     b'234'
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_chunk_file(path, key)
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        raise ChunkDecodeError(key(), f"{path} is a directory, not a chunk file") from None
     try:
         if nbytes < 0:
             nbytes = os.fstat(fd).st_size - offset
@@ -159,7 +183,7 @@ def read_shard_index(
     """
     index_nbytes = n_chunks * 16 + (4 if crc32c else 0)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_chunk_file(path, lambda: path)
     except FileNotFoundError:
         return None
     try:
@@ -339,7 +363,7 @@ def _pread_runs(
                     os.close(fd)
                     fd = -1
                 try:
-                    fd = os.open(run_path, os.O_RDONLY)
+                    fd = open_chunk_file(run_path, functools.partial(keys, first))
                 except FileNotFoundError:
                     raise ChunkDecodeError(
                         keys(first), "chunk file vanished while reading"

@@ -53,8 +53,8 @@ def parse_region(
             f"{source}: region {region} has {len(region)} dimensions, the array {len(shape)}"
         )
     parsed = []
-    for axis, (sel, size) in enumerate(itertools.zip_longest(region, shape)):
-        sel = slice(None) if sel is None else sel
+    whole = slice(None)  # trailing axes the region leaves out (None in it is an error, as in zarr)
+    for axis, (sel, size) in enumerate(itertools.zip_longest(region, shape, fillvalue=whole)):
         if not isinstance(sel, slice) or sel.step not in (None, 1):
             raise LinumpyError(
                 f"{source}: region entry {sel!r} on axis {axis} must be a slice with step 1"

@@ -1,0 +1,88 @@
+"""Checks of what an image's metadata declares, made when it is opened and before any work
+starts: shapes no real array has, empty image levels, axes that do not match the rank, scales that
+are not finite and positive. Each error names the metadata file at fault.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from linumpy.errors import LinumpyError
+
+__all__ = ["MAX_ARRAY_BYTES", "check_array_shape", "check_level_axes", "check_scale"]
+
+#: An array of more bytes than this (8 PiB) is taken for corrupt metadata and refused when opened.
+MAX_ARRAY_BYTES = 2**53
+
+
+def check_array_shape(
+    shape: Sequence[int], itemsize: int, source: str | os.PathLike[str], *, image: bool
+) -> None:
+    """Refuse, before any work starts, a shape no real array has (more than
+    :data:`MAX_ARRAY_BYTES`), and for an OME-Zarr image level (``image``) an empty one.
+
+    Examples
+    --------
+    >>> check_array_shape((2**60, 64, 64), 2, "v.ome.zarr/0/zarr.json", image=True)
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: v.ome.zarr/0/zarr.json: shape (1152921504606846976, 64, 64) \
+holds 8388608.0 PiB (at most 8 PiB are opened): corrupt metadata?
+    >>> check_array_shape((0, 64, 64), 2, "v.ome.zarr/0/zarr.json", image=True)
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: v.ome.zarr/0/zarr.json: shape (0, 64, 64) holds no voxel: an \
+image needs at least one along each axis
+    """
+    shape = tuple(int(n) for n in shape)
+    nbytes = math.prod(shape) * itemsize
+    if nbytes > MAX_ARRAY_BYTES:
+        raise LinumpyError(
+            f"{os.fspath(source)}: shape {shape} holds {nbytes / 2**50:.1f} PiB (at most "
+            f"{MAX_ARRAY_BYTES // 2**50} PiB are opened): corrupt metadata?"
+        )
+    if image and 0 in shape:
+        raise LinumpyError(
+            f"{os.fspath(source)}: shape {shape} holds no voxel: an \
+image needs at least one "
+            "along each axis"
+        )
+
+
+def check_level_axes(
+    axes: Sequence[Any] | None, ndim: int, level: int, source: str | os.PathLike[str]
+) -> None:
+    """Refuse multiscales ``axes`` whose count is not the rank of level ``level``'s array.
+
+    Examples
+    --------
+    >>> check_level_axes(["y", "x"], 3, 0, "v.ome.zarr/zarr.json")
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: v.ome.zarr/zarr.json: 2 axes for the 3-D array of level 0
+    """
+    if axes is not None and len(axes) != ndim:
+        raise LinumpyError(
+            f"{os.fspath(source)}: {len(axes)} axes for the {ndim}-D array of level {level}"
+        )
+
+
+def check_scale(scale: Sequence[float], level: int, source: str | os.PathLike[str]) -> None:
+    """Refuse a level's scale unless every value is finite and positive.
+
+    Examples
+    --------
+    >>> check_scale([1.0, -2.0], 0, "v.ome.zarr/zarr.json")
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: v.ome.zarr/zarr.json: level 0's scale [1.0, -2.0] must hold \
+finite positive numbers
+    """
+    if not all(math.isfinite(v) and v > 0 for v in scale):
+        raise LinumpyError(
+            f"{os.fspath(source)}: level {level}'s scale {list(scale)} must hold finite positive "
+            "numbers"
+        )
