@@ -23,6 +23,7 @@ from linumpy._xp import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
 from linumpy.io.dask_write import committed, space_axes, store_dask, write_pyramid
+from linumpy.io.levels import store_levels
 from linumpy.io.lazy import storage_unit
 from linumpy.io.sources import open_source
 from linumpy.mosaic.convert import convert_to_omezarr
@@ -443,11 +444,18 @@ def stitch_omezarr(
     start = time.perf_counter()
     with committed(writer):
         stitched = stitch_lazy(source, transform, blending, block=block, gpu=gpu)
-        store_dask(stitched, writer.array, cluster=cluster, progress=progress, desc="stitch")
-        middle = time.perf_counter()
-        write_pyramid(
-            writer.arrays, axes=space_axes(writer), gpu=gpu, cluster=cluster, progress=progress
+        # level 1 from the stitched blocks themselves: level 0 is not read back
+        rest = store_levels(
+            stitched,
+            writer.arrays,
+            axes=space_axes(writer),
+            gpu=gpu,
+            cluster=cluster,
+            progress=progress,
+            desc="stitch",
         )
+        middle = time.perf_counter()
+        write_pyramid(rest, axes=space_axes(writer), gpu=gpu, cluster=cluster, progress=progress)
         stitch_attrs = {
             "source": os.fspath(source),
             "blending": blending,
