@@ -9,8 +9,13 @@ one per axis or one per space axis), else from the ImageJ or OME-XML metadata of
 OME-Zarr input, else are 1; the line printed at the end says which.
 
 Chunks, shards, pyramid levels, zstd level and OME-NGFF version (0.5: zarr v3, 0.4: zarr v2) are
-chosen on the command line, in OME-Zarr axis order. With --use-gpu the chunks are zstd-encoded on
-the GPU (nvCOMP; NGFF 0.5).
+chosen on the command line, in OME-Zarr axis order. By default the output is NGFF 0.5 with chunks
+of about 1 MiB (for example 32 x 128 x 128 for uint16, 16 x 128 x 128 for float32) in shards of
+whole planes up to 128 MiB: the layout the GPU decodes in parallel and the CPU reads as fast as
+128^3 chunks; --no-shards writes one file per chunk, and NGFF 0.4 (no shards) warns when that
+makes more than 100,000 files. To rewrite an existing zarr or OME-Zarr image in this layout with
+its pyramid and metadata as they are, use linum-rechunk. With --use-gpu the chunks are
+zstd-encoded on the GPU (nvCOMP; NGFF 0.5).
 
 The data goes through as dask tasks of whole output chunks (shards), and the pyramid is built
 from the stored levels, so inputs larger than memory are converted with bounded memory (each
@@ -44,11 +49,19 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
         help="The TIFF series to convert, from 0 [0].",
     )
     parser.add_argument(
-        "--chunks", nargs="+", type=positive_int, help="Chunk shape (default: 128s)."
+        "--chunks",
+        nargs="+",
+        type=positive_int,
+        help="(Inner) chunk shape (default: about 1 MiB each).",
     )
-    parser.add_argument(
-        "--shards", nargs="+", type=positive_int, help="Shard shape (NGFF 0.5 only)."
+    shards = parser.add_mutually_exclusive_group()
+    shards.add_argument(
+        "--shards",
+        nargs="+",
+        type=positive_int,
+        help="Shard shape, NGFF 0.5 only (default: slabs of whole planes).",
     )
+    shards.add_argument("--no-shards", action="store_true", help="One file per chunk.")
     parser.add_argument(
         "--n-levels", type=positive_int, default=1, help="Pyramid levels [%(default)s]."
     )
@@ -94,7 +107,7 @@ x 1 micrometer (none known: 1 per axis))
                     voxel_size=args.voxel_size,
                     series=args.series,
                     chunks=args.chunks,
-                    shards=args.shards,
+                    shards=None if args.no_shards else args.shards or "auto",
                     n_levels=args.n_levels,
                     level=args.zstd_level,
                     ngff_version=args.ngff_version,

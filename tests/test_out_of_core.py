@@ -140,7 +140,12 @@ def test_stitch_blocks_cover_whole_source_chunks_when_memory_allows() -> None:
 
 def test_projection_sums_slabs_in_z_order(tmp_path: Path, mosaic: Path) -> None:
     stitch_omezarr(
-        mosaic, tmp_path / "s.ome.zarr", read_demo_truth(mosaic), n_levels=1, chunks=(4, 32, 32)
+        mosaic,
+        tmp_path / "s.ome.zarr",
+        read_demo_truth(mosaic),
+        n_levels=1,
+        chunks=(4, 32, 32),
+        shards=None,  # slabs of a chunk's depth (sharded volumes: a shard's, tested apart)
     )
     volume = read_volume(tmp_path / "s.ome.zarr")  # float32: the order of the sums shows
     total = np.zeros(volume.shape[1:], np.float64)

@@ -224,6 +224,7 @@ def test_failed_run_leaves_no_output(tmp_path, capsys) -> None:
         tmp_path / "noise.ome.zarr",
         voxel_size=(1, 1, 1),
         chunks=(4, 64, 64),
+        shards=None,  # tiles of one chunk each, the tile shape read from the chunks
     )
     error = run_failing(
         "linum_estimate_transform", capsys, tmp_path / "noise.ome.zarr", tmp_path / "t.json"

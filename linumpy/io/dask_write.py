@@ -25,8 +25,9 @@ from zarr.storage import LocalStore
 from linumpy import phases
 from linumpy._xp import array_module, gpu_module
 from linumpy.errors import LinumpyError
+from linumpy.io.layout import SHARD_BYTES
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
-from linumpy.parallel import Cluster
+from linumpy.parallel import TASK_SHARE, Cluster
 
 if TYPE_CHECKING:
     from linumpy.io import OmeZarrWriter
@@ -36,6 +37,7 @@ __all__ = [
     "array_path",
     "committed",
     "empty_meta",
+    "shard_budget",
     "space_axes",
     "store_dask",
     "store_graph",
@@ -344,3 +346,23 @@ def empty_meta(dtype: np.typing.DTypeLike, ndim: int, gpu: bool) -> Any:
     array([], shape=(0, 0, 0), dtype=float32)
     """
     return gpu_module(gpu).empty((0,) * ndim, dtype=dtype)
+
+
+def shard_budget(cluster: Cluster, per_byte: float = 1.0) -> int:
+    """The largest shard (bytes) a job's tasks can write: :data:`linumpy.io.layout.SHARD_BYTES`,
+    or less under a memory limit, where a task holding one shard uses ``per_byte`` times its
+    bytes and each thread gets its share of :data:`~linumpy.parallel.TASK_SHARE` of the limit.
+
+    Examples
+    --------
+    >>> from linumpy.io.dask_write import shard_budget
+    >>> from linumpy.parallel import Cluster
+    >>> shard_budget(Cluster(threads=4)) == 128 * 2**20
+    True
+    >>> shard_budget(Cluster(memory_limit=2**26, threads=2), per_byte=3) // 2**20
+    8
+    """
+    if cluster.memory_limit is None:
+        return SHARD_BYTES
+    usable = int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads
+    return max(1, min(SHARD_BYTES, int(usable / per_byte)))

@@ -26,10 +26,12 @@ from linumpy.io.dask_write import (
     align_blocks,
     committed,
     empty_meta,
+    shard_budget,
     space_axes,
     store_dask,
     write_pyramid,
 )
+from linumpy.io.layout import ShardsArg, default_layout, slab_shards
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.io.omezarr import NgffVersion
 from linumpy.io.sources import TIFF_SUFFIXES, SourceImage, open_image, open_tiff
@@ -161,7 +163,7 @@ def convert_to_omezarr(
     voxel_size: Sequence[float] | None = None,
     series: int | None = None,
     chunks: Sequence[int] | None = None,
-    shards: Sequence[int] | None = None,
+    shards: ShardsArg = "auto",
     n_levels: int = 1,
     level: int = 3,
     ngff_version: NgffVersion = "0.5",
@@ -192,7 +194,9 @@ def convert_to_omezarr(
     series
         The TIFF series to convert (0 by default).
     chunks, shards, n_levels, level, ngff_version
-        As for :class:`linumpy.io.OmeZarrWriter` (in NGFF axis order).
+        As for :class:`linumpy.io.OmeZarrWriter` (in NGFF axis order): by default chunks of
+        about 1 MiB in shards of whole planes (:func:`linumpy.io.layout.default_layout`;
+        smaller shards under a memory limit).
     gpu
         Encode on the GPU.
     overwrite
@@ -239,6 +243,13 @@ voxel_size argument)'
         )
         gpu = False
     sizes, axes, origin = _voxel_size(image, voxel_size)
+    cluster = cluster or Cluster()
+    per_element = 3 * dtype.itemsize  # the block, its copy in zarr, the encoded chunks
+    if isinstance(shards, str) and ngff_version == "0.5" and cluster.memory_limit is not None:
+        space = [i for i, a in enumerate(axes) if a.type == "space"]
+        chunks, shards = default_layout(shape, dtype, chunks=chunks, space=space)
+        budget = shard_budget(cluster, per_byte=3)
+        shards = slab_shards(shape, chunks, dtype, space=space, shard_bytes=budget)
     writer = OmeZarrWriter(
         target,
         shape,
@@ -252,13 +263,11 @@ voxel_size argument)'
         overwrite=overwrite,
         ngff_version=ngff_version,
     )
-    cluster = cluster or Cluster()
     unit = storage_unit(writer.array)
     if isinstance(image.data, zarr.Array):
         stored = storage_unit(image.data)
         unit = tuple(math.lcm(u, stored[i]) for u, i in zip(unit, image.order))
     unit = tuple(min(u, n) for u, n in zip(unit, shape))
-    per_element = 3 * dtype.itemsize  # the block, its copy in zarr, the encoded chunks
     budget = cluster.task_bytes(
         math.prod(unit) * per_element,
         "the conversion",

@@ -27,7 +27,13 @@ from linumpy.mosaic.stitch import Blending, parse_blending, stitch_region, tiles
 from linumpy.mosaic.transform import TileTransform
 from linumpy.parallel import TASK_SHARE, Cluster
 
-__all__ = ["REUSE_TASK_BYTES", "plan_stitch_block", "projection_lazy", "stitch_lazy"]
+__all__ = [
+    "REUSE_TASK_BYTES",
+    "plan_stitch_block",
+    "projection_lazy",
+    "stitch_lazy",
+    "stitch_threads",
+]
 
 
 def _whole(shape: Sequence[int]) -> tuple[slice, ...]:
@@ -72,16 +78,17 @@ def _reuse_unit(
     unit: tuple[int, ...],
     out_shape: Sequence[int],
     source_chunks: Sequence[int],
-    reach: int,
+    reach: int | None,
 ) -> tuple[int, ...]:
-    """``unit`` grown to whole source chunks in depth and to ``reach`` source chunks in y and x:
-    a block then decodes each chunk it touches once in depth, and each about (1 + 1/reach)^2
-    times in y and x, against (1 + chunk / block)^2 for smaller blocks."""
+    """``unit`` grown to whole source chunks in depth and to ``reach`` source chunks (tiles) in y
+    and x (None: whole planes): a block then decodes each chunk it touches once in depth, and
+    each about (1 + 1/reach)^2 times in y and x, against (1 + chunk / block)^2 for smaller
+    blocks; blocks of whole planes decode each chunk once."""
     grown = list(unit)
     if len(unit) == 3:
         grown[0] = min(math.lcm(unit[0], source_chunks[0]), out_shape[0])
     for axis in (-2, -1):
-        extent = reach * source_chunks[axis]
+        extent = out_shape[axis] if reach is None else reach * source_chunks[axis]
         grown[axis] = min(math.ceil(extent / unit[axis]) * unit[axis], out_shape[axis])
     return tuple(grown)
 
@@ -94,17 +101,19 @@ def plan_stitch_block(
     cluster: Cluster,
     source_chunks: Sequence[int] | None = None,
     gpu: bool = False,
+    source_shards: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
     """Block shape for stitching: whole output shards (or chunks), whole planes when they fit
     the cluster's per-task memory, then as many planes as fit, in enough blocks to keep every
     worker busy (:meth:`linumpy.parallel.Cluster.task_bytes`).
 
-    With ``source_chunks``, a block starts at whole source chunks in depth and twice (else once)
-    a source chunk in y and x, when that fits the memory limit (without one:
+    With ``source_chunks``, a block starts at whole source chunks in depth and whole planes,
+    else twice (else once) a tile in y and x, when that fits the memory limit (without one:
     :data:`REUSE_TASK_BYTES`, and the host's available memory shared by the threads): every block
-    decodes the stored chunks it touches whole, so small blocks over large chunks
-    decode each many times (docs/architecture.md, "Measurements behind the defaults": blocks
-    over whole chunks).
+    reads the tiles it touches whole, so small blocks over large tiles decode each chunk many
+    times (docs/architecture.md, "Measurements behind the defaults": blocks over whole chunks),
+    and blocks of whole planes read each chunk once
+    (stitched by several threads inside the task: see :func:`stitch_lazy`).
 
     Parameters
     ----------
@@ -118,6 +127,9 @@ def plan_stitch_block(
         Gives the memory one task may use.
     source_chunks
         The mosaic grid's stored (inner) chunk shape.
+    source_shards
+        The mosaic grid's shard shape (one tile, in linumpy's layout): blocks reach whole
+        shards in y and x.
     gpu
         Whether the blocks are stitched on the GPU (larger blocks, fewer local threads).
 
@@ -139,7 +151,11 @@ def plan_stitch_block(
     (8, 128, 128)
     >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64), Cluster(threads=16),
     ...                   source_chunks=(64, 128, 128))
-    (64, 256, 256)
+    (64, 428, 428)
+    >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64),
+    ...                   Cluster(memory_limit=2**26, threads=2), source_chunks=(32, 64, 64),
+    ...                   source_shards=(64, 128, 128))  # whole planes do not fit
+    (32, 128, 428)
     """
     out_shape = (*source_shape[:-2], *transform.output_shape())
     cost = _stitch_cost(transform, out_shape, itemsize)
@@ -153,8 +169,11 @@ def plan_stitch_block(
         if cluster.memory_limit is None:  # within what this host has free, shared by the threads
             free = int(available_memory() * TASK_SHARE) // cluster.threads
             room = max(allowed, min(REUSE_TASK_BYTES, free))
-        for reach in (2, 1):
-            reuse = _reuse_unit(unit, out_shape, source_chunks, reach)
+        reused = tuple(source_chunks)
+        if source_shards is not None:  # a tile per shard: read whole tiles, chunks once in depth
+            reused = (*reused[:-2], *tuple(source_shards)[-2:])
+        for reach in (None, 2, 1):
+            reuse = _reuse_unit(unit, out_shape, reused, reach)
             if cost(reuse) <= room:
                 unit, minimum = reuse, cost(reuse)
                 break
@@ -171,6 +190,7 @@ def _stitch_block(
     transform: TileTransform,
     blending: Blending,
     gpu: bool,
+    threads: int,
     block_info: dict[Any, Any] | None = None,
 ) -> Any:
     info = block_info[None]
@@ -192,6 +212,7 @@ def _stitch_block(
         origin=(y0, x0),
         shape=(y1 - y0, x1 - x0),
         grid_origin=(rows.start, cols.start),
+        threads=1 if gpu else threads,
     )
 
 
@@ -202,12 +223,14 @@ def stitch_lazy(
     *,
     block: Sequence[int],
     gpu: bool = False,
+    threads: int = 1,
 ) -> da.Array:
     """The stitched image of a mosaic grid as a lazy float32 dask array.
 
     Each block is one task: it reads the tiles that overlap it (one :func:`read_volume` call)
-    and stitches them with :func:`linumpy.mosaic.stitch.stitch_region`; the result equals
-    :func:`linumpy.mosaic.stitch.stitch` of the whole grid.
+    and stitches them with :func:`linumpy.mosaic.stitch.stitch_region` (in ``threads`` bands of
+    rows on the CPU: blocks of whole planes are few, and read each stored chunk once); the
+    result equals :func:`linumpy.mosaic.stitch.stitch` of the whole grid.
 
     Parameters
     ----------
@@ -221,6 +244,8 @@ def stitch_lazy(
         Block shape (see :func:`plan_stitch_block`).
     gpu
         Read and stitch on the GPU (cupy blocks).
+    threads
+        Threads stitching each block on the CPU (see :func:`stitch_threads`).
 
     Examples
     --------
@@ -248,10 +273,39 @@ def stitch_lazy(
         transform,
         blending,
         gpu,
+        threads,
         chunks=aligned_chunks(_whole(out_shape), block),
         dtype=np.float32,
         meta=empty_meta(np.float32, len(out_shape), gpu),
     )
+
+
+def stitch_threads(out_shape: Sequence[int], block: Sequence[int], cluster: Cluster) -> int:
+    """Threads to stitch each block with: the cluster's threads shared by the blocks that run at
+    once, so that a job of fewer blocks than threads still uses them all.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.out_of_core import stitch_threads
+    >>> from linumpy.parallel import Cluster
+    >>> stitch_threads((96, 850, 850), (32, 850, 850), Cluster(threads=16))  # 3 blocks
+    6
+    >>> stitch_threads((96, 850, 850), (8, 256, 256), Cluster(threads=16))
+    1
+    """
+    blocks = math.prod(-(-int(n) // int(b)) for n, b in zip(out_shape, block))
+    return max(1, -(-cluster.threads // max(1, min(blocks, cluster.slots))))
+
+
+def _slab_sum_dtype(dtype: np.dtype, step: int) -> np.dtype:
+    """The dtype a slab of ``step`` planes is summed in: 32-bit integers for small integers whose
+    sum cannot overflow them (exact, as float64 is, and faster: docs/writing.md, "Layout"),
+    else float64."""
+    if dtype.kind in "bu" and dtype.itemsize <= 2 and step * (2 ** (8 * dtype.itemsize)) <= 2**32:
+        return np.dtype(np.uint32)
+    if dtype.kind == "i" and dtype.itemsize <= 2 and step * (2 ** (8 * dtype.itemsize - 1)) < 2**31:
+        return np.dtype(np.int32)
+    return np.dtype(np.float64)
 
 
 def _project_column(
@@ -262,7 +316,9 @@ def _project_column(
     total = xp.zeros((y1 - y0, x1 - x0), dtype=xp.float64)
     for z0 in range(0, depth, step):
         region = (slice(z0, min(z0 + step, depth)), slice(y0, y1), slice(x0, x1))
-        total += read_volume(path, gpu=gpu, region=region).sum(axis=0, dtype=xp.float64)
+        slab = read_volume(path, gpu=gpu, region=region)
+        # integer sums below 2**53 are exact in float64: the result is the same either way
+        total += slab.sum(axis=0, dtype=_slab_sum_dtype(slab.dtype, step))
     return (total / depth).astype(xp.float32)
 
 
@@ -278,8 +334,9 @@ def projection_lazy(
 
     Each block is one task that reads its column of the volume ``slab_depth`` planes at a time
     and adds the slabs' sums in z order, so the result equals summing slab by slab over whole
-    planes. Blocks are whole multiples of the volume's shards (or chunks) in y and x (and of
-    ``align``) and fit the cluster's per-task memory.
+    planes. Slabs are whole shards (or chunks) deep and blocks whole (inner) chunks in y and x
+    (and multiples of ``align``), so no stored chunk is read twice; blocks fit the cluster's
+    per-task memory.
 
     Parameters
     ----------
@@ -288,7 +345,7 @@ def projection_lazy(
     gpu
         Read and sum on the GPU (cupy blocks).
     slab_depth
-        Planes read at once; the volume's chunk depth by default.
+        Planes read at once; the volume's shard (or chunk) depth by default.
     align
         ``(y, x)``: blocks are also multiples of this (the output's shards or chunks).
     cluster
@@ -326,17 +383,22 @@ def projection_lazy(
     check_host_memory(
         math.prod(array.shape[1:]) * 4, str(path), f"a projection of shape {array.shape[1:]}"
     )
-    step = slab_depth or array.chunks[0]
+    step = min(slab_depth or storage_unit(array)[0], array.shape[0])
     itemsize = np.dtype(array.dtype).itemsize
-    unit = storage_unit(array)[1:]
+    # whole inner chunks: a shard's columns go to several tasks, each reading its own chunks
+    unit = tuple(int(c) for c in array.chunks[1:])
     if align is not None:
         unit = tuple(math.lcm(u, a) for u, a in zip(unit, align))
     unit = tuple(min(u, n) for u, n in zip(unit, array.shape[1:]))
 
     def cost(block: tuple[int, ...]) -> int:
-        return math.prod(block) * (min(step, array.shape[0]) * itemsize + 3 * 8 + 2 * 4)
+        return math.prod(block) * (step * itemsize + 3 * 8 + 2 * 4)
 
     cluster = cluster or Cluster()
+    limited = slab_depth is None and cluster.memory_limit is not None
+    if limited and cost(unit) > int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads:
+        # slabs of a shard's depth that do not fit: of a chunk's (each chunk still read once)
+        step = min(int(array.chunks[0]), array.shape[0])
     budget = cluster.task_bytes(cost(unit), "the projection", total=cost(array.shape[1:]), gpu=gpu)
     block = grow_block(unit, array.shape[1:], 0, budget, cost=cost)
     return da.map_blocks(

@@ -22,12 +22,24 @@ from linumpy import phases
 from linumpy._xp import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
-from linumpy.io.dask_write import committed, space_axes, store_dask, write_pyramid
-from linumpy.io.levels import store_levels
+from linumpy.io.dask_write import (
+    committed,
+    shard_budget,
+    space_axes,
+    store_dask,
+    write_pyramid,
+)
+from linumpy.io.layout import ShardsArg, inner_chunks, slab_shards, tile_layout
 from linumpy.io.lazy import storage_unit
+from linumpy.io.levels import store_levels
 from linumpy.io.sources import open_source
 from linumpy.mosaic.convert import convert_to_omezarr
-from linumpy.mosaic.out_of_core import plan_stitch_block, projection_lazy, stitch_lazy
+from linumpy.mosaic.out_of_core import (
+    plan_stitch_block,
+    projection_lazy,
+    stitch_lazy,
+    stitch_threads,
+)
 from linumpy.mosaic.registration import PairMeasurement, estimate_transform
 from linumpy.mosaic.stitch import Blending, parse_blending
 from linumpy.mosaic.transform import TileTransform, parse_tile_shape
@@ -101,7 +113,8 @@ def mosaic_tile_shape(
     """The ``(tile_h, tile_w)`` of a mosaic grid image.
 
     Taken from ``tile_shape`` when given, else from the image's ``linumpy.mosaic`` attributes,
-    else from its chunk shape (a mosaic grid stores one chunk per tile).
+    else from its shard shape, else its chunk shape (a mosaic grid stores one tile per shard,
+    or per chunk).
 
     Examples
     --------
@@ -109,9 +122,8 @@ def mosaic_tile_shape(
     >>> from linumpy.io import save_omezarr
     >>> from linumpy.mosaic.pipeline import mosaic_tile_shape, write_linumpy_attrs
     >>> path = tempfile.mkdtemp() + "/grid.ome.zarr"
-    >>> save_omezarr(
-    ...     np.zeros((2, 16, 24), np.uint16), path, voxel_size=(1.0, 1.0, 1.0), chunks=(2, 8, 8)
-    ... )
+    >>> save_omezarr(np.zeros((2, 16, 24), np.uint16), path, voxel_size=(1.0, 1.0, 1.0),
+    ...              chunks=(2, 8, 8), shards=None)  # one chunk per tile, no attributes
     >>> mosaic_tile_shape(path)
     (8, 8)
     >>> write_linumpy_attrs(path, {"mosaic": {"tile_shape": [8, 12]}})
@@ -123,8 +135,7 @@ def mosaic_tile_shape(
     stored = read_linumpy_attrs(path).get("mosaic", {}).get("tile_shape")
     if stored is not None:
         return parse_tile_shape(stored)
-    chunks = open_array(path).chunks
-    return parse_tile_shape(chunks[-2:])
+    return parse_tile_shape(storage_unit(open_array(path))[-2:])
 
 
 @phases.recorded("projection")
@@ -189,8 +200,9 @@ def projection_omezarr(
     """Write the average intensity projection of a 3D OME-Zarr volume as a 2D OME-Zarr image.
 
     Computed out of core (see :func:`linumpy.mosaic.out_of_core.projection_lazy`) and written
-    block by block. A mosaic grid's tile layout attributes are kept, with the tile shape as the
-    output's chunks, so the projection can be stitched.
+    block by block, in linumpy's default layout (:func:`linumpy.io.layout.default_layout`). A
+    mosaic grid's tile layout attributes are kept, with one tile per shard (or chunk) of the
+    output (:func:`linumpy.io.layout.tile_layout`), so the projection can be stitched.
 
     Parameters
     ----------
@@ -229,17 +241,27 @@ def projection_omezarr(
     if array.ndim != 3:
         raise LinumpyError(f"{source}: need a 3D volume, got shape {array.shape}")
     mosaic = read_linumpy_attrs(source).get("mosaic")
+    cluster = cluster or Cluster()
+    shape = tuple(array.shape[1:])
+    budget = shard_budget(cluster, per_byte=3)  # the block, its copy in zarr, the encoded copy
+    if mosaic:
+        chunks, shards = tile_layout(shape, np.float32, mosaic["tile_shape"], shard_bytes=budget)
+    else:
+        chunks = inner_chunks(shape, np.float32)
+        shards = slab_shards(shape, chunks, np.float32, shard_bytes=budget)
     writer = OmeZarrWriter(
         target,
-        array.shape[1:],
+        shape,
         np.float32,
         voxel_size=voxel_size[1:],
-        chunks=mosaic["tile_shape"] if mosaic else None,
+        chunks=chunks,
+        shards=shards,
         n_levels=n_levels,
         overwrite=overwrite,
     )
-    cluster = cluster or Cluster()
-    lazy = projection_lazy(source, gpu=gpu, align=storage_unit(writer.array), cluster=cluster)
+    # columns of the source's chunks, joined into whole output shards (or chunks) before they
+    # are written (store_dask): the output's layout does not set the reads' blocks
+    lazy = projection_lazy(source, gpu=gpu, cluster=cluster)
     if gpu:  # encoded on the CPU: a 2D image is small, and the bytes stay those of a CPU run
         lazy = lazy.map_blocks(to_numpy, meta=np.empty((0, 0), np.float32))
     with committed(writer):
@@ -328,16 +350,18 @@ def estimate_transform_omezarr(
     return estimate_transform(image, shape, progress=progress, **options)
 
 
-def _output_chunks(shape: tuple[int, ...], slab_depth: int) -> tuple[int, ...]:
-    yx = tuple(min(128, n) for n in shape[-2:])
-    if len(shape) == 2:
-        return yx
-    return (min(math.gcd(slab_depth, 128), shape[0]), *yx)
-
-
-def _slab_depth(requested: int | None, chunk_depth: int, depth: int, n_levels: int) -> int:
+def _output_chunks(
+    shape: tuple[int, ...], slab_depth: int | None, n_levels: int
+) -> tuple[int, ...]:
+    """The default layout's chunks (:func:`linumpy.io.layout.inner_chunks`), ``slab_depth``
+    (rounded up to a multiple of ``2 ** (n_levels - 1)``) setting their depth: the largest
+    power of 2 up to 128 dividing it."""
+    chunks = inner_chunks(shape, np.float32)
+    if len(shape) == 2 or slab_depth is None:
+        return chunks
     unit = 2 ** (n_levels - 1)
-    return min(math.ceil((requested or chunk_depth) / unit) * unit, depth)
+    step = min(math.ceil(slab_depth / unit) * unit, shape[0])
+    return (min(math.gcd(step, 128), shape[0]), *chunks[1:])
 
 
 @phases.recorded("metadata")
@@ -350,7 +374,7 @@ def stitch_omezarr(
     gpu: bool = False,
     n_levels: int = 3,
     chunks: Sequence[int] | None = None,
-    shards: Sequence[int] | None = None,
+    shards: ShardsArg = "auto",
     level: int = 3,
     slab_depth: int | None = None,
     overwrite: bool = False,
@@ -379,11 +403,12 @@ def stitch_omezarr(
     gpu
         Read, stitch and encode on the GPU.
     n_levels, chunks, shards, level
-        Pyramid levels, chunk and shard shapes, zstd level of the output.
+        Pyramid levels, chunk and shard shapes, zstd level of the output; by default linumpy's
+        layout (:func:`linumpy.io.layout.default_layout`): chunks of about 1 MiB in shards of
+        whole planes (smaller under a memory limit).
     slab_depth
         Sets the output's chunk depth when ``chunks`` is not given: the largest power of 2 up
-        to 128 dividing it; by default the source's chunk depth, rounded up to a multiple of
-        ``2 ** (n_levels - 1)``.
+        to 128 dividing it, rounded up to a multiple of ``2 ** (n_levels - 1)``.
     overwrite
         Replace an existing ``target``.
     progress
@@ -418,20 +443,23 @@ def stitch_omezarr(
     transform = transform.normalized()
     transform.check_mosaic_shape(array.shape, f"{source}: mosaic grid")
     out_shape = (*array.shape[:-2], *transform.output_shape())
-    depth = array.shape[0] if array.ndim == 3 else 1
-    step = _slab_depth(slab_depth, array.chunks[0], depth, n_levels) if array.ndim == 3 else 1
+    chunks = tuple(chunks) if chunks else _output_chunks(out_shape, slab_depth, n_levels)
+    cluster = cluster or Cluster()
+    if isinstance(shards, str) and cluster.memory_limit is not None:
+        # the output, its blending weights and encoded copy, and the tiles beside each shard
+        budget = shard_budget(cluster, per_byte=4)
+        shards = slab_shards(out_shape, chunks, np.float32, shard_bytes=budget)
     writer = OmeZarrWriter(
         target,
         out_shape,
         np.float32,
         voxel_size=voxel_size,
-        chunks=chunks or _output_chunks(out_shape, step),
+        chunks=chunks,
         shards=shards,
         n_levels=n_levels,
         level=level,
         overwrite=overwrite,
     )
-    cluster = cluster or Cluster()
     block = plan_stitch_block(
         array.shape,
         np.dtype(array.dtype).itemsize,
@@ -440,10 +468,12 @@ def stitch_omezarr(
         cluster,
         source_chunks=array.chunks,
         gpu=gpu,
+        source_shards=array.shards,
     )
+    threads = stitch_threads(out_shape, block, cluster)
     start = time.perf_counter()
     with committed(writer):
-        stitched = stitch_lazy(source, transform, blending, block=block, gpu=gpu)
+        stitched = stitch_lazy(source, transform, blending, block=block, gpu=gpu, threads=threads)
         # level 1 from the stitched blocks themselves: level 0 is not read back
         rest = store_levels(
             stitched,
