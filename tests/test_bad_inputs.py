@@ -49,8 +49,12 @@ def _argv(name: str, source: Path, data: Path, out: Path) -> list[str]:
     }[name]
 
 
-INPUT_SCRIPTS = [name for name in SCRIPTS if name != "linum-make-demo-data"]
-OUTPUT_SCRIPTS = [name for name in SCRIPTS if name not in ("linum-gpu-info", "linum-benchmark-io")]
+#: Scripts that take no image: the pipeline benchmark makes its own mosaics.
+NO_IMAGE = ("linum-benchmark-pipeline",)
+INPUT_SCRIPTS = [name for name in SCRIPTS if name not in ("linum-make-demo-data", *NO_IMAGE)]
+OUTPUT_SCRIPTS = [
+    name for name in SCRIPTS if name not in ("linum-gpu-info", "linum-benchmark-io", *NO_IMAGE)
+]
 #: Scripts that read the voxels (linum-gpu-info reads the metadata only).
 DATA_SCRIPTS = [name for name in INPUT_SCRIPTS if name != "linum-gpu-info"]
 
@@ -140,6 +144,57 @@ def _chunk_directory(chunk: Path) -> None:
     chunk.mkdir()
 
 
+def _multiscale(doc: dict) -> dict:
+    return doc["attributes"]["ome"]["multiscales"][0]
+
+
+def _drop_an_axis(doc: dict) -> None:
+    multiscale = _multiscale(doc)
+    multiscale["axes"] = multiscale["axes"][1:]
+    for dataset in multiscale["datasets"]:
+        for transform in dataset["coordinateTransformations"]:
+            transform[transform["type"]] = transform[transform["type"]][1:]
+
+
+def _first_scale(value: float) -> Callable[[dict], None]:
+    def edit(doc: dict) -> None:
+        _multiscale(doc)["datasets"][0]["coordinateTransformations"][0]["scale"][0] = value
+
+    return edit
+
+
+def _level_entry(key: str, value: object) -> Callable[[dict], None]:
+    def edit(doc: dict) -> None:
+        if key == "codec":
+            doc["codecs"][-1]["name"] = value
+        elif key == "shape":
+            doc["shape"] = [value, *doc["shape"][1:]]
+        else:
+            doc[key] = value
+
+    return edit
+
+
+#: Hostile or degenerate metadata: case -> (file edited, edit, what the error must name).
+HOSTILE_EDITS: dict[str, tuple[str, Callable[[dict], object], str]] = {
+    "shape-2**60": ("0/zarr.json", _level_entry("shape", 2**60), "0/zarr.json"),
+    "shape-empty": ("0/zarr.json", _level_entry("shape", 0), "0/zarr.json"),
+    "shape-negative": ("0/zarr.json", _level_entry("shape", -1), "0/zarr.json"),
+    "codec-unknown": ("0/zarr.json", _level_entry("codec", "nope"), "0/zarr.json"),
+    "dtype-unknown": ("0/zarr.json", _level_entry("data_type", "bogus"), "0/zarr.json"),
+    "dataset-path-dotdot": (
+        "zarr.json",
+        lambda d: _multiscale(d)["datasets"][0].update(path=".."),
+        "zarr.json",
+    ),
+    "axes-not-rank": ("zarr.json", _drop_an_axis, "zarr.json"),
+    "scale-negative": ("zarr.json", _first_scale(-1.0), "zarr.json"),
+    "scale-zero": ("zarr.json", _first_scale(0.0), "zarr.json"),
+    "scale-nan": ("zarr.json", _first_scale(float("nan")), "zarr.json"),
+    "scale-inf": ("zarr.json", _first_scale(float("inf")), "zarr.json"),
+}
+
+
 def _corrupt(case: str, image: Path) -> str:
     """Damage ``image`` as ``case`` says; return what the error must name."""
     if case == "no-dataset-path":
@@ -163,12 +218,26 @@ def _corrupt(case: str, image: Path) -> str:
     if case == "huge-chunks":  # 512 TiB chunks (2D: 4 TiB)
         _edit_json(image / "0" / "zarr.json", _huge_chunks)
         return "TiB"
+    if case in HOSTILE_EDITS:
+        file, edit, named = HOSTILE_EDITS[case]
+        _edit_json(image / file, edit)
+        return os.path.join(image.name, *named.split("/"))
+    if case == "json-too-deep":  # 100,000 levels of nesting: the parser's recursion limit
+        (image / "zarr.json").write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
+        return os.path.join(image.name, "zarr.json")
+    if case == "metadata-fifo":  # a FIFO would block a reader opening it
+        (image / "0" / "zarr.json").unlink()
+        os.mkfifo(image / "0" / "zarr.json")
+        return os.path.join(image.name, "0", "zarr.json")
     chunk = _chunk(image)
     key = chunk.relative_to(image).as_posix()
     if case in ("chunk-flipped", "shard-flipped"):
         _flip_bytes(chunk)
     elif case in ("chunk-directory", "shard-directory"):
         _chunk_directory(chunk)
+    elif case in ("chunk-fifo", "shard-fifo"):
+        chunk.unlink()
+        os.mkfifo(chunk)
     else:
         raise AssertionError(case)
     return key[len("0/") :]  # the chunk's key in its array ("c/0/1/0")
@@ -181,8 +250,17 @@ METADATA_CASES = [
     "zarr-json-list",
     "level-json-broken",
 ]
-CHUNK_CASES = ["chunk-flipped", "chunk-directory", "shard-flipped", "shard-directory"]
+CHUNK_CASES = [
+    "chunk-flipped",
+    "chunk-directory",
+    "chunk-fifo",
+    "shard-flipped",
+    "shard-directory",
+    "shard-fifo",
+]
 HOSTILE_CASES = ["huge-shape", "huge-chunks"]
+#: Refused when the image is opened: every script, linum-gpu-info included.
+OPEN_CASES = [*HOSTILE_EDITS, "json-too-deep", "metadata-fifo"]
 
 
 @pytest.mark.parametrize("name", INPUT_SCRIPTS)
@@ -203,7 +281,7 @@ def test_missing_and_not_zarr_inputs(
     assert not any(out.iterdir())
 
 
-@pytest.mark.parametrize("case", METADATA_CASES + CHUNK_CASES + HOSTILE_CASES)
+@pytest.mark.parametrize("case", METADATA_CASES + CHUNK_CASES + HOSTILE_CASES + OPEN_CASES)
 @pytest.mark.parametrize("name", INPUT_SCRIPTS)
 def test_malformed_input(
     name: str, case: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -219,7 +297,7 @@ def test_malformed_input(
     out.mkdir()
     error = _exit_2(name, _argv(name, image, data, out), capsys)
     assert named in error, error
-    if case in METADATA_CASES:
+    if case in METADATA_CASES + OPEN_CASES:
         assert image.name in error, error
     assert not [p for p in out.iterdir() if p.name != "bench"]
 

@@ -358,6 +358,12 @@ def multiscale_metadata(group: zarr.Group, path: str | os.PathLike[str]) -> dict
     )
     if not multiscales[0].get("datasets"):
         raise LinumpyError(f"{path}: a zarr group without OME-NGFF multiscales metadata")
+    for dataset in multiscales[0]["datasets"]:
+        where = dataset.get("path") if isinstance(dataset, Mapping) else None
+        parts = where.split("/") if isinstance(where, str) else [""]
+        if any(part in ("", ".", "..") for part in parts):  # a leading "/" gives "" too
+            file = Path(path, "zarr.json" if zarr_format == 3 else ".zattrs")
+            raise LinumpyError(f"{file}: dataset path {where!r} is not a folder inside the image")
     return multiscales[0]
 
 

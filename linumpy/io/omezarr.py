@@ -15,6 +15,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import zarr
 from zarr.storage import LocalStore
@@ -178,9 +179,24 @@ def _level_array(
         raise LinumpyError(f"{path}: level {level} ({paths[level]!r}) is not a zarr array")
     check_array_shape(array.shape, array.dtype.itemsize, _metadata_file(folder), image=True)
     with _malformed_metadata(path):
-        axes = multiscale_metadata(node, path).get("axes")
-    check_level_axes(axes, array.ndim, level, _metadata_file(Path(path)))
+        multiscale = multiscale_metadata(node, path)
+        check_level_axes(multiscale.get("axes"), array.ndim, level, _metadata_file(Path(path)))
+        _voxel_size(multiscale, path, level)
     return array, folder
+
+
+def _voxel_size(
+    multiscale: dict[str, Any], path: str | os.PathLike[str], level: int
+) -> tuple[float, ...]:
+    """Level ``level``'s scale times the multiscale's own, checked finite and positive."""
+    scale = scale_of(multiscale["datasets"][level].get("coordinateTransformations", []))
+    if scale is None:
+        raise LinumpyError(f"{path}: level {level} has no scale transformation")
+    transforms = multiscale.get("coordinateTransformations", [])
+    global_scale = scale_of(transforms) or [1.0] * len(scale)
+    voxel_size = tuple(s * g for s, g in zip(scale, global_scale, strict=True))
+    check_scale(voxel_size, level, _metadata_file(Path(path)))
+    return voxel_size
 
 
 def read_omezarr(
@@ -223,15 +239,7 @@ def read_omezarr(
     array, _ = _level_array(group, path, level)
     with _malformed_metadata(path):
         # validated by ome-zarr-models (0.4, 0.5) inside; read here by hand for older versions too
-        multiscale = multiscale_metadata(group, path)
-        scale = scale_of(multiscale["datasets"][level].get("coordinateTransformations", []))
-        if scale is None:
-            raise LinumpyError(f"{path}: level {level} has no scale transformation")
-        transforms = multiscale.get("coordinateTransformations", [])
-        global_scale = scale_of(transforms) or [1.0] * len(scale)
-        voxel_size = tuple(s * g for s, g in zip(scale, global_scale, strict=True))
-    check_scale(voxel_size, level, _metadata_file(Path(path)))
-    return array, voxel_size
+        return array, _voxel_size(multiscale_metadata(group, path), path, level)
 
 
 def read_axes(path: str | os.PathLike[str]) -> tuple[Axis, ...]:
