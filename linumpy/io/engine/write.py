@@ -27,6 +27,7 @@ from numcodecs import Zstd
 
 from linumpy import settings as settings_module
 from linumpy._xp import array_module, to_numpy
+from linumpy.io.durable import start_writeback
 from linumpy.io.engine.crc import crc32c
 from linumpy.io.engine.write_plan import WritePlan, check_data, plan_write
 
@@ -194,6 +195,8 @@ def write_file(path: str, parts: list[Any] | None) -> int:
                 views.pop(0)
             if done:
                 views[0] = views[0][done:]
+        if settings_module.get().durable:  # the disk starts now, the flush before the swap waits
+            start_writeback(fd)
     finally:
         os.close(fd)
     return total
