@@ -3,22 +3,28 @@ option or chunk, never a traceback (issue 13)."""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from linumpy.cli import build_parser, fail_on_errors
 from linumpy.errors import LinumpyError
 from linumpy.io import read_volume, save_omezarr
 from linumpy.io.demo import make_demo_data, read_demo_truth
+from linumpy.io.staging import STAGING_SUFFIX
 from linumpy.scripts import linum_aip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -384,18 +390,215 @@ def test_bad_option_values_name_the_option(
 
 
 def test_failed_png_leaves_no_output(
-    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A PNG that cannot be written stops the run before the projection is moved into place.
+    """A PNG that cannot be written (the disk fills up as it is written) stops the run before the
+    projection is moved into place, and the error names the PNG."""
+    from linumpy.mosaic import pipeline
 
-    The PNG's name fits the file system, its staging directory's longer name does not: the
-    write fails once the projection is done.
-    """
-    png = tmp_path / ("p" * 236 + ".png")
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pipeline, "save_png", full)
+    png = tmp_path / "preview.png"
     argv = [str(data / "grid.ome.zarr"), str(tmp_path / "aip.ome.zarr"), "--png", str(png)]
     error = _exit_2("linum-aip", argv, capsys)
-    assert f"cannot write {str(png)!r}" in error, error
+    assert f"cannot write {str(png)!r}: No space left on device" in error, error
     assert not list(tmp_path.iterdir())
+
+
+def _limited(limit: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_file_size_limit_names_the_output(tmp_path: Path) -> None:
+    """A file size limit (``ulimit -f``) met while writing: exit 2 naming the output (the
+    interpreter ignores SIGXFSZ, so the write fails with EFBIG), and nothing left behind."""
+    volume = tmp_path / "noise.npy"
+    np.save(volume, np.random.default_rng(0).integers(0, 2**16, (16, 64, 64), dtype=np.uint16))
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "noise.ome.zarr"
+    argv = [str(volume), str(target), "--chunks", "16", "64", "64"]
+    run = subprocess.run(
+        [sys.executable, "-m", SCRIPTS["linum-convert-to-omezarr"], *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=_limited(64 * 1024),  # a chunk file of this volume is 128 KiB of noise
+    )
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in run.stderr, run.stderr
+    assert f"cannot write {str(target)!r}: File too large" in last, run.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_outputs_of_one_run_never_collide(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    source = str(data / "grid.ome.zarr")
+    same = str(out / "same.png")
+    error = _exit_2("linum-aip", [source, same, "--png", same, "-f"], capsys)
+    assert f"output {same!r} is the output {same!r}" in error, error
+    inside = str(out / "aip.ome.zarr" / "p.png")
+    error = _exit_2("linum-aip", [source, str(out / "aip.ome.zarr"), "--png", inside], capsys)
+    assert "is inside the output" in error, error
+    assert list(out.iterdir()) == []
+
+
+def test_a_dangling_link_is_replaced_only_with_f(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    link = tmp_path / "aip.ome.zarr"
+    link.symlink_to(tmp_path / "gone")
+    argv = [str(data / "grid.ome.zarr"), str(link)]
+    assert "exists; use -f" in _exit_2("linum-aip", argv, capsys)
+    assert link.is_symlink()
+    linum_aip.main([*argv, "-f"])
+    assert not link.is_symlink() and read_volume(link).shape == (64, 64)
+
+
+@pytest.mark.parametrize("length", [216, 240, 255])
+def test_long_output_names_work(data: Path, tmp_path: Path, length: int) -> None:
+    """Names up to the file system's 255 bytes: the staging folder's name stays short."""
+    image = tmp_path / ("a" * (length - len(".ome.zarr")) + ".ome.zarr")
+    png = tmp_path / ("p" * (length - len(".png")) + ".png")
+    linum_aip.main([str(data / "grid.ome.zarr"), str(image), "--png", str(png)])
+    assert read_volume(image).shape == (64, 64) and png.stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([image.name, png.name])
+    linum_aip.main([str(data / "grid.ome.zarr"), str(image), "--png", str(png), "-f"])
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_huge_shape_is_refused_before_any_task(data: Path, tmp_path: Path) -> None:
+    """A level-0 shape of 2**60 voxels once made linum-aip hang at its first task; it is refused
+    when the image is opened (a hang fails here at the timeout instead of blocking the suite)."""
+    image = _image("linum-aip", data, tmp_path)
+    named = _corrupt("shape-2**60", image)
+    run = subprocess.run(
+        [sys.executable, "-m", SCRIPTS["linum-aip"], str(image), str(tmp_path / "aip.ome.zarr")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()
+    assert len(last) == 1 and named in last[0] and "PiB" in last[0], run.stderr
+
+
+def _staging(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.endswith(STAGING_SUFFIX)]
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
+    """SIGINT during a write: exit status 130, one line, the previous output kept, nothing
+    staged left behind."""
+    volume = tmp_path / "noise.npy"
+    np.save(volume, np.random.default_rng(1).integers(0, 4000, (64, 512, 512), dtype=np.uint16))
+    target = tmp_path / "out.ome.zarr"
+    save_omezarr(np.ones((4, 8, 8), np.uint16), target, voxel_size=(1, 1, 1))
+    argv = [str(volume), str(target), "-f", "--chunks", "16", "64", "64", "--n-levels", "3"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", SCRIPTS["linum-convert-to-omezarr"], *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not _staging(tmp_path) and proc.poll() is None:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "%|" not in line and line.strip()]
+    assert lines == ["linum-convert-to-omezarr: interrupted"], err
+    assert (read_volume(target) == 1).all()
+    assert _staging(tmp_path) == []
+
+
+def test_verbose_reports_staging_that_cannot_be_cleaned(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-v tells what an earlier write left that cannot be cleaned (here: a writer on another
+    host, which cannot be checked from this one)."""
+    remote = tmp_path / f".aip.ome.zarr.1234abcd{STAGING_SUFFIX}"
+    (remote / "new").mkdir(parents=True)
+    (remote / "owner").write_text(json.dumps({"target": "aip.ome.zarr", "pid": 1, "host": "far"}))
+    linum_aip.main([str(data / "grid.ome.zarr"), str(tmp_path / "aip.ome.zarr"), "-v"])
+    err = capsys.readouterr().err
+    assert f"{remote}: left alone: its writer runs on far" in err, err
+    assert remote.exists()
+
+
+def test_gpu_info_takes_v_and_checks_its_level_first(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main = importlib.import_module(SCRIPTS["linum-gpu-info"]).main
+    main(["-v"])
+    assert "settings" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        main([str(data / "grid.ome.zarr"), "--level", "1"])
+    printed = capsys.readouterr()
+    assert stop.value.code == 2 and "argument --level" in printed.err, printed.err
+    assert printed.out == ""  # no report before the error
+
+
+def test_progress_bars_start_with_their_task_count(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    linum_aip.main([str(data / "grid.ome.zarr"), str(tmp_path / "aip.ome.zarr")])
+    err = capsys.readouterr().err
+    assert "projection:" in err and "0task" not in err, err
+
+
+def test_readme_reading_example_runs_on_the_demo(tmp_path: Path) -> None:
+    """The README's reading example, on what ``make demo`` writes (the GPU line left out)."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Reading volumes", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if "gpu=True" not in line]
+    demo = tmp_path / "demo_output"
+    make_demo_data(demo / "mosaic.ome.zarr", grid_shape=(2, 2), tile_shape=(16, 32, 32))
+    read_demo_truth(demo / "mosaic.ome.zarr").save(demo / "transform.json")
+    from linumpy.scripts import linum_stitch_3d
+
+    names = ("mosaic.ome.zarr", "transform.json", "stitched.ome.zarr")
+    linum_stitch_3d.main([str(demo / name) for name in names])
+    namespace: dict[str, object] = {}
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        exec("\n".join(lines), namespace)
+    finally:
+        os.chdir(cwd)
+    assert namespace["small"].ndim == 3  # type: ignore[union-attr]
+
+
+def test_small_library_cases(tmp_path: Path) -> None:
+    """region=(None,) is an error (as in zarr); empty shapes and non-number dtypes are refused
+    when written, not written unreadable."""
+    path = tmp_path / "v.ome.zarr"
+    save_omezarr(np.arange(64, dtype=np.uint8).reshape(4, 4, 4), path, voxel_size=(1, 1, 1))
+    with pytest.raises(LinumpyError, match="must be a slice"):
+        read_volume(path, region=(None,))
+    assert read_volume(path, region=(slice(1, 2),)).shape == (1, 4, 4)
+    with pytest.raises(ValueError, match="empty axis"):
+        save_omezarr(np.zeros((0, 4, 4), np.uint8), tmp_path / "e.ome.zarr", voxel_size=(1, 1, 1))
+    with pytest.raises(ValueError, match="not a number type"):
+        save_omezarr(np.full((2, 4, 4), "ab"), tmp_path / "u.ome.zarr", voxel_size=(1, 1, 1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.ome.zarr"]
 
 
 def test_verbose_shows_the_traceback(

@@ -183,7 +183,9 @@ def _claimed(found: _Found) -> Iterator[str]:
     except (ImportError, OSError):
         state = _pid_state(found.owner, found.path)  # no locks here
     else:
-        state = "stale"
+        host = found.owner.get("host", HOST)
+        # a lock taken on another host may not show here (network file systems without locks)
+        state = "stale" if host == HOST else f"its writer runs on {host}"
     try:
         yield state
     finally:
