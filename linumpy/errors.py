@@ -17,6 +17,11 @@ __all__ = [
     "HostMemoryError",
     "LinumpyError",
     "MemoryLimitError",
+    "RemoteConnectionError",
+    "RemoteError",
+    "RemoteNotFoundError",
+    "RemotePermissionError",
+    "RemoteTimeoutError",
     "SeriesError",
     "SettingsError",
     "UnsupportedLayoutError",
@@ -233,4 +238,68 @@ class UnsupportedLayoutError(LinumpyError, NotImplementedError):
     ... except UnsupportedLayoutError as exc:
     ...     print(exc)
     store MemoryStore is not a local directory
+    """
+
+
+class RemoteError(LinumpyError, OSError):
+    """A remote store (HTTP, S3, GCS) failed to answer a request; the message names the URL.
+
+    Parameters
+    ----------
+    url
+        The URL of the object or image.
+    reason
+        What went wrong, in one line.
+
+    Examples
+    --------
+    >>> print(RemoteError("https://example.org/a.zarr/zarr.json", "the server answered HTTP 500"))
+    https://example.org/a.zarr/zarr.json: the server answered HTTP 500
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url, self.reason = url, reason
+        super().__init__(f"{url}: {reason}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.url, self.reason))
+
+
+class RemoteNotFoundError(RemoteError, FileNotFoundError):
+    """No image or array at a URL (a missing chunk is not an error: it reads as the fill value).
+
+    Examples
+    --------
+    >>> issubclass(RemoteNotFoundError, FileNotFoundError)
+    True
+    """
+
+
+class RemotePermissionError(RemoteError, PermissionError):
+    """A remote store refused access (HTTP 401 or 403), or cannot be written (HTTP servers).
+
+    Examples
+    --------
+    >>> issubclass(RemotePermissionError, PermissionError)
+    True
+    """
+
+
+class RemoteTimeoutError(RemoteError, TimeoutError):
+    """A remote server sent nothing for longer than ``remote_timeout``, after every retry.
+
+    Examples
+    --------
+    >>> issubclass(RemoteTimeoutError, TimeoutError)
+    True
+    """
+
+
+class RemoteConnectionError(RemoteError, ConnectionError):
+    """A remote server could not be reached, or its answers were cut short, after every retry.
+
+    Examples
+    --------
+    >>> issubclass(RemoteConnectionError, ConnectionError)
+    True
     """

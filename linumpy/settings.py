@@ -24,6 +24,9 @@ field                     environment variable            default
 ``write_checksum``        ``LINUMPY_ZSTD_CHECKSUM``       true: written zstd frames carry checksums
 ``chunk_bytes``           ``LINUMPY_CHUNK_KIB``           1024 KiB per chunk in written layouts
 ``durable``               ``LINUMPY_DURABLE``             true: written images flushed to disk
+``remote_timeout``        ``LINUMPY_REMOTE_TIMEOUT``      30 s without an answer fails a request
+``remote_retries``        ``LINUMPY_REMOTE_RETRIES``      3 retries of a failed request, backing off
+``remote_requests``       ``LINUMPY_REMOTE_REQUESTS``     64 requests in flight per read
 ========================  ==============================  ==========================================
 
 An invalid value raises :class:`~linumpy.errors.SettingsError` naming the field or the variable.
@@ -85,6 +88,13 @@ def _one_of(options: tuple[str, ...]) -> Callable[[str, object], str]:
 _fetch_choice = _one_of(FETCH_CHOICES)
 _order_choice = _one_of(READ_ORDER_CHOICES)
 _crc32c_choice = _one_of(CRC32C_CHOICES)
+
+
+def _seconds(name: str, value: object) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not 0 < value < float("inf"):  # type: ignore[operator]
+        raise SettingsError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
 
 
 def _flag(name: str, value: object) -> bool:
@@ -152,6 +162,14 @@ class Settings:
     durable
         Whether a write flushes what it wrote to stable storage before it replaces the old
         version, and the folder's entry after (see the writing guide); off for scratch data.
+    remote_timeout
+        Seconds a remote store (HTTP, S3, GCS) may take to connect or to send the next bytes of
+        an answer before the request fails (and is retried).
+    remote_retries
+        Times a failed remote request (a 5xx answer, a broken connection, a timeout, an answer
+        cut short) is tried again, with exponential backoff from 0.1 s; 0 never retries.
+    remote_requests
+        Most requests one read keeps in flight to a remote store.
 
     Examples
     --------
@@ -180,6 +198,9 @@ class Settings:
     write_checksum: bool = True
     durable: bool = True
     chunk_bytes: int = 1024 * KIB
+    remote_timeout: float = 30.0
+    remote_retries: int = 3
+    remote_requests: int = 64
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -236,6 +257,19 @@ def _env_share(variable: str, raw: str) -> float:
     return _share(variable, value)
 
 
+def _env_seconds(variable: str, raw: str) -> float:
+    try:
+        return _seconds(variable, float(raw))
+    except (ValueError, SettingsError):
+        raise SettingsError(
+            f"{variable} must be a positive number of seconds, got {raw!r}"
+        ) from None
+
+
+def _env_int0(variable: str, raw: str) -> int:
+    return 0 if raw.strip() == "0" else _env_int(variable, raw)
+
+
 def _env_flag(variable: str, raw: str) -> bool:
     lowered = raw.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -263,6 +297,9 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "write_checksum": ("LINUMPY_ZSTD_CHECKSUM", _env_flag),
     "durable": ("LINUMPY_DURABLE", _env_flag),
     "chunk_bytes": ("LINUMPY_CHUNK_KIB", _env_kib),
+    "remote_timeout": ("LINUMPY_REMOTE_TIMEOUT", _env_seconds),
+    "remote_retries": ("LINUMPY_REMOTE_RETRIES", _env_int0),
+    "remote_requests": ("LINUMPY_REMOTE_REQUESTS", _env_int),
 }
 
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
@@ -282,6 +319,9 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "write_checksum": _flag,
     "durable": _flag,
     "chunk_bytes": _positive,
+    "remote_timeout": _seconds,
+    "remote_retries": _non_negative,
+    "remote_requests": _positive,
 }
 
 _lock = threading.Lock()

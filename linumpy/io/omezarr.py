@@ -31,6 +31,7 @@ from linumpy.io.metadata import (
 from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
 from linumpy.io.opened import open_once
 from linumpy.io.staging import recover_staging
+from linumpy.io.stores import SourceLike, location, open_node, parse_source
 from linumpy.io.validate import check_array_shape, check_level_axes, check_scale
 from linumpy.io.writer import OmeZarrWriter, downsample_mean, save_omezarr
 
@@ -48,7 +49,7 @@ __all__ = [
 _METADATA_FILES = ("zarr.json", ".zattrs", ".zarray", ".zgroup")  # attributes first
 
 
-def _metadata_file(*folders: Path) -> Path:
+def _metadata_file(*folders: Path) -> Path:  # or UrlPath: remote metadata are named by URL
     """The first metadata file of the zarr nodes at ``folders`` that is not a JSON object, else
     the last node's first metadata file (the last folder itself when it has none)."""
     present: list[Path] = []
@@ -74,12 +75,12 @@ def _malformed_metadata(*folders: str | os.PathLike[str]) -> Iterator[None]:
     except LinumpyError:
         raise
     except RecursionError:
-        file = _metadata_file(*map(Path, folders))
+        file = _metadata_file(*map(location, folders))
         raise LinumpyError(f"{file}: malformed zarr metadata (JSON nested too deep)") from None
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         # ValueError: invalid JSON, and zarr's own refusals (a codec, a data type, a path)
         what = f"no {exc} entry" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
-        file = _metadata_file(*map(Path, folders))
+        file = _metadata_file(*map(location, folders))
         raise LinumpyError(f"{file}: malformed zarr or OME-NGFF metadata ({what})") from exc
 
 
@@ -95,8 +96,12 @@ def _check_regular(folder: Path) -> None:
             raise LinumpyError(f"{file}: not a regular file")
 
 
-def _open_node(path: str | os.PathLike[str]) -> zarr.Array | zarr.Group:
-    path = Path(path)
+def _open_node(path: SourceLike, storage_options: Any = None) -> zarr.Array | zarr.Group:
+    source = parse_source(path, storage_options)
+    if source.local is None:  # a URL, a zarr node or a zarr store
+        with _malformed_metadata(location(source.name)):
+            return open_node(source)
+    path = source.local
     if not path.exists():
         # a replacement interrupted between its two renames: put the complete copy back
         with contextlib.suppress(OSError):
@@ -116,15 +121,22 @@ def _open_node(path: str | os.PathLike[str]) -> zarr.Array | zarr.Group:
         raise
 
 
-def open_array(path: str | os.PathLike[str], level: int = 0) -> zarr.Array:
+def open_array(
+    path: SourceLike, level: int = 0, *, storage_options: dict[str, Any] | None = None
+) -> zarr.Array:
     """Open an OME-Zarr image's multiscale level, or a plain zarr array, read-only.
 
     Parameters
     ----------
     path
-        An OME-Zarr image (NGFF 0.4 or 0.5) or a zarr array (v2 or v3) on the local file system.
+        An OME-Zarr image (NGFF 0.4 or 0.5) or a zarr array (v2 or v3): a local path, a
+        ``file://``, ``http(s)://``, ``s3://`` or ``gs://`` URL, a ``zarr.Array``, a
+        ``zarr.Group`` or a zarr store.
     level
         The multiscale level (0 is full resolution); a plain array has level 0 only.
+    storage_options
+        Options of a remote store (:func:`linumpy.io.remote.object_store`): ``anonymous``,
+        ``endpoint_url``, credentials.
 
     Returns
     -------
@@ -145,19 +157,29 @@ def open_array(path: str | os.PathLike[str], level: int = 0) -> zarr.Array:
     >>> array.shape, array.read_only
     ((4, 4, 4), True)
     """
-    return open_once(path, level, lambda: _open_level(path, level))
+    source = parse_source(path, storage_options)
+    if source.local is None:  # remote metadata are read again at each opening
+        return _open_level(path, level, storage_options)[0]
+    local = source.local
+    return open_once(local, level, lambda: _open_level(local, level))
 
 
-def _open_level(path: str | os.PathLike[str], level: int) -> tuple[zarr.Array, list[Path]]:
+def _open_level(
+    path: SourceLike, level: int, storage_options: Any = None
+) -> tuple[zarr.Array, list[Path]]:
     """The array, and the folders whose metadata it was opened from."""
-    node = _open_node(path)
+    node = _open_node(path, storage_options)
+    if not isinstance(path, str | os.PathLike):  # a zarr node or store: named by its store path
+        path = str(node.store_path)
     if isinstance(node, zarr.Array):
         if level != 0:
             raise LinumpyError(f"{path}: a plain zarr array has only level 0, not level {level}")
-        check_array_shape(node.shape, node.dtype.itemsize, _metadata_file(Path(path)), image=False)
-        return node, [Path(path)]
+        check_array_shape(
+            node.shape, node.dtype.itemsize, _metadata_file(location(path)), image=False
+        )
+        return node, [location(path)]
     array, folder = _level_array(node, path, level)
-    return array, [Path(path), folder]
+    return array, [location(path), folder]
 
 
 def _level_array(
@@ -170,7 +192,7 @@ def _level_array(
         raise LinumpyError(
             f"{path}: level {level} out of range; the image has levels 0 to {len(paths) - 1}"
         )
-    folder = Path(path, str(paths[level]))
+    folder = location(path, str(paths[level]))
     if folder.is_dir():
         _check_regular(folder)
     with _malformed_metadata(path, folder):  # the group's metadata is read: the level's at fault
@@ -180,7 +202,7 @@ def _level_array(
     check_array_shape(array.shape, array.dtype.itemsize, _metadata_file(folder), image=True)
     with _malformed_metadata(path):
         multiscale = multiscale_metadata(node, path)
-        check_level_axes(multiscale.get("axes"), array.ndim, level, _metadata_file(Path(path)))
+        check_level_axes(multiscale.get("axes"), array.ndim, level, _metadata_file(location(path)))
         _voxel_size(multiscale, path, level)
     return array, folder
 
@@ -195,21 +217,23 @@ def _voxel_size(
     transforms = multiscale.get("coordinateTransformations", [])
     global_scale = scale_of(transforms) or [1.0] * len(scale)
     voxel_size = tuple(s * g for s, g in zip(scale, global_scale, strict=True))
-    check_scale(voxel_size, level, _metadata_file(Path(path)))
+    check_scale(voxel_size, level, _metadata_file(location(path)))
     return voxel_size
 
 
 def read_omezarr(
-    path: str | os.PathLike[str], level: int = 0
+    path: SourceLike, level: int = 0, *, storage_options: dict[str, Any] | None = None
 ) -> tuple[zarr.Array, tuple[float, ...]]:
     """Open one level of an OME-Zarr image (NGFF 0.4 or 0.5) lazily, read-only.
 
     Parameters
     ----------
     path
-        The image's top-level group.
+        The image's top-level group: a path, a URL or a ``zarr.Group`` (see :func:`open_array`).
     level
         The multiscale level (0 is full resolution).
+    storage_options
+        Options of a remote store (see :func:`open_array`).
 
     Returns
     -------
@@ -233,7 +257,8 @@ def read_omezarr(
     >>> array.shape, voxel_size
     ((4, 8, 8), (10.0, 2.5, 2.5))
     """
-    group = _open_node(path)
+    group = _open_node(path, storage_options)
+    path = _name(path, group)
     if isinstance(group, zarr.Array):
         raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
     array, _ = _level_array(group, path, level)
@@ -242,7 +267,9 @@ def read_omezarr(
         return array, _voxel_size(multiscale_metadata(group, path), path, level)
 
 
-def read_axes(path: str | os.PathLike[str]) -> tuple[Axis, ...]:
+def read_axes(
+    path: SourceLike, *, storage_options: dict[str, Any] | None = None
+) -> tuple[Axis, ...]:
     """The axes (names, types, units) of an OME-Zarr image, as its metadata states them.
 
     Pass them to :func:`save_omezarr` or :class:`OmeZarrWriter` (``axes=``) to keep them.
@@ -265,7 +292,8 @@ def read_axes(path: str | os.PathLike[str]) -> tuple[Axis, ...]:
     Axis(name='y', type='space', unit='nanometer')
     Axis(name='x', type='space', unit='nanometer')
     """
-    group = _open_node(path)
+    group = _open_node(path, storage_options)
+    path = _name(path, group)
     if isinstance(group, zarr.Array):
         raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
     with _malformed_metadata(path):
@@ -273,3 +301,8 @@ def read_axes(path: str | os.PathLike[str]) -> tuple[Axis, ...]:
         if not axes:
             raise LinumpyError(f"{path}: the multiscales metadata has no axes")
         return axes_from_ngff(axes)
+
+
+def _name(path: SourceLike, node: zarr.Array | zarr.Group) -> str | os.PathLike[str]:
+    """What messages call a source: its path or URL, or a zarr object's store path."""
+    return path if isinstance(path, str | os.PathLike) else str(node.store_path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.engine.region import parse_region
 from linumpy.io.omezarr import open_array
+from linumpy.io.stores import SourceLike, describe
 
 __all__ = ["read_volume"]
 
@@ -34,19 +34,22 @@ logger = logging.getLogger(__name__)
 
 
 def read_volume(
-    path: str | os.PathLike[str],
+    path: SourceLike,
     *,
     level: int = 0,
     gpu: bool = False,
     region: slice | Sequence[slice] | None = None,
     settings: _settings.Settings | Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Read a zarr volume, or a region of it, into memory.
 
     Parameters
     ----------
     path
-        An OME-Zarr image (NGFF 0.4 or 0.5) or a plain zarr array (v2 or v3).
+        An OME-Zarr image (NGFF 0.4 or 0.5) or a plain zarr array (v2 or v3): a local path, a
+        ``file://``, ``http(s)://``, ``s3://`` or ``gs://`` URL (the ``remote`` extra), a
+        ``zarr.Array``, a ``zarr.Group`` or a zarr store.
     level
         The multiscale level of an OME-Zarr image (0 is full resolution).
     gpu
@@ -56,6 +59,9 @@ def read_volume(
     settings
         A :class:`linumpy.settings.Settings`, or a dict of its fields overriding the current
         ones (:func:`linumpy.settings.get`), for this call.
+    storage_options
+        Options of a remote store: ``anonymous``, ``endpoint_url``, credentials, ``headers``
+        (see :func:`linumpy.io.remote.object_store`).
 
     Returns
     -------
@@ -69,6 +75,9 @@ def read_volume(
         bounds, or a non-numeric dtype; the message names them.
     ChunkDecodeError
         When a stored chunk is corrupt or truncated; it names the chunk.
+    RemoteError
+        When a remote store cannot be reached, refuses access, stalls past ``remote_timeout``
+        or cuts an answer short (after ``remote_retries``); it names the URL.
     GPUUnavailableError
         When ``gpu=True`` and cupy, nvCOMP or a CUDA device is missing.
     DeviceMemoryError
@@ -88,8 +97,8 @@ def read_volume(
     (1, 16, 16)
     """
     resolved = _settings.resolve(settings)
-    array = open_array(path, level)
-    source = f"{path} (level {level})"
+    array = open_array(path, level, storage_options=storage_options)
+    source = f"{describe(path)} (level {level})"
     if np.dtype(array.dtype).kind not in "biufc":
         raise LinumpyError(
             f"{source}: dtype {array.dtype} is not supported; read_volume reads numeric arrays "

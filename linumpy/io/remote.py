@@ -1,0 +1,492 @@
+"""Object stores over HTTP, S3 and GCS: opening them, fetching byte ranges, naming their errors.
+
+Remote data are read with obstore (the ``remote`` extra), whose Rust HTTP client keeps many
+requests in flight without Python's GIL: on the 2-core development machine it fetched byte
+ranges from a loopback server 3 to 6 times faster than fsspec's ``cat_ranges`` (the figures
+are in the "Remote data" page of the docs). zarr reads the metadata through
+:class:`zarr.storage.ObjectStore` over the same obstore store; the engine fetches chunks and
+shard indexes through :class:`RangeClient`, which runs the requests of a read together on one
+event loop (a thread of its own), at most ``remote_requests`` at once.
+
+Every failure becomes a :class:`~linumpy.errors.RemoteError` naming the URL (see
+:func:`remote_errors`). Timeouts and retries come from :mod:`linumpy.settings`
+(``remote_timeout``, ``remote_retries``); obstore retries failed requests (5xx answers, broken
+connections, timeouts) with exponential backoff, and a response cut short is fetched again here
+(obstore does not retry a body that ends early), each a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import os
+import re
+import threading
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from linumpy import settings as _settings
+from linumpy.errors import (
+    LinumpyError,
+    RemoteConnectionError,
+    RemoteError,
+    RemoteNotFoundError,
+    RemotePermissionError,
+    RemoteTimeoutError,
+)
+
+__all__ = [
+    "REMOTE_INSTALL_HINT",
+    "RangeClient",
+    "is_url",
+    "local_path",
+    "object_store",
+    "range_client",
+    "remote_errors",
+    "url_scheme",
+]
+
+#: How to get remote support.
+REMOTE_INSTALL_HINT = "install the remote extra (pip install 'linumpy[remote]', or obstore)"
+#: Schemes of remote stores, and the obstore store each one opens.
+REMOTE_SCHEMES = {"http": "HTTPStore", "https": "HTTPStore", "s3": "S3Store", "gs": "GCSStore"}
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: storage_options names of fsspec / s3fs, and the obstore configuration key each one sets.
+_OPTION_NAMES = {
+    "key": "access_key_id",
+    "secret": "secret_access_key",
+    "token": "session_token",
+    "endpoint_url": "endpoint",
+    "region_name": "region",
+}
+
+
+def url_scheme(source: object) -> str | None:
+    """The scheme of a URL (``"http"``, ``"s3"``, ``"file"``...), None for anything else.
+
+    Only a string with an explicit ``scheme://`` is a URL: a :class:`pathlib.Path` or a string
+    without one is a local path, whatever characters (``#``, ``?``, ``%``, ``:``) it holds.
+
+    Examples
+    --------
+    >>> url_scheme("S3://bucket/image.zarr"), url_scheme("file:///data/a.zarr")
+    ('s3', 'file')
+    >>> url_scheme("data/a#1?.zarr"), url_scheme("c:/data"), url_scheme(Path("http://x"))
+    (None, None, None)
+    """
+    if not isinstance(source, str):
+        return None
+    match = _SCHEME.match(source)
+    return match.group(1).lower() if match else None
+
+
+def is_url(source: object) -> bool:
+    """Whether ``source`` is the URL of a remote store (``file://`` URLs are local paths).
+
+    Examples
+    --------
+    >>> is_url("https://example.org/image.ome.zarr"), is_url("file:///tmp/a.zarr")
+    (True, False)
+    """
+    scheme = url_scheme(source)
+    return scheme is not None and scheme != "file"
+
+
+def local_path(url: str) -> Path:
+    """The local path of a ``file://`` URL (percent-escapes decoded).
+
+    Examples
+    --------
+    >>> local_path("file:///data/my%20image.zarr").as_posix()
+    '/data/my image.zarr'
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise LinumpyError(f"{url}: file URLs name a local path (file:///path), not a host")
+    return Path(urllib.parse.unquote(parts.path))
+
+
+def _obstore() -> Any:
+    try:
+        import obstore
+        import obstore.store
+    except ImportError as exc:
+        raise LinumpyError(
+            f"reading remote data needs obstore ({exc}): {REMOTE_INSTALL_HINT}"
+        ) from None
+    return obstore
+
+
+def _client_options(url: str, settings: _settings.Settings) -> dict[str, Any]:
+    timeout = datetime.timedelta(seconds=settings.remote_timeout)
+    return {
+        "allow_http": True,
+        "connect_timeout": timeout,
+        "read_timeout": timeout,
+        "pool_idle_timeout": datetime.timedelta(seconds=30),
+    }
+
+
+def _retry_config(settings: _settings.Settings) -> dict[str, Any]:
+    return {
+        "max_retries": settings.remote_retries,
+        "backoff": {
+            "init_backoff": datetime.timedelta(milliseconds=100),
+            "max_backoff": datetime.timedelta(seconds=5),
+            "base": 2,
+        },
+        # Each try may wait remote_timeout for a connection and for each read.
+        "retry_timeout": datetime.timedelta(
+            seconds=settings.remote_timeout * 2 * (settings.remote_retries + 1)
+        ),
+    }
+
+
+def _store_config(
+    scheme: str, url: str, storage_options: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """obstore keyword arguments of ``storage_options``, and HTTP headers to send."""
+    config: dict[str, Any] = {}
+    headers: dict[str, str] = {}
+    for name, value in (storage_options or {}).items():
+        if name in ("anon", "anonymous"):
+            if value and scheme != "http" and scheme != "https":
+                config["skip_signature"] = True
+        elif name == "headers":
+            if not isinstance(value, Mapping):
+                raise LinumpyError(f"{url}: storage_options['headers'] must be a dict")
+            headers.update({str(k): str(v) for k, v in value.items()})
+        elif name == "client_kwargs" and isinstance(value, Mapping):  # s3fs's nesting
+            nested, more = _store_config(scheme, url, value)
+            config.update(nested)
+            headers.update(more)
+        else:
+            config[_OPTION_NAMES.get(name, name)] = value
+    return config, headers
+
+
+def object_store(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    settings: _settings.Settings | None = None,
+) -> Any:
+    """An obstore store for the folder a remote URL names (its prefix).
+
+    Parameters
+    ----------
+    url
+        ``http(s)://host/path``, ``s3://bucket/path`` or ``gs://bucket/path``.
+    storage_options
+        ``anonymous`` (or ``anon``): no credentials (public buckets); ``endpoint_url`` (or
+        ``endpoint``): an S3-compatible server; ``key``, ``secret``, ``token``, ``region``;
+        ``headers``: HTTP headers sent with every request (an ``Authorization`` token); any
+        other obstore configuration key as it is. Credentials not given here come from the
+        usual environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``AWS_PROFILE``'s
+        files, ``GOOGLE_APPLICATION_CREDENTIALS``...).
+    settings
+        Timeouts and retries (:func:`linumpy.settings.get` by default).
+
+    Raises
+    ------
+    LinumpyError
+        For a scheme without a store, an unknown option (named), or obstore missing.
+
+    Examples
+    --------
+    >>> store = object_store("https://example.org/data/image.ome.zarr")  # nothing is fetched
+    >>> type(store).__name__
+    'HTTPStore'
+    """
+    settings = settings or _settings.get()
+    scheme = url_scheme(url)
+    if scheme not in REMOTE_SCHEMES:
+        known = ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
+        raise LinumpyError(f"{url}: no store for this scheme; remote data are read from {known}")
+    obstore = _obstore()
+    config, headers = _store_config(scheme, url, storage_options)
+    client = _client_options(url, settings)
+    if headers:
+        client["default_headers"] = headers
+    retry = _retry_config(settings)
+    kind = getattr(obstore.store, REMOTE_SCHEMES[scheme])
+    with remote_errors(url):
+        try:
+            if kind.__name__ == "HTTPStore":
+                if config:
+                    raise LinumpyError(
+                        f"{url}: storage_options {sorted(config)} do not apply to HTTP; "
+                        "pass headers={...} for authentication"
+                    )
+                return kind(url.rstrip("/"), client_options=client, retry_config=retry)
+            return kind.from_url(url, config=config, client_options=client, retry_config=retry)
+        except obstore.exceptions.UnknownConfigurationKeyError as exc:
+            raise LinumpyError(f"{url}: unknown storage option ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _reason(exc: BaseException) -> tuple[type[RemoteError], str]:
+    """The error class and the one-line reason of an obstore (or builtin) failure."""
+    text = str(exc)
+    status = re.search(r"status code: (\d{3})", text)
+    code = int(status.group(1)) if status else None
+    name = type(exc).__name__
+    if isinstance(exc, FileNotFoundError) or code == 404:
+        return RemoteNotFoundError, "not found (HTTP 404)"
+    if name in ("PermissionDeniedError", "UnauthenticatedError") or code in (401, 403):
+        what = f"HTTP {code}" if code else name
+        return RemotePermissionError, f"access denied ({what}): check the credentials"
+    if "kind: Timeout" in text or "TimedOut" in text or isinstance(exc, TimeoutError):
+        return RemoteTimeoutError, "no answer within remote_timeout (LINUMPY_REMOTE_TIMEOUT)"
+    if "kind: Connect" in text or "dns error" in text or isinstance(exc, ConnectionError):
+        refused = "Connection refused" in text
+        return RemoteConnectionError, "connection refused" if refused else "cannot connect"
+    if "body error" in text or "kind: Body" in text:
+        return RemoteConnectionError, "the response ended before its declared length"
+    if code is not None:
+        return RemoteError, f"the server answered HTTP {code}"
+    return RemoteError, _first_line(exc)
+
+
+def is_remote_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from obstore (a request that failed), not from linumpy or zarr."""
+    return type(exc).__module__.startswith("obstore") or (
+        isinstance(exc, FileNotFoundError) and "Error performing" in str(exc)
+    )
+
+
+@contextlib.contextmanager
+def remote_errors(url: str, what: str = "") -> Iterator[None]:
+    """Turn obstore's failures inside the block into :class:`RemoteError` naming ``url``.
+
+    Examples
+    --------
+    >>> with remote_errors("https://example.org/a.zarr"):
+    ...     pass
+    """
+    try:
+        yield
+    except LinumpyError:
+        raise
+    except Exception as exc:
+        if not is_remote_failure(exc):
+            raise
+        kind, reason = _reason(exc)
+        raise kind(url + what, reason) from None
+
+
+def _backoff(attempt: int) -> float:
+    return min(5.0, 0.1 * 2**attempt)
+
+
+class _Loop:
+    """One event loop in a daemon thread per process, running the requests of every read."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _pid = -1
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._pid != os.getpid():  # a forked child needs its own
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="linumpy-remote", daemon=True
+                ).start()
+                cls._loop, cls._pid = loop, os.getpid()
+            return cls._loop
+
+
+@dataclass(frozen=True, slots=True)
+class RangeClient:
+    """Fetches objects and byte ranges of one remote store, many requests at once.
+
+    Attributes
+    ----------
+    url
+        The URL of the store's root (a prefix of every key's URL).
+    store
+        The obstore store.
+    requests
+        Most requests in flight at once.
+    retries
+        Times a response cut short is fetched again.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.io.remote_server import serve_directory
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = open(folder + "/a", "wb").write(b"0123456789")
+    >>> with serve_directory(folder) as url:
+    ...     client = RangeClient(url, object_store(url))
+    ...     [bytes(b) for b in client.ranges([("a", 2, 3), ("a", 8, 2)])]
+    ...     client.objects(["a", "missing"])[1] is None
+    [b'234', b'89']
+    True
+    """
+
+    url: str
+    store: Any
+    requests: int = 64
+    retries: int = 3
+
+    def key_url(self, key: str) -> str:
+        """The URL of ``key``."""
+        return f"{self.url.rstrip('/')}/{key}"
+
+    def ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
+        """The bytes of each ``(key, start, nbytes)``, exactly ``nbytes`` each.
+
+        Raises
+        ------
+        RemoteError
+            For a failed request, naming its URL; :class:`RemoteNotFoundError` for a missing
+            object.
+        ChunkDecodeError
+            When an object ends before a range does (the message names the URL).
+        """
+        return self._run([self._range(key, start, n) for key, start, n in ranges])
+
+    def objects(self, keys: Sequence[str]) -> list[memoryview | None]:
+        """The whole of each object, None for one that does not exist."""
+        return self._run([self._object(key) for key in keys])
+
+    def _run(self, coroutines: list[Any]) -> list[Any]:
+        if not coroutines:
+            return []
+        future = asyncio.run_coroutine_threadsafe(self._gather(coroutines), _Loop.get())
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # Ctrl-C or an error: the requests still in flight stop
+            raise
+
+    async def _gather(self, coroutines: list[Any]) -> list[Any]:
+        limit = asyncio.Semaphore(self.requests)
+
+        async def bounded(coroutine: Any) -> Any:
+            async with limit:
+                return await coroutine
+
+        tasks = [asyncio.ensure_future(bounded(c)) for c in coroutines]
+        try:
+            return await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:  # the first failure ends the read: stop the others
+                task.cancel()
+
+    async def _retrying(self, key: str, request: Any) -> Any:
+        """``await request()``, again after a response cut short (obstore retries the rest)."""
+        obstore = _obstore()
+        for attempt in range(self.retries + 1):
+            try:
+                return await request()
+            except obstore.exceptions.BaseError as exc:
+                kind, _ = _reason(exc)
+                if kind is not RemoteConnectionError or attempt == self.retries:
+                    with remote_errors(self.key_url(key)):
+                        raise
+                await asyncio.sleep(_backoff(attempt))
+        raise AssertionError("unreachable")
+
+    async def _range(self, key: str, start: int, nbytes: int) -> memoryview:
+        from linumpy.errors import ChunkDecodeError
+
+        obstore = _obstore()
+        if nbytes == 0:
+            return memoryview(b"")
+        data = await self._retrying(
+            key, lambda: obstore.get_range_async(self.store, key, start=start, length=nbytes)
+        )
+        view = memoryview(data)
+        if len(view) != nbytes:
+            raise ChunkDecodeError(
+                self.key_url(key),
+                f"the object ends after {start + len(view)} bytes; {nbytes} were asked for "
+                f"at offset {start}",
+            )
+        return view
+
+    def tails(self, keys: Sequence[str], nbytes: int) -> list[tuple[memoryview, int] | None]:
+        """The last ``nbytes`` of each object (fewer when it is shorter) and its size; None for
+        an object that does not exist."""
+        return self._run([self._tail(key, nbytes) for key in keys])
+
+    async def _tail(self, key: str, nbytes: int) -> tuple[memoryview, int] | None:
+        obstore = _obstore()
+
+        async def suffix() -> tuple[Any, int]:
+            result = await obstore.get_async(self.store, key, options={"range": {"suffix": nbytes}})
+            return await result.bytes_async(), int(result.meta["size"])
+
+        try:
+            data, size = await self._retrying(key, suffix)
+        except RemoteNotFoundError:
+            return None
+        return memoryview(data), size
+
+    async def _object(self, key: str) -> memoryview | None:
+        obstore = _obstore()
+
+        async def whole() -> Any:
+            result = await obstore.get_async(self.store, key)
+            return await result.bytes_async()
+
+        try:
+            return memoryview(await self._retrying(key, whole))
+        except RemoteNotFoundError:
+            return None
+
+
+def range_client(zarr_store: Any, settings: _settings.Settings | None = None) -> RangeClient | None:
+    """A :class:`RangeClient` over the obstore store of a zarr ``ObjectStore``, else None.
+
+    Examples
+    --------
+    >>> import zarr
+    >>> store = zarr.storage.ObjectStore(object_store("https://example.org/a.zarr"))
+    >>> range_client(store).url, range_client(zarr.storage.MemoryStore())
+    ('https://example.org/a.zarr', None)
+    """
+    try:
+        from zarr.storage import ObjectStore
+    except ImportError:  # zarr without obstore support
+        return None
+    if not isinstance(zarr_store, ObjectStore):
+        return None
+    store = zarr_store.store
+    url = store_url(store)
+    if url is None:
+        return None
+    settings = settings or _settings.get()
+    return RangeClient(url, store, settings.remote_requests, settings.remote_retries)
+
+
+def store_url(store: Any) -> str | None:
+    """The URL of an obstore store's root (for messages), None for a kind with no URL.
+
+    Examples
+    --------
+    >>> store_url(object_store("s3://bucket/images", {"anonymous": True, "region": "us-east-1"}))
+    's3://bucket/images'
+    """
+    name = type(store).__name__
+    prefix = str(getattr(store, "prefix", None) or "").strip("/")
+    if name == "HTTPStore":
+        return str(store.url).rstrip("/")
+    if name in ("S3Store", "GCSStore"):
+        bucket = (store.config or {}).get("bucket")
+        if not bucket:
+            return None
+        scheme = "s3" if name == "S3Store" else "gs"
+        return f"{scheme}://{bucket}" + (f"/{prefix}" if prefix else "")
+    return None

@@ -1,0 +1,149 @@
+"""A static HTTP server with byte ranges, on the loopback interface: remote reads without a network.
+
+The tests and the remote-read benchmark serve a folder of zarr images with it, the way a web
+server or an object store's HTTP endpoint serves them: ``GET`` and ``HEAD`` of files,
+``Range: bytes=a-b``, ``bytes=a-`` and ``bytes=-n`` answered with ``206 Partial Content``,
+HTTP/1.1 keep-alive, files sent with ``sendfile``. Folders are not listed (zarr reads keys, never
+listings). It binds 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+__all__ = ["RangeRequestHandler", "parse_range", "serve_directory"]
+
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The ``(start, stop)`` a ``Range`` header asks of an object of ``size`` bytes.
+
+    None means the whole object (no header, or one this server does not handle: several
+    ranges); a range that starts past the end raises :class:`ValueError` (416).
+
+    Examples
+    --------
+    >>> parse_range("bytes=2-5", 10), parse_range("bytes=-3", 10), parse_range("bytes=8-", 10)
+    ((2, 6), (7, 10), (8, 10))
+    >>> parse_range(None, 10) is None
+    True
+    """
+    if header is None:
+        return None
+    match = _RANGE.match(header.strip())
+    if match is None:
+        return None
+    first, last = match.groups()
+    if not first and not last:
+        return None
+    if not first:  # a suffix: the last n bytes
+        return max(0, size - int(last)), size
+    start = int(first)
+    if start >= size:
+        raise ValueError(f"range {header} starts past the end of {size} bytes")
+    stop = size if not last else min(size, int(last) + 1)
+    if stop <= start:
+        raise ValueError(f"range {header} is empty")
+    return start, stop
+
+
+class RangeRequestHandler(BaseHTTPRequestHandler):
+    """Serves the files under the server's ``root`` (see :func:`serve_directory`).
+
+    Subclasses change what a request gets by overriding :meth:`respond`.
+    """
+
+    protocol_version = "HTTP/1.1"
+    server_version = "linumpy-loopback"
+    disable_nagle_algorithm = True  # headers and body leave at once, not after a delayed ACK
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
+        pass  # one line per request would drown a test's output
+
+    def file_for(self, url_path: str) -> Path | None:
+        """The file a request path names under the root, None when there is none."""
+        root: Path = self.server.root  # type: ignore[attr-defined]
+        relative = urllib.parse.unquote(urllib.parse.urlsplit(url_path).path).lstrip("/")
+        parts = [p for p in relative.split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            return None
+        path = root.joinpath(*parts)
+        return path if path.is_file() else None
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.respond(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
+        self.respond(head=True)
+
+    def respond(self, *, head: bool) -> None:
+        """Answer the request with the file's bytes, or the part of them its range asks."""
+        path = self.file_for(self.path)
+        if path is None:
+            self.send_error(HTTPStatus.NOT_FOUND)
+            return
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            try:
+                wanted = parse_range(self.headers.get("Range"), size)
+            except ValueError:
+                self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            start, stop = (0, size) if wanted is None else wanted
+            self.send_response(HTTPStatus.OK if wanted is None else HTTPStatus.PARTIAL_CONTENT)
+            if wanted is not None:
+                self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(stop - start))
+            self.end_headers()
+            if not head and stop > start:
+                self.wfile.flush()
+                self.connection.sendfile(file, start, stop - start)
+
+
+@contextlib.contextmanager
+def serve_directory(
+    root: str | os.PathLike[str], handler: type[RangeRequestHandler] = RangeRequestHandler
+) -> Iterator[str]:
+    """Serve ``root`` over HTTP on 127.0.0.1 (a free port) while the block runs.
+
+    Yields
+    ------
+    str
+        The base URL, ``http://127.0.0.1:PORT``.
+
+    Examples
+    --------
+    >>> import tempfile, urllib.request
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = open(folder + "/a.bin", "wb").write(b"0123456789")
+    >>> with serve_directory(folder) as url:
+    ...     request = urllib.request.Request(url + "/a.bin", headers={"Range": "bytes=2-4"})
+    ...     with urllib.request.urlopen(request) as response:
+    ...         print(response.status, response.read())
+    206 b'234'
+    """
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.root = Path(root)  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, name="linumpy-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -1,0 +1,251 @@
+"""Where an image is: local paths, ``file://``, ``http(s)://``, ``s3://``, ``gs://``, zarr objects.
+
+Every reader resolves its ``source`` here once (:func:`parse_source`). A string is a URL only
+when it starts with an explicit scheme (``scheme://``); anything else is a local path, handed to
+zarr as a :class:`zarr.storage.LocalStore` of a :class:`pathlib.Path`, never as a string zarr
+could parse as a URL: ``#``, ``?``, ``%`` and spaces in local names are just characters. zarr
+``Array`` and ``Group`` objects and zarr stores are used as they are.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zarr
+from zarr.abc.store import Store
+from zarr.storage import LocalStore
+
+from linumpy import settings as _settings
+from linumpy.errors import LinumpyError, RemoteNotFoundError, RemotePermissionError
+from linumpy.io.remote import is_url, local_path, object_store, remote_errors, url_scheme
+
+__all__ = [
+    "Source",
+    "SourceLike",
+    "UrlPath",
+    "describe",
+    "is_url",
+    "location",
+    "open_node",
+    "open_store",
+    "parse_source",
+]
+
+#: What the readers accept as a source.
+SourceLike = str | os.PathLike[str] | zarr.Array | zarr.Group | Store
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A resolved source.
+
+    Attributes
+    ----------
+    name
+        The path or URL, for messages.
+    local
+        The local path, or None for a remote store or a zarr object.
+    url
+        The URL of a remote store, else None.
+    node
+        The zarr array or group given, else None.
+    store
+        The zarr store given, else None.
+    storage_options
+        Options of the remote store (see :func:`linumpy.io.remote.object_store`).
+
+    Examples
+    --------
+    >>> parse_source("data/my#1?.ome.zarr").local.name
+    'my#1?.ome.zarr'
+    >>> parse_source("file:///data/a%20b.zarr").local.as_posix()
+    '/data/a b.zarr'
+    >>> parse_source("https://example.org/a.zarr").url
+    'https://example.org/a.zarr'
+    """
+
+    name: str
+    local: Path | None = None
+    url: str | None = None
+    node: zarr.Array | zarr.Group | None = None
+    store: Store | None = None
+    storage_options: Mapping[str, Any] | None = None
+
+    @property
+    def remote(self) -> bool:
+        """Whether the data are fetched over the network (a URL, or a zarr object on a remote
+        store)."""
+        if self.url is not None:
+            return True
+        store = self.store if self.node is None else self.node.store
+        return store is not None and not isinstance(store, LocalStore)
+
+
+def parse_source(source: SourceLike, storage_options: Mapping[str, Any] | None = None) -> Source:
+    """Tell what ``source`` is: a local path, a remote URL, a zarr node or a zarr store.
+
+    Raises
+    ------
+    LinumpyError
+        For an object of another type (the message names it), or a URL scheme without a store.
+
+    Examples
+    --------
+    >>> import pathlib
+    >>> parse_source(pathlib.Path("http://not-a-url")).local is not None  # a Path is a path
+    True
+    >>> parse_source(3.5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    linumpy.errors.LinumpyError: cannot read a float: pass a path, a URL, a zarr.Array, ...
+    """
+    if isinstance(source, zarr.Array | zarr.Group):
+        return Source(str(source.store_path), node=source)
+    if isinstance(source, Store):
+        return Source(str(source), store=source)
+    if isinstance(source, str):
+        scheme = url_scheme(source)
+        if scheme == "file":
+            path = local_path(source)
+            return Source(os.fspath(path), local=path)
+        if scheme is not None:
+            object_store(source, storage_options)  # the scheme and options checked at once
+            return Source(
+                source.rstrip("/"), url=source.rstrip("/"), storage_options=storage_options
+            )
+        return Source(source, local=Path(source))
+    if isinstance(source, os.PathLike):
+        path = Path(source)
+        return Source(os.fspath(path), local=path)
+    raise LinumpyError(
+        f"cannot read a {type(source).__name__}: pass a path, a URL, a zarr.Array, a zarr.Group "
+        "or a zarr store"
+    )
+
+
+def open_store(source: Source, *, writable: bool = False) -> Store:
+    """The zarr store of a source that is not a zarr node (a local folder or a URL).
+
+    Raises
+    ------
+    RemotePermissionError
+        When ``writable`` and the URL is HTTP: web servers are read-only.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> type(open_store(parse_source(tempfile.mkdtemp()))).__name__
+    'LocalStore'
+    """
+    if source.store is not None:
+        return source.store
+    if source.local is not None:
+        return LocalStore(source.local, read_only=not writable)
+    if source.url is None:
+        raise LinumpyError(f"{source.name}: a zarr node has no store of its own to open")
+    scheme = url_scheme(source.url)
+    if writable and scheme in ("http", "https"):
+        raise RemotePermissionError(
+            source.url, "HTTP servers are read-only; write to s3://, gs:// or a local path"
+        )
+    from zarr.storage import ObjectStore
+
+    with remote_errors(source.url):
+        store = object_store(source.url, source.storage_options, _settings.get())
+        return ObjectStore(store, read_only=not writable)
+
+
+def describe(source: Any) -> str:
+    """The name of a source for messages: its path or URL, or the zarr object's store path.
+
+    Examples
+    --------
+    >>> describe("s3://bucket/a.zarr")
+    's3://bucket/a.zarr'
+    """
+    if isinstance(source, zarr.Array | zarr.Group):
+        return str(source.store_path)
+    return os.fspath(source) if isinstance(source, str | os.PathLike) else str(source)
+
+
+def open_node(source: Source) -> zarr.Array | zarr.Group:
+    """The zarr array or group of a source that is not on the local file system (read-only).
+
+    Raises
+    ------
+    RemoteNotFoundError
+        When the URL holds no zarr metadata (``zarr.json``, ``.zarray``, ``.zgroup``).
+    RemoteError
+        When the store cannot be reached or refuses access (the message names the URL).
+
+    Examples
+    --------
+    >>> import zarr
+    >>> array = zarr.create_array({}, shape=(2,), dtype="uint8")
+    >>> open_node(parse_source(array)) is array
+    True
+    """
+    if source.node is not None:
+        return source.node
+    store = open_store(source)
+    with remote_errors(source.name):
+        try:
+            return zarr.open(store=store, mode="r")
+        except (FileNotFoundError, zarr.errors.NodeNotFoundError):
+            raise RemoteNotFoundError(
+                source.name,
+                "no zarr array or OME-Zarr image here (no zarr.json, .zarray or .zgroup)",
+            ) from None
+
+
+class UrlPath(str):
+    """The location of a remote object, for messages: a string that joins with ``/`` like a
+    :class:`pathlib.Path` and is never a local file (``is_file()`` and ``is_dir()`` are False).
+
+    Examples
+    --------
+    >>> UrlPath("https://example.org/a.zarr") / "zarr.json"
+    'https://example.org/a.zarr/zarr.json'
+    """
+
+    __slots__ = ()
+
+    def __truediv__(self, part: object) -> UrlPath:
+        return UrlPath(f"{self.rstrip('/')}/{part}")
+
+    def is_file(self) -> bool:
+        """False: a remote object is not a local file."""
+        return False
+
+    is_dir = exists = is_file
+
+    def stat(self) -> os.stat_result:
+        """Raise :class:`FileNotFoundError`: remote objects have no local status."""
+        raise FileNotFoundError(self)
+
+    def read_bytes(self) -> bytes:
+        """Raise :class:`FileNotFoundError`: remote objects are read through their store."""
+        raise FileNotFoundError(self)
+
+
+def location(name: str | os.PathLike[str], *parts: str) -> Path | UrlPath:
+    """``Path(name, *parts)`` for a local name, a :class:`UrlPath` for a URL or a zarr object's
+    store path (``memory://...``), so that messages keep the URL as it was given.
+
+    Examples
+    --------
+    >>> location("http://127.0.0.1:8000/a.zarr", "0")
+    'http://127.0.0.1:8000/a.zarr/0'
+    >>> location("images/a.zarr", "0").as_posix()
+    'images/a.zarr/0'
+    """
+    if url_scheme(name) is None:
+        return Path(name, *parts)
+    found = UrlPath(os.fspath(name))
+    for part in parts:
+        found = found / part
+    return found
