@@ -207,9 +207,11 @@ def crc32c_device(
         raise GPUUnavailableError(library)
     import cupy
 
-    # Configurations are cached per power of two of the count: a few serve every read.
-    bucket = 1 << max(0, count - 1).bit_length()
-    options = _options(cupy.cuda.runtime.getDevice(), bucket, max(1, int(largest)))
+    # Configurations are cached per power of two of the count and of the largest size (a bound
+    # above the largest is valid): a few serve every read.
+    count_class = 1 << max(0, count - 1).bit_length()
+    size_class = 1 << max(0, int(largest) - 1).bit_length()
+    options = _options(cupy.cuda.runtime.getDevice(), count_class, size_class)
     status = library.nvcompBatchedCRC32Async(
         sources, sizes, count, out, options, _ONLY_SEGMENT, None, stream.ptr
     )

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+from linumpy.gpu import nvcomp
 from linumpy.gpu.crc_device import DeviceCrc32c, crc32c_unavailable_reason
 from linumpy.io.engine.frames import CHECKSUM_BYTES
 from linumpy.io.engine.plan import EntryKeys, ReadPlan
@@ -60,7 +61,9 @@ class ReadChecks:
         """
         if not plan.crc32c:
             return cls(plan)
-        if settings.gpu_crc32c != "cpu":
+        # Chunks too large for nvCOMP are all decoded by libzstd, after the CPU's check.
+        fits = plan.chunk_nbytes <= min(settings.gpu_chunk_bytes, nvcomp.MAX_DECODE_BYTES)
+        if settings.gpu_crc32c != "cpu" and fits:
             reason = crc32c_unavailable_reason()
             if reason is None:
                 return cls(plan, "device", DeviceCrc32c(plan.chunk_nbytes, stream))
