@@ -671,3 +671,72 @@ def test_other_errors_are_bugs() -> None:
     with pytest.raises(SystemExit) as stop, fail_on_errors(parser):
         raise LinumpyError("a user mistake")
     assert stop.value.code == 2
+
+
+# -- names holding characters that URLs, shells or terminals treat apart -------------------------
+
+NAME_CHARACTERS = {
+    "hash": "#",
+    "question-mark": "?",
+    "percent": "%20",
+    "space": " ",
+    "unicode": "é水",
+    "newline": "\n",
+}
+NAMED_SCRIPTS = [name for name in SCRIPTS if name not in NO_IMAGE]
+
+
+def _named_argv(name: str, source: Path, transform: Path, out: Path, c: str) -> tuple[list, Path]:
+    """A run of ``name`` on ``source`` whose outputs hold ``c``; and the output it writes."""
+    image = out / f"o{c}ut.ome.zarr"
+    runs = {
+        "linum-aip": ([source, image, "--png", out / f"p{c}.png"], image),
+        "linum-estimate-transform": ([source, out / f"t{c}.json"], out / f"t{c}.json"),
+        "linum-stitch-3d": ([source, transform, image], image),
+        "linum-stitch-2d": ([source, transform, image], image),
+        "linum-convert-to-omezarr": ([source, image], image),
+        "linum-benchmark-io": ([out / f"b{c}", "--input", source, *TINY_BENCH], out / f"b{c}"),
+        "linum-gpu-info": ([source], source),
+        "linum-make-demo-data": (
+            [image, "--grid", "2", "2", "--tile-shape", "8", "32", "32"],
+            image,
+        ),
+    }
+    argv, output = runs[name]
+    return [str(a) for a in argv], output
+
+
+# zarr parses a string it is handed as a URL: "#" and "?" start a fragment and a query, and
+# newlines are dropped; these pass once local paths reach zarr as stores, never as strings.
+_AS_URL = pytest.mark.xfail(reason="a local path handed to zarr as a URL string", strict=False)
+
+
+@pytest.mark.parametrize(
+    "character",
+    [
+        pytest.param(key, marks=_AS_URL) if key in ("hash", "question-mark", "newline") else key
+        for key in NAME_CHARACTERS
+    ],
+)
+@pytest.mark.parametrize("name", NAMED_SCRIPTS)
+def test_names_with_special_characters(
+    name: str, character: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Input and output names (and their folders) holding ``#``, ``?``, ``%``, a space, non-ASCII
+    letters or a newline are paths like any other."""
+    c = NAME_CHARACTERS[character]
+    inputs = tmp_path / f"i{c}n"
+    inputs.mkdir()
+    plain = _image(name, data, tmp_path)
+    source = Path(shutil.move(plain, inputs / f"s{c}rc.ome.zarr"))
+    transform = Path(shutil.copy(data / "t.json", inputs / f"t{c}.json"))
+    out = tmp_path / f"o{c}ut"
+    out.mkdir()
+    argv, output = _named_argv(name, source, transform, out, c)
+    importlib.import_module(SCRIPTS[name]).main(argv)
+    printed = capsys.readouterr()
+    assert ": error:" not in printed.err, printed.err
+    assert output.exists(), printed
+    if output.name.endswith(".ome.zarr"):
+        assert read_volume(output).size > 0
+    assert not [p for p in out.iterdir() if p.name.endswith(STAGING_SUFFIX)]
