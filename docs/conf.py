@@ -44,11 +44,36 @@ source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-n
 root_doc = "index"
 # Quotes and ellipses, but no dashes: "--use-gpu" must not become an en dash in prose.
 smartquotes_action = "qe"
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "api/_src", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
 
 # --- API reference (sphinx-autoapi) ------------------------------------------------------------
 autoapi_type = "python"
-autoapi_dirs = [str(ROOT / "linumpy")]
+
+
+def _package_tree() -> Path:
+    """The package as it installs, for autoapi's static analysis: ``linumpy/`` with the
+    top-level ``scripts/`` folder as ``linumpy.scripts`` (pyproject.toml's ``package-dir``).
+
+    A folder of symbolic links under ``api/_src`` (generated, git-ignored): one to each entry
+    of ``linumpy/`` and one named ``scripts`` to the scripts folder.
+    """
+    tree = DOCS / "api" / "_src" / "linumpy"
+    if tree.is_symlink() or tree.is_file():
+        tree.unlink()
+    tree.mkdir(parents=True, exist_ok=True)
+    wanted = {entry.name: entry for entry in (ROOT / "linumpy").iterdir()}
+    wanted["scripts"] = ROOT / "scripts"
+    for link in tree.iterdir():
+        if link.name not in wanted or not link.is_symlink() or link.resolve() != wanted[link.name]:
+            link.unlink() if link.is_symlink() or link.is_file() else None
+    for name, entry in wanted.items():
+        if not (tree / name).exists():
+            (tree / name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    return tree
+
+
+autoapi_dirs = [str(_package_tree())]
+autoapi_follow_symlinks = True
 autoapi_root = "api/python"  # generated at build time, git-ignored, removed after the build
 autoapi_add_toctree_entry = False  # api.md links the package page itself
 autoapi_options = [

@@ -12,6 +12,7 @@ autoapi itself works: nothing is imported.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,13 @@ def find_reexports(package_dir: Path) -> tuple[set[str], set[str]]:
     root = package_dir.name
     hidden_definitions: set[str] = set()
     hidden_root_names: set[str] = set()
-    for init in sorted(package_dir.rglob("__init__.py")):
+    # os.walk, not Path.rglob: the tree conf.py gives autoapi links linumpy.scripts in.
+    inits = [
+        Path(folder) / "__init__.py"
+        for folder, _, files in os.walk(package_dir, followlinks=True)
+        if "__init__.py" in files
+    ]
+    for init in sorted(inits):
         parts = init.parent.relative_to(package_dir.parent).parts
         package = ".".join(parts)
         tree = ast.parse(init.read_text())
