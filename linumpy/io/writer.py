@@ -40,15 +40,26 @@ from linumpy.io.metadata import (
 )
 from linumpy.io.staging import StagedWrite, recover_staging
 
-__all__ = ["OmeZarrWriter", "downsample_mean", "save_omezarr", "store_block"]
+__all__ = ["OmeZarrWriter", "downsample_mean", "save_omezarr", "store_block", "zstd_compressors"]
 
 logger = logging.getLogger(__name__)
 
 
-def _v3_compressors(level: int, checksum: bool) -> list[Any]:
-    """zstd, then, with checksums, a crc32c of each compressed chunk: readers reject a damaged
-    frame on the crc32c before any decoder sees it (nvCOMP may crash or hang on one); zstd's
-    content checksum still verifies the decoded bytes."""
+def zstd_compressors(zarr_format: int, level: int, checksum: bool) -> Any:
+    """The compressors linumpy writes: zstd at ``level``, and with ``checksum`` zstd's content
+    checksum and, in zarr v3, a crc32c of each compressed chunk: readers reject a damaged frame on
+    the crc32c before any decoder sees it (nvCOMP may crash or hang on one); zstd's content
+    checksum still verifies the decoded bytes.
+
+    Examples
+    --------
+    >>> [type(c).__name__ for c in zstd_compressors(3, 3, True)]
+    ['ZstdCodec', 'Crc32cCodec']
+    >>> zstd_compressors(2, 5, False)
+    Zstd(level=5)
+    """
+    if zarr_format == 2:
+        return numcodecs.Zstd(level, checksum=checksum)
     if not checksum:
         return [zarr.codecs.ZstdCodec(level=level, checksum=False)]
     return [zarr.codecs.ZstdCodec(level=level, checksum=True), zarr.codecs.Crc32cCodec()]
@@ -333,11 +344,7 @@ class OmeZarrWriter:
                 level_shards = tuple(
                     min(sh, -(-s // c) * c) for sh, s, c in zip(shards, level_shape, level_chunks)
                 )
-            compressor: Any = (
-                _v3_compressors(level, self.checksum)
-                if zarr_format == 3
-                else numcodecs.Zstd(level, checksum=self.checksum)
-            )
+            compressor = zstd_compressors(zarr_format, level, self.checksum)
             arrays.append(
                 group.create_array(
                     str(index),

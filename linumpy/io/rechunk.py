@@ -1,0 +1,409 @@
+"""Rewriting a zarr array or OME-Zarr image in another layout, out of core, metadata kept.
+
+:func:`rechunk` copies every array of the input (each pyramid level, labels too) into linumpy's
+default layout (:mod:`linumpy.io.layout`: NGFF 0.5 shards of small inner chunks; one tile per
+shard for a mosaic grid) or the chunks and shards given, block by block: each dask task reads a
+region of whole input chunks (or shards) with :func:`~linumpy.io.read_volume` and writes whole
+output shards with the write engine, so memory stays bounded and no stored chunk is read twice.
+Values are copied bit for bit; group and array attributes are kept, moved between the places
+NGFF 0.4 (``.zattrs``) and 0.5 (``zarr.json``, under ``ome``) keep them when the version
+changes. The new image is staged beside ``target`` and moved into place once complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import zarr
+from zarr.storage import LocalStore
+
+from linumpy import settings
+from linumpy.errors import LinumpyError
+from linumpy.io.dask_write import shard_budget, store_dask
+from linumpy.io.layout import ShardsArg, default_layout, slab_shards, tile_layout, tile_shards
+from linumpy.io.lazy import grow_block, open_volume, storage_unit
+from linumpy.io.metadata import (
+    NgffVersion,
+    axes_from_ngff,
+    parse_ngff_version,
+    validate_image_attrs,
+)
+from linumpy.io.staging import recover_staging, staged
+from linumpy.io.writer import zstd_compressors
+from linumpy.parallel import Cluster
+
+__all__ = ["OME_KEYS", "Rechunked", "convert_attrs", "rechunk"]
+
+logger = logging.getLogger(__name__)
+
+#: Group attributes that NGFF 0.5 keeps under ``ome`` and NGFF 0.4 at the top.
+OME_KEYS = (
+    "multiscales",
+    "omero",
+    "labels",
+    "image-label",
+    "plate",
+    "well",
+    "bioformats2raw.layout",
+)
+
+
+class Rechunked(NamedTuple):
+    """What :func:`rechunk` wrote: per array (its path in the image, "" for a plain array), the
+    shape, chunks and shards; and the bytes copied (uncompressed)."""
+
+    arrays: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]]
+    nbytes: int
+
+    def describe(self) -> str:
+        """One line per array: path, shape, chunks and shards.
+
+        Examples
+        --------
+        >>> Rechunked({"0": ((64, 64), (32, 32), (64, 64))}, 8192).describe()
+        '0: (64, 64), chunks (32, 32), shards (64, 64)'
+        """
+        lines = []
+        for path, (shape, chunks, shards) in self.arrays.items():
+            where = f"{path}: " if path else ""
+            lines.append(f"{where}{shape}, chunks {chunks}, shards {shards or 'none'}")
+        return "\n".join(lines)
+
+
+def convert_attrs(attrs: Mapping[str, Any], version: NgffVersion) -> dict[str, Any]:
+    """A group's attributes as NGFF ``version`` keeps them (0.5: the OME keys under ``ome``,
+    with its version; 0.4: at the top, each multiscales entry with its version); the other keys
+    as they are.
+
+    Examples
+    --------
+    >>> v04 = {"multiscales": [{"version": "0.4", "axes": []}], "omero": {}, "linumpy": {}}
+    >>> convert_attrs(v04, "0.5")
+    {'linumpy': {}, 'ome': {'version': '0.5', 'multiscales': [{'axes': []}], 'omero': {}}}
+    >>> convert_attrs(convert_attrs(v04, "0.5"), "0.4") == v04
+    True
+    """
+    attrs = dict(attrs)
+    ome = dict(attrs.pop("ome", {}))
+    ome.pop("version", None)
+    for key in OME_KEYS:
+        if key in attrs:
+            ome[key] = attrs.pop(key)
+    if not ome:
+        return attrs
+    multiscales = [
+        {k: v for k, v in entry.items() if k != "version"} if isinstance(entry, Mapping) else entry
+        for entry in ome.get("multiscales", [])
+    ]
+    if version == "0.5":
+        if "multiscales" in ome:
+            ome["multiscales"] = multiscales
+        return {**attrs, "ome": {"version": "0.5", **ome}}
+    if "multiscales" in ome:
+        ome["multiscales"] = [
+            {"version": "0.4", **entry} if isinstance(entry, Mapping) else entry
+            for entry in multiscales
+        ]
+    return {**ome, **attrs}
+
+
+def _declared_version(attrs: Mapping[str, Any]) -> str | None:
+    """The NGFF version a group's attributes declare (None: no OME metadata)."""
+    if "ome" in attrs:
+        return str(attrs["ome"].get("version"))
+    multiscales = attrs.get("multiscales")
+    if multiscales:
+        return str(multiscales[0].get("version", "0.4"))
+    return None
+
+
+def _tile_shape(attrs: Mapping[str, Any]) -> tuple[int, int] | None:
+    tile = attrs.get("linumpy", {}).get("mosaic", {}).get("tile_shape")
+    return tuple(int(n) for n in tile) if tile else None  # type: ignore[return-value]
+
+
+def _level_tile(tile: tuple[int, int] | None, factor: Sequence[int]) -> tuple[int, int] | None:
+    """A mosaic grid's tile at a pyramid level downsampled by ``factor`` (y, x), if whole."""
+    if tile is None or any(t % f for t, f in zip(tile, factor)):
+        return None
+    return (tile[0] // factor[0], tile[1] // factor[1])
+
+
+def _layout(
+    array: zarr.Array,
+    space: list[int],
+    tile: tuple[int, int] | None,
+    chunks: Sequence[int] | None,
+    shards: ShardsArg,
+    version: NgffVersion,
+    budget: int,
+    what: str,
+) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    shape, dtype = tuple(array.shape), np.dtype(array.dtype)
+    if chunks is not None:
+        chunks = tuple(min(int(c), max(n, 1)) for c, n in zip(chunks, shape))
+    if shards is not None and not isinstance(shards, str):
+        shards = tuple(
+            min(int(s), -(-n // c) * c) for s, n, c in zip(shards, shape, chunks or shape)
+        )
+    if tile is not None and shards == "auto" and version == "0.5":
+        if chunks is None:
+            return tuple(tile_layout(shape, dtype, tile, space=space, shard_bytes=budget))
+        return chunks, tile_shards(shape, chunks, dtype, tile, space=space, shard_bytes=budget)
+    layout = default_layout(
+        shape, dtype, chunks=chunks, shards=shards, ngff_version=version, space=space, what=what
+    )
+    if shards == "auto" and version == "0.5":
+        return layout.chunks, slab_shards(
+            shape, layout.chunks, dtype, space=space, shard_bytes=budget
+        )
+    return layout.chunks, layout.shards
+
+
+def _for_array(block: Sequence[int] | None, array: zarr.Array, name: str) -> tuple[int, ...] | None:
+    """``block`` checked against an array's number of axes."""
+    if block is None:
+        return None
+    if len(block) != array.ndim:
+        raise ValueError(
+            f"{name} {tuple(block)}: {array.ndim} values needed for array {array.path or '/'} "
+            f"of shape {array.shape}"
+        )
+    return tuple(int(b) for b in block)
+
+
+def _copy_unit(source: zarr.Array, target: zarr.Array) -> tuple[int, ...]:
+    """Blocks of whole input and output storage units (their least common multiple) where that
+    stays within 4 times the larger of the two, else of whole output units."""
+    unit = []
+    for s, t, n in zip(storage_unit(source), storage_unit(target), source.shape):
+        both = math.lcm(s, t)
+        unit.append(min(both if both <= 4 * max(s, t) else t, max(n, 1)))
+    return tuple(unit)
+
+
+def rechunk(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    chunks: Sequence[int] | None = None,
+    shards: ShardsArg = "auto",
+    ngff_version: NgffVersion = "0.5",
+    level: int = 3,
+    checksum: bool | None = None,
+    gpu: bool = False,
+    overwrite: bool = False,
+    progress: bool = False,
+    cluster: Cluster | None = None,
+) -> Rechunked:
+    """Rewrite a zarr array or OME-Zarr image in linumpy's default layout (or the one given).
+
+    Parameters
+    ----------
+    source
+        A zarr array or group (an OME-Zarr image, NGFF 0.4 or 0.5), v2 or v3, on local disk.
+    target
+        The copy to create.
+    chunks
+        (Inner) chunk shape of every array (clipped to its shape); by default each array's own
+        from :func:`linumpy.io.layout.inner_chunks`, dividing the tile of a mosaic grid.
+    shards
+        ``"auto"``: one tile per shard for a mosaic grid (``linumpy.mosaic.tile_shape``), slabs
+        of whole planes otherwise (smaller under a memory limit); a shape; None: no shards.
+    ngff_version
+        ``"0.5"`` (zarr v3, sharded) or ``"0.4"`` (zarr v2: one file per chunk).
+    level, checksum
+        zstd level, and content checksums (``linumpy.settings.get().write_checksum`` by
+        default), as :class:`~linumpy.io.OmeZarrWriter` writes them.
+    gpu
+        Read into and encode from the GPU (NGFF 0.5).
+    overwrite
+        Replace an existing ``target`` (only once the copy is complete).
+    progress
+        Show a progress bar per array.
+    cluster
+        Where the tasks run and how much memory each may use; local threads by default.
+
+    Returns
+    -------
+    Rechunked
+        The layout of each array written, and the bytes copied.
+
+    Raises
+    ------
+    LinumpyError
+        For a missing source, an existing target without ``overwrite``, or an OME-Zarr image of
+        NGFF 0.1 to 0.3 (no 0.4/0.5 metadata to move).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import read_omezarr, read_volume, save_omezarr
+    >>> from linumpy.io.rechunk import rechunk
+    >>> folder = tempfile.mkdtemp()
+    >>> volume = np.arange(64 * 256 * 256, dtype=np.uint16).reshape(64, 256, 256)
+    >>> save_omezarr(volume, folder + "/old.ome.zarr", voxel_size=(2, 1, 1), chunks=(64, 64, 64),
+    ...              shards=None, ngff_version="0.4", n_levels=2)
+    >>> done = rechunk(folder + "/old.ome.zarr", folder + "/new.ome.zarr")
+    >>> print(done.describe())
+    0: (64, 256, 256), chunks (32, 128, 128), shards (64, 256, 256)
+    1: (32, 128, 128), chunks (32, 128, 128), shards none
+    >>> array, voxel_size = read_omezarr(folder + "/new.ome.zarr", level=1)
+    >>> array.metadata.zarr_format, voxel_size
+    (3, (4.0, 2.0, 2.0))
+    >>> bool((read_volume(folder + "/new.ome.zarr") == volume).all())
+    True
+    """
+    version = parse_ngff_version(ngff_version)
+    source, target = Path(source), Path(target)
+    if not source.exists():
+        recover_staging(source)
+    if not source.exists():
+        raise LinumpyError(f"{source}: no such file or directory")
+    recover_staging(target)
+    if (target.exists() or target.is_symlink()) and not overwrite:
+        raise LinumpyError(f"{target} exists; pass overwrite=True to replace it")
+    if gpu and version != "0.5":
+        logger.warning("GPU encoding writes zarr v3 only: encoding NGFF 0.4 on the CPU")
+        gpu = False
+    try:
+        root = zarr.open(store=LocalStore(source, read_only=True), mode="r")
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError, ValueError) as exc:
+        raise LinumpyError(f"{source}: not a zarr array or group ({exc})") from None
+    cluster = cluster or Cluster()
+    checksum = settings.get().write_checksum if checksum is None else bool(checksum)
+    zarr_format = 3 if version == "0.5" else 2
+    written: dict[str, Any] = {}
+    nbytes = 0
+    with staged(target) as out:
+        store = LocalStore(out)
+        if isinstance(root, zarr.Array):
+            arrays: list[tuple[str, zarr.Array, dict[str, Any]]] = [("", root, {})]
+        else:
+            arrays = _copy_groups(root, store, zarr_format, version, source)
+        for path, array, context in arrays:
+            budget = shard_budget(cluster, per_byte=3)
+            what = f"{target}/{path}" if path else str(target)
+            chunk, shard = _layout(
+                array,
+                context.get("space") or list(range(max(0, array.ndim - 3), array.ndim)),
+                context.get("tile"),
+                _for_array(chunks, array, "chunks"),
+                shards if isinstance(shards, str) else _for_array(shards, array, "shards"),
+                version,
+                budget,
+                what,
+            )
+            copy = _create_like(
+                array, store, path, chunk, shard, zarr_format, level, checksum, context
+            )
+            nbytes += _copy(
+                source / path if path else source, array, copy, gpu, cluster, progress, path
+            )
+            written[path] = (tuple(array.shape), tuple(copy.chunks), copy.shards)
+    return Rechunked(written, nbytes)
+
+
+def _copy_groups(
+    root: zarr.Group, store: LocalStore, zarr_format: int, version: NgffVersion, source: Path
+) -> list[tuple[str, zarr.Array, dict[str, Any]]]:
+    """Create every group of ``root`` in ``store`` with its attributes (in NGFF ``version``);
+    return the arrays to copy, each with its path and what its image says about it: the space
+    axes, the dimension names, the tile of a mosaic grid."""
+    arrays: list[tuple[str, zarr.Array, dict[str, Any]]] = []
+    groups = [("", root)] + [
+        (path, node) for path, node in root.members(max_depth=None) if isinstance(node, zarr.Group)
+    ]
+    context: dict[str, dict[str, Any]] = {}
+    for path, group in groups:
+        attrs = group.attrs.asdict()
+        declared = _declared_version(attrs)
+        if declared is not None and declared not in ("0.4", "0.5"):
+            raise LinumpyError(
+                f"{source / path}: NGFF {declared} image; linum-rechunk converts NGFF 0.4 and 0.5"
+            )
+        if declared is not None:
+            validate_image_attrs(attrs, group.metadata.zarr_format, source / path)
+        new = convert_attrs(attrs, version) if declared is not None else attrs
+        zarr.open_group(store=store, path=path, mode="w-", zarr_format=zarr_format, attributes=new)
+        multiscales = attrs.get("ome", attrs).get("multiscales") or []
+        if multiscales:
+            axes = axes_from_ngff(multiscales[0].get("axes", []))
+            tile = _tile_shape(attrs)
+            for depth, dataset in enumerate(multiscales[0].get("datasets", [])):
+                key = f"{path}/{dataset['path']}" if path else str(dataset["path"])
+                context[key] = {
+                    "space": [i for i, a in enumerate(axes) if a.type == "space"] or None,
+                    "names": [a.name for a in axes] if axes else None,
+                    "tile": _level_tile(tile, (2**depth, 2**depth)) if tile else None,
+                }
+    for path, node in root.members(max_depth=None):
+        if isinstance(node, zarr.Array):
+            arrays.append((path, node, context.get(path, {})))
+    return sorted(arrays, key=lambda item: _path_key(item[0]))
+
+
+def _path_key(path: str) -> tuple[tuple[int, int, str], ...]:
+    """Paths in order, numbers by value: ``0, 1, ..., 10``, then ``labels/...``."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.split("/"))
+
+
+def _create_like(
+    array: zarr.Array,
+    store: LocalStore,
+    path: str,
+    chunks: tuple[int, ...],
+    shards: tuple[int, ...] | None,
+    zarr_format: int,
+    level: int,
+    checksum: bool,
+    context: dict[str, Any],
+) -> zarr.Array:
+    names = None
+    if zarr_format == 3:
+        names = getattr(array.metadata, "dimension_names", None) or context.get("names")
+    return zarr.create_array(
+        store=store,
+        name=path or None,
+        shape=array.shape,
+        dtype=array.dtype,
+        chunks=chunks,
+        shards=shards,
+        compressors=zstd_compressors(zarr_format, level, checksum),
+        fill_value=array.fill_value,
+        chunk_key_encoding={"name": "default" if zarr_format == 3 else "v2", "separator": "/"},
+        attributes=array.attrs.asdict(),
+        zarr_format=zarr_format,
+        **({"dimension_names": names} if names else {}),
+    )
+
+
+def _copy(
+    path: Path,
+    source: zarr.Array,
+    target: zarr.Array,
+    gpu: bool,
+    cluster: Cluster,
+    progress: bool,
+    name: str,
+) -> int:
+    """Copy ``source`` (at ``path``) into ``target`` in blocks of whole storage units of both."""
+    if math.prod(source.shape) == 0:
+        return 0
+    unit = _copy_unit(source, target)
+    per_element = 3 * np.dtype(source.dtype).itemsize  # the block, zarr's copy, the encoded files
+    budget = cluster.task_bytes(
+        math.prod(unit) * per_element,
+        f"rechunking {name or path}",
+        total=math.prod(source.shape) * per_element,
+        gpu=gpu,
+    )
+    block = grow_block(unit, source.shape, per_element, budget)
+    lazy = open_volume(path, chunks=block, gpu=gpu)
+    return store_dask(lazy, target, cluster=cluster, progress=progress, desc=name or "rechunk")
