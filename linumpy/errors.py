@@ -237,7 +237,7 @@ class UnsupportedLayoutError(LinumpyError, NotImplementedError):
     ...     plan_read(array)
     ... except UnsupportedLayoutError as exc:
     ...     print(exc)
-    store MemoryStore is not a local directory
+    store MemoryStore is not a local directory or a remote store
     """
 
 

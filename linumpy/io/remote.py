@@ -343,6 +343,10 @@ class RangeClient:
         """The URL of ``key``."""
         return f"{self.url.rstrip('/')}/{key}"
 
+    def key_of(self, url: str) -> str:
+        """The key of a URL under the store's root (the inverse of :meth:`key_url`)."""
+        return url[len(self.url.rstrip("/")) + 1 :]
+
     def ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
         """The bytes of each ``(key, start, nbytes)``, exactly ``nbytes`` each.
 
@@ -386,11 +390,12 @@ class RangeClient:
 
     async def _retrying(self, key: str, request: Any) -> Any:
         """``await request()``, again after a response cut short (obstore retries the rest)."""
-        obstore = _obstore()
         for attempt in range(self.retries + 1):
             try:
                 return await request()
-            except obstore.exceptions.BaseError as exc:
+            except Exception as exc:
+                if not is_remote_failure(exc):
+                    raise
                 kind, _ = _reason(exc)
                 if kind is not RemoteConnectionError or attempt == self.retries:
                     with remote_errors(self.key_url(key)):
@@ -419,17 +424,22 @@ class RangeClient:
     def tails(self, keys: Sequence[str], nbytes: int) -> list[tuple[memoryview, int] | None]:
         """The last ``nbytes`` of each object (fewer when it is shorter) and its size; None for
         an object that does not exist."""
-        return self._run([self._tail(key, nbytes) for key in keys])
+        return self._run([self._part(key, {"suffix": nbytes}) for key in keys])
 
-    async def _tail(self, key: str, nbytes: int) -> tuple[memoryview, int] | None:
+    def heads(self, keys: Sequence[str], nbytes: int) -> list[tuple[memoryview, int] | None]:
+        """The first ``nbytes`` of each object (fewer when it is shorter) and its size; None for
+        an object that does not exist."""
+        return self._run([self._part(key, (0, nbytes)) for key in keys])
+
+    async def _part(self, key: str, part: Any) -> tuple[memoryview, int] | None:
         obstore = _obstore()
 
-        async def suffix() -> tuple[Any, int]:
-            result = await obstore.get_async(self.store, key, options={"range": {"suffix": nbytes}})
+        async def get() -> tuple[Any, int]:
+            result = await obstore.get_async(self.store, key, options={"range": part})
             return await result.bytes_async(), int(result.meta["size"])
 
         try:
-            data, size = await self._retrying(key, suffix)
+            data, size = await self._retrying(key, get)
         except RemoteNotFoundError:
             return None
         return memoryview(data), size

@@ -454,7 +454,7 @@ def read_plan(
     try:
         if math.prod(plan.shape) == 0:
             return backend.out, Stats()
-        if reader == "pread":  # each thread reads its own chunks: nothing to merge
+        if reader == "pread" and plan.remote is None:  # threads read their own chunks
             stats = backend.read_files()
         else:
             stats = run(

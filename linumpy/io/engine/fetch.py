@@ -196,14 +196,21 @@ def read_shard_index(
         raise ChunkDecodeError(path, "the shard is a directory, not a file") from None
     finally:
         os.close(fd)
+    return parse_shard_index(raw, size, n_chunks, crc32c=crc32c, name=path)
+
+
+def parse_shard_index(
+    raw: bytes | bytearray | memoryview, size: int, n_chunks: int, *, crc32c: bool, name: str
+) -> np.ndarray:
+    """Check a shard index's bytes (read from a shard of ``size`` bytes named ``name``)."""
     if crc32c:
         stored = int.from_bytes(raw[-4:], "little")
         if crc32c_of(raw[:-4]) != stored:
-            raise ChunkDecodeError(path, "shard index crc32c checksum mismatch")
+            raise ChunkDecodeError(name, "shard index crc32c checksum mismatch")
     index = np.frombuffer(raw, dtype=SHARD_INDEX_ENTRY, count=n_chunks * 2).reshape(n_chunks, 2)
     present = index[:, 0] != EMPTY_INNER_CHUNK
     if np.any(index[present].sum(axis=1) > size):
-        raise ChunkDecodeError(path, "shard index points past the end of the shard")
+        raise ChunkDecodeError(name, "shard index points past the end of the shard")
     return index
 
 
@@ -227,6 +234,9 @@ def chunk_sizes(plan: Any) -> np.ndarray:
     """
     sizes = np.where(plan.stored, plan.nbytes, -1).astype(np.int64)
     unknown = np.flatnonzero(plan.stored & (plan.nbytes < 0))
+    if getattr(plan, "remote", None) is not None:  # sized when fetched: the decoded size guides
+        sizes[unknown] = plan.chunk_nbytes  # the grouping until then
+        return sizes
     files = plan.files
     paths = [files[f] for f in plan.file_index[unknown].tolist()]
     found = np.array([_file_size(path) for path in paths], dtype=np.int64)

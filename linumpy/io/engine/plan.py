@@ -126,6 +126,9 @@ class ReadPlan:
         chunk); None otherwise.
     crc32c
         Whether each stored chunk ends with the crc32c of its zstd frame (codec ``crc32c``).
+    remote
+        For an array on a remote store, the :class:`~linumpy.io.remote.RangeClient` that
+        fetches its chunks (``files`` are then URLs); None for local files.
 
     Examples
     --------
@@ -153,6 +156,7 @@ class ReadPlan:
     stored: np.ndarray
     chunks_per_shard: tuple[int, ...] | None = None
     crc32c: bool = False
+    remote: Any = None
 
     @property
     def chunk_nbytes(self) -> int:
@@ -245,6 +249,7 @@ class _Layout:
     shard_index_location: Literal["start", "end"] | None  # None: not sharded
     shard_index_crc32c: bool
     chunk_crc32c: bool = False
+    remote: Any = None  # the RangeClient of a remote store
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,9 +278,13 @@ class EntryKeys:
 
 def _parse_layout(array: zarr.Array) -> _Layout:
     store = array.store
-    if not isinstance(store, LocalStore):
-        raise UnsupportedLayoutError(f"store {type(store).__name__} is not a local directory")
-    root = os.path.join(str(store.root), array.path)
+    remote = None
+    if isinstance(store, LocalStore):
+        root = os.path.join(str(store.root), array.path)
+    else:  # chunks named by URL, fetched by fetch_remote
+        from linumpy.io.engine.fetch_remote import remote_root
+
+        root, remote = remote_root(array)
     metadata = array.metadata
     dtype = np.dtype(array.dtype)
     if metadata.zarr_format == 2:
@@ -285,7 +294,7 @@ def _parse_layout(array: zarr.Array) -> _Layout:
                 "are not a plain zstd compressor"
             )
         chunks = tuple(array.chunks)
-        return _Layout(root, chunks, chunks, dtype, metadata.order, None, False)
+        return _Layout(root, chunks, chunks, dtype, metadata.order, None, False, remote=remote)
     codecs = metadata.codecs
     sharding = None
     if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
@@ -309,7 +318,7 @@ def _parse_layout(array: zarr.Array) -> _Layout:
     stored = dtype if endian is None else dtype.newbyteorder("<" if endian == "little" else ">")
     if sharding is None:
         chunks = tuple(array.chunks)
-        return _Layout(root, chunks, chunks, stored, "C", None, False, crc)
+        return _Layout(root, chunks, chunks, stored, "C", None, False, crc, remote)
     return _Layout(
         root,
         tuple(array.shards),
@@ -321,6 +330,7 @@ def _parse_layout(array: zarr.Array) -> _Layout:
         else sharding.index_location,
         len(sharding.index_codecs) == 2,
         crc,
+        remote,
     )
 
 
@@ -411,15 +421,22 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
         if layout.shard_index_location is None
         else tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape)),
         crc32c=layout.chunk_crc32c,
+        remote=layout.remote,
     )
 
 
 _Entries = tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+def _prefix(layout: _Layout) -> str:
+    """What precedes a chunk's key in its name: the array's folder, or its URL."""
+    sep = "/" if layout.remote is not None else os.sep
+    return layout.root.rstrip(sep) + sep
+
+
 def _unsharded(metadata: Any, layout: _Layout, coords: np.ndarray) -> _Entries:
     """One file per chunk, sized when read."""
-    files = tuple(chunk_keys(metadata, coords, layout.root.rstrip(os.sep) + os.sep))
+    files = tuple(chunk_keys(metadata, coords, _prefix(layout)))
     n = len(files)
     return (
         files,
@@ -446,15 +463,20 @@ def _sharded(metadata: Any, layout: _Layout, coords: np.ndarray) -> _Entries:
     shard_id = shard_id.reshape(-1)
     table = np.full((len(shards), n_inner, 2), EMPTY_INNER_CHUNK, dtype=SHARD_INDEX_ENTRY)
     files = []
-    paths = chunk_keys(metadata, shards, layout.root.rstrip(os.sep) + os.sep)
-    for k, path in enumerate(paths):
-        files.append(path)
-        index = read_shard_index(
-            path,
-            n_inner,
-            at_start=layout.shard_index_location == "start",
-            crc32c=layout.shard_index_crc32c,
+    paths = chunk_keys(metadata, shards, _prefix(layout))
+    at_start, crc32c = layout.shard_index_location == "start", layout.shard_index_crc32c
+    if layout.remote is None:
+        indexes: Any = (
+            read_shard_index(p, n_inner, at_start=at_start, crc32c=crc32c) for p in paths
         )
+    else:  # fetched together: each is a request
+        from linumpy.io.engine.fetch_remote import remote_shard_indexes
+
+        indexes = remote_shard_indexes(
+            layout.remote, paths, n_inner, at_start=at_start, crc32c=crc32c
+        )
+    for k, (path, index) in enumerate(zip(paths, indexes)):
+        files.append(path)
         if index is not None:
             table[k] = index
     entries = table[shard_id, linear]

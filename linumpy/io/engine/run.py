@@ -112,6 +112,7 @@ class Fetched:
     decoded: list[tuple[int, np.ndarray]] = field(default_factory=list)
     seconds: float = 0.0
     crc32c_on_device: bool = False
+    missing: np.ndarray | None = None  # entries of a remote group found not stored when fetched
 
 
 class Backend(Protocol):
@@ -258,12 +259,20 @@ def _fetch(
     """Read one group into its slot's staging buffer (on the producer thread)."""
     started = time.perf_counter()
     slot = index % backend.slots
-    staging = backend.staging(slot, group.layout.nbytes)
-    entries = group.entries
-    read_group(
-        staging, group.layout, EntryKeys(plan, entries), reader=reader, pool=pool, threads=threads
-    )
-    nbytes = sizes[entries]
+    missing = None
+    if plan.remote is not None:  # laid out in the staging buffer as the chunks arrive
+        from linumpy.io.engine.fetch_remote import fetch_remote_group
+
+        entries, layout, staging, nbytes, missing = fetch_remote_group(
+            plan, group.entries, lambda n: backend.staging(slot, n)
+        )
+        group = Group(entries, layout, group.tail)
+    else:
+        staging = backend.staging(slot, group.layout.nbytes)
+        entries = group.entries
+        keys = EntryKeys(plan, entries)
+        read_group(staging, group.layout, keys, reader=reader, pool=pool, threads=threads)
+        nbytes = sizes[entries]
     # A back end may check the crc32c itself, before its decoder sees the chunks (the GPU's).
     on_device = plan.crc32c and getattr(backend, "crc32c_on_device", _never)(group)
     if on_device:
@@ -274,7 +283,7 @@ def _fetch(
         )
     seconds = time.perf_counter() - started
     verdicts = np.full(len(entries), FRAME_NEEDS_CHECK, dtype=np.int8)
-    return Fetched(index, slot, group, staging, nbytes, verdicts, [], seconds, on_device)
+    return Fetched(index, slot, group, staging, nbytes, verdicts, [], seconds, on_device, missing)
 
 
 def _never(group: Group) -> bool:
@@ -437,10 +446,13 @@ def run(
             pending = producer.submit(fetch, k + 1) if k + 1 < len(groups) else None
             mark = time.perf_counter()
             try:
-                _validate(plan, backend, fetched, pool)
-                phases["validate"] += time.perf_counter() - mark
-                mark = time.perf_counter()
-                backend.submit(fetched)
+                if fetched.missing is not None and len(fetched.missing):
+                    backend.fill(fetched.missing)
+                if len(fetched.group.entries):
+                    _validate(plan, backend, fetched, pool)
+                    phases["validate"] += time.perf_counter() - mark
+                    mark = time.perf_counter()
+                    backend.submit(fetched)
             except BaseException:
                 if pending is not None and not pending.cancel():
                     with suppress(BaseException):  # the first error is the one to report

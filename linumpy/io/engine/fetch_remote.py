@@ -1,0 +1,150 @@
+"""The fetch stage for remote stores (HTTP, S3, GCS): ranged GETs, many in flight.
+
+A remote plan names its chunks by URL (:attr:`~linumpy.io.engine.plan.ReadPlan.remote` holds the
+:class:`~linumpy.io.remote.RangeClient`). Shard indexes are fetched together while planning (a
+suffix or prefix range of each shard). A group's chunks are fetched at once: byte ranges of one
+shard closer than :data:`REMOTE_MERGE_GAP` are merged into one request (a request's latency
+costs more than that many bytes on most links), long runs cut into :data:`REMOTE_PIECE_BYTES`
+pieces so that one shard still arrives over several connections, and unsharded chunks are
+fetched whole (their size is unknown until then, so the group's layout in the staging buffer
+is made from what arrived). The validate, decode and scatter stages that follow are the local
+reads' own, on the CPU or the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from linumpy.errors import ChunkDecodeError, UnsupportedLayoutError
+from linumpy.io.engine.fetch import Layout, layout_group, parse_shard_index
+
+__all__ = [
+    "REMOTE_MERGE_GAP",
+    "REMOTE_PIECE_BYTES",
+    "fetch_remote_group",
+    "remote_root",
+    "remote_shard_indexes",
+]
+
+#: Bytes between two ranges of one object below which they are fetched in one request.
+REMOTE_MERGE_GAP = 1024 * 1024
+#: Largest range one request fetches; longer runs are cut into requests of this size.
+REMOTE_PIECE_BYTES = 8 * 1024 * 1024
+
+
+def remote_root(array: Any) -> tuple[str, Any]:
+    """The URL of a remote array's folder and the client that fetches from its store.
+
+    Raises
+    ------
+    UnsupportedLayoutError
+        For a store the engine does not fetch from (then zarr reads the array itself).
+
+    Examples
+    --------
+    >>> import zarr
+    >>> remote_root(zarr.create_array({}, shape=(1,), dtype="u1"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    linumpy.errors.UnsupportedLayoutError: store MemoryStore is not a local directory or ...
+    """
+    from linumpy.io.remote import range_client
+
+    client = range_client(array.store)
+    if client is None:
+        name = type(array.store).__name__
+        raise UnsupportedLayoutError(f"store {name} is not a local directory or a remote store")
+    return (client.key_url(array.path) if array.path else client.url), client
+
+
+def remote_shard_indexes(
+    client: Any, urls: Sequence[str], n_chunks: int, *, at_start: bool, crc32c: bool
+) -> list[np.ndarray | None]:
+    """The checked index of each shard (see :func:`~linumpy.io.engine.fetch.read_shard_index`),
+    all fetched at once; None for a shard that is not stored.
+
+    Raises
+    ------
+    ChunkDecodeError
+        When a shard is shorter than its index, fails its crc32c, or points past its end.
+    """
+    nbytes = n_chunks * 16 + (4 if crc32c else 0)
+    keys = [client.key_of(url) for url in urls]
+    parts = client.heads(keys, nbytes) if at_start else client.tails(keys, nbytes)
+    indexes: list[np.ndarray | None] = []
+    for url, part in zip(urls, parts):
+        if part is None:
+            indexes.append(None)
+            continue
+        raw, size = part
+        if size < nbytes or len(raw) != nbytes:
+            raise ChunkDecodeError(url, f"shard of {size} bytes is shorter than its index")
+        indexes.append(parse_shard_index(raw, size, n_chunks, crc32c=crc32c, name=url))
+    return indexes
+
+
+def _pieces(layout: Layout, piece: int) -> list[tuple[str, int, int, int]]:
+    """The layout's runs as requests ``(url, start, nbytes, buffer offset)``."""
+    requests = []
+    for url, start, nbytes, at, _ in layout.runs:
+        for done in range(0, nbytes, piece):
+            requests.append((url, start + done, min(piece, nbytes - done), at + done))
+    return requests
+
+
+def fetch_remote_group(
+    plan: Any,
+    entries: np.ndarray,
+    staging: Callable[[int], np.ndarray],
+) -> tuple[np.ndarray, Layout, np.ndarray, np.ndarray, np.ndarray]:
+    """Fetch a group of a remote plan's chunks into a staging buffer.
+
+    Parameters
+    ----------
+    plan
+        A remote read plan.
+    entries
+        The plan entries of the group.
+    staging
+        ``staging(n)``: the back end's buffer of at least ``n`` bytes for this group.
+
+    Returns
+    -------
+    tuple
+        ``(present, layout, buffer, sizes, missing)``: the entries that are stored, their
+        layout in the buffer, the buffer, their compressed sizes, and the entries whose object
+        does not exist (read as the fill value).
+
+    Raises
+    ------
+    RemoteError
+        For a failed request (after retries), naming its URL.
+    ChunkDecodeError
+        When an object is shorter than its shard index says.
+    """
+    client = plan.remote
+    files, file_index = plan.files, plan.file_index[entries]
+    if plan.chunks_per_shard is not None:
+        sizes = plan.nbytes[entries]
+        layout = layout_group(files, file_index, plan.offsets[entries], sizes, REMOTE_MERGE_GAP)
+        buffer = staging(layout.nbytes)
+        requests = _pieces(layout, REMOTE_PIECE_BYTES)
+        parts = client.ranges([(client.key_of(url), start, n) for url, start, n, _ in requests])
+        for (_, _, n, at), data in zip(requests, parts):
+            buffer[at : at + n] = np.frombuffer(data, dtype=np.uint8)
+        return entries, layout, buffer, sizes, entries[:0]
+    urls = [files[i] for i in file_index.tolist()]
+    found = client.objects([client.key_of(url) for url in urls])
+    stored = np.array([data is not None for data in found], dtype=bool)
+    present = entries[stored]
+    sizes = np.array([len(data) for data in found if data is not None], dtype=np.int64)
+    offsets = np.zeros(len(present), dtype=np.int64)
+    layout = layout_group(files, plan.file_index[present], offsets, sizes)
+    buffer = staging(layout.nbytes)
+    arrived = [data for data in found if data is not None]
+    for at, data in zip(layout.offsets.tolist(), arrived):
+        buffer[at : at + len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return present, layout, buffer, sizes, entries[~stored]
