@@ -154,15 +154,18 @@ def _build_arg_parser() -> argparse.ArgumentParser:
 
 
 def _layouts(args: argparse.Namespace, ndim: int) -> tuple[Layout, ...]:
-    layouts = []
-    for checksum in {"off": [False], "on": [True], "both": [False, True]}[args.checksum]:
-        layouts += [Layout.cubic(edge, ndim, checksum=checksum) for edge in args.chunks]
-        if not args.no_shard:
-            layouts += [
-                Layout.cubic(edge, ndim, shards=args.shard, checksum=checksum)
-                for edge in args.shard_chunks
-            ]
-    return tuple(layouts)
+    """The layouts to measure; with ``--checksum both`` each without then with checksums, one
+    after the other, so that a change in the machine's load between layouts does not show as
+    the checksums' cost."""
+    checksums = {"off": [False], "on": [True], "both": [False, True]}[args.checksum]
+    shapes = [(edge, None) for edge in args.chunks]
+    if not args.no_shard:
+        shapes += [(edge, args.shard) for edge in args.shard_chunks]
+    return tuple(
+        Layout.cubic(edge, ndim, shards=shards, checksum=checksum)
+        for edge, shards in shapes
+        for checksum in checksums
+    )
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> BenchConfig:
