@@ -1,4 +1,4 @@
-"""Compiling the pipeline's GPU kernels ahead of the first job (linum-gpu-info --prepare-kernels)."""
+"""Compiling the GPU kernels of the pipeline ahead of the first job (--prepare-kernels)."""
 
 from __future__ import annotations
 
