@@ -72,6 +72,11 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
         default=600.0,
         help="Seconds one command may run [%(default)s].",
     )
+    parser.add_argument(
+        "--prepare-kernels",
+        action="store_true",
+        help="Also time each command's first GPU run after linum-gpu-info --prepare-kernels.",
+    )
     parser.add_argument("--keep", action="store_true", help="Keep the mosaics and outputs.")
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
@@ -121,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             commands=tuple(dict.fromkeys(args.command)),
             compile_sources=not args.no_compile,
             timeout=args.timeout,
+            prepare_kernels=args.prepare_kernels,
         )
 
         def save(result: PipelineResult) -> tuple[str, str]:

@@ -125,6 +125,9 @@ class PipelineConfig:
         installed package has them (an install with ``--no-compile`` would time the compiler).
     timeout
         Seconds one command may run.
+    prepare_kernels
+        Also time each command's first GPU run after ``linum-gpu-info --prepare-kernels``
+        filled a fresh kernel cache (runs ``"prepare"`` and ``"prepared"``).
 
     Examples
     --------
@@ -141,6 +144,7 @@ class PipelineConfig:
     commands: tuple[str, ...] = tuple(COMMANDS)
     compile_sources: bool = True
     timeout: float = 600.0
+    prepare_kernels: bool = False
 
     def specs(self) -> list[MosaicSpec]:
         """The mosaics to make, scaled."""
@@ -383,6 +387,40 @@ def _run_command(
     )
 
 
+def _prepared_runs(
+    command: str,
+    label: str,
+    path: Path,
+    out: Path,
+    *,
+    env: dict[str, str],
+    logs: Path,
+    timeout: float,
+) -> list[CommandRun]:
+    """``linum-gpu-info --prepare-kernels`` into the empty cache of ``env``, then the command."""
+    argv = [*_script_argv("linum_gpu_info"), "--prepare-kernels"]
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    seconds = time.perf_counter() - start
+    (logs / f"{label.replace(' ', '_').replace(',', '')}-{command}-prepare.log").write_text(
+        f"$ {' '.join(argv)}\n{done.stdout}\n{done.stderr}"
+    )
+    error = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["failed"])[-1]
+    prepare = CommandRun(
+        command,
+        label,
+        "gpu",
+        "prepare",
+        round(seconds, 3),
+        returncode=done.returncode,
+        error=error[:300],
+    )
+    run = _run_command(
+        command, label, path, out, gpu=True, run="prepared", env=env, logs=logs, timeout=timeout
+    )
+    return [prepare, run]
+
+
 def _output_difference(cpu: Path, gpu: Path) -> float:
     """Largest |CPU - GPU| of the first 32 planes of two stitched images, over the CPU's max."""
     from linumpy.io import read_volume
@@ -479,6 +517,14 @@ def run_pipeline_benchmark(
                         log(
                             f"  {COMMANDS[command][0]} {done.device} ({run}): {done.seconds:.2f} s"
                             + ("" if done.ok else f" FAILED: {done.error}")
+                        )
+                    if "first" in runs and config.prepare_kernels:
+                        fresh = {**env, "CUPY_CACHE_DIR": str(cache / f"{command}-prepared")}
+                        result.runs += _prepared_runs(
+                            command, label, path, out, env=fresh, logs=logs, timeout=config.timeout
+                        )
+                        log(
+                            f"  {COMMANDS[command][0]} gpu (prepared): {result.runs[-1].seconds:.2f} s"
                         )
             if ("stitch", True) in outs:
                 try:

@@ -130,6 +130,17 @@ def pipeline_table(result: PipelineResult) -> str:
                 None,
             )
             ratio = f"{first.seconds / warm.seconds:.2f}" if warm and warm.seconds else "-"
+            prepared = next(
+                (
+                    r
+                    for r in result.runs
+                    if r.run == "prepared"
+                    and (r.command, r.mosaic) == (first.command, first.mosaic)
+                ),
+                None,
+            )
+            if prepared is not None and warm and warm.seconds:
+                ratio += f" (after --prepare-kernels: {prepared.seconds / warm.seconds:.2f})"
             compiled = [
                 str(r.counts.get("kernel compilation", 0)) if r else "-" for r in (first, warm)
             ]
