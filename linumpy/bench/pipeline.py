@@ -524,7 +524,8 @@ def run_pipeline_benchmark(
                             command, label, path, out, env=fresh, logs=logs, timeout=config.timeout
                         )
                         log(
-                            f"  {COMMANDS[command][0]} gpu (prepared): {result.runs[-1].seconds:.2f} s"
+                            f"  {COMMANDS[command][0]} gpu (prepared): "
+                            f"{result.runs[-1].seconds:.2f} s"
                         )
             if ("stitch", True) in outs:
                 try:
