@@ -21,7 +21,7 @@ from linumpy.io import read_volume, save_omezarr
 
 N_CORRUPTIONS = int(os.environ.get("LINUMPY_FUZZ_N", "200"))
 LAYOUTS = {
-    "chunks-3d": dict(chunks=(16, 16, 16)),
+    "chunks-3d": dict(chunks=(16, 16, 16), shards=None),
     "sharded": dict(chunks=(8, 16, 16), shards=(16, 32, 32)),
     "v2": dict(chunks=(16, 16, 16), ngff_version="0.4"),
 }

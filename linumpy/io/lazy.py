@@ -19,6 +19,7 @@ from linumpy.parallel import DEFAULT_GPU_TASK_BYTES, DEFAULT_TASK_BYTES
 
 if TYPE_CHECKING:
     import dask.array as da
+    import xarray as xr
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -154,7 +155,7 @@ def aligned_chunks(region: Sequence[slice], block: Sequence[int]) -> tuple[tuple
 
 
 def _read_block(
-    path: str,
+    path: Any,
     level: int,
     gpu: bool,
     origin: tuple[int, ...],
@@ -169,14 +170,16 @@ def _read_block(
 
 
 def open_volume(
-    path: str | os.PathLike[str],
+    path: Any,
     *,
     level: int = 0,
     gpu: bool = False,
     region: slice | Sequence[slice] | None = None,
     chunks: Sequence[int | None] | int | str | None = None,
     settings: Any = None,
-) -> da.Array:
+    storage_options: dict[str, Any] | None = None,
+    xarray: bool = False,
+) -> da.Array | xr.DataArray:
     """Open a zarr volume as a lazy dask array; each block is read by :func:`read_volume`.
 
     Opening reads metadata only. Blocks are whole multiples of the stored chunk shape (of the
@@ -186,7 +189,9 @@ def open_volume(
     Parameters
     ----------
     path
-        An OME-Zarr image (NGFF 0.4 or 0.5) or a plain zarr array (v2 or v3).
+        An OME-Zarr image (NGFF 0.4 or 0.5) or a plain zarr array (v2 or v3): a local path, a
+        URL (``file://``, ``http(s)://``, ``s3://``, ``gs://``), a ``zarr.Array``, a
+        ``zarr.Group`` or a zarr store (see :func:`~linumpy.io.read_volume`).
     level
         The multiscale level (0 is full resolution).
     gpu
@@ -199,10 +204,14 @@ def open_volume(
         by default blocks hold about 128 MiB (1 GiB with ``gpu``).
     settings
         Passed to :func:`read_volume` for every block.
+    storage_options
+        Options of a remote store (see :func:`~linumpy.io.read_volume`).
+    xarray
+        Return an ``xarray.DataArray`` around the dask array (see :func:`open_dataarray`).
 
     Returns
     -------
-    dask.array.Array
+    dask.array.Array or xarray.DataArray
         Equal to ``zarr.open_array(...)[region]`` once computed.
 
     Raises
@@ -217,7 +226,7 @@ def open_volume(
     >>> from linumpy.io import open_volume, save_omezarr
     >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
     >>> volume = np.arange(32 * 32 * 32, dtype=np.uint16).reshape(32, 32, 32)
-    >>> save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(8, 8, 8))
+    >>> save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(8, 8, 8), shards=None)
     >>> lazy = open_volume(path, chunks=(10, 16, -1))  # rounded up to whole 8^3 chunks
     >>> lazy.chunksize, lazy.npartitions
     ((16, 16, 32), 4)
@@ -230,9 +239,22 @@ def open_volume(
     from dask.base import tokenize
 
     from linumpy.io import open_array
+    from linumpy.io.stores import describe, parse_source
 
-    array = open_array(path, level)
-    source = f"{os.fspath(path)} (level {level})"
+    if xarray:
+        from linumpy.io.labelled import open_dataarray
+
+        return open_dataarray(
+            path,
+            level=level,
+            gpu=gpu,
+            region=region,
+            chunks=chunks,
+            settings=settings,
+            storage_options=storage_options,
+        )
+    array = open_array(path, level, storage_options=storage_options)
+    source = f"{describe(path)} (level {level})"
     dtype = np.dtype(array.dtype)
     if dtype.kind not in "biufc":
         raise LinumpyError(f"{source}: dtype {dtype} is not supported; open numeric arrays")
@@ -257,12 +279,15 @@ def open_volume(
     else:
         meta = np.empty((0,) * array.ndim, dtype=dtype)
     origin = tuple(s.start for s in bounds)
-    name = "open-volume-" + tokenize(
-        os.path.abspath(os.fspath(path)), level, gpu, origin, shape, block, dtype.str, settings
-    )
+    parsed = parse_source(path, storage_options)
+    if parsed.local is not None:  # blocks open the path: they see the files as they are then
+        blocks_read, key = os.fspath(parsed.local), os.path.abspath(parsed.local)
+    else:  # blocks read the array opened here: its metadata are fetched once
+        blocks_read, key, level = array, str(array.store_path), 0
+    name = "open-volume-" + tokenize(key, level, gpu, origin, shape, block, dtype.str, settings)
     return da.map_blocks(
         _read_block,
-        os.fspath(path),
+        blocks_read,
         level,
         gpu,
         origin,
