@@ -15,7 +15,6 @@ writes the JSON and the chart; ``linum-benchmark-pipeline`` is its command line.
 
 from __future__ import annotations
 
-import compileall
 import importlib.util
 import math
 import os
@@ -234,22 +233,6 @@ def gpu_reason() -> str | None:
     return gpu_unavailable_reason()
 
 
-_SOURCES = ("linumpy", "zarr", "numcodecs", "dask", "distributed", "skimage", "scipy", "cupy")
-_SOURCES += ("cupyx", "nvidia", "kvikio", "cucim", "dask_cuda", "tifffile", "ome_zarr_models")
-
-
-def _compile_sources() -> None:
-    """Bytecode for the packages the commands import (where their folders are writable)."""
-    for name in _SOURCES:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            continue
-        for folder in (spec.submodule_search_locations or []) if spec else []:
-            if os.access(folder, os.W_OK):
-                compileall.compile_dir(folder, quiet=2, workers=os.cpu_count() or 1)
-
-
 def _describe_layout(path: Path, tile: tuple[int, int, int]) -> tuple[str, dict[str, Any]]:
     from linumpy.io import open_array
 
@@ -466,7 +449,9 @@ def run_pipeline_benchmark(
         log(f"GPU half skipped: no usable GPU ({reason})")
     if config.compile_sources:
         start = time.perf_counter()
-        _compile_sources()
+        from linumpy.bench.bytecode import compile_sources
+
+        compile_sources()
         log(f"Python sources compiled to bytecode ({time.perf_counter() - start:.1f} s)")
     data, logs, cache = out_dir / "data", out_dir / "logs", out_dir / "kernel_cache"
     for folder in (data, cache):
