@@ -1,0 +1,237 @@
+"""OME-Zarr images as labelled arrays: ``xarray.DataArray`` and napari's layer arguments.
+
+The NGFF metadata say what each axis is and where each voxel lies: axis names, types and units,
+and per level a ``scale`` and a ``translation`` (then the multiscale's own, applied after). A
+voxel of index ``i`` along an axis lies at ``global_scale * (scale * i + translation) +
+global_translation``. :func:`open_dataarray` carries that as dims, coordinates and attributes;
+:func:`napari_image` as the ``scale`` and ``translate`` napari's ``add_image`` takes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import zarr
+from zarr.storage import LocalStore
+
+from linumpy.errors import LinumpyError
+from linumpy.io.metadata import Axis, axes_from_ngff, make_axes, multiscale_metadata, scale_of
+from linumpy.io.stores import describe, open_node, parse_source
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+__all__ = ["Placement", "napari_image", "open_dataarray", "placement"]
+
+
+class Placement:
+    """Where an image's level lies: its axes, and each axis' scale and translation.
+
+    Attributes
+    ----------
+    axes
+        The NGFF axes (names, types, units).
+    scale, translation
+        Per axis: the spacing of voxels and the position of voxel 0, in the axis' unit.
+    levels
+        The image's number of multiscale levels (1 for a plain array).
+    """
+
+    __slots__ = ("axes", "levels", "scale", "translation")
+
+    def __init__(
+        self,
+        axes: tuple[Axis, ...],
+        scale: tuple[float, ...],
+        translation: tuple[float, ...],
+        levels: int,
+    ) -> None:
+        self.axes, self.scale, self.translation, self.levels = axes, scale, translation, levels
+
+    def __repr__(self) -> str:
+        names = "".join(a.name for a in self.axes)
+        return f"Placement({names}, scale={self.scale}, translation={self.translation})"
+
+
+def _translation_of(transforms: Sequence[dict[str, Any]], ndim: int) -> list[float]:
+    for transform in transforms:
+        if transform.get("type") == "translation" and "translation" in transform:
+            return [float(v) for v in transform["translation"]]
+    return [0.0] * ndim
+
+
+def placement(
+    path: Any, level: int = 0, *, storage_options: dict[str, Any] | None = None
+) -> Placement:
+    """The axes, scale and translation of an image's level (pixel units for a plain array).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
+    >>> save_omezarr(np.zeros((4, 8, 8), np.uint8), path, voxel_size=(5, 2, 2), n_levels=2)
+    >>> placement(path, 1).scale
+    (10.0, 4.0, 4.0)
+    """
+    source = parse_source(path, storage_options)
+    if source.local is not None:
+        node = zarr.open(store=LocalStore(source.local, read_only=True), mode="r")
+    else:
+        node = open_node(source)
+    name = describe(path)
+    if isinstance(node, zarr.Array):
+        try:
+            axes = make_axes(node.ndim)
+        except ValueError:  # 1-D or over 5-D: named like numpy's axes
+            axes = tuple(Axis(f"dim_{i}", None, None) for i in range(node.ndim))
+        return Placement(axes, (1.0,) * node.ndim, (0.0,) * node.ndim, 1)
+    multiscale = multiscale_metadata(node, name)
+    datasets = multiscale["datasets"]
+    if not 0 <= level < len(datasets):
+        raise LinumpyError(f"{name}: level {level} out of range; the image has {len(datasets)}")
+    axes = axes_from_ngff(multiscale.get("axes") or [])
+    ndim = len(axes)
+    own = datasets[level].get("coordinateTransformations", [])
+    shared = multiscale.get("coordinateTransformations", [])
+    scale = scale_of(own) or [1.0] * ndim
+    shift = _translation_of(own, ndim)
+    global_scale = scale_of(shared) or [1.0] * ndim
+    global_shift = _translation_of(shared, ndim)
+    return Placement(
+        axes,
+        tuple(g * s for g, s in zip(global_scale, scale)),
+        tuple(g * t + u for g, t, u in zip(global_scale, shift, global_shift)),
+        len(datasets),
+    )
+
+
+def open_dataarray(
+    path: Any,
+    *,
+    level: int = 0,
+    gpu: bool = False,
+    region: slice | Sequence[slice] | None = None,
+    chunks: Any = None,
+    settings: Any = None,
+    storage_options: dict[str, Any] | None = None,
+) -> xr.DataArray:
+    """Open an image's level as a lazy ``xarray.DataArray`` (what ``open_volume(...,
+    xarray=True)`` returns).
+
+    Dims are the NGFF axis names; each space and time axis has a coordinate of voxel
+    positions (scale and translation applied, ``units`` in its attributes), a channel axis its
+    indices. Blocks are read by :func:`~linumpy.io.read_volume` into numpy, or cupy with
+    ``gpu``. The array's attributes hold ``units`` (per axis), ``scale``, ``translation``,
+    ``axis_types``, ``level`` and ``source``.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import open_volume, save_omezarr
+    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
+    >>> save_omezarr(np.zeros((4, 8, 8), np.uint8), path, voxel_size=(5, 2, 2))
+    >>> image = open_volume(path, xarray=True, region=(slice(1, 3),))
+    >>> image.dims, image.coords["z"].values.tolist(), image.coords["x"].attrs["units"]
+    (('z', 'y', 'x'), [5.0, 10.0], 'micrometer')
+    """
+    try:
+        import xarray
+    except ImportError as exc:
+        raise LinumpyError(f"open_volume(xarray=True) needs xarray ({exc})") from None
+    from linumpy.io import open_array
+    from linumpy.io.lazy import _bounds, open_volume
+
+    data = open_volume(
+        path,
+        level=level,
+        gpu=gpu,
+        region=region,
+        chunks=chunks,
+        settings=settings,
+        storage_options=storage_options,
+    )
+    where = placement(path, level, storage_options=storage_options)
+    if len(where.axes) != data.ndim:
+        raise LinumpyError(f"{describe(path)}: {len(where.axes)} axes for {data.ndim} dimensions")
+    shape = open_array(path, level, storage_options=storage_options).shape
+    starts = [bound.start for bound in _bounds(region, shape, describe(path))]
+    coords: dict[str, Any] = {}
+    for axis, size, start, scale, shift in zip(
+        where.axes, data.shape, starts, where.scale, where.translation
+    ):
+        index = np.arange(start, start + size)
+        if axis.type in ("space", "time") or axis.type is None and axis.unit:
+            values = shift + scale * index.astype(np.float64)
+            coords[axis.name] = (axis.name, values, {"units": axis.unit} if axis.unit else {})
+        else:
+            coords[axis.name] = (axis.name, index)
+    attrs = {
+        "source": describe(path),
+        "level": level,
+        "units": {a.name: a.unit for a in where.axes},
+        "axis_types": {a.name: a.type for a in where.axes},
+        "scale": where.scale,
+        "translation": where.translation,
+    }
+    name = os.path.basename(describe(path).rstrip("/")) or None
+    return xarray.DataArray(
+        data, dims=[a.name for a in where.axes], coords=coords, attrs=attrs, name=name
+    )
+
+
+def napari_image(
+    path: Any,
+    *,
+    gpu: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    chunks: Any = None,
+) -> tuple[Any, dict[str, Any]]:
+    """The arguments of napari's ``viewer.add_image`` for an OME-Zarr image, every level lazy.
+
+    Returns
+    -------
+    data : list of dask.array.Array, or dask.array.Array
+        Every level, level 0 first (napari's multiscale list); the array itself for an image
+        of one level.
+    kwargs : dict
+        ``multiscale``, ``name``, ``axis_labels``, ``units``, and ``scale`` and ``translate``
+        of level 0 (napari derives the other levels' from their shapes), with
+        ``channel_axis`` for an image with a channel axis (``scale`` and ``translate`` then
+        leave that axis out, as napari wants).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
+    >>> save_omezarr(np.zeros((8, 16, 16), np.uint16), path, voxel_size=(5, 2, 2), n_levels=2)
+    >>> data, kwargs = napari_image(path)
+    >>> [level.shape for level in data], kwargs["scale"], kwargs["multiscale"]
+    ([(8, 16, 16), (4, 8, 8)], (5.0, 2.0, 2.0), True)
+    >>> # viewer.add_image(data, **kwargs)
+    """
+    from linumpy.io.lazy import open_volume
+
+    where = placement(path, 0, storage_options=storage_options)
+    data = [
+        open_volume(path, level=k, gpu=gpu, chunks=chunks, storage_options=storage_options)
+        for k in range(where.levels)
+    ]
+    names = [a.name for a in where.axes]
+    keep = [i for i, a in enumerate(where.axes) if a.type != "channel"]
+    kwargs: dict[str, Any] = {
+        "multiscale": len(data) > 1,
+        "name": os.path.basename(describe(path).rstrip("/")),
+        "scale": tuple(where.scale[i] for i in keep),
+        "translate": tuple(where.translation[i] for i in keep),
+        "axis_labels": tuple(names[i] for i in keep),
+        "units": tuple(where.axes[i].unit or "pixel" for i in keep),
+    }
+    channels = [i for i, a in enumerate(where.axes) if a.type == "channel"]
+    if channels:
+        kwargs["channel_axis"] = channels[0]
+    return (data if len(data) > 1 else data[0]), kwargs
