@@ -239,8 +239,11 @@ def resolve_gpu(use_gpu: bool) -> bool:
     return False
 
 
-def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -> Path:
+def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -> Path | str:
     """Exit with a one-line error when the input ``path`` does not exist.
+
+    A remote URL (``http(s)://``, ``s3://``, ``gs://``) is returned as it is: its reader names
+    it in any error; a ``file://`` URL is checked as the local path it names.
 
     Examples
     --------
@@ -258,7 +261,11 @@ def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -
     linum-demo: error: input 'missing.ome.zarr' does not exist
     exit status 2
     """
-    path = Path(path)
+    from linumpy.io.remote import is_url, local_path, url_scheme
+
+    if is_url(path):
+        return os.fspath(path)
+    path = local_path(os.fspath(path)) if url_scheme(path) == "file" else Path(path)
     if not path.exists():
         from linumpy.io.staging import recover_staging
 

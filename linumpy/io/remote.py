@@ -457,6 +457,44 @@ class RangeClient:
             return None
 
 
+def holds_zarr(store: Any, url: str) -> bool:
+    """Whether an obstore store's root holds zarr metadata (an image or an array is there).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.io.remote_server import serve_directory
+    >>> with serve_directory(tempfile.mkdtemp()) as url:
+    ...     holds_zarr(object_store(url), url)
+    False
+    """
+    obstore = _obstore()
+    with remote_errors(url):
+        for key in ("zarr.json", ".zgroup", ".zarray"):
+            try:
+                obstore.head(store, key)
+                return True
+            except FileNotFoundError:
+                continue
+    return False
+
+
+def delete_all(store: Any, url: str) -> None:
+    """Delete every object under an obstore store's root (an image written in part).
+
+    Examples
+    --------
+    >>> delete_all  # doctest: +ELLIPSIS
+    <function delete_all at ...>
+    """
+    obstore = _obstore()
+    with remote_errors(url):
+        for batch in obstore.list(store, chunk_size=1000):
+            paths = [meta["path"] for meta in batch]
+            if paths:
+                obstore.delete(store, paths)
+
+
 def range_client(zarr_store: Any, settings: _settings.Settings | None = None) -> RangeClient | None:
     """A :class:`RangeClient` over the obstore store of a zarr ``ObjectStore``, else None.
 

@@ -114,6 +114,16 @@ class RangeRequestHandler(BaseHTTPRequestHandler):
                 self.connection.sendfile(file, start, stop - start)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up
+            super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def serve_directory(
     root: str | os.PathLike[str], handler: type[RangeRequestHandler] = RangeRequestHandler
@@ -136,8 +146,7 @@ def serve_directory(
     ...         print(response.status, response.read())
     206 b'234'
     """
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), handler)
     server.root = Path(root)  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, name="linumpy-http", daemon=True)
     thread.start()

@@ -214,6 +214,11 @@ class UrlPath(str):
 
     __slots__ = ()
 
+    @property
+    def name(self) -> str:
+        """The last part of the URL (as :attr:`pathlib.Path.name`)."""
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
     def __truediv__(self, part: object) -> UrlPath:
         return UrlPath(f"{self.rstrip('/')}/{part}")
 

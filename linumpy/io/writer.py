@@ -39,6 +39,7 @@ from linumpy.io.metadata import (
     validate_image_attrs,
 )
 from linumpy.io.staging import StagedWrite, recover_staging
+from linumpy.io.stores import UrlPath, is_url, open_store, parse_source
 
 __all__ = ["OmeZarrWriter", "downsample_mean", "save_omezarr", "store_block", "zstd_compressors"]
 
@@ -234,6 +235,10 @@ class OmeZarrWriter:
         Stage a new image too, so that nothing appears under ``path`` before :meth:`commit` (an
         interrupted write of a new image then leaves nothing under its name). The caller must
         commit: :meth:`finalize`, :meth:`commit` or the end of a ``with`` block.
+    storage_options
+        For an ``s3://`` or ``gs://`` path: the remote store's options (see
+        :func:`linumpy.io.remote.object_store`). Such an image is written in place (object
+        stores cannot swap one in), deleted if the write fails; ``http(s)://`` is refused.
     checksum
         Store a zstd content checksum (XXH64) in every chunk, verified on every read; by default
         ``linumpy.settings.get().write_checksum`` (True unless ``LINUMPY_ZSTD_CHECKSUM=0``).
@@ -275,8 +280,13 @@ class OmeZarrWriter:
         axes: AxesArg = None,
         checksum: bool | None = None,
         always_stage: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.target = Path(path)
+        # Object stores (s3://, gs://) have no rename: an image is written there in place.
+        remote = is_url(path)
+        source = parse_source(path, storage_options) if remote else None
+        self._remote = open_store(source, writable=True) if source is not None else None
+        self.target = UrlPath(os.fspath(path).rstrip("/")) if remote else Path(path)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         if self.dtype.kind not in "biufc":  # strings, objects, dates: zarr cannot read them back
@@ -303,12 +313,17 @@ class OmeZarrWriter:
         if not isinstance(n_levels, int) or n_levels < 1:
             raise ValueError(f"n_levels must be a positive integer, got {n_levels!r}")
         check_chunk_count(self.shape, chunks, self.dtype.itemsize)
-        recover_staging(self.target)
         self._staged: StagedWrite | None = None
-        exists = self.target.exists() or self.target.is_symlink()
+        if self._remote is not None:
+            from linumpy.io.remote import holds_zarr
+
+            exists = holds_zarr(self._remote.store, self.target)
+        else:
+            recover_staging(self.target)
+            exists = self.target.exists() or self.target.is_symlink()
         if exists and not overwrite:
             raise LinumpyError(f"{self.target} exists; pass overwrite=True to replace it")
-        if exists or always_stage:
+        if self._remote is None and (exists or always_stage):
             self._staged = StagedWrite(self.target)
             self.path = self._staged.path
         else:
@@ -329,7 +344,10 @@ class OmeZarrWriter:
         fill_value: Any,
     ) -> list[zarr.Array]:
         zarr_format = 3 if self.ngff_version == "0.5" else 2
-        group = zarr.open_group(store=LocalStore(self.path), mode="w-", zarr_format=zarr_format)
+        if self._remote is not None:  # an image there may go: overwrite was checked
+            group = zarr.open_group(store=self._remote, mode="w", zarr_format=zarr_format)
+        else:
+            group = zarr.open_group(store=LocalStore(self.path), mode="w-", zarr_format=zarr_format)
         self._created = True  # from here on, abort() deletes what was written in place
         shrink = [axis.type == "space" for axis in self.axes]
         arrays: list[zarr.Array] = []
@@ -399,7 +417,9 @@ class OmeZarrWriter:
 
         For callers that write every pyramid level themselves; :meth:`finalize` commits too.
         """
-        if self._staged is not None and not self._committed:
+        if self._remote is not None:  # written in place: nothing to move
+            pass
+        elif self._staged is not None and not self._committed:
             self._staged.commit()
             self.path = self.target
             self.arrays = [
@@ -414,7 +434,11 @@ class OmeZarrWriter:
         """Throw away what was written: a replacement's staging copy, or a new image entirely."""
         if self._committed:
             return
-        if self._staged is not None:
+        if self._remote is not None and self._created:
+            from linumpy.io.remote import delete_all
+
+            delete_all(self._remote.store, self.target)
+        elif self._staged is not None:
             self._staged.abort()
         elif self._created:
             shutil.rmtree(self.path, ignore_errors=True)
@@ -469,6 +493,7 @@ def save_omezarr(
     unit: str = "micrometer",
     axes: AxesArg = None,
     checksum: bool | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> None:
     """Write an array as a zstd-compressed OME-Zarr multiscale image.
 
@@ -482,11 +507,14 @@ def save_omezarr(
     data
         A numpy, dask or cupy array with 2 to 5 axes.
     path
-        The image's top-level directory.
+        The image's top-level directory, or an ``s3://`` or ``gs://`` URL (written in place:
+        object stores cannot swap an image in; HTTP servers are read-only).
     voxel_size
         Size of a voxel along each axis, in its unit.
     chunks, shards, n_levels, level, overwrite, ngff_version, unit, axes, checksum
         As for :class:`OmeZarrWriter`.
+    storage_options
+        Options of a remote store (see :func:`linumpy.io.remote.object_store`).
 
     Examples
     --------
@@ -500,6 +528,9 @@ def save_omezarr(
     """
     dask_array = sys.modules.get("dask.array")  # a dask array implies dask is imported
     is_dask = dask_array is not None and isinstance(data, dask_array.Array)
+    if is_dask and is_url(path):  # dask's store graph writes files of a local folder
+        data = data.compute()
+        is_dask = False
     if not is_dask and array_module(data) is np:
         data = np.asarray(data)  # cupy data stays on its GPU: the write engine encodes it there
     writer = OmeZarrWriter(
@@ -517,6 +548,7 @@ def save_omezarr(
         axes=axes,
         checksum=checksum,
         always_stage=True,
+        storage_options=storage_options,
     )
     if is_dask:
         # Out of core: whole shards (or chunks) per task, then each level from the one stored
