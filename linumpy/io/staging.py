@@ -75,6 +75,30 @@ _exchange_supported = sys.platform.startswith("linux")
 step_hook: Callable[[str], None] | None = None
 
 
+# Staging folders of open writes that flush on commit: what is written inside them is flushed
+# then, so a writer working there need not flush it first (see flushed_on_commit).
+_FLUSHING: set[Path] = set()
+
+
+def flushed_on_commit(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` lies in the staging folder of an open durable :class:`StagedWrite`,
+    whose commit will flush it to stable storage (so flushing it before is work done twice).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> write = StagedWrite(Path(tempfile.mkdtemp()) / "image.ome.zarr", durable=True)
+    >>> flushed_on_commit(write.path), flushed_on_commit(tempfile.gettempdir())
+    (True, False)
+    >>> write.abort()
+    >>> flushed_on_commit(write.path)
+    False
+    """
+    resolved = Path(os.path.abspath(path))
+    return any(folder == resolved or folder in resolved.parents for folder in set(_FLUSHING))
+
+
 def _step(name: str) -> None:
     if step_hook is not None:
         step_hook(name)
@@ -153,6 +177,8 @@ class StagedWrite:
         self.staging = self.target.parent / name
         self.staging.mkdir(parents=True)
         ACTIVE.add(self.staging)
+        if self.durable:
+            _FLUSHING.add(Path(os.path.abspath(self.staging)))
         self._lock: int | None = None
         self._lock_box: list[int | None] = [None]
         # A write dropped without commit or abort is discarded at garbage collection or exit.
@@ -194,7 +220,7 @@ class StagedWrite:
         if not exists(self.path):
             raise LinumpyError(f"{self.target}: nothing was written to replace it with")
         _step("flush")
-        if self.durable:
+        if self.durable and not flushed_on_commit(self.staging.parent):  # else the outer write's
             flush_tree(self.staging)
         ready, old = self.staging / "ready", self.staging / "old"
         state = {"target": self.target.name, "new": identity(self.path)}
@@ -238,6 +264,7 @@ class StagedWrite:
         self._done = True
         self._finalizer.detach()
         ACTIVE.discard(self.staging)
+        _FLUSHING.discard(Path(os.path.abspath(self.staging)))
         failed = remove_tree(self.staging)
         if failed:
             logger.warning("%s: cannot delete the staging folder: %s", self.staging, failed)

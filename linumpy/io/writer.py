@@ -38,7 +38,7 @@ from linumpy.io.metadata import (
     parse_voxel_size,
     validate_image_attrs,
 )
-from linumpy.io.staging import StagedWrite, recover_staging
+from linumpy.io.staging import StagedWrite, flushed_on_commit, recover_staging
 from linumpy.io.stores import UrlPath, is_url, open_store, parse_source
 
 __all__ = ["OmeZarrWriter", "downsample_mean", "save_omezarr", "store_block", "zstd_compressors"]
@@ -425,7 +425,12 @@ class OmeZarrWriter:
             self.arrays = [
                 zarr.open_array(store=self.path / a.path, mode="r+") for a in self.arrays
             ]
-        elif not self._committed and self._created and settings.get().durable:
+        elif (
+            not self._committed
+            and self._created
+            and settings.get().durable
+            and not flushed_on_commit(self.path)  # a script's staged output: flushed on its swap
+        ):
             flush_tree(self.path)
             flush_folder(self.path.parent)
         self._committed = True
