@@ -49,6 +49,7 @@ def _argv(name: str, source: Path, data: Path, out: Path) -> list[str]:
         "linum-stitch-3d": [str(source), transform, str(out / "s.ome.zarr")],
         "linum-stitch-2d": [str(source), transform, str(out / "s.ome.zarr")],
         "linum-convert-to-omezarr": [str(source), str(out / "c.ome.zarr")],
+        "linum-rechunk": [str(source), str(out / "r.ome.zarr")],
         "linum-benchmark-io": [str(out / "bench"), "--input", str(source), *TINY_BENCH],
         "linum-gpu-info": [str(source)],
         "linum-make-demo-data": [str(out / "grid.ome.zarr"), "--grid", "2", "2"],
@@ -695,6 +696,7 @@ def _named_argv(name: str, source: Path, transform: Path, out: Path, c: str) -> 
         "linum-stitch-3d": ([source, transform, image], image),
         "linum-stitch-2d": ([source, transform, image], image),
         "linum-convert-to-omezarr": ([source, image], image),
+        "linum-rechunk": ([source, image], image),
         "linum-benchmark-io": ([out / f"b{c}", "--input", source, *TINY_BENCH], out / f"b{c}"),
         "linum-gpu-info": ([source], source),
         "linum-make-demo-data": (

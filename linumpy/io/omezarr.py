@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import zarr
-from zarr.storage import LocalStore
 
 from linumpy.errors import LinumpyError
 from linumpy.io.metadata import (
@@ -32,7 +31,12 @@ from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pip
 from linumpy.io.opened import open_once
 from linumpy.io.staging import recover_staging
 from linumpy.io.stores import SourceLike, location, open_node, parse_source
-from linumpy.io.validate import check_array_shape, check_level_axes, check_scale
+from linumpy.io.validate import (
+    RegularFileStore,
+    check_array_shape,
+    check_level_axes,
+    check_scale,
+)
 from linumpy.io.writer import OmeZarrWriter, downsample_mean, save_omezarr
 
 __all__ = [
@@ -112,7 +116,7 @@ def _open_node(path: SourceLike, storage_options: Any = None) -> zarr.Array | za
     try:
         with _malformed_metadata(path):
             try:
-                return zarr.open(store=LocalStore(path, read_only=True), mode="r")
+                return zarr.open(store=RegularFileStore(path, read_only=True), mode="r")
             except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
                 raise LinumpyError(f"{path}: not a zarr array or OME-Zarr image ({exc})") from None
     except LinumpyError as exc:

@@ -35,6 +35,7 @@ from linumpy.io.metadata import (
     validate_image_attrs,
 )
 from linumpy.io.staging import recover_staging, staged
+from linumpy.io.validate import RegularFileStore
 from linumpy.io.writer import zstd_compressors
 from linumpy.parallel import Cluster
 
@@ -273,7 +274,7 @@ def rechunk(
         logger.warning("GPU encoding writes zarr v3 only: encoding NGFF 0.4 on the CPU")
         gpu = False
     try:
-        root = zarr.open(store=LocalStore(source, read_only=True), mode="r")
+        root = zarr.open(store=RegularFileStore(source, read_only=True), mode="r")
     except (FileNotFoundError, zarr.errors.NodeNotFoundError, ValueError) as exc:
         raise LinumpyError(f"{source}: not a zarr array or group ({exc})") from None
     cluster = cluster or Cluster()

@@ -1,18 +1,32 @@
 """Checks of what an image's metadata declares, made when it is opened and before any work
 starts: shapes no real array has, empty image levels, axes that do not match the rank, scales that
-are not finite and positive. Each error names the metadata file at fault.
+are not finite and positive. Each error names the metadata file at fault. And a read-only zarr
+store that refuses to open anything but regular files (a FIFO in place of a chunk would block
+every read).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+import stat
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from linumpy.errors import LinumpyError
+from zarr.abc.buffer import Buffer, BufferPrototype
+from zarr.abc.store import ByteRequest
+from zarr.storage import LocalStore
 
-__all__ = ["MAX_ARRAY_BYTES", "check_array_shape", "check_level_axes", "check_scale"]
+from linumpy.errors import ChunkDecodeError, LinumpyError
+
+__all__ = [
+    "MAX_ARRAY_BYTES",
+    "RegularFileStore",
+    "check_array_shape",
+    "check_level_axes",
+    "check_regular_file",
+    "check_scale",
+]
 
 #: An array of more bytes than this (8 PiB) is taken for corrupt metadata and refused when opened.
 MAX_ARRAY_BYTES = 2**53
@@ -86,3 +100,68 @@ finite positive numbers
             f"{os.fspath(source)}: level {level}'s scale {list(scale)} must hold finite positive "
             "numbers"
         )
+
+
+_METADATA_NAMES = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
+
+
+def check_regular_file(path: str | os.PathLike[str], key: str) -> None:
+    """Refuse ``path`` (store key ``key``) when it exists but is not a regular file (a FIFO, a
+    directory, a device), before anything opens it; a missing file passes.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> fifo = tempfile.mkdtemp() + "/c0"
+    >>> os.mkfifo(fifo)
+    >>> check_regular_file(fifo, "0/c/0")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.ChunkDecodeError: chunk '...c0': a FIFO, not a chunk file
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else None
+    kind = kind or "not a regular file"
+    if key.rpartition("/")[2] in _METADATA_NAMES:
+        raise LinumpyError(f"{os.fspath(path)}: {kind}, not a metadata file")
+    raise ChunkDecodeError(os.fspath(path), f"{kind}, not a chunk file")
+
+
+class RegularFileStore(LocalStore):
+    """zarr's :class:`~zarr.storage.LocalStore`, reading only regular files: a FIFO, a directory
+    or a device in place of a chunk or metadata file raises a :class:`LinumpyError` naming it,
+    where zarr would block on the FIFO or read the directory as a missing chunk.
+
+    Examples
+    --------
+    >>> import os, tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> zarr.create_array(path, shape=(4,), chunks=(2,), dtype="uint8")[:] = 1
+    >>> os.remove(path + "/c/0"); os.mkfifo(path + "/c/0")
+    >>> zarr.open_array(RegularFileStore(path, read_only=True), mode="r")[:]
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.ChunkDecodeError: chunk '.../a.zarr/c/0': a FIFO, not a chunk file
+    """
+
+    async def get(
+        self,
+        key: str,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        check_regular_file(self.root / key, key)
+        return await super().get(key, prototype, byte_range)
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        key_ranges = list(key_ranges)
+        for key, _ in key_ranges:
+            check_regular_file(self.root / key, key)
+        return await super().get_partial_values(prototype, key_ranges)
