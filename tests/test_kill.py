@@ -37,8 +37,8 @@ import pytest
 from linumpy.io import read_volume, save_omezarr
 from linumpy.io.demo import make_demo_data, read_demo_truth
 from linumpy.io.omezarr import read_axes, read_omezarr
-from linumpy.io.recovery import PREFIX_CHARS, read_json
-from linumpy.io.staging import STAGING_SUFFIX, recover_staging
+from linumpy.io.recovery import HOST, PREFIX_CHARS, read_json
+from linumpy.io.staging import STAGING_SUFFIX, clean_staging, recover_staging
 
 N_KILLS = int(os.environ.get("LINUMPY_KILL_N", "10"))
 LANES = 2  # outputs killed side by side, each N_KILLS / LANES times
@@ -425,3 +425,83 @@ def test_sigkill_at_each_commit_step(tmp_path: Path, kind: str, exchange: bool) 
         if moved and step not in ("swap-half",):
             swapped = step in AFTER_SWAP
             assert _version(kind, target.parent / "moved") == ("new" if swapped else "old")
+
+
+# -- liveness of a staging folder's writer -------------------------------------------------------
+
+STAGE_AND_DIE = textwrap.dedent(
+    """
+    import os, signal, sys
+    from linumpy.io.staging import StagedWrite
+    write = StagedWrite(sys.argv[1])
+    write.path.write_text("half")
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def _zombie_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_killed_writer_left_a_zombie_counts_as_gone(tmp_path: Path) -> None:
+    """A writer killed but not yet reaped by its parent (a zombie) still has its pid; its
+    staging folder is cleaned all the same (its lock went with it)."""
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    child = subprocess.Popen(_python("-c", STAGE_AND_DIE, target))
+    try:
+        deadline = time.monotonic() + 60
+        while _zombie_state(child.pid) != "Z":  # not child.poll(): it would reap the zombie
+            assert time.monotonic() < deadline, "the child did not die"
+            time.sleep(0.01)
+        assert staging_of(tmp_path, target.name, child.pid)
+        actions = recover_staging(target)
+        assert staging_of(tmp_path, target.name) == [] and target.read_text() == "old", actions
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_pid_reused_by_another_process_is_not_the_writer(tmp_path: Path) -> None:
+    """A staging folder whose recorded pid now runs an unrelated program (no lock held) is
+    cleaned, not left forever."""
+    target = tmp_path / "out.ome.zarr"
+    sleeper = subprocess.Popen(_python("-c", "import time; time.sleep(60)"))
+    try:
+        stale = tmp_path / f".{target.name}.0badf00d{STAGING_SUFFIX}"
+        (stale / "new" / target.name).mkdir(parents=True)
+        owner = {"target": target.name, "pid": sleeper.pid, "host": HOST, "started": 1}
+        (stale / "owner").write_text(json.dumps(owner))
+        assert recover_staging(target) == [f"{stale}: removed"]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # linumpy 0.1's folders name the pid: a zombie or a reused pid is read from /proc
+    named = tmp_path / f".{target.name}.{os.getpid()}@{HOST}-abcd{STAGING_SUFFIX}"
+    (named / "new").mkdir(parents=True)
+    assert recover_staging(target) == [f"{named}: removed"]  # this process writes no such folder
+
+
+@pytest.mark.parametrize("name", ["a@b.ome.zarr", "x.1@host-2.ome.zarr", "é @#.txt"])
+def test_names_with_at_signs_are_recovered(tmp_path: Path, name: str) -> None:
+    """A new output killed after it was complete (state "ready") is restored by clean_staging of
+    its folder, whatever its name holds (the target's name is read from the staging folder)."""
+    target = tmp_path / name
+    code = (
+        "import os, signal, sys\n"
+        "from linumpy.io import staging\n"
+        "def stop(step):\n"
+        "    if step == 'ready':\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "staging.step_hook = stop\n"
+        "with staging.staged(sys.argv[1]) as path:\n"
+        "    path.write_text('new')\n"
+    )
+    run = subprocess.run(_python("-c", code, target), capture_output=True, timeout=120)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert not target.exists()
+    actions = clean_staging(tmp_path)
+    assert target.read_text() == "new", actions
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
