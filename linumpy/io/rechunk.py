@@ -31,6 +31,7 @@ from linumpy.io.lazy import grow_block, open_volume, storage_unit
 from linumpy.io.metadata import (
     NgffVersion,
     axes_from_ngff,
+    check_chunk_count,
     parse_ngff_version,
     validate_image_attrs,
 )
@@ -263,10 +264,7 @@ def rechunk(
     """
     version = parse_ngff_version(ngff_version)
     source, target = Path(source), Path(target)
-    if not source.exists():
-        recover_staging(source)
-    if not source.exists():
-        raise LinumpyError(f"{source}: no such file or directory")
+    _check_source(source)  # names the file at fault, before anything is written
     recover_staging(target)
     if (target.exists() or target.is_symlink()) and not overwrite:
         raise LinumpyError(f"{target} exists; pass overwrite=True to replace it")
@@ -301,6 +299,7 @@ def rechunk(
                 budget,
                 what,
             )
+            check_chunk_count(array.shape, chunk, np.dtype(array.dtype).itemsize)
             copy = _create_like(
                 array, store, path, chunk, shard, zarr_format, level, checksum, context
             )
@@ -309,6 +308,19 @@ def rechunk(
             )
             written[path] = (tuple(array.shape), tuple(copy.chunks), copy.shards)
     return Rechunked(written, nbytes)
+
+
+def _check_source(source: Path) -> None:
+    """Open the input as linumpy's readers do, each pyramid level of an image too: a missing
+    path, something that is not zarr and malformed or hostile metadata raise a LinumpyError
+    naming the file (see :func:`linumpy.io.open_array`)."""
+    from linumpy.io.omezarr import multiscale_dataset_paths, open_array
+
+    first = open_array(source)
+    if first.path:  # a level of an image: the others too
+        group = zarr.open_group(store=RegularFileStore(source, read_only=True), mode="r")
+        for level in range(1, len(multiscale_dataset_paths(group, source))):
+            open_array(source, level)
 
 
 def _copy_groups(
@@ -330,7 +342,8 @@ def _copy_groups(
                 f"{source / path}: NGFF {declared} image; linum-rechunk converts NGFF 0.4 and 0.5"
             )
         if declared is not None:
-            validate_image_attrs(attrs, group.metadata.zarr_format, source / path)
+            name = "zarr.json" if group.metadata.zarr_format == 3 else ".zattrs"
+            validate_image_attrs(attrs, group.metadata.zarr_format, source / path / name)
         new = convert_attrs(attrs, version) if declared is not None else attrs
         zarr.open_group(store=store, path=path, mode="w-", zarr_format=zarr_format, attributes=new)
         multiscales = attrs.get("ome", attrs).get("multiscales") or []
