@@ -349,3 +349,60 @@ def test_script_reads_a_url(http: tuple[Path, str], tmp_path: Path) -> None:
     remote = read_volume(tmp_path / "remote.ome.zarr")
     np.testing.assert_array_equal(remote, read_volume(tmp_path / "local.ome.zarr"))
     assert remote.shape == (32, 32) and remote.any()
+
+
+def test_remote_benchmark_runs_at_a_tiny_size() -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "remote_read.py"), "--mib", "2"]
+        + ["--rounds", "1", "--skip", "tensorstore,fsspec"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    readers = {line.split(" | ")[1] for line in done.stdout.splitlines() if line.startswith("| s")}
+    assert readers == {"linumpy", "zarr ObjectStore", "local", "ceiling"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gpu_reads_over_http_equal_cpu_reads(http: tuple[Path, str], layout: str) -> None:
+    root, url = http
+    data = sample_data(SHAPE, "uint16")
+    data[:8] = 0  # chunks equal to the fill value are not stored: filled on the device
+    make_array(root / "a.zarr", layout, data, chunks=CHUNKS, crc32c=layout != "v2")
+    remote = f"{url}/a.zarr"
+    for region in REGIONS:
+        expected = read_volume(root / "a.zarr", region=region)
+        np.testing.assert_array_equal(read_volume(remote, region=region, gpu=True).get(), expected)
+    from linumpy.gpu.zarr_io import last_read_report
+
+    assert last_read_report().path != "zarr"  # the engine read it
+    np.testing.assert_array_equal(open_volume(remote, gpu=True, chunks=16).compute().get(), data)
+
+
+@pytest.mark.gpu
+def test_gpu_reads_over_s3(s3: dict[str, str]) -> None:
+    data = sample_data((32, 64, 64), "uint16")
+    url = f"s3://{BUCKET}/gpu.ome.zarr"
+    save_omezarr(data, url, voxel_size=(1, 1, 1), storage_options=s3, overwrite=True)
+    np.testing.assert_array_equal(read_volume(url, gpu=True, storage_options=s3).get(), data)
+
+
+@pytest.mark.gpu
+def test_gpu_remote_errors_name_the_url(http: tuple[Path, str]) -> None:
+    root, url = http
+    make_array(root / "a.zarr", "v3", sample_data(SHAPE, "uint8"), chunks=CHUNKS)
+    FaultyHandler.faults["1"] = "truncate"
+    with settings.set(remote_retries=1), pytest.raises(RemoteConnectionError, match=url):
+        read_volume(f"{url}/a.zarr", gpu=True)
+    del FaultyHandler.faults["1"]
+    np.testing.assert_array_equal(  # the next read on the device works
+        read_volume(f"{url}/a.zarr", gpu=True).get(), read_volume(root / "a.zarr")
+    )

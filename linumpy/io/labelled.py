@@ -38,6 +38,12 @@ class Placement:
         Per axis: the spacing of voxels and the position of voxel 0, in the axis' unit.
     levels
         The image's number of multiscale levels (1 for a plain array).
+
+    Examples
+    --------
+    >>> from linumpy.io.metadata import make_axes
+    >>> Placement(make_axes(2), (0.5, 0.5), (0.0, 10.0), 1)
+    Placement(yx, scale=(0.5, 0.5), translation=(0.0, 10.0))
     """
 
     __slots__ = ("axes", "levels", "scale", "translation")

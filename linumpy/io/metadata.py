@@ -354,7 +354,7 @@ def multiscale_metadata(group: zarr.Group, path: str | os.PathLike[str]) -> dict
         raise LinumpyError(f"{path}: a zarr group without OME-NGFF multiscales metadata")
     zarr_format = group.metadata.zarr_format
     validate_image_attrs(
-        attrs, zarr_format, Path(path, "zarr.json" if zarr_format == 3 else ".zattrs")
+        attrs, zarr_format, _where(path, "zarr.json" if zarr_format == 3 else ".zattrs")
     )
     if not multiscales[0].get("datasets"):
         raise LinumpyError(f"{path}: a zarr group without OME-NGFF multiscales metadata")
@@ -362,9 +362,16 @@ def multiscale_metadata(group: zarr.Group, path: str | os.PathLike[str]) -> dict
         where = dataset.get("path") if isinstance(dataset, Mapping) else None
         parts = where.split("/") if isinstance(where, str) else [""]
         if any(part in ("", ".", "..") for part in parts):  # a leading "/" gives "" too
-            file = Path(path, "zarr.json" if zarr_format == 3 else ".zattrs")
+            file = _where(path, "zarr.json" if zarr_format == 3 else ".zattrs")
             raise LinumpyError(f"{file}: dataset path {where!r} is not a folder inside the image")
     return multiscales[0]
+
+
+def _where(path: str | os.PathLike[str], name: str) -> Path:
+    """The metadata file ``name`` of the image at ``path`` (a URL kept as it is written)."""
+    from linumpy.io.stores import location
+
+    return location(path, name)  # type: ignore[return-value]
 
 
 def scale_of(transforms: Sequence[dict[str, Any]]) -> list[float] | None:

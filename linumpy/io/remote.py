@@ -202,6 +202,32 @@ def object_store(
     'HTTPStore'
     """
     settings = settings or _settings.get()
+    key = (
+        url,
+        repr(sorted((storage_options or {}).items())),
+        settings.remote_timeout,
+        settings.remote_retries,
+    )
+    with _stores_lock:
+        store = _stores.get(key)
+    if store is None:
+        store = _new_object_store(url, storage_options, settings)
+        with _stores_lock:
+            _stores[key] = store
+            while len(_stores) > 64:
+                _stores.pop(next(iter(_stores)))
+    return store
+
+
+#: Stores opened, by URL, options and settings: each holds a client whose connections stay
+#: open, so that the next read of the same image skips the connection set-up.
+_stores: dict[tuple[Any, ...], Any] = {}
+_stores_lock = threading.Lock()
+
+
+def _new_object_store(
+    url: str, storage_options: Mapping[str, Any] | None, settings: _settings.Settings
+) -> Any:
     scheme = url_scheme(url)
     if scheme not in REMOTE_SCHEMES:
         known = ", ".join(f"{s}://" for s in REMOTE_SCHEMES)

@@ -60,6 +60,21 @@ class RangeRequestHandler(BaseHTTPRequestHandler):
     """Serves the files under the server's ``root`` (see :func:`serve_directory`).
 
     Subclasses change what a request gets by overriding :meth:`respond`.
+
+    Examples
+    --------
+    A server that refuses everything (as a test of 403 handling would):
+
+    >>> class Forbidden(RangeRequestHandler):
+    ...     def respond(self, *, head):
+    ...         self.send_error(403)
+    >>> import tempfile, urllib.error, urllib.request
+    >>> with serve_directory(tempfile.mkdtemp(), Forbidden) as url:
+    ...     try:
+    ...         urllib.request.urlopen(url + "/zarr.json")
+    ...     except urllib.error.HTTPError as exc:
+    ...         print(exc.code)
+    403
     """
 
     protocol_version = "HTTP/1.1"
@@ -116,6 +131,9 @@ class RangeRequestHandler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # Clients open tens of connections at once: socketserver's backlog of 5 would drop their
+    # SYNs, each retried a second later.
+    request_queue_size = 1024
 
     def handle_error(self, request: object, client_address: object) -> None:
         import sys

@@ -25,6 +25,7 @@ __all__ = [
     "REMOTE_MERGE_GAP",
     "REMOTE_PIECE_BYTES",
     "fetch_remote_group",
+    "range_requests",
     "remote_root",
     "remote_shard_indexes",
 ]
@@ -70,6 +71,22 @@ def remote_shard_indexes(
     ------
     ChunkDecodeError
         When a shard is shorter than its index, fails its crc32c, or points past its end.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io import open_array
+    >>> from linumpy.io.remote_server import serve_directory
+    >>> folder = tempfile.mkdtemp()
+    >>> array = zarr.create_array(folder + "/a.zarr", shape=(8,), chunks=(2,), shards=(4,),
+    ...                           dtype="uint8")
+    >>> array[:4] = 1
+    >>> with serve_directory(folder) as url:
+    ...     client = remote_root(open_array(url + "/a.zarr"))[1]
+    ...     found = remote_shard_indexes(client, [client.key_url("c/0"), client.key_url("c/1")],
+    ...                                  2, at_start=False, crc32c=True)
+    >>> found[0].shape, found[1] is None  # the second shard is not stored
+    ((2, 2), True)
     """
     nbytes = n_chunks * 16 + (4 if crc32c else 0)
     keys = [client.key_of(url) for url in urls]
@@ -86,8 +103,16 @@ def remote_shard_indexes(
     return indexes
 
 
-def _pieces(layout: Layout, piece: int) -> list[tuple[str, int, int, int]]:
-    """The layout's runs as requests ``(url, start, nbytes, buffer offset)``."""
+def range_requests(layout: Layout, piece: int) -> list[tuple[str, int, int, int]]:
+    """The layout's runs as requests ``(url, start, nbytes, buffer offset)``, none longer than
+    ``piece``.
+
+    Examples
+    --------
+    >>> layout = layout_group(["u"], np.array([0]), np.array([0]), np.array([10]))
+    >>> range_requests(layout, 4)
+    [('u', 0, 4, 0), ('u', 4, 4, 4), ('u', 8, 2, 8)]
+    """
     requests = []
     for url, start, nbytes, at, _ in layout.runs:
         for done in range(0, nbytes, piece):
@@ -124,6 +149,22 @@ def fetch_remote_group(
         For a failed request (after retries), naming its URL.
     ChunkDecodeError
         When an object is shorter than its shard index says.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io import open_array
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> from linumpy.io.remote_server import serve_directory
+    >>> folder = tempfile.mkdtemp()
+    >>> array = zarr.create_array(folder + "/a.zarr", shape=(6,), chunks=(2,), dtype="uint8")
+    >>> array[:4] = 1
+    >>> with serve_directory(folder) as url:
+    ...     plan = plan_read(open_array(url + "/a.zarr"))
+    ...     present, layout, buffer, sizes, missing = fetch_remote_group(
+    ...         plan, np.arange(3), lambda n: np.empty(n, np.uint8))
+    >>> present.tolist(), missing.tolist()  # chunk 2 was never written
+    ([0, 1], [2])
     """
     client = plan.remote
     files, file_index = plan.files, plan.file_index[entries]
@@ -131,7 +172,7 @@ def fetch_remote_group(
         sizes = plan.nbytes[entries]
         layout = layout_group(files, file_index, plan.offsets[entries], sizes, REMOTE_MERGE_GAP)
         buffer = staging(layout.nbytes)
-        requests = _pieces(layout, REMOTE_PIECE_BYTES)
+        requests = range_requests(layout, REMOTE_PIECE_BYTES)
         parts = client.ranges([(client.key_of(url), start, n) for url, start, n, _ in requests])
         for (_, _, n, at), data in zip(requests, parts):
             buffer[at : at + n] = np.frombuffer(data, dtype=np.uint8)

@@ -1,0 +1,185 @@
+"""Remote reads on a loopback HTTP server: linumpy against zarr-python, tensorstore and the wire.
+
+Writes an OCT-like uint16 volume (zstd level 3) in two layouts, zarr v3 chunks of 64^3 in
+shards, and plain 64^3 chunk files, serves the folder with
+:func:`linumpy.io.remote_server.serve_directory` on 127.0.0.1, and times reading the whole
+array over HTTP with:
+
+- ``linumpy``: ``read_volume(url)`` (the engine's remote fetch stage, then libzstd threads);
+  ``linumpy gpu`` too with ``--gpu`` (nvCOMP decode);
+- ``zarr ObjectStore``: zarr-python on :class:`zarr.storage.ObjectStore` (obstore's HTTPStore);
+- ``zarr FsspecStore``: zarr-python on fsspec's HTTP file system (aiohttp);
+- ``tensorstore http``: tensorstore's zarr3 driver on its ``http`` kvstore (when installed);
+- ``ceiling``: the transport alone: every stored byte range the read needs, fetched with
+  parallel ranged GETs into memory (the same client, no decode);
+- ``local``: ``read_volume`` of the same files on disk, for reference.
+
+Rounds are interleaved (every reader once per round) on a shared machine; the table gives the
+median and the best round in GB/s of decoded output (the ceiling: output bytes over the time its
+fetches took). Every reader's result is checked against the volume.
+
+Usage::
+
+    .venv/bin/python benchmarks/remote_read.py --mib 256 --rounds 5
+    .venv/bin/python benchmarks/remote_read.py --mib 2048 --rounds 5 --gpu --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from linumpy import settings
+from linumpy.bench.run import machine_info
+from linumpy.io import open_array, read_volume
+from linumpy.io.engine.fetch import chunk_sizes, layout_group
+from linumpy.io.engine.fetch_remote import REMOTE_MERGE_GAP, REMOTE_PIECE_BYTES, range_requests
+from linumpy.io.engine.plan import plan_read
+from linumpy.io.remote import object_store
+from linumpy.io.remote_server import serve_directory
+
+CHUNK = 64
+LAYOUTS = {"sharded": (CHUNK, 256, 256), "chunks": None}
+
+
+def volume(mib: int) -> np.ndarray:
+    """OCT-like data: speckle with a dark third, about ``mib`` MiB of uint16."""
+    side = max(CHUNK, int(round((mib * 2**20 / 2 / 4) ** (1 / 3) / CHUNK)) * CHUNK)
+    shape = (side, 2 * side, 2 * side)
+    rng = np.random.default_rng(0)
+    data = rng.gamma(2.0, 400.0, size=shape).astype(np.uint16)
+    data[..., : shape[-1] // 3] = 0
+    return data
+
+
+def write(root: Path, data: np.ndarray) -> None:
+    for name, shards in LAYOUTS.items():
+        array = zarr.create_array(
+            root / f"{name}.zarr",
+            shape=data.shape,
+            dtype=data.dtype,
+            chunks=(CHUNK,) * 3,
+            shards=shards,
+            compressors=zarr.codecs.ZstdCodec(level=3),
+            overwrite=True,
+        )
+        array[...] = data
+
+
+def ceiling(url: str) -> Callable[[], Any]:
+    """Fetch every stored byte range of the whole-array read, as the engine would, no decode."""
+    array = open_array(url)
+    plan = plan_read(array)
+    client = plan.remote
+    sizes = chunk_sizes(plan)
+    stored = np.flatnonzero(sizes >= 0)
+    if plan.chunks_per_shard is not None:
+        layout = layout_group(
+            plan.files,
+            plan.file_index[stored],
+            plan.offsets[stored],
+            sizes[stored],
+            REMOTE_MERGE_GAP,
+        )
+        ranges = [
+            (client.key_of(u), s, n) for u, s, n, _ in range_requests(layout, REMOTE_PIECE_BYTES)
+        ]
+        return lambda: client.ranges(ranges)
+    keys = [client.key_of(plan.files[i]) for i in plan.file_index[stored].tolist()]
+    return lambda: client.objects(keys)
+
+
+def readers(root: Path, base: str, name: str, gpu: bool, skip: set[str]) -> dict[str, Callable]:
+    url = f"{base}/{name}.zarr"
+    found: dict[str, Callable[[], Any]] = {"linumpy": lambda: read_volume(url)}
+    if gpu:
+        found["linumpy gpu"] = lambda: read_volume(url, gpu=True).get()
+    store = zarr.storage.ObjectStore(object_store(url), read_only=True)
+    found["zarr ObjectStore"] = lambda: zarr.open_array(store=store, mode="r")[...]
+    if "fsspec" not in skip:
+        found["zarr FsspecStore"] = lambda: zarr.open_array(url, mode="r")[...]
+    if "tensorstore" not in skip:
+        try:
+            import tensorstore as ts
+        except ImportError:
+            pass
+        else:
+            spec = {"driver": "zarr3", "kvstore": {"driver": "http", "base_url": url}}
+            found["tensorstore http"] = lambda: ts.open(spec, read=True).result().read().result()
+    found["local"] = lambda: read_volume(root / f"{name}.zarr")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mib", type=int, default=256, help="volume size (MiB, about)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--gpu", action="store_true", help="add read_volume(url, gpu=True)")
+    parser.add_argument("--skip", default="", help="readers to leave out: fsspec,tensorstore")
+    parser.add_argument("--layouts", default="sharded,chunks", help="sharded and/or chunks")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+    skip = {s for s in args.skip.split(",") if s}
+    data = volume(args.mib)
+    info = machine_info(args.gpu)
+    for name in ("obstore", "fsspec", "aiohttp"):
+        try:
+            info[name] = __import__(name).__version__
+        except ImportError:
+            info[name] = "-"
+    results = []
+    with tempfile.TemporaryDirectory(prefix="linumpy-remote-") as folder:
+        root = Path(folder)
+        write(root, data)
+        with serve_directory(root) as base:
+            for name in args.layouts.split(","):
+                funcs = readers(root, base, name, args.gpu, skip)
+                funcs["ceiling"] = ceiling(f"{base}/{name}.zarr")
+                times: dict[str, list[float]] = {k: [] for k in funcs}
+                for k, func in funcs.items():  # checked once, and warmed up
+                    if k != "ceiling" and not np.array_equal(np.asarray(func()), data):
+                        raise SystemExit(f"{k} read wrong data ({name})")
+                for _ in range(args.rounds):
+                    for k, func in funcs.items():
+                        started = time.perf_counter()
+                        func()
+                        times[k].append(time.perf_counter() - started)
+                for k, runs in times.items():
+                    results.append(
+                        {
+                            "layout": name,
+                            "reader": k,
+                            "median_gbps": data.nbytes / statistics.median(runs) / 1e9,
+                            "best_gbps": data.nbytes / min(runs) / 1e9,
+                            "rounds": len(runs),
+                        }
+                    )
+    threads = settings.get().io_threads
+    print(f"{data.shape} uint16, {data.nbytes / 2**20:.0f} MiB, {threads} I/O threads")
+    print("| layout | reader | median GB/s | best GB/s |")
+    print("| --- | --- | ---: | ---: |")
+    for row in results:
+        print(
+            f"| {row['layout']} | {row['reader']} | {row['median_gbps']:.2f} "
+            f"| {row['best_gbps']:.2f} |"
+        )
+    print("machine: " + "; ".join(f"{k} {v}" for k, v in info.items()))
+    if args.json is not None:
+        command = "python benchmarks/remote_read.py " + " ".join(argv or sys.argv[1:])
+        record = {"machine": info, "shape": data.shape, "command": command, "rows": results}
+        args.json.write_text(json.dumps(record, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
