@@ -23,6 +23,9 @@ __all__ = ["flush_file", "flush_folder", "flush_tree", "start_writeback"]
 
 logger = logging.getLogger(__name__)
 
+#: How :func:`flush_tree` flushes when not told: ``"auto"`` or ``"fsync"`` (benchmarks compare).
+default_method: Literal["auto", "fsync"] = "auto"
+
 # fsync of a directory is refused by some file systems; the entries are then flushed with it
 _UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF, errno.EISDIR)
 
@@ -116,7 +119,10 @@ def _syncfs(path: Path) -> bool:
 
 
 def flush_tree(
-    path: str | os.PathLike[str], *, method: Literal["auto", "fsync"] = "auto", threads: int = 8
+    path: str | os.PathLike[str],
+    *,
+    method: Literal["auto", "fsync"] | None = None,
+    threads: int = 8,
 ) -> str:
     """Flush every file and folder under ``path`` (and ``path`` itself) to stable storage.
 
@@ -126,7 +132,7 @@ def flush_tree(
         A file or folder.
     method
         ``"auto"``: one ``syncfs`` where the system has it, else ``"fsync"``: each file and
-        folder in turn, in ``threads`` threads.
+        folder in turn, in ``threads`` threads; by default :data:`default_method`.
 
     Returns how it was flushed: ``"syncfs"`` or ``"fsync"``. An I/O error of the flush is
     raised: what was written may not be on disk.
@@ -141,7 +147,7 @@ def flush_tree(
     True
     """
     path = Path(path)
-    if method == "auto" and _syncfs(path):
+    if (method or default_method) == "auto" and _syncfs(path):
         return "syncfs"
     files: list[str] = []
     folders: list[str] = []
