@@ -10,8 +10,10 @@
 - Bad arguments, unreadable or corrupt inputs, malformed metadata and unwritable outputs end with
   exit code 2 and a one-line error naming the file, option or chunk (``-v`` adds the traceback);
   exit code 1 (a traceback) is a bug.
-- An output is never one of the inputs (nor inside one, nor containing one): such a run stops
-  before anything is touched.
+- An output is never one of the inputs, nor another output of the same run (nor inside one, nor
+  containing one): such a run stops before anything is touched.
+- Ctrl-C ends a run with ``PROG: interrupted`` and exit status 130; a full disk, a quota or a file
+  size limit ends it with an error naming the output.
 - Outputs are written in a staging directory beside them and moved into place at the end (see
   :mod:`linumpy.io.staging`): an interrupted run leaves the previous output intact, and the next
   run removes what it left.
