@@ -440,8 +440,10 @@ STAGE_AND_DIE = textwrap.dedent(
 )
 
 
-def _zombie_state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` is a zombie whose threads have all exited (its files are closed then)."""
+    state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    return state == "Z" and os.listdir(f"/proc/{pid}/task") == [str(pid)]
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
@@ -453,7 +455,7 @@ def test_a_killed_writer_left_a_zombie_counts_as_gone(tmp_path: Path) -> None:
     child = subprocess.Popen(_python("-c", STAGE_AND_DIE, target))
     try:
         deadline = time.monotonic() + 60
-        while _zombie_state(child.pid) != "Z":  # not child.poll(): it would reap the zombie
+        while not _zombie(child.pid):  # not child.poll(): it would reap the zombie
             assert time.monotonic() < deadline, "the child did not die"
             time.sleep(0.01)
         assert staging_of(tmp_path, target.name, child.pid)
