@@ -18,15 +18,20 @@ Rounds are interleaved (every reader once per round) on a shared machine; the ta
 median and the best round in GB/s of decoded output (the ceiling: output bytes over the time its
 fetches took). Every reader's result is checked against the volume.
 
+``--transports`` times the ranged GETs alone instead: obstore (linumpy's client, and
+``get_ranges_async``) against fsspec's ``cat_ranges``, which chose the transport.
+
 Usage::
 
     .venv/bin/python benchmarks/remote_read.py --mib 256 --rounds 5
+    .venv/bin/python benchmarks/remote_read.py --transports --rounds 5
     .venv/bin/python benchmarks/remote_read.py --mib 2048 --rounds 5 --gpu --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -99,6 +104,69 @@ def ceiling(url: str) -> Callable[[], Any]:
     return lambda: client.objects(keys)
 
 
+def transports(rounds: int) -> list[dict[str, Any]]:
+    """Ranged GETs alone, obstore against fsspec: 16 objects of 4 MiB, every range at once."""
+    import asyncio
+
+    import obstore
+
+    from linumpy.io.remote import RangeClient
+
+    objects, size = 16, 4 * 2**20
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="linumpy-ranges-") as folder:
+        rng = np.random.default_rng(0)
+        for i in range(objects):
+            Path(folder, f"f{i}").write_bytes(rng.integers(0, 255, size, dtype=np.uint8).tobytes())
+        with serve_directory(folder) as base:
+            store = object_store(base)
+            client = RangeClient(base, store, settings.get().remote_requests)
+            for span in (64 * 1024, 2**20):
+                starts = list(range(0, size, span))
+                ends = [s + span for s in starts]
+
+                async def gather(starts: list[int] = starts, ends: list[int] = ends) -> Any:
+                    calls = [
+                        obstore.get_ranges_async(store, f"f{i}", starts=starts, ends=ends)
+                        for i in range(objects)
+                    ]
+                    return await asyncio.gather(*calls)
+
+                requests = [(f"f{i}", s, span) for i in range(objects) for s in starts]
+                funcs: dict[str, Callable[[], Any]] = {
+                    "obstore RangeClient.ranges": lambda r=requests: client.ranges(r),
+                    "obstore get_ranges_async": lambda g=gather: asyncio.run(g()),
+                }
+                try:
+                    import fsspec
+                except ImportError:
+                    pass
+                else:
+                    fs = fsspec.filesystem("http")
+                    urls = [f"{base}/f{i}" for i in range(objects) for _ in starts]
+                    every_start, every_end = starts * objects, ends * objects
+                    funcs["fsspec cat_ranges"] = functools.partial(
+                        fs.cat_ranges, urls, every_start, every_end
+                    )
+                times: dict[str, list[float]] = {k: [] for k in funcs}
+                for _ in range(rounds):
+                    for k, func in funcs.items():
+                        started = time.perf_counter()
+                        func()
+                        times[k].append(time.perf_counter() - started)
+                for k, runs in times.items():
+                    rows.append(
+                        {
+                            "layout": f"ranges of {span // 1024} KiB",
+                            "reader": k,
+                            "median_gbps": objects * size / statistics.median(runs) / 1e9,
+                            "best_gbps": objects * size / min(runs) / 1e9,
+                            "rounds": len(runs),
+                        }
+                    )
+    return rows
+
+
 def readers(root: Path, base: str, name: str, gpu: bool, skip: set[str]) -> dict[str, Callable]:
     url = f"{base}/{name}.zarr"
     found: dict[str, Callable[[], Any]] = {"linumpy": lambda: read_volume(url)}
@@ -128,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", default="", help="readers to leave out: fsspec,tensorstore")
     parser.add_argument("--layouts", default="sharded,chunks", help="sharded and/or chunks")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--transports", action="store_true", help="time ranged GETs alone: obstore vs fsspec"
+    )
     args = parser.parse_args(argv)
     skip = {s for s in args.skip.split(",") if s}
     data = volume(args.mib)
@@ -137,12 +208,12 @@ def main(argv: list[str] | None = None) -> int:
             info[name] = __import__(name).__version__
         except ImportError:
             info[name] = "-"
-    results = []
+    results = transports(args.rounds) if args.transports else []
     with tempfile.TemporaryDirectory(prefix="linumpy-remote-") as folder:
         root = Path(folder)
         write(root, data)
         with serve_directory(root) as base:
-            for name in args.layouts.split(","):
+            for name in [] if args.transports else args.layouts.split(","):
                 funcs = readers(root, base, name, args.gpu, skip)
                 funcs["ceiling"] = ceiling(f"{base}/{name}.zarr")
                 times: dict[str, list[float]] = {k: [] for k in funcs}
@@ -165,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                         }
                     )
     threads = settings.get().io_threads
-    print(f"{data.shape} uint16, {data.nbytes / 2**20:.0f} MiB, {threads} I/O threads")
+    if not args.transports:
+        print(f"{data.shape} uint16, {data.nbytes / 2**20:.0f} MiB, {threads} I/O threads")
     print("| layout | reader | median GB/s | best GB/s |")
     print("| --- | --- | ---: | ---: |")
     for row in results:

@@ -234,8 +234,8 @@ def chunk_sizes(plan: Any) -> np.ndarray:
     """
     sizes = np.where(plan.stored, plan.nbytes, -1).astype(np.int64)
     unknown = np.flatnonzero(plan.stored & (plan.nbytes < 0))
-    if getattr(plan, "remote", None) is not None:  # sized when fetched: the decoded size guides
-        sizes[unknown] = plan.chunk_nbytes  # the grouping until then
+    if getattr(plan, "remote", None) is not None:  # sized when fetched; until then a quarter
+        sizes[unknown] = max(1, plan.chunk_nbytes // 4)  # of the decoded size guides grouping
         return sizes
     files = plan.files
     paths = [files[f] for f in plan.file_index[unknown].tolist()]

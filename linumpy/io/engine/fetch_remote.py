@@ -34,6 +34,8 @@ __all__ = [
 REMOTE_MERGE_GAP = 1024 * 1024
 #: Largest range one request fetches; longer runs are cut into requests of this size.
 REMOTE_PIECE_BYTES = 8 * 1024 * 1024
+#: Smallest piece a group's runs are cut into for parallel requests.
+MIN_PIECE_BYTES = 1024 * 1024
 
 
 def remote_root(array: Any) -> tuple[str, Any]:
@@ -172,7 +174,9 @@ def fetch_remote_group(
         sizes = plan.nbytes[entries]
         layout = layout_group(files, file_index, plan.offsets[entries], sizes, REMOTE_MERGE_GAP)
         buffer = staging(layout.nbytes)
-        requests = range_requests(layout, REMOTE_PIECE_BYTES)
+        # cut so that a group of few shards still keeps many requests in flight
+        piece = min(REMOTE_PIECE_BYTES, max(MIN_PIECE_BYTES, layout.nbytes // 16))
+        requests = range_requests(layout, piece)
         parts = client.ranges([(client.key_of(url), start, n) for url, start, n, _ in requests])
         for (_, _, n, at), data in zip(requests, parts):
             buffer[at : at + n] = np.frombuffer(data, dtype=np.uint8)
