@@ -36,6 +36,9 @@ GOOD = {
     "write_checksum": ("off", False),
     "durable": ("0", False),
     "chunk_bytes": ("512", 512 * 1024),
+    "remote_timeout": ("2.5", 2.5),
+    "remote_retries": ("0", 0),
+    "remote_requests": ("8", 8),
 }
 BAD = {
     "io_threads": ["0", "-2", "four", "2.5", ""],
@@ -54,6 +57,9 @@ BAD = {
     "write_checksum": ["maybe", "2", ""],
     "durable": ["sometimes", ""],
     "chunk_bytes": ["0", "1MiB", "-4"],
+    "remote_timeout": ["0", "soon", "inf", "-1"],
+    "remote_retries": ["-1", "many"],
+    "remote_requests": ["0", "x"],
 }
 # Invalid keyword values per field.
 BAD_VALUES = {
@@ -73,6 +79,9 @@ BAD_VALUES = {
     "write_checksum": [1, "yes", None],
     "durable": [0, "no"],
     "chunk_bytes": [0, 1.5, "1024"],
+    "remote_timeout": [0, -1.0, float("nan"), True, "30"],
+    "remote_retries": [-1, 1.5, True],
+    "remote_requests": [0, 2.5],
 }
 
 
