@@ -61,7 +61,14 @@ ShardsArg = Sequence[int] | Literal["auto"] | None
 
 
 class Layout(NamedTuple):
-    """A chunk shape and a shard shape (None: one file per chunk)."""
+    """A chunk shape and a shard shape (None: one file per chunk).
+
+    Examples
+    --------
+    >>> chunks, shards = Layout((32, 128, 128), (96, 256, 256))
+    >>> shards
+    (96, 256, 256)
+    """
 
     chunks: tuple[int, ...]
     shards: tuple[int, ...] | None

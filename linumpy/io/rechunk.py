@@ -58,7 +58,14 @@ OME_KEYS = (
 
 class Rechunked(NamedTuple):
     """What :func:`rechunk` wrote: per array (its path in the image, "" for a plain array), the
-    shape, chunks and shards; and the bytes copied (uncompressed)."""
+    shape, chunks and shards; and the bytes copied (uncompressed).
+
+    Examples
+    --------
+    >>> done = Rechunked({"": ((64, 64), (32, 32), None)}, 8192)
+    >>> done.arrays[""][1], done.nbytes
+    ((32, 32), 8192)
+    """
 
     arrays: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]]
     nbytes: int
