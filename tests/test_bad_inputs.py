@@ -708,18 +708,9 @@ def _named_argv(name: str, source: Path, transform: Path, out: Path, c: str) -> 
     return [str(a) for a in argv], output
 
 
-# zarr parses a string it is handed as a URL: "#" and "?" start a fragment and a query, and
-# newlines are dropped; these pass once local paths reach zarr as stores, never as strings.
-_AS_URL = pytest.mark.xfail(reason="a local path handed to zarr as a URL string", strict=False)
-
-
-@pytest.mark.parametrize(
-    "character",
-    [
-        pytest.param(key, marks=_AS_URL) if key in ("hash", "question-mark", "newline") else key
-        for key in NAME_CHARACTERS
-    ],
-)
+# zarr would parse a string as a URL ("#" and "?" start a fragment and a query, newlines are
+# dropped): local paths reach zarr as stores, never as strings.
+@pytest.mark.parametrize("character", list(NAME_CHARACTERS))
 @pytest.mark.parametrize("name", NAMED_SCRIPTS)
 def test_names_with_special_characters(
     name: str, character: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

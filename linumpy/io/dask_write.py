@@ -99,7 +99,7 @@ def _write_block(block: Any, path: str, block_info: dict[Any, Any] | None = None
     from linumpy.io.writer import store_block
 
     region = tuple(slice(a, b) for a, b in block_info[0]["array-location"])
-    target = zarr.open_array(store=path, mode="r+")
+    target = zarr.open_array(store=LocalStore(path), mode="r+")  # a path, never a URL
     # numpy blocks: dask runs one task per thread already; cupy blocks: the GPU encodes, threads
     # write the files.
     on_host = array_module(block) is np
@@ -128,7 +128,7 @@ def store_graph(data: da.Array, target: zarr.Array | str | os.PathLike[str]) -> 
     ((2, 2), 4096, 4096)
     """
     path = array_path(target)
-    array = zarr.open_array(store=path, mode="r")
+    array = zarr.open_array(store=LocalStore(path, read_only=True), mode="r")
     if tuple(array.shape) != tuple(data.shape):
         raise LinumpyError(f"{path}: shape {array.shape}, the data to write {data.shape}")
     data = align_blocks(data, storage_unit(array))

@@ -80,7 +80,9 @@ def read_linumpy_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
     >>> sorted(attrs), attrs["mosaic"]
     (['demo', 'mosaic'], {'tile_shape': [64, 64], 'grid_shape': [2, 3]})
     """
-    node = zarr.open(store=os.fspath(path), mode="r")
+    from linumpy.io.stores import open_store, parse_source
+
+    node = zarr.open(store=open_store(parse_source(path)), mode="r")  # paths stay paths
     if isinstance(node, zarr.Array):
         return {}
     return dict(node.attrs.get(ATTRS_KEY, {}))
@@ -103,7 +105,7 @@ def write_linumpy_attrs(path: str | os.PathLike[str], values: dict[str, Any]) ->
     >>> read_linumpy_attrs(path)
     {'mosaic': {'tile_shape': [3, 2], 'grid_shape': [2, 2]}, 'note': 'acquired on Monday'}
     """
-    group = zarr.open_group(store=os.fspath(path), mode="r+")
+    group = zarr.open_group(store=zarr.storage.LocalStore(path), mode="r+")
     group.attrs[ATTRS_KEY] = {**dict(group.attrs.get(ATTRS_KEY, {})), **values}
 
 
