@@ -16,11 +16,16 @@ from linumpy.io.engine.frames import decode_zstd_cpu
 
 
 def test_huge_declared_shape_is_refused_before_allocating(tmp_path: Path) -> None:
-    zarr.create_array(tmp_path / "a.zarr", shape=(2**20,) * 3, chunks=(64,) * 3, dtype="uint16")
-    with pytest.raises(HostMemoryError, match=r"shape \(1048576, 1048576, 1048576\)") as info:
+    # 512 TiB: opened (under the 8 PiB that metadata may declare), refused by the memory check
+    zarr.create_array(tmp_path / "a.zarr", shape=(2**16,) * 3, chunks=(64,) * 3, dtype="uint16")
+    with pytest.raises(HostMemoryError, match=r"shape \(65536, 65536, 65536\)") as info:
         read_volume(tmp_path / "a.zarr")
     assert isinstance(info.value, MemoryError) and isinstance(info.value, LinumpyError)
     assert "TiB of host memory" in str(info.value)
+    # 2 EiB: refused as corrupt metadata when opened, naming the file
+    zarr.create_array(tmp_path / "b.zarr", shape=(2**20,) * 3, chunks=(64,) * 3, dtype="uint16")
+    with pytest.raises(LinumpyError, match=r"b.zarr/zarr.json: shape .* holds 2048.0 PiB"):
+        read_volume(tmp_path / "b.zarr")
 
 
 def test_huge_declared_chunks_are_refused_for_a_small_region(tmp_path: Path) -> None:
