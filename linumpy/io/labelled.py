@@ -125,8 +125,9 @@ def open_dataarray(
     settings: Any = None,
     storage_options: dict[str, Any] | None = None,
 ) -> xr.DataArray:
-    """Open an image's level as a lazy ``xarray.DataArray`` (what ``open_volume(...,
-    xarray=True)`` returns).
+    """Open an image's level as a lazy ``xarray.DataArray``.
+
+    ``open_volume(..., xarray=True)`` returns the same.
 
     Dims are the NGFF axis names; each space and time axis has a coordinate of voxel
     positions (scale and translation applied, ``units`` in its attributes), a channel axis its
