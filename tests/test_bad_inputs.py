@@ -1,5 +1,5 @@
 """Every linum-* script against a table of bad inputs: exit status 2 and one line naming the file,
-option or chunk, never a traceback (issue 13)."""
+option or chunk, never a traceback."""
 
 from __future__ import annotations
 
