@@ -233,6 +233,10 @@ def test_scripts_under_a_memory_limit_write_the_same_bytes(tmp_path: Path, mosai
             8,
             16,
             16,
+            "--shards",  # the default shards shrink to fit a memory limit: the same both times
+            8,
+            32,
+            32,
             "--n-levels",
             2,
             *limit,
@@ -329,3 +333,78 @@ def test_gpu_out_of_core_pipeline(tmp_path: Path, mosaic: Path) -> None:
             read_volume(tmp_path / "c.ome.zarr", level=level),
             read_volume(tmp_path / "b.ome.zarr", level=level),
         )
+
+
+@pytest.mark.parametrize("blending", BLENDING_MODES)
+def test_regions_stitched_in_bands_of_rows_equal_the_whole(blending: str) -> None:
+    rng = np.random.default_rng(5)
+    transform = TileTransform([[27.3, 1.6], [-2.2, 25.1]], (0.0, 0.0), (32, 30), (3, 4))
+    transform = transform.normalized()
+    mosaic = rng.integers(0, 4000, size=(3, 96, 120)).astype(np.uint16)
+    whole = stitch(mosaic, transform, blending)
+    for threads in (2, 3, 7):
+        np.testing.assert_array_equal(
+            stitch_region(mosaic, transform, blending, threads=threads), whole
+        )
+    # a part of the grid (the tiles of rows 1 and 2, columns 1 to 3), as a block reads it
+    region, origin = (40, 50), (20, 30)
+    part = mosaic[:, 32:, 30:]
+    one = stitch_region(part, transform, blending, origin=origin, shape=region, grid_origin=(1, 1))
+    banded = stitch_region(
+        part, transform, blending, origin=origin, shape=region, grid_origin=(1, 1), threads=4
+    )
+    np.testing.assert_array_equal(banded, one)
+
+
+def test_projection_of_a_sharded_volume_reads_slabs_a_shard_deep(tmp_path: Path) -> None:
+    volume = np.random.default_rng(4).random((24, 64, 80)).astype(np.float32)
+    # planes that cancel: 1e20 - 1e20 + 1 is 1 summed in one slab of 12 planes, 0 in slabs of 4
+    volume[0], volume[4], volume[5] = 1e20, -1e20, 1
+    path = tmp_path / "v.ome.zarr"
+    save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(4, 32, 32), shards=(12, 64, 96))
+    expected = np.zeros(volume.shape[1:], np.float64)
+    for z0 in (0, 12):
+        expected += volume[z0 : z0 + 12].sum(axis=0, dtype=np.float64)
+    expected = (expected / 24).astype(np.float32)
+    np.testing.assert_array_equal(average_intensity_projection(path), expected)
+    # a memory limit that cannot hold a shard-deep slab: slabs of a chunk's depth
+    per_chunk = np.zeros(volume.shape[1:], np.float64)
+    for z0 in range(0, 24, 4):
+        per_chunk += volume[z0 : z0 + 4].sum(axis=0, dtype=np.float64)
+    per_chunk = (per_chunk / 24).astype(np.float32)
+    assert not np.array_equal(per_chunk, expected)  # the grouping shows
+    small = Cluster(memory_limit=70_000, threads=1)
+    np.testing.assert_array_equal(average_intensity_projection(path, cluster=small), per_chunk)
+
+
+def test_integer_projections_are_exact(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    for dtype in (np.uint8, np.uint16, np.int16):
+        info = np.iinfo(dtype)
+        volume = rng.integers(info.min, info.max, (40, 48, 48), endpoint=True).astype(dtype)
+        path = tmp_path / f"{np.dtype(dtype).name}.ome.zarr"
+        save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(8, 16, 16))
+        expected = (volume.sum(axis=0, dtype=np.float64) / 40).astype(np.float32)
+        np.testing.assert_array_equal(average_intensity_projection(path), expected)
+
+
+@pytest.mark.gpu
+def test_gpu_steps_on_the_default_layout(tmp_path: Path) -> None:
+    """The GPU pipeline on a mosaic grid in the default layout (one tile per shard of small
+    chunks): the same stitch, projection and rechunk as the CPU's."""
+    from linumpy.io.rechunk import rechunk
+
+    grid = tmp_path / "grid.ome.zarr"
+    make_demo_data(grid, grid_shape=(3, 3), tile_shape=(64, 128, 128), seed=1, shards=None)
+    rechunk(grid, tmp_path / "sharded.ome.zarr", gpu=True)
+    sharded = tmp_path / "sharded.ome.zarr"
+    assert read_volume(sharded).tobytes() == read_volume(grid).tobytes()
+    assert zarr.open_array(sharded / "0").shards == (64, 128, 128)
+    transform = read_demo_truth(grid)
+    stitch_omezarr(sharded, tmp_path / "gpu.ome.zarr", transform, gpu=True)
+    stitch_omezarr(sharded, tmp_path / "cpu.ome.zarr", transform)
+    np.testing.assert_allclose(
+        read_volume(tmp_path / "gpu.ome.zarr"), read_volume(tmp_path / "cpu.ome.zarr"), rtol=1e-5
+    )
+    aip = average_intensity_projection(sharded, gpu=True)
+    np.testing.assert_array_equal(aip.get(), average_intensity_projection(sharded))

@@ -187,21 +187,47 @@ def store_dask(
     return int(written.sum())
 
 
+#: Working set of the averaging temporaries of one pyramid task: the source block is read whole
+#: (each stored chunk once) and averaged a slab of planes at a time, so a task holds the source
+#: block, its output and one slab's float64 temporaries, not the whole block's.
+PYRAMID_SLAB_BYTES = 32 * 2**20
+
+
+def _slab_planes(block: Sequence[int], full: int) -> int:
+    """Output planes averaged at once in a block: :data:`PYRAMID_SLAB_BYTES` of temporaries, at
+    least one plane."""
+    return max(1, PYRAMID_SLAB_BYTES // max(1, math.prod(block[1:]) * full))
+
+
 def _downsample_block(
     source: str,
     source_shape: tuple[int, ...],
     factors: tuple[int, ...],
     gpu: bool,
+    full: int,
     block_info: dict[Any, Any] | None = None,
 ) -> Any:
     from linumpy.io import downsample_mean, read_volume
 
-    location = block_info[None]["array-location"]
+    info = block_info[None]
+    location = info["array-location"]
     region = tuple(
         slice(a * f, min(b * f, n)) for (a, b), f, n in zip(location, factors, source_shape)
     )
     axes = [i for i, f in enumerate(factors) if f == 2]
-    return downsample_mean(read_volume(source, gpu=gpu, region=region), axes)
+    data = read_volume(source, gpu=gpu, region=region)
+    shape = tuple(info["chunk-shape"])
+    step = _slab_planes(shape, full)
+    if step >= shape[0]:
+        return downsample_mean(data, axes)
+    # slabs start at even source planes: the pairs, and the odd last plane, are the whole
+    # block's, so the result is the same bit for bit
+    out = gpu_module(gpu).empty(shape, dtype=data.dtype)
+    f0 = factors[0]
+    for z0 in range(0, shape[0], step):
+        z1 = min(z0 + step, shape[0])
+        out[z0:z1] = downsample_mean(data[z0 * f0 : z1 * f0], axes)
+    return out
 
 
 def _downsample_cost(dtype: np.dtype, factors: Sequence[int]) -> int:
@@ -270,14 +296,20 @@ def write_pyramid(
         )
         dtype = np.dtype(target.dtype)
         unit = storage_unit(target)
-        per_element = _downsample_cost(dtype, factors)
+        full = _downsample_cost(dtype, factors)
+        # the source block, the output and its encoded copy, and one slab's temporaries
+        held = (math.prod(factors) + 2) * dtype.itemsize
+
+        def cost(block: tuple[int, ...], full: int = full, held: int = held) -> int:
+            planes = _slab_planes(block, full)
+            if planes >= block[0]:  # averaged whole
+                return math.prod(block) * full
+            return math.prod(block) * held + planes * math.prod(block[1:]) * full
+
         budget = cluster.task_bytes(
-            math.prod(unit) * per_element,
-            f"pyramid level {index}",
-            total=math.prod(target.shape) * per_element,
-            gpu=gpu,
+            cost(unit), f"pyramid level {index}", total=cost(tuple(target.shape)), gpu=gpu
         )
-        block = grow_block(unit, target.shape, per_element, budget)
+        block = grow_block(unit, target.shape, 0, budget, cost=cost)
         whole = tuple(slice(0, n) for n in target.shape)
         level = da.map_blocks(
             _downsample_block,
@@ -285,6 +317,7 @@ def write_pyramid(
             tuple(source.shape),
             factors,
             gpu,
+            full,
             chunks=aligned_chunks(whole, block),
             dtype=dtype,
             meta=empty_meta(dtype, target.ndim, gpu),

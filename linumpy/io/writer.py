@@ -26,7 +26,7 @@ from linumpy._xp import array_module, to_numpy
 from linumpy.errors import LinumpyError, UnsupportedLayoutError
 from linumpy.io.durable import flush_folder, flush_tree
 from linumpy.io.engine.write import write_array
-from linumpy.io.layout import ShardsArg, default_layout, slab_shards
+from linumpy.io.layout import SHARD_BYTES, ShardsArg, default_layout, slab_shards
 from linumpy.io.metadata import (
     Axis,
     NgffVersion,
@@ -242,6 +242,9 @@ class OmeZarrWriter:
     checksum
         Store a zstd content checksum (XXH64) in every chunk, verified on every read; by default
         ``linumpy.settings.get().write_checksum`` (True unless ``LINUMPY_ZSTD_CHECKSUM=0``).
+    shard_bytes
+        Largest shard of ``shards="auto"`` (:data:`linumpy.io.layout.SHARD_BYTES`, 128 MiB):
+        writers under a memory limit pass less, so that a task holds a shard.
 
     Attributes
     ----------
@@ -281,6 +284,7 @@ class OmeZarrWriter:
         checksum: bool | None = None,
         always_stage: bool = False,
         storage_options: Mapping[str, Any] | None = None,
+        shard_bytes: int = SHARD_BYTES,
     ) -> None:
         # Object stores (s3://, gs://) have no rename: an image is written there in place.
         remote = is_url(path)
@@ -308,8 +312,9 @@ class OmeZarrWriter:
             space=space,
             what=str(self.target),
         )
-        if auto_shards and shards is not None:
-            shards = "auto"  # recomputed for each level's shape
+        self._shard_bytes = int(shard_bytes)
+        if auto_shards and self.ngff_version == "0.5":
+            shards = "auto"  # computed for each level's shape
         if not isinstance(n_levels, int) or n_levels < 1:
             raise ValueError(f"n_levels must be a positive integer, got {n_levels!r}")
         check_chunk_count(self.shape, chunks, self.dtype.itemsize)
@@ -357,7 +362,13 @@ class OmeZarrWriter:
             level_shards = None
             if shards == "auto":
                 space = [i for i, k in enumerate(shrink) if k]
-                level_shards = slab_shards(level_shape, level_chunks, self.dtype, space=space)
+                level_shards = slab_shards(
+                    level_shape,
+                    level_chunks,
+                    self.dtype,
+                    space=space,
+                    shard_bytes=self._shard_bytes,
+                )
             elif shards is not None:
                 level_shards = tuple(
                     min(sh, -(-s // c) * c) for sh, s, c in zip(shards, level_shape, level_chunks)

@@ -31,7 +31,7 @@ from linumpy.io.dask_write import (
     store_dask,
     write_pyramid,
 )
-from linumpy.io.layout import ShardsArg, default_layout, slab_shards
+from linumpy.io.layout import ShardsArg
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.io.omezarr import NgffVersion
 from linumpy.io.sources import TIFF_SUFFIXES, SourceImage, open_image, open_tiff
@@ -245,11 +245,6 @@ voxel_size argument)'
     sizes, axes, origin = _voxel_size(image, voxel_size)
     cluster = cluster or Cluster()
     per_element = 3 * dtype.itemsize  # the block, its copy in zarr, the encoded chunks
-    if isinstance(shards, str) and ngff_version == "0.5" and cluster.memory_limit is not None:
-        space = [i for i, a in enumerate(axes) if a.type == "space"]
-        chunks, shards = default_layout(shape, dtype, chunks=chunks, space=space)
-        budget = shard_budget(cluster, per_byte=3)
-        shards = slab_shards(shape, chunks, dtype, space=space, shard_bytes=budget)
     writer = OmeZarrWriter(
         target,
         shape,
@@ -258,6 +253,7 @@ voxel_size argument)'
         axes=axes,
         chunks=chunks,
         shards=shards,
+        shard_bytes=shard_budget(cluster, per_byte=10 if n_levels > 1 else 3),  # write_pyramid
         n_levels=n_levels,
         level=level,
         overwrite=overwrite,

@@ -345,7 +345,8 @@ def projection_lazy(
     gpu
         Read and sum on the GPU (cupy blocks).
     slab_depth
-        Planes read at once; the volume's shard (or chunk) depth by default.
+        Planes read at once; by default the volume's shard (or chunk) depth, its chunk depth
+        under a memory limit.
     align
         ``(y, x)``: blocks are also multiples of this (the output's shards or chunks).
     cluster
@@ -386,19 +387,21 @@ def projection_lazy(
     step = min(slab_depth or storage_unit(array)[0], array.shape[0])
     itemsize = np.dtype(array.dtype).itemsize
     # whole inner chunks: a shard's columns go to several tasks, each reading its own chunks
-    unit = tuple(int(c) for c in array.chunks[1:])
+    chunks = tuple(min(int(c), n) for c, n in zip(array.chunks[1:], array.shape[1:]))
+    unit = chunks
     if align is not None:
-        unit = tuple(math.lcm(u, a) for u, a in zip(unit, align))
-    unit = tuple(min(u, n) for u, n in zip(unit, array.shape[1:]))
+        unit = tuple(min(math.lcm(u, a), n) for u, a, n in zip(unit, align, array.shape[1:]))
 
     def cost(block: tuple[int, ...]) -> int:
         return math.prod(block) * (step * itemsize + 3 * 8 + 2 * 4)
 
     cluster = cluster or Cluster()
-    limited = slab_depth is None and cluster.memory_limit is not None
-    if limited and cost(unit) > int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads:
-        # slabs of a shard's depth that do not fit: of a chunk's (each chunk still read once)
-        step = min(int(array.chunks[0]), array.shape[0])
+    if cluster.memory_limit is not None:
+        if slab_depth is None:
+            # slabs a chunk deep: smaller reads, each chunk still read once
+            step = min(int(array.chunks[0]), array.shape[0])
+        if cost(unit) > int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads:
+            unit = chunks  # ``align`` too large for the limit: blocks joined before the write
     budget = cluster.task_bytes(cost(unit), "the projection", total=cost(array.shape[1:]), gpu=gpu)
     block = grow_block(unit, array.shape[1:], 0, budget, cost=cost)
     return da.map_blocks(

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from linumpy import phases
+from linumpy import phases, settings
 from linumpy._xp import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
@@ -29,7 +29,7 @@ from linumpy.io.dask_write import (
     store_dask,
     write_pyramid,
 )
-from linumpy.io.layout import ShardsArg, inner_chunks, slab_shards, tile_layout
+from linumpy.io.layout import ShardsArg, inner_chunks, tile_layout
 from linumpy.io.lazy import storage_unit
 from linumpy.io.levels import store_levels
 from linumpy.io.sources import open_source
@@ -245,12 +245,18 @@ def projection_omezarr(
     mosaic = read_linumpy_attrs(source).get("mosaic")
     cluster = cluster or Cluster()
     shape = tuple(array.shape[1:])
-    budget = shard_budget(cluster, per_byte=3)  # the block, its copy in zarr, the encoded copy
+    # a task reading the columns of one output shard holds a slab a chunk deep of them (under a
+    # memory limit) and its sums; one writing it, the shard, zarr's and the encoded copy; one
+    # building the pyramid, the level above (4 times the shard)
+    reading = (array.chunks[0] * np.dtype(array.dtype).itemsize + 32) / 4
+    budget = shard_budget(cluster, per_byte=max(reading, 6 if n_levels > 1 else 3))
+    # chunks a task can project whole (under a memory limit: smaller), so none is written by two
+    chunks: Any = inner_chunks(
+        shape, np.float32, chunk_bytes=min(settings.get().chunk_bytes, budget)
+    )
+    shards: ShardsArg = "auto"
     if mosaic:
         chunks, shards = tile_layout(shape, np.float32, mosaic["tile_shape"], shard_bytes=budget)
-    else:
-        chunks = inner_chunks(shape, np.float32)
-        shards = slab_shards(shape, chunks, np.float32, shard_bytes=budget)
     writer = OmeZarrWriter(
         target,
         shape,
@@ -258,12 +264,12 @@ def projection_omezarr(
         voxel_size=voxel_size[1:],
         chunks=chunks,
         shards=shards,
+        shard_bytes=budget,
         n_levels=n_levels,
         overwrite=overwrite,
     )
-    # columns of the source's chunks, joined into whole output shards (or chunks) before they
-    # are written (store_dask): the output's layout does not set the reads' blocks
-    lazy = projection_lazy(source, gpu=gpu, cluster=cluster)
+    # blocks of whole output shards where a task holds one (else joined before the write)
+    lazy = projection_lazy(source, gpu=gpu, align=storage_unit(writer.array), cluster=cluster)
     if gpu:  # encoded on the CPU: a 2D image is small, and the bytes stay those of a CPU run
         lazy = lazy.map_blocks(to_numpy, meta=np.empty((0, 0), np.float32))
     with committed(writer):
@@ -447,10 +453,9 @@ def stitch_omezarr(
     out_shape = (*array.shape[:-2], *transform.output_shape())
     chunks = tuple(chunks) if chunks else _output_chunks(out_shape, slab_depth, n_levels)
     cluster = cluster or Cluster()
-    if isinstance(shards, str) and cluster.memory_limit is not None:
-        # the output, its blending weights and encoded copy, and the tiles beside each shard
-        budget = shard_budget(cluster, per_byte=4)
-        shards = slab_shards(out_shape, chunks, np.float32, shard_bytes=budget)
+    # a task holds the output, its blending weights and encoded copy, and the tiles beside each
+    # shard; a pyramid task the level above (8 times the shard) and the output
+    budget = shard_budget(cluster, per_byte=10 if n_levels > 1 else 4)
     writer = OmeZarrWriter(
         target,
         out_shape,
@@ -458,6 +463,7 @@ def stitch_omezarr(
         voxel_size=voxel_size,
         chunks=chunks,
         shards=shards,
+        shard_bytes=budget,
         n_levels=n_levels,
         level=level,
         overwrite=overwrite,
