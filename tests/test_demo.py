@@ -9,6 +9,7 @@ import zarr
 from linumpy.errors import LinumpyError
 from linumpy.io import read_omezarr
 from linumpy.io.demo import generate_demo_mosaic, make_demo_data, read_demo_truth
+from linumpy.io.layout import tile_layout
 from linumpy.mosaic.pipeline import read_linumpy_attrs
 
 SMALL = {"grid_shape": (4, 5), "tile_shape": (16, 64, 64)}
@@ -95,12 +96,14 @@ def test_bad_parameters() -> None:
         generate_demo_mosaic(tile_shape=(4, 64, 64))
 
 
-def test_written_image_one_chunk_per_tile_zstd_with_truth(tmp_path, demo) -> None:
+def test_written_image_default_layout_zstd_with_truth(tmp_path, demo) -> None:
     path = tmp_path / "mosaic.ome.zarr"
     written = make_demo_data(path, **SMALL)
     array, voxel_size = read_omezarr(path)
     assert array.shape == demo.mosaic.shape
-    assert array.chunks == (16, 64, 64)
+    # the default layout: one tile per shard of inner chunks (a 128 KiB tile is one chunk)
+    assert (array.chunks, array.shards) == tile_layout(array.shape, "uint16", (64, 64))
+    assert array.chunks == (16, 64, 64) and array.shards is None
     assert [type(c).__name__ for c in array.compressors] == ["ZstdCodec", "Crc32cCodec"]
     assert array.metadata.zarr_format == 3
     assert voxel_size == (3.5, 2.5, 2.5)
@@ -110,6 +113,17 @@ def test_written_image_one_chunk_per_tile_zstd_with_truth(tmp_path, demo) -> Non
     attrs = read_linumpy_attrs(path)
     assert attrs["mosaic"] == {"tile_shape": [64, 64], "grid_shape": [4, 5]}
     np.testing.assert_allclose(attrs["demo"]["tissue_fraction"], demo.tissue_fraction, atol=1e-4)
+
+
+def test_large_tiles_are_shards_of_small_chunks(tmp_path) -> None:
+    path = tmp_path / "mosaic.ome.zarr"
+    demo = make_demo_data(path, grid_shape=(2, 2), tile_shape=(96, 256, 256))
+    array = zarr.open_array(path / "0", mode="r")
+    assert array.shards == (96, 256, 256) and array.chunks == (32, 128, 128)
+    np.testing.assert_array_equal(array[...], demo.mosaic)
+    make_demo_data(path, grid_shape=(2, 2), tile_shape=(96, 256, 256), shards=None, overwrite=True)
+    tiles = zarr.open_array(path / "0", mode="r")  # one chunk per tile, as other tools write
+    assert tiles.shards is None and tiles.chunks == (96, 256, 256)
 
 
 def test_sharded_and_overwrite(tmp_path) -> None:
