@@ -71,7 +71,6 @@ def prepare_gpu_kernels() -> KernelReport:
 
     require_gpu("prepare_gpu_kernels")
     import cupy
-    from cupy.cuda import compiler
 
     from linumpy.io import read_volume
     from linumpy.io.demo import make_demo_data, read_demo_truth
@@ -81,7 +80,8 @@ def prepare_gpu_kernels() -> KernelReport:
         stitch_omezarr,
     )
 
-    cache_dir = compiler.get_cache_dir()
+    # where cupy keeps compiled kernels (its documented CUPY_CACHE_DIR and default)
+    cache_dir = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
     before = _cache_files(cache_dir)
     started = time.perf_counter()
     with (
