@@ -238,7 +238,9 @@ def test_stitch_reads_no_chunk_twice(
 ) -> None:
     counts = _count_chunk_reads(monkeypatch)
     transform = read_demo_truth(sharded_grid)
-    stitch_omezarr(sharded_grid, tmp_path / "s.ome.zarr", transform, n_levels=1)
+    # two slabs of whole planes for two threads (more threads would cut the planes)
+    cluster = Cluster(threads=2)
+    stitch_omezarr(sharded_grid, tmp_path / "s.ome.zarr", transform, n_levels=1, cluster=cluster)
     source = {k: v for k, v in counts.items() if str(sharded_grid) in k[0]}
     array = open_array(sharded_grid)
     assert len(source) == math.prod(-(-n // c) for n, c in zip(array.shape, array.chunks))

@@ -149,9 +149,12 @@ def plan_stitch_block(
     >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64),
     ...                   Cluster(memory_limit=2**22, threads=1))
     (8, 128, 128)
+    >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64), Cluster(threads=2),
+    ...                   source_chunks=(32, 128, 128))  # two slabs of whole planes
+    (32, 428, 428)
     >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64), Cluster(threads=16),
-    ...                   source_chunks=(64, 128, 128))
-    (64, 428, 428)
+    ...                   source_chunks=(64, 128, 128))  # one slab for 16 threads: two tiles
+    (64, 256, 256)
     >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64),
     ...                   Cluster(memory_limit=2**26, threads=2), source_chunks=(32, 64, 64),
     ...                   source_shards=(64, 128, 128))  # whole planes do not fit
@@ -174,6 +177,13 @@ def plan_stitch_block(
             reused = (*reused[:-2], *tuple(source_shards)[-2:])
         for reach in (None, 2, 1):
             reuse = _reuse_unit(unit, out_shape, reused, reach)
+            planes = tuple(reuse[-2:]) == tuple(out_shape[-2:])
+            slabs = -(-out_shape[0] // reuse[0]) if len(out_shape) == 3 else 1
+            if planes and not gpu and slabs < cluster.threads:
+                # fewer slabs of whole planes than threads: their reads, stitching and writes
+                # would not overlap (on 2 CPUs, one block of a single-chunk-per-tile grid
+                # stitched 1.5x slower than three that each decode the tiles' chunks whole)
+                continue
             if cost(reuse) <= room:
                 unit, minimum = reuse, cost(reuse)
                 break
