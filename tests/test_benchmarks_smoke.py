@@ -204,3 +204,25 @@ def test_malformed_result_files_are_named(payload: object, message: str) -> None
     with pytest.raises(BenchInputError, match=r"bad\.json: .*") as caught:
         parse_record(payload, "bad.json")
     assert message in str(caught.value)
+
+
+def test_durable_writes_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    out = _run(
+        sys.executable,
+        str(BENCHMARKS / "durable_writes.py"),
+        str(tmp_path),
+        *("--size-mib", "1", "--repeats", "1"),
+    )
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "GB/s" in line]
+    assert rows and all(line.count("|") == 7 for line in rows)
+
+
+def test_layout_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    figures = tmp_path / "layout.json"
+    _run(
+        sys.executable,
+        str(BENCHMARKS / "layout_cpu.py"),
+        *("--grid", "2", "--tile-shape", "16", "64", "64", "--rounds", "1"),
+        *("--json", str(figures), "--dir", str(tmp_path / "work")),
+    )
+    assert json.loads(figures.read_text())

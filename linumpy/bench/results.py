@@ -24,6 +24,7 @@ import json
 import re
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -316,19 +317,22 @@ def chart(record: BenchRecord, path: Path) -> None:
     warm = [r for r in record.rows if r.op == "read" and not r.cold and r.kind != "ceiling"]
     series = []
     for prefix, color in _CHARTED.items():
-        by_layout = {r.layout: r.gbps for r in warm if r.name.startswith(prefix) and r.runs}
+        names = [r.name for r in warm if r.name.startswith(prefix)]
+        if not names:
+            continue
+        label = min(names, key=len)  # the path itself, not a variant of it ("..., crc32c on")
+        by_layout = {r.layout: r.gbps for r in warm if r.name == label and r.runs}
         if by_layout:
-            label = next(r.name for r in warm if r.name.startswith(prefix))
             series.append((label, color, [by_layout.get(layout, 0.0) for layout in layouts]))
     width = 0.8 / max(1, len(series))
-    fig, ax = plt.subplots(figsize=(10, 4.8))
+    fig, ax = plt.subplots(figsize=(max(10.0, 1.9 * len(layouts)), 5.0))
     for i, (label, color, values) in enumerate(series):
         xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(layouts))]
         bars = ax.bar(xs, values, width, label=label, color=color)
         ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
-    # Long layout names ("sharded 64^3 in 128x512x512") break before "in" so that none overlap.
-    labels = [_pretty(layout).replace(" in ", "\nin ") for layout in layouts]
-    ax.set_xticks(range(len(layouts)), labels)
+    # Long layout names ("sharded 64^3 in 128x512x512, checksums") wrap so that none overlap.
+    labels = [textwrap.fill(_pretty(layout), 12) for layout in layouts]
+    ax.set_xticks(range(len(layouts)), labels, fontsize=9)
     ax.set_ylabel("GB/s of decompressed volume")
     shape = "x".join(str(n) for n in record.volume.get("shape", ()))
     ax.set_title(
