@@ -30,7 +30,13 @@ from collections.abc import Sequence
 
 from linumpy import cli
 from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
-from linumpy.cli.options import add_zstd_level_arg, number, positive_int
+from linumpy.cli.options import (
+    add_layout_args,
+    add_zstd_level_arg,
+    layout_shards,
+    number,
+    positive_int,
+)
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:
@@ -48,20 +54,9 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
         type=number(int, 0),
         help="The TIFF series to convert, from 0 [0].",
     )
-    parser.add_argument(
-        "--chunks",
-        nargs="+",
-        type=positive_int,
-        help="(Inner) chunk shape (default: about 1 MiB each).",
+    add_layout_args(
+        parser, shards_help="Shard shape, NGFF 0.5 only (default: slabs of whole planes)."
     )
-    shards = parser.add_mutually_exclusive_group()
-    shards.add_argument(
-        "--shards",
-        nargs="+",
-        type=positive_int,
-        help="Shard shape, NGFF 0.5 only (default: slabs of whole planes).",
-    )
-    shards.add_argument("--no-shards", action="store_true", help="One file per chunk.")
     parser.add_argument(
         "--n-levels", type=positive_int, default=1, help="Pyramid levels [%(default)s]."
     )
@@ -107,7 +102,7 @@ x 1 micrometer (none known: 1 per axis))
                     voxel_size=args.voxel_size,
                     series=args.series,
                     chunks=args.chunks,
-                    shards=None if args.no_shards else args.shards or "auto",
+                    shards=layout_shards(args),
                     n_levels=args.n_levels,
                     level=args.zstd_level,
                     ngff_version=args.ngff_version,

@@ -24,27 +24,19 @@ from collections.abc import Sequence
 
 from linumpy import cli
 from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
-from linumpy.cli.options import add_zstd_level_arg, positive_int
+from linumpy.cli.options import add_layout_args, add_zstd_level_arg, layout_shards
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:
     parser = cli.build_parser(__doc__, prog="linum-rechunk")
     parser.add_argument("input", help="zarr array or OME-Zarr image (NGFF 0.4 or 0.5).")
     parser.add_argument("output", help="The rewritten copy to create.")
-    parser.add_argument(
-        "--chunks",
-        nargs="+",
-        type=positive_int,
-        help="(Inner) chunk shape of every array (default: about 1 MiB, dividing a tile).",
+    add_layout_args(
+        parser,
+        chunks_help="(Inner) chunk shape of every array (default: about 1 MiB, dividing a tile).",
+        shards_help="Shard shape, a multiple of the chunks (default: a tile, or slabs of whole "
+        "planes).",
     )
-    shards = parser.add_mutually_exclusive_group()
-    shards.add_argument(
-        "--shards",
-        nargs="+",
-        type=positive_int,
-        help="Shard shape, a multiple of the chunks (default: a tile, or slabs of whole planes).",
-    )
-    shards.add_argument("--no-shards", action="store_true", help="One file per chunk.")
     parser.add_argument(
         "--ngff-version",
         choices=("0.4", "0.5"),
@@ -88,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 args.input,
                 partial,
                 chunks=args.chunks,
-                shards=None if args.no_shards else args.shards or "auto",
+                shards=layout_shards(args),
                 ngff_version=args.ngff_version,
                 level=args.zstd_level,
                 gpu=gpu,

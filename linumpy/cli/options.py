@@ -10,7 +10,15 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ZSTD_LEVELS", "add_zstd_level_arg", "number", "png_name", "positive_int"]
+__all__ = [
+    "ZSTD_LEVELS",
+    "add_layout_args",
+    "add_zstd_level_arg",
+    "layout_shards",
+    "number",
+    "png_name",
+    "positive_int",
+]
 
 #: The zstd compression levels the scripts accept (zstd's fast negative levels are left out).
 ZSTD_LEVELS = (1, 22)
@@ -99,6 +107,44 @@ def add_zstd_level_arg(parser: argparse.ArgumentParser, default: int = 3) -> Non
         metavar="N",
         help="zstd compression level, 1 to 22 (--level: its old name, deprecated) [%(default)s].",
     )
+
+
+def add_layout_args(
+    parser: argparse.ArgumentParser,
+    *,
+    chunks_help: str = "(Inner) chunk shape (default: about 1 MiB each).",
+    shards_help: str = "Shard shape, a multiple of the chunks (default: slabs of whole planes).",
+    no_shards_help: str = "One file per chunk.",
+) -> None:
+    """Add ``--chunks``, and ``--shards`` or ``--no-shards``: the output's layout (read them
+    back with :func:`layout_shards`).
+
+    Examples
+    --------
+    >>> from linumpy.cli import build_parser
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> add_layout_args(parser)
+    >>> args = parser.parse_args(["--chunks", "8", "8", "--no-shards"])
+    >>> args.chunks, layout_shards(args)
+    ([8, 8], None)
+    """
+    parser.add_argument("--chunks", nargs="+", type=positive_int, help=chunks_help)
+    shards = parser.add_mutually_exclusive_group()
+    shards.add_argument("--shards", nargs="+", type=positive_int, help=shards_help)
+    shards.add_argument("--no-shards", action="store_true", help=no_shards_help)
+
+
+def layout_shards(args: argparse.Namespace) -> list[int] | str | None:
+    """The ``shards`` argument of linumpy's writers from :func:`add_layout_args`'s options:
+    None for ``--no-shards``, the shape given, else ``"auto"`` (the default layout).
+
+    Examples
+    --------
+    >>> import argparse
+    >>> layout_shards(argparse.Namespace(shards=None, no_shards=False))
+    'auto'
+    """
+    return None if args.no_shards else args.shards or "auto"
 
 
 def png_name(text: str) -> str:
