@@ -300,7 +300,8 @@ def gpu_zstd_config(
         The inner chunks of shards decoded at once share nvCOMP calls, so sharded arrays read
         faster with more than zarr's default of 10 (docs/gpu_guide.md, "Measurements behind the
         GPU defaults": ``nvcomp_concurrency``); each shard in flight holds its decoded bytes in
-        device memory. Default: the ``nvcomp_concurrency`` setting (``LINUMPY_NVCOMP_CONCURRENCY``, 32).
+        device memory. Default: the ``nvcomp_concurrency`` setting
+        (``LINUMPY_NVCOMP_CONCURRENCY``, 32).
 
     Returns
     -------

@@ -82,8 +82,8 @@ class DeviceNDBuffer(gpu.NDBuffer):
     chunk that no GPU codec decoded, a numpy array written) stays a host array until it is
     written into a device one: zarr decodes and encodes a shard's index on the host, and a round
     trip through the device there is a copy on CUDA's legacy default stream, which waits for
-    every nvCOMP call in flight and so stalls zarr's event loop. Nor is zarr's "slow copy based path" warning given for such arrays: their copy to the
-    device is the one copy there is.
+    every nvCOMP call in flight and so stalls zarr's event loop. Nor is zarr's "slow copy based
+    path" warning given for such arrays: their copy to the device is the one copy there is.
 
     Examples
     --------
