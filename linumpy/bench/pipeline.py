@@ -328,6 +328,16 @@ def _command_args(command: str, path: Path, out: Path) -> list[str]:
     return [str(path), str(out / "aip.ome.zarr")]
 
 
+#: The count of a GPU run's kernels added to its cupy cache (``CommandRun.counts``).
+KERNELS_CACHED = "kernels added to the cache"
+
+
+def _files_in(folder: str | None) -> int:
+    if not folder or not os.path.isdir(folder):
+        return 0
+    return sum(len(names) for _, _, names in os.walk(folder))
+
+
 def _run_command(
     command: str,
     label: str,
@@ -346,6 +356,8 @@ def _run_command(
     argv += ["-f", "-v", *(["--use-gpu"] if gpu else [])]
     device = "gpu" if gpu else "cpu"
     log = logs / f"{label.replace(' ', '_').replace(',', '')}-{command}-{device}-{run}.log"
+    cache = env.get("CUPY_CACHE_DIR")
+    cached = _files_in(cache)
     start = time.perf_counter()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
@@ -355,6 +367,9 @@ def _run_command(
     seconds = time.perf_counter() - start
     log.write_text(f"$ {' '.join(argv)}\n{stdout}\n{stderr}")
     table = parse_table(stderr)
+    counts = dict(table.counts or {}) if table else {}
+    if gpu and cache:  # kernels the run added to cupy's on-disk cache: what it compiled
+        counts[KERNELS_CACHED] = _files_in(cache) - cached
     error = "" if code == 0 else (stderr.strip().splitlines() or ["failed"])[-1][:300]
     return CommandRun(
         command,
@@ -363,7 +378,7 @@ def _run_command(
         run,
         round(seconds, 3),
         dict(table.seconds) if table else {},
-        dict(table.counts or {}) if table else {},
+        counts,
         code,
         error,
         str(log),

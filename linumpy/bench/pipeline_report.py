@@ -11,7 +11,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from linumpy.bench.pipeline import COMMANDS, CommandRun, PipelineResult
+from linumpy.bench.pipeline import COMMANDS, KERNELS_CACHED, CommandRun, PipelineResult
 
 __all__ = ["pipeline_chart", "pipeline_table", "run_info", "write_pipeline_json"]
 
@@ -142,7 +142,10 @@ def pipeline_table(result: PipelineResult) -> str:
             if prepared is not None and warm and warm.seconds:
                 ratio += f" (after --prepare-kernels: {prepared.seconds / warm.seconds:.2f})"
             compiled = [
-                str(r.counts.get("kernel compilation", 0)) if r else "-" for r in (first, warm)
+                str(r.counts.get(KERNELS_CACHED, r.counts.get("kernel compilation", 0)))
+                if r
+                else "-"
+                for r in (first, warm)
             ]
             lines.append(
                 f"| {COMMANDS[first.command][0]} | {first.mosaic} | {_seconds(first)} | "
