@@ -1,19 +1,58 @@
 """The one place linumpy reaches into zarr's private modules.
 
-zarr documents ``zarr.core`` as internal. linumpy needs one piece of it that has no public
+zarr documents ``zarr.core`` as internal. linumpy needs two pieces of it that have no public
 equivalent in the zarr versions pinned in ``pyproject.toml`` (the type of the spec zarr hands a
-codec); it is imported here and nowhere else, so a zarr release that moves it breaks one module,
-and ``tests/test_compat.py`` names it.
+codec, and zarr's I/O event loop, to let its writes in flight finish before an aborted write is
+deleted); they are reached here and nowhere else, so a zarr release that moves them breaks one
+module, and ``tests/test_compat.py`` names them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import threading
 from typing import TYPE_CHECKING
 
-__all__ = ["PRIVATE_ZARR_NAMES"]
+__all__ = ["PRIVATE_ZARR_NAMES", "wait_for_zarr_io"]
 
 #: Every private zarr name linumpy uses, as ``module:name`` (checked by the test suite).
-PRIVATE_ZARR_NAMES = ("zarr.core.array_spec:ArraySpec",)
+PRIVATE_ZARR_NAMES = ("zarr.core.array_spec:ArraySpec", "zarr.core.sync:loop")
 
 if TYPE_CHECKING:  # annotations only: zarr builds the specs, linumpy reads their fields
     from zarr.core.array_spec import ArraySpec  # noqa: F401
+
+
+async def _others_done() -> None:
+    current = asyncio.current_task()
+    pending = [task for task in asyncio.all_tasks() if task is not current]
+    if pending:
+        await asyncio.wait(pending)
+
+
+def wait_for_zarr_io(timeout: float = 2.0) -> bool:
+    """Wait up to ``timeout`` seconds for the tasks on zarr's I/O event loop to finish (writes a
+    Ctrl-C left running there); True when none is left. Called from zarr's own loop thread, or
+    with no loop started, it returns at once.
+
+    Examples
+    --------
+    >>> wait_for_zarr_io()
+    True
+    """
+    import zarr.core.sync
+
+    loop = zarr.core.sync.loop[0]
+    if (
+        loop is None
+        or not loop.is_running()
+        or zarr.core.sync.iothread[0] is threading.current_thread()
+    ):
+        return True
+    try:
+        asyncio.run_coroutine_threadsafe(_others_done(), loop).result(timeout)
+    except (TimeoutError, concurrent.futures.TimeoutError):
+        return False
+    except RuntimeError:  # the loop is closing: nothing more will run on it
+        return True
+    return True

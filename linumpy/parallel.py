@@ -14,6 +14,7 @@ import logging
 import math
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -396,11 +397,15 @@ class Cluster:
         # delay: no bar is drawn before the task count is known (reset draws the first one)
         with tqdm(desc=desc, unit="task", disable=not progress, total=0, delay=1e-9) as bar:
             if self.client is None:
-                with _TaskBar(bar):
-                    # the threaded get itself: scheduler="threads" would import distributed
-                    return dask.compute(
-                        collection, scheduler=dask.threaded.get, num_workers=self.threads
-                    )[0]
+                # A pool of its own: on an error or Ctrl-C the tasks already running finish
+                # before the caller cleans up (an aborted write's tasks would recreate its files).
+                pool = ThreadPoolExecutor(self.threads, thread_name_prefix="linumpy-dask")
+                try:
+                    with _TaskBar(bar):
+                        # the threaded get itself: scheduler="threads" would import distributed
+                        return dask.compute(collection, scheduler=dask.threaded.get, pool=pool)[0]
+                finally:
+                    pool.shutdown(wait=True, cancel_futures=True)
             from distributed import as_completed, futures_of
 
             persisted = self.client.persist(collection)

@@ -12,7 +12,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_private_zarr_names_still_exist() -> None:
-    assert compat.PRIVATE_ZARR_NAMES == ("zarr.core.array_spec:ArraySpec",)
+    assert compat.PRIVATE_ZARR_NAMES == (
+        "zarr.core.array_spec:ArraySpec",
+        "zarr.core.sync:loop",
+    )
     for entry in compat.PRIVATE_ZARR_NAMES:
         module, name = entry.split(":")
         assert hasattr(importlib.import_module(module), name), entry

@@ -27,6 +27,7 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -468,6 +469,9 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
     except KeyboardInterrupt:
         if _VERBOSE.get(parser, 0) > 0:
             traceback.print_exc(file=sys.stderr)
+        else:  # zarr's event loop, stopped mid-write, would report its pending tasks at exit
+            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
         parser.exit(EXIT_INTERRUPTED, f"{parser.prog}: interrupted\n")
     finally:
         if timing is not None:

@@ -79,11 +79,26 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+_REMOVE_ATTEMPTS = 6  # about a second in all
+
+
 def remove_tree(path: Path) -> str | None:
     """Delete a file or folder tree; what could not be deleted, None when all of it went."""
     failed: list[str] = []
+
+    def note(_function: Any, where: str, exc: BaseException) -> None:
+        if not isinstance(exc, FileNotFoundError):  # gone already: what was wanted
+            failed.append(f"{where}: {getattr(exc, 'strerror', None) or exc}")
+
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, onexc=lambda _f, p, exc: failed.append(f"{p}: {exc.strerror or exc}"))
+        # A writer stopped by an error or Ctrl-C may still finish a file in it (zarr's own
+        # writes run on its event loop thread): try again while entries keep appearing.
+        for attempt in range(_REMOVE_ATTEMPTS):
+            failed.clear()  # only the last attempt's failures are reported
+            shutil.rmtree(path, onexc=note)
+            if not path.exists():
+                break
+            time.sleep(0.05 * (attempt + 1))
     else:
         try:
             path.unlink()

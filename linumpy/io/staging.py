@@ -258,6 +258,9 @@ class StagedWrite:
     def abort(self) -> None:
         """Delete the staged content; the target stays as it was."""
         if not self._done:
+            from linumpy._compat import wait_for_zarr_io
+
+            wait_for_zarr_io()  # writes an error or Ctrl-C left running would recreate files
             self._finish()
 
     def _finish(self) -> None:
