@@ -177,8 +177,6 @@ class StagedWrite:
         self.staging = self.target.parent / name
         self.staging.mkdir(parents=True)
         ACTIVE.add(self.staging)
-        if self.durable:
-            _FLUSHING.add(Path(os.path.abspath(self.staging)))
         self._lock: int | None = None
         self._lock_box: list[int | None] = [None]
         # A write dropped without commit or abort is discarded at garbage collection or exit.
@@ -194,6 +192,8 @@ class StagedWrite:
             raise
         self.path = self.staging / "new" / self.target.name
         self._done = False
+        if self.durable:  # after the owner file: nothing widens the window before it
+            _FLUSHING.add(Path(os.path.abspath(self.staging)))
 
     @property
     def done(self) -> bool:
