@@ -88,6 +88,7 @@ def _finish_file(
     frames: list[Any],
     hashes: dict[int, int],
     n_empty: int,
+    writeback: bool = False,
 ) -> tuple[bool, int, int, int]:
     """In a file thread: check every frame, add its checksum, assemble and write file ``i``."""
     layout = plan.layout
@@ -107,7 +108,7 @@ def _finish_file(
             set_zstd_checksum(frame, hashes[j])
         finished[j] = frame
     parts = assemble_file(plan, finished)
-    nbytes = write_file(path, parts)
+    nbytes = write_file(path, parts, writeback=writeback)
     written = sum(f is not None for f in finished)
     return parts is not None, written, n_empty, nbytes
 
@@ -239,6 +240,7 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
                         frames,
                         file_hashes[f],
                         n_inner - sum(x is not None for x in frames),
+                        config.durable,
                     )
                     for f, frames in per_file.items()
                 ]

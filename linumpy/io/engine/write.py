@@ -165,8 +165,10 @@ def assemble_file(plan: WritePlan, frames: Sequence[Any]) -> list[Any] | None:
     return [index_bytes, *parts] if layout.index_at_start else [*parts, index_bytes]
 
 
-def write_file(path: str, parts: list[Any] | None) -> int:
+def write_file(path: str, parts: list[Any] | None, *, writeback: bool = False) -> int:
     """Write ``parts`` as the whole file ``path`` (one open, one ``writev``); remove it for None.
+    With ``writeback`` (durable writes), the disk starts writing it at once: the flush before
+    the swap then waits for less.
 
     Returns the bytes written.
 
@@ -195,7 +197,7 @@ def write_file(path: str, parts: list[Any] | None) -> int:
                 views.pop(0)
             if done:
                 views[0] = views[0][done:]
-        if settings_module.get().durable:  # the disk starts now, the flush before the swap waits
+        if writeback:
             start_writeback(fd)
     finally:
         os.close(fd)
@@ -275,18 +277,24 @@ def _encode_chunk_cpu(
     return np.frombuffer(codec.encode(values), dtype=np.uint8)
 
 
-def _finish_cpu(plan: WritePlan, i: int, frames: list[Any]) -> tuple[bool, int, int, int]:
+def _finish_cpu(
+    plan: WritePlan, i: int, frames: list[Any], writeback: bool
+) -> tuple[bool, int, int, int]:
     """Assemble and write file ``i`` from its frames (or the futures of its frames)."""
     frames = [f.result() if isinstance(f, Future) else f for f in frames]
     parts = assemble_file(plan, frames)
     written = sum(f is not None for f in frames)
-    return parts is not None, written, len(frames) - written, write_file(plan.path(i), parts)
+    nbytes = write_file(plan.path(i), parts, writeback=writeback)
+    return parts is not None, written, len(frames) - written, nbytes
 
 
-def _whole_file_cpu(plan: WritePlan, i: int, data: np.ndarray, codec: Zstd) -> tuple:
+def _whole_file_cpu(
+    plan: WritePlan, i: int, data: np.ndarray, codec: Zstd, writeback: bool
+) -> tuple:
     """Encode, assemble and write the one-chunk file ``i``, in a pool thread."""
     block = data[plan.data_box(plan.block_box(i))]
-    return _finish_cpu(plan, i, [_encode_chunk_cpu(plan, block, (0,) * block.ndim, codec)])
+    frame = _encode_chunk_cpu(plan, block, (0,) * block.ndim, codec)
+    return _finish_cpu(plan, i, [frame], writeback)
 
 
 def _write_cpu(plan: WritePlan, data: np.ndarray, config: settings_module.Settings) -> WriteReport:
@@ -301,7 +309,7 @@ def _write_cpu(plan: WritePlan, data: np.ndarray, config: settings_module.Settin
     if not layout.sharded:
         with FilePool(threads) as pool:
             for i in range(plan.n_blocks):
-                pool.submit(_whole_file_cpu, plan, i, data, codec)
+                pool.submit(_whole_file_cpu, plan, i, data, codec, config.durable)
         for outcome in pool.results:
             report.add(*outcome)
         return report
@@ -312,7 +320,7 @@ def _write_cpu(plan: WritePlan, data: np.ndarray, config: settings_module.Settin
         for i in range(plan.n_blocks):
             block = data[plan.data_box(plan.block_box(i))]
             frames = [encoders.submit(_encode_chunk_cpu, plan, block, c, codec) for c in inner]
-            pool.submit(_finish_cpu, plan, i, frames)
+            pool.submit(_finish_cpu, plan, i, frames, config.durable)
     for outcome in pool.results:
         report.add(*outcome)
     return report
