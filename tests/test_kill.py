@@ -240,6 +240,22 @@ def go_and_kill(
         stop(proc)
 
 
+def _age_ownerless_staging(folder: Path) -> None:
+    """A kill between a staging folder's creation and its owner file leaves a folder that
+    recovery leaves alone while it is young (its writer may be creating it): aged past that, it
+    must be removed."""
+    young = [
+        folder / e
+        for e in os.listdir(folder)
+        if e.endswith(STAGING_SUFFIX) and not (folder / e / "owner").exists()
+    ]
+    if young:
+        old = time.time() - 3600
+        for path in young:
+            os.utime(path, (old, old))
+        clean_staging(folder)
+
+
 def kill_loop(
     writer: Library | Script,
     inputs: Path,
@@ -276,6 +292,7 @@ def kill_loop(
             # a rerun succeeds, writes the new version and removes what the kill left
             writer.rerun(inputs, new, output)
             assert same(snapshot(output), versions[new])
+            _age_ownerless_staging(output.parent)
             assert [e for e in os.listdir(output.parent) if e.startswith(".")] == []
     finally:
         for child in children:
