@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser, args.output, args.overwrite, make_parents=True, kind="directory"
     )
     with cli.fail_on_errors(parser):
-        from linumpy._xp import gpu_module
+        from linumpy._numpy_or_cupy import gpu_module
         from linumpy.io.demo import make_demo_data
 
         xp = gpu_module(cli.resolve_gpu(args.use_gpu))

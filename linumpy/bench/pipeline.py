@@ -253,7 +253,7 @@ def _describe_layout(path: Path, tile: tuple[int, int, int]) -> tuple[str, dict[
 
 
 def _make_mosaic(spec: MosaicSpec, layout: str, path: Path, gpu: bool) -> dict[str, Any]:
-    from linumpy._xp import gpu_module
+    from linumpy._numpy_or_cupy import gpu_module
     from linumpy.io.demo import make_demo_data, read_demo_truth
 
     start = time.perf_counter()

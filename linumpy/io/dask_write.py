@@ -23,7 +23,7 @@ import zarr
 from zarr.storage import LocalStore
 
 from linumpy import phases
-from linumpy._xp import array_module, gpu_module
+from linumpy._numpy_or_cupy import array_module, gpu_module
 from linumpy.errors import LinumpyError
 from linumpy.io.layout import SHARD_BYTES
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit

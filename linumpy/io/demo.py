@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy._xp import ndimage_module
+from linumpy._numpy_or_cupy import ndimage_module
 from linumpy.errors import LinumpyError
 from linumpy.io.layout import ShardsArg, inner_chunks, tile_layout, tile_shards
 from linumpy.mosaic.transform import TileTransform

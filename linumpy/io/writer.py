@@ -22,7 +22,7 @@ import zarr
 from zarr.storage import LocalStore
 
 from linumpy import phases, settings
-from linumpy._xp import array_module, to_numpy
+from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.errors import LinumpyError, UnsupportedLayoutError
 from linumpy.io.durable import flush_folder, flush_tree
 from linumpy.io.engine.write import write_array

@@ -20,7 +20,7 @@ import numpy as np
 import zarr
 
 from linumpy import phases
-from linumpy._xp import gpu_module
+from linumpy._numpy_or_cupy import gpu_module
 from linumpy.io import Axis, OmeZarrWriter, open_volume
 from linumpy.io.dask_write import (
     align_blocks,

@@ -17,7 +17,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from linumpy._xp import gpu_module
+from linumpy._numpy_or_cupy import gpu_module
 from linumpy.errors import LinumpyError
 from linumpy.io import open_array, read_volume
 from linumpy.io.dask_write import empty_meta

@@ -19,7 +19,7 @@ import numpy as np
 import zarr
 
 from linumpy import phases, settings
-from linumpy._xp import gpu_module, to_numpy
+from linumpy._numpy_or_cupy import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
 from linumpy.io.dask_write import (

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from linumpy import phases
-from linumpy._xp import array_module, ndimage_module, to_numpy
+from linumpy._numpy_or_cupy import array_module, ndimage_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.mosaic.transform import (
     PairMeasurement,

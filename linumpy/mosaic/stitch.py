@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from linumpy._xp import array_module
+from linumpy._numpy_or_cupy import array_module
 from linumpy.errors import LinumpyError
 from linumpy.mosaic.transform import TileTransform
 

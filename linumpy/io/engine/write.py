@@ -26,7 +26,7 @@ import zarr
 from numcodecs import Zstd
 
 from linumpy import settings as settings_module
-from linumpy._xp import array_module, to_numpy
+from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.io.durable import start_writeback
 from linumpy.io.engine.crc import crc32c
 from linumpy.io.engine.write_plan import WritePlan, check_data, plan_write
