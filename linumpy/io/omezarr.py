@@ -28,7 +28,7 @@ from linumpy.io.metadata import (
     scale_of,
 )
 from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
-from linumpy.io.opened import open_once
+from linumpy.io.open_cache import open_once
 from linumpy.io.staging import recover_staging
 from linumpy.io.stores import SourceLike, location, open_node, parse_source
 from linumpy.io.validate import (

@@ -1,4 +1,4 @@
-"""Arrays opened once per path (linumpy.io.opened): reused only while the metadata is unchanged."""
+"""Arrays opened once per path (linumpy.io.open_cache): reused while the metadata is unchanged."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import zarr
 from linumpy.errors import LinumpyError
 from linumpy.io import read_volume, save_omezarr
 from linumpy.io.omezarr import open_array
-from linumpy.io.opened import clear, open_once
+from linumpy.io.open_cache import clear, open_once
 
 
 @pytest.fixture(autouse=True)
