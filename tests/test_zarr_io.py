@@ -544,7 +544,7 @@ def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: 
 def test_a_cached_pinned_buffer_serves_larger_requests_within_its_room() -> None:
     """Buffers are page-locked a power of two large (up to the room), so that the next reads of
     a job, whose groups grow with the data, take them from the cache instead of locking more."""
-    from linumpy.gpu.memory import PinnedLease
+    from linumpy.gpu.pinned_buffers import PinnedLease
 
     mib = 2**20
     first = PinnedLease()
@@ -569,7 +569,7 @@ def test_a_cached_pinned_buffer_serves_larger_requests_within_its_room() -> None
 def test_pinned_room_is_the_next_power_of_two_within_the_room(
     nbytes: int, room: int, expected: int
 ) -> None:
-    from linumpy.gpu.memory import roomy
+    from linumpy.gpu.pinned_buffers import roomy
 
     assert roomy(nbytes, room) == expected
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
-from linumpy.gpu.memory import PinnedLease
+from linumpy.gpu.pinned_buffers import PinnedLease
 from linumpy.gpu.read_checks import ReadChecks
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
 from linumpy.io.engine.fetch import ALIGN, align_up, kvikio_unusable_reason, use_kvikio_threads

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from linumpy.gpu.memory import pinned_buffers, roomy
+from linumpy.gpu.pinned_buffers import pinned_buffers, roomy
 
 if TYPE_CHECKING:
     import cupy

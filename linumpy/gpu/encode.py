@@ -146,7 +146,7 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
 
     from linumpy.gpu import nvcomp
     from linumpy.gpu._xxhash import xxh64_batch
-    from linumpy.gpu.memory import PinnedLease
+    from linumpy.gpu.pinned_buffers import PinnedLease
 
     layout = plan.layout
     report = WriteReport("gpu", data_bytes=int(data.nbytes))

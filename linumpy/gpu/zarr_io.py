@@ -37,7 +37,7 @@ from linumpy.gpu.backend import (
     device_memory_needed,
     fast_path_obstacle,
 )
-from linumpy.gpu.memory import check_free
+from linumpy.gpu.device_memory import check_free
 from linumpy.gpu.zarr_context import describe_gpu, gpu_zarr_context
 from linumpy.io.engine.memory import format_size
 from linumpy.io.engine.plan import plan_read

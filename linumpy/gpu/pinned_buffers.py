@@ -1,10 +1,8 @@
-"""Host and device memory of the GPU path: a cache of pinned buffers, free-memory checks.
+"""Page-locked (pinned) host buffers of the GPU path, kept between reads and writes.
 
 Page-locking host memory is slow (a GPU stitch write once spent 1.24 s of 2.67 s in it), so
 pinned buffers outlive a read in a small cache; the pinned memory the process holds stays bounded
-by what one read asks for. Device memory is checked against the device's free memory before a
-read allocates anything, so that a read too large fails with :class:`DeviceMemoryError` instead
-of CUDA's own error halfway.
+by what one read asks for.
 """
 
 from __future__ import annotations
@@ -16,10 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy.errors import DeviceMemoryError
-from linumpy.io.engine.memory import format_size
-
-__all__ = ["PinnedLease", "check_free", "pinned_buffers", "roomy"]
+__all__ = ["PinnedLease", "pinned_buffers", "roomy"]
 
 _pinned_lock = threading.Lock()
 _pinned_idle: list[tuple[int, Any, np.ndarray]] = []
@@ -155,29 +150,3 @@ class PinnedLease:
         for key, entry in list(self._held.items()):
             self._give_back(entry, key)
         self._held.clear()
-
-
-def check_free(needed: int, source: str, shape: tuple[int, ...], dtype: Any, what: str) -> None:
-    """Raise :class:`DeviceMemoryError` when ``needed`` bytes exceed what the device can give.
-
-    CuPy's memory pool counts as free: its cached blocks are reused before CUDA is asked.
-
-    Examples
-    --------
-    >>> check_free(2**62, "v.zarr", (2**31,), "uint16", "the output")  # doctest: +SKIP
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.DeviceMemoryError: v.zarr: reading a region of shape ...
-    """
-    import cupy
-
-    free, total = cupy.cuda.runtime.memGetInfo()
-    free += cupy.get_default_memory_pool().free_bytes()
-    if needed > free:
-        device = cupy.cuda.runtime.getDevice()
-        raise DeviceMemoryError(
-            f"{source}: reading a region of shape {shape} ({np.dtype(dtype)}) needs "
-            f"{format_size(needed)} of GPU memory ({what}), but device {device} has "
-            f"{format_size(free)} free of {format_size(total)}. Read a part at a time with "
-            "region=(slice(start, stop), ...), or linumpy.io.open_volume(..., gpu=True)."
-        )

@@ -1,0 +1,39 @@
+"""Free device memory checked before a GPU read allocates anything, so that a read too large
+fails with :class:`~linumpy.errors.DeviceMemoryError` instead of CUDA's own error halfway."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from linumpy.errors import DeviceMemoryError
+from linumpy.io.engine.memory import format_size
+
+__all__ = ["check_free"]
+
+
+def check_free(needed: int, source: str, shape: tuple[int, ...], dtype: Any, what: str) -> None:
+    """Raise :class:`DeviceMemoryError` when ``needed`` bytes exceed what the device can give.
+
+    CuPy's memory pool counts as free: its cached blocks are reused before CUDA is asked.
+
+    Examples
+    --------
+    >>> check_free(2**62, "v.zarr", (2**31,), "uint16", "the output")  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.DeviceMemoryError: v.zarr: reading a region of shape ...
+    """
+    import cupy
+
+    free, total = cupy.cuda.runtime.memGetInfo()
+    free += cupy.get_default_memory_pool().free_bytes()
+    if needed > free:
+        device = cupy.cuda.runtime.getDevice()
+        raise DeviceMemoryError(
+            f"{source}: reading a region of shape {shape} ({np.dtype(dtype)}) needs "
+            f"{format_size(needed)} of GPU memory ({what}), but device {device} has "
+            f"{format_size(free)} free of {format_size(total)}. Read a part at a time with "
+            "region=(slice(start, stop), ...), or linumpy.io.open_volume(..., gpu=True)."
+        )
