@@ -22,9 +22,9 @@ from numcodecs import Zstd
 from zarr.codecs import ZstdCodec
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError, SettingsError
-from linumpy.gpu import codec_staging
+from linumpy.gpu import codec_transfers
 from linumpy.gpu.codec_batches import arrived_on_host, decode_items, prepare_items
-from linumpy.gpu.codec_staging import layout as _layout
+from linumpy.gpu.codec_transfers import layout as _layout
 from linumpy.gpu.nvcomp_zstd import (
     BATCH_SIZE_ENV,
     CONCURRENCY_ENV,
@@ -263,7 +263,7 @@ def test_set_checksum_writes_a_frame_libzstd_verifies() -> None:
 
 #: zarr's buffers in the GPU tests' ``gpu_zarr()``: all on the device (``enable_gpu()``), or the
 #: stored bytes on the host (``HostBytes``, as in ``gpu_zarr_context``). The ``cp`` fixture runs
-#: every GPU test under both (host: in pieces of 4 KiB, ``codec_staging.PIECE_BYTES``).
+#: every GPU test under both (host: in pieces of 4 KiB, ``codec_transfers.PIECE_BYTES``).
 BUFFERS = "device"
 
 
@@ -274,7 +274,7 @@ def cp(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> objec
     assert register_nvcomp_zstd()
     monkeypatch.setattr(sys.modules[__name__], "BUFFERS", request.param)
     if request.param == "host":  # host chunks uploaded in many pieces, both pinned buffers used
-        monkeypatch.setattr(codec_staging, "PIECE_BYTES", 4096)
+        monkeypatch.setattr(codec_transfers, "PIECE_BYTES", 4096)
     return cupy
 
 

@@ -1,7 +1,7 @@
 """Batches of zarr's codec calls on the GPU: validation, nvCOMP, checksums.
 
 :class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` hands its batches here. Decoding gathers every
-chunk into one device buffer (:mod:`linumpy.gpu.codec_staging`: host chunks uploaded through
+chunk into one device buffer (:mod:`linumpy.gpu.codec_transfers`: host chunks uploaded through
 pinned memory a piece at a time, device chunks copied there and downloaded once) and checks each
 frame on the CPU where its bytes are (:mod:`linumpy.io.engine.frames`): host chunks as their
 codec call arrives (:func:`prepare_items`), device chunks in the merged call. The merged call
@@ -33,7 +33,7 @@ from linumpy.errors import ChunkDecodeError
 from linumpy.gpu import nvcomp
 from linumpy.gpu._xxhash import xxh64_batch
 from linumpy.gpu.availability import codec_stream, require_gpu
-from linumpy.gpu.codec_staging import (
+from linumpy.gpu.codec_transfers import (
     borrow_pinned,
     copied,
     host_bytes,

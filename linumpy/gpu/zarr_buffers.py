@@ -24,7 +24,7 @@ from zarr.abc.buffer import NDBuffer
 from zarr.buffer import cpu, gpu
 from zarr.registry import fully_qualified_name, register_buffer, register_ndbuffer
 
-from linumpy.gpu.codec_staging import is_on_device
+from linumpy.gpu.codec_transfers import is_on_device
 
 if TYPE_CHECKING:
     from typing import Self

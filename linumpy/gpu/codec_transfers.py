@@ -1,4 +1,4 @@
-"""Staging of the GPU codec's batches: chunks packed into one device buffer, host chunks
+"""Transfers of the GPU codec's batches: chunks packed into one device buffer, host chunks
 uploaded through pinned memory a piece at a time, device chunks downloaded for their checks.
 
 :mod:`linumpy.gpu.codec_batches` decodes and encodes what this module has staged.

@@ -1,4 +1,4 @@
-"""Staging of the GPU codec's batches: runs of pieces, host chunks uploaded a piece at a time."""
+"""Transfers of the GPU codec's batches: runs of pieces, host chunks uploaded a piece at a time."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from contextlib import ExitStack
 import numpy as np
 import pytest
 
-from linumpy.gpu import codec_staging
-from linumpy.gpu.codec_staging import layout, runs_of, stage_inputs, upload_host_chunks
+from linumpy.gpu import codec_transfers
+from linumpy.gpu.codec_transfers import layout, runs_of, stage_inputs, upload_host_chunks
 
 
 def test_runs_of_keeps_order_and_limit() -> None:
@@ -23,9 +23,9 @@ def test_runs_of_keeps_order_and_limit() -> None:
 def test_copied_is_a_new_array_with_the_same_bytes(
     monkeypatch: pytest.MonkeyPatch, part_bytes: int
 ) -> None:
-    monkeypatch.setattr(codec_staging, "COPY_PART_BYTES", part_bytes)
+    monkeypatch.setattr(codec_transfers, "COPY_PART_BYTES", part_bytes)
     source = np.random.default_rng(2).integers(0, 256, 100_003, dtype=np.uint8)
-    out = asyncio.run(codec_staging.copied(source))
+    out = asyncio.run(codec_transfers.copied(source))
     assert not np.shares_memory(out, source)
     np.testing.assert_array_equal(out, source)
 
@@ -39,7 +39,7 @@ def test_host_and_device_chunks_land_at_their_offsets(
     pinned buffers; every chunk ends at its offset, device chunks untouched by the pieces."""
     import cupy
 
-    monkeypatch.setattr(codec_staging, "PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(codec_transfers, "PIECE_BYTES", piece_bytes)
     rng = np.random.default_rng(1)
     chunks = [rng.integers(0, 256, int(n), dtype=np.uint8) for n in rng.integers(1, 300, 40)]
     arrays = [cupy.asarray(c) if i % 7 == 3 else c for i, c in enumerate(chunks)]
