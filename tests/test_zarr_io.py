@@ -33,7 +33,6 @@ from zarr_layouts import (
 
 from linumpy.errors import ChunkDecodeError, DeviceMemoryError, GPUUnavailableError, LinumpyError
 from linumpy.gpu.zarr_io import (
-    GpuReadSettings,
     gpu_read_route,
     gpu_zarr_context,
     last_read_report,
@@ -82,7 +81,6 @@ assert not gpu_modules, f"the CPU read imported {gpu_modules}"
 # Importing the GPU API is fine: it imports no GPU library (zarr itself imports cupy when it is
 # installed, which creates no CUDA context).
 from linumpy.gpu import zarr_io
-settings = zarr_io.GpuReadSettings.from_env()
 assert read_volume(sys.argv[1], region=(slice(0, 4),)).shape[0] == 4
 for name in ("nvidia.nvcomp", "nvidia.libnvcomp", "kvikio"):
     assert name not in sys.modules, f"{name} was imported"
@@ -154,7 +152,7 @@ def test_fast_path_matches_zarr(tmp_path: Path, layout: str, dtype: str) -> None
     data = sample_data(SHAPE, dtype)
     data[:8] = 0  # missing chunks
     make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
-    for settings in (None, TINY, GpuReadSettings.from_env(**TINY)):
+    for settings in (None, TINY, Settings.from_env(**TINY)):
         for region in REGIONS:
             actual = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=settings)
             expected = zarr_read(tmp_path / "a.zarr", region, native=True)

@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 __all__ = [
     "GpuReadReport",
     "GpuReadRoute",
-    "GpuReadSettings",
     "describe_gpu",
     "gpu_read_route",
     "gpu_unavailable_reason",
@@ -62,9 +61,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: The settings of a GPU read: :class:`linumpy.settings.Settings` (the name stays for old code).
-GpuReadSettings = Settings
 
 
 # --- routing ----------------------------------------------------------------------------------
