@@ -430,22 +430,22 @@ def main() -> int:
     parser.add_argument(
         "--blocks-per-slot",
         type=int,
-        help="plans with this many blocks per running task (parallel.GPU_BLOCKS_PER_SLOT)",
+        help="blocks per running task in the plans (parallel.block_sizes.GPU_BLOCKS_PER_SLOT)",
     )
     parser.add_argument(
         "--worker-threads",
         type=int,
-        help="threads per dask-cuda worker (parallel.GPU_WORKER_THREADS)",
+        help="threads per dask-cuda worker (parallel.startup.GPU_WORKER_THREADS)",
     )
     args = parser.parse_args()
     if args.worker_threads:
-        import linumpy.parallel
+        import linumpy.parallel.startup
 
-        linumpy.parallel.GPU_WORKER_THREADS = args.worker_threads
+        linumpy.parallel.startup.GPU_WORKER_THREADS = args.worker_threads
     if args.blocks_per_slot:
-        import linumpy.parallel
+        import linumpy.parallel.block_sizes
 
-        linumpy.parallel.GPU_BLOCKS_PER_SLOT = args.blocks_per_slot
+        linumpy.parallel.block_sizes.GPU_BLOCKS_PER_SLOT = args.blocks_per_slot
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
         path = Path(folder) / "volume.ome.zarr"

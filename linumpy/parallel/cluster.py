@@ -1,0 +1,203 @@
+"""A :class:`Cluster`: where dask work runs (local threads or a ``dask.distributed`` client),
+and the working set each of its tasks may use (the policy of :mod:`linumpy.parallel.block_sizes`
+applied to its workers, threads and GPUs)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from dask.utils import format_bytes
+
+from linumpy.parallel import block_sizes
+from linumpy.parallel.gpu_devices import device_memory
+from linumpy.parallel.progress import compute_with_bar
+
+__all__ = ["Cluster"]
+
+
+def _cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class Cluster:
+    """Where dask work runs and how much memory each of its tasks may use.
+
+    Build one with :func:`~linumpy.parallel.startup.dask_cluster`; ``Cluster()`` alone is the
+    local threaded scheduler with one thread per CPU and no memory limit.
+
+    Parameters
+    ----------
+    client
+        A ``distributed.Client``, or None for dask's local threaded scheduler.
+    memory_limit
+        Memory for the working set of one worker, in bytes; None for no limit.
+    threads
+        Tasks one worker runs at once (local threads: the CPUs by default).
+    gpus
+        Number of GPU workers (dask-cuda), 0 for none.
+    device_bytes
+        Memory of each GPU the tasks run on, which bounds a GPU task's working set
+        (``GPU_DEVICE_SHARE``); None: :func:`~linumpy.parallel.gpu_devices.device_memory` for
+        local threads and local GPU workers, no bound for a scheduler elsewhere (its workers'
+        devices are not known here).
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> from linumpy.parallel import Cluster
+    >>> cluster = Cluster(memory_limit=2**30, threads=2)
+    >>> cluster.task_bytes(minimum=2**20)  # each of the 2 threads: half of 3/4 of the limit
+    402653184
+    >>> int(cluster.compute(da.ones((10, 10), chunks=5).sum()))
+    100
+    """
+
+    def __init__(
+        self,
+        client: Any | None = None,
+        *,
+        memory_limit: int | None = None,
+        threads: int | None = None,
+        gpus: int = 0,
+        device_bytes: int | None = None,
+    ) -> None:
+        self.client = client
+        self.memory_limit = memory_limit
+        self.gpus = gpus
+        self._device_bytes = device_bytes
+        self._threads_given = threads is not None
+        if threads is None:
+            threads = _cpu_count() if client is None else _worker_threads(client)
+        self.max_threads = max(1, int(threads))
+        #: Tasks one worker runs at once in the current job (local threads: at most
+        #: ``max_threads``, fewer when the memory limit needs it).
+        self.threads = self.max_threads
+
+    def __repr__(self) -> str:
+        where = "threads" if self.client is None else f"scheduler {self.client.scheduler.address}"
+        limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
+        return f"Cluster({where}, {self.threads} thread(s) per worker, memory limit {limit})"
+
+    @property
+    def slots(self) -> int:
+        """Tasks that run at once: the workers times their threads (local threads: the threads).
+
+        Examples
+        --------
+        >>> from linumpy.parallel import Cluster
+        >>> Cluster(threads=3).slots
+        3
+        """
+        if self.client is None:
+            return self.threads
+        return max(1, len(self.client.scheduler_info().get("workers", {}))) * self.threads
+
+    def task_bytes(
+        self, minimum: int, what: str = "this job", *, total: int | None = None, gpu: bool = False
+    ) -> int:
+        """The working set one task may use, by the policy of :mod:`linumpy.parallel.block_sizes`:
+        ``TASK_SHARE`` of the memory limit, shared by a worker's threads, and no more than
+        ``total`` split into ``BLOCKS_PER_SLOT`` (GPU: ``GPU_BLOCKS_PER_SLOT``) blocks per
+        :attr:`slots` (down to ``SPLIT_FLOOR_BYTES``), so that every worker gets blocks to run; a
+        GPU task's also within ``GPU_DEVICE_SHARE`` of its device's memory (:meth:`device_bytes`).
+
+        With the local threaded scheduler, fewer threads run when the limit cannot hold
+        ``minimum`` bytes per thread. A ``gpu`` job uses ``DEFAULT_GPU_TASK_BYTES`` (as the
+        default and as the floor of the split) and, on local threads not set by the caller,
+        ``DEFAULT_GPU_THREADS`` threads.
+
+        Parameters
+        ----------
+        minimum
+            Working set of the job's smallest block, in bytes.
+        what
+            The job's name, for the error message.
+        total
+            Working set of the whole job as one block, in bytes, if known.
+        gpu
+            Whether the job's tasks run on the GPU.
+
+        Raises
+        ------
+        MemoryLimitError
+            When the limit is smaller than ``minimum`` (times a remote worker's threads).
+
+        Examples
+        --------
+        >>> from linumpy.parallel import SPLIT_SLACK, Cluster
+        >>> cluster = Cluster(memory_limit=4 * 2**20, threads=4)
+        >>> cluster.task_bytes(minimum=2**20), cluster.threads  # 3 threads fit, not 4
+        (1048576, 3)
+        >>> big = Cluster(memory_limit=2**40, threads=2)  # ~4 blocks for each of 2 threads
+        >>> big.task_bytes(minimum=2**20, total=2**32) == int(2**32 * SPLIT_SLACK) // 8
+        True
+        >>> from linumpy.parallel import DEFAULT_GPU_TASK_BYTES, DEFAULT_GPU_THREADS
+        >>> local = Cluster()  # GPU jobs: fewer threads, larger blocks
+        >>> local.task_bytes(2**20, gpu=True) == DEFAULT_GPU_TASK_BYTES
+        True
+        >>> local.threads <= DEFAULT_GPU_THREADS
+        True
+        """
+        self.threads = self.max_threads
+        if gpu and self.client is None and not self._threads_given:
+            self.threads = min(self.max_threads, block_sizes.DEFAULT_GPU_THREADS)
+        default = block_sizes.DEFAULT_GPU_TASK_BYTES if gpu else None
+        budget = self._limit_bytes(minimum, what, default)
+        if total is not None:
+            budget = self.split_bytes(budget, minimum, total, gpu=gpu)
+        if gpu and (device := self.device_bytes()):
+            share = int(device * block_sizes.GPU_DEVICE_SHARE)
+            budget = max(minimum, min(budget, share // self.threads))
+        return budget
+
+    def device_bytes(self) -> int | None:
+        """Memory of the GPUs this cluster's GPU tasks run on, when known here.
+
+        Examples
+        --------
+        >>> from linumpy.parallel import Cluster
+        >>> Cluster(device_bytes=2**34).device_bytes()
+        17179869184
+        """
+        if self._device_bytes is None and (self.client is None or self.gpus):
+            self._device_bytes = device_memory() or 0
+        return self._device_bytes or None
+
+    def split_bytes(self, budget: int, minimum: int, total: int, *, gpu: bool = False) -> int:
+        """``budget`` lowered so that a job of ``total`` bytes makes a few blocks per
+        :attr:`slots` (:func:`~linumpy.parallel.block_sizes.split_bytes`): :meth:`task_bytes`
+        with ``total``."""
+        return block_sizes.split_bytes(budget, minimum, total, self.slots, gpu=gpu)
+
+    def _limit_bytes(self, minimum: int, what: str, default: int | None) -> int:
+        budget, self.threads = block_sizes.limit_bytes(
+            self.memory_limit,
+            self.threads,
+            minimum,
+            what,
+            default=default,
+            fewer_threads=self.client is None,
+        )
+        return budget
+
+    def compute(self, collection: Any, *, desc: str = "dask", progress: bool = False) -> Any:
+        """Compute a dask collection here, with a progress bar over its tasks.
+
+        With a distributed client the bar counts the collection's output blocks as they finish.
+
+        Examples
+        --------
+        >>> import dask.array as da
+        >>> from linumpy.parallel import Cluster
+        >>> Cluster(threads=1).compute(da.arange(6, chunks=2) * 2)
+        array([ 0,  2,  4,  6,  8, 10])
+        """
+        return compute_with_bar(
+            collection, threads=self.threads, client=self.client, desc=desc, progress=progress
+        )
+
+
+def _worker_threads(client: Any) -> int:
+    workers = client.scheduler_info().get("workers", {})
+    return min((w.get("nthreads", 1) for w in workers.values()), default=1)

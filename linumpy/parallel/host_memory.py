@@ -1,0 +1,42 @@
+"""Host memory of a process that runs dask blocks one after another in several threads."""
+
+from __future__ import annotations
+
+__all__ = ["MMAP_THRESHOLD", "release_freed_memory"]
+
+#: Allocations from this size up are mapped and unmapped one by one under a memory limit.
+MMAP_THRESHOLD = 256 * 2**10
+
+
+def release_freed_memory() -> bool:
+    """Make glibc return large freed blocks to the system at once (Linux, glibc only).
+
+    glibc raises its mmap threshold as large blocks are freed and then keeps later ones in its
+    per-thread arenas: a process that allocates and frees block after block in several threads
+    holds far more than it uses. Fixing the threshold (``mallopt(M_MMAP_THRESHOLD)``, what
+    ``MALLOC_MMAP_THRESHOLD_`` does at start-up) keeps the resident size near the working set.
+    ``dask.distributed``'s nanny does the like for its workers (``MALLOC_TRIM_THRESHOLD_``).
+
+    Returns
+    -------
+    bool
+        Whether the setting took effect.
+
+    Examples
+    --------
+    >>> from linumpy.parallel import release_freed_memory
+    >>> release_freed_memory() in (True, False)
+    True
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_mmap_threshold = -3
+    return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD))

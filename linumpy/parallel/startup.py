@@ -1,0 +1,122 @@
+"""Cluster start-up: the scripts' ``--memory-limit``, ``--scheduler`` and ``--gpus`` made into a
+:class:`~linumpy.parallel.cluster.Cluster` of local threads, an existing ``dask.distributed``
+scheduler, or one dask-cuda worker per GPU. ``distributed`` and ``dask_cuda`` are imported only
+when a scheduler or GPUs are asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from linumpy.errors import ClusterError
+from linumpy.parallel.block_sizes import parse_size
+from linumpy.parallel.cluster import Cluster
+from linumpy.parallel.gpu_devices import visible_gpus
+from linumpy.parallel.host_memory import release_freed_memory
+
+__all__ = ["GPU_WORKER_THREADS", "dask_cluster"]
+
+#: Threads of each dask-cuda worker started by :func:`dask_cluster` (``gpus=``).
+GPU_WORKER_THREADS = 1
+#: Seconds to wait for an existing scheduler before giving up.
+SCHEDULER_TIMEOUT_S = 3
+#: What brings dask-cuda (the package index's ``linumpy`` is another project).
+GPU_EXTRA_HINT = 'pip install -e ".[gpu-cu13]" (or ".[gpu-cu12]") from the linumpy checkout'
+
+
+def _worker_memory(client: Any) -> int | None:
+    workers = client.scheduler_info().get("workers", {})
+    limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    return min(limits) if limits and min(limits) > 0 else None
+
+
+def _connect(address: str) -> Any:
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=f"{SCHEDULER_TIMEOUT_S}s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ClusterError(
+            f"cannot reach the dask scheduler at {address!r} within {SCHEDULER_TIMEOUT_S} s "
+            f"({type(exc).__name__}: {exc}); is it running, and is the address right?"
+        ) from None
+
+
+def _start_cuda_cluster(gpus: int) -> Any:
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        raise ClusterError(
+            f"--gpus {gpus} needs dask-cuda, which is not installed: {GPU_EXTRA_HINT}"
+        ) from None
+    visible = visible_gpus()
+    if gpus > visible:
+        raise ClusterError(f"--gpus {gpus}: only {visible} GPU(s) are visible to this process")
+    # dask's own worker memory limit (whole process: interpreter, CUDA context and all) stays
+    # its default; ``memory_limit`` sizes the blocks, whose working set it bounds
+    return LocalCUDACluster(
+        n_workers=gpus,
+        CUDA_VISIBLE_DEVICES=list(range(gpus)),
+        threads_per_worker=GPU_WORKER_THREADS,
+    )
+
+
+@contextmanager
+def dask_cluster(
+    *,
+    memory_limit: str | int | None = None,
+    scheduler: str | None = None,
+    gpus: int | None = None,
+    threads: int | None = None,
+) -> Iterator[Cluster]:
+    """Yield a :class:`Cluster`: an existing scheduler, a dask-cuda cluster, or local threads.
+
+    Parameters
+    ----------
+    memory_limit
+        Working set per worker (``"2GiB"``, bytes); blocks are sized so that one worker's tasks
+        fit it. With a scheduler, the workers' own limit is used when this is None.
+    scheduler
+        Address of a running ``dask.distributed`` scheduler (``tcp://host:8786``).
+    gpus
+        Start a dask-cuda ``LocalCUDACluster`` with one worker per GPU on this many GPUs.
+    threads
+        Threads of the local scheduler (the CPUs by default).
+
+    Raises
+    ------
+    ClusterError
+        For an unreachable scheduler (after a few seconds), more GPUs than are visible,
+        dask-cuda missing, or ``scheduler`` and ``gpus`` together.
+    LinumpyError
+        For a memory limit that is not a size.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> from linumpy.parallel import dask_cluster
+    >>> with dask_cluster(memory_limit="256MiB") as cluster:
+    ...     total = cluster.compute(da.ones((100, 100), chunks=50).sum())
+    >>> int(total), cluster.memory_limit
+    (10000, 268435456)
+    """
+    limit = None if memory_limit is None else parse_size(memory_limit)
+    if gpus is not None and gpus < 1:
+        raise ClusterError(f"gpus must be a positive number of GPUs, got {gpus}")
+    if scheduler is not None and gpus is not None:
+        raise ClusterError("use either a scheduler address or gpus, not both")
+    if scheduler is None and gpus is None:
+        if limit is not None:
+            release_freed_memory()
+        yield Cluster(memory_limit=limit, threads=threads)
+        return
+    from distributed import Client
+
+    with ExitStack() as stack:
+        if scheduler is not None:
+            client = stack.enter_context(_connect(scheduler))
+        else:
+            cluster = stack.enter_context(_start_cuda_cluster(gpus))
+            client = stack.enter_context(Client(cluster))
+        yield Cluster(client, memory_limit=limit or _worker_memory(client), gpus=gpus or 0)
