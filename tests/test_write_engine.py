@@ -262,9 +262,9 @@ def test_writer_uses_the_engine_and_the_crc32c_chain(tmp_path: Path, monkeypatch
         calls.append(args[2] if len(args) > 2 else kwargs.get("region"))
         return real(*args, **kwargs)
 
-    import linumpy.io.writer as writer_module
+    import linumpy.io.block_write as block_write_module
 
-    monkeypatch.setattr(writer_module, "write_array", counted)
+    monkeypatch.setattr(block_write_module, "write_array", counted)
     data = sample()
     path = tmp_path / "img.ome.zarr"
     with OmeZarrWriter(

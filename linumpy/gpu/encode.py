@@ -31,7 +31,13 @@ import numpy as np
 from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine.fetch import align_up
 from linumpy.io.engine.frames import CHECKSUM_BYTES, inspect_zstd_chunk, set_zstd_checksum
-from linumpy.io.engine.write import FilePool, WriteReport, assemble_file, empty_rows, write_file
+from linumpy.io.engine.write_files import (
+    FilePool,
+    WriteReport,
+    assemble_file,
+    empty_rows,
+    write_file,
+)
 from linumpy.io.engine.write_plan import WritePlan, gather_chunks, group_boxes, group_rows
 
 if TYPE_CHECKING:

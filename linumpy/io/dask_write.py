@@ -2,7 +2,7 @@
 
 Every task writes one region made of whole shards (or chunks, for arrays without shards), so no
 two tasks ever touch the same stored object and no lock is needed. Each block is written by the
-write engine (:func:`linumpy.io.writer.store_block`): numpy blocks encoded by libzstd, cupy
+write engine (:func:`linumpy.io.block_write.store_block`): numpy blocks encoded by libzstd, cupy
 blocks by nvCOMP on their GPU, each file written whole; layouts the engine does not write go
 through zarr. Pyramid levels are computed from the level above as
 stored on disk, one block at a time, so memory stays bounded whatever the image's size.
@@ -25,12 +25,15 @@ from zarr.storage import LocalStore
 from linumpy import phases
 from linumpy._numpy_or_cupy import array_module, gpu_module
 from linumpy.errors import LinumpyError
+from linumpy.io.block_write import store_block
+from linumpy.io.blocks import aligned_chunks, grow_block, storage_unit
+from linumpy.io.downsample import downsample_mean
 from linumpy.io.layout import SHARD_BYTES
-from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
+from linumpy.io.reader import read_volume
 from linumpy.parallel import TASK_SHARE, Cluster
 
 if TYPE_CHECKING:
-    from linumpy.io import OmeZarrWriter
+    from linumpy.io.writer import OmeZarrWriter
 
 __all__ = [
     "align_blocks",
@@ -96,8 +99,6 @@ def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
 
 
 def _write_block(block: Any, path: str, block_info: dict[Any, Any] | None = None) -> np.ndarray:
-    from linumpy.io.writer import store_block
-
     region = tuple(slice(a, b) for a, b in block_info[0]["array-location"])
     target = zarr.open_array(store=LocalStore(path), mode="r+")  # a path, never a URL
     # numpy blocks: dask runs one task per thread already; cupy blocks: the GPU encodes, threads
@@ -207,8 +208,6 @@ def _downsample_block(
     full: int,
     block_info: dict[Any, Any] | None = None,
 ) -> Any:
-    from linumpy.io import downsample_mean, read_volume
-
     info = block_info[None]
     location = info["array-location"]
     region = tuple(

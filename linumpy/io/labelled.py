@@ -18,7 +18,10 @@ import zarr
 from zarr.storage import LocalStore
 
 from linumpy.errors import LinumpyError
+from linumpy.io.blocks import region_bounds
+from linumpy.io.dask_read import dask_volume
 from linumpy.io.metadata import Axis, axes_from_ngff, make_axes, multiscale_metadata, scale_of
+from linumpy.io.omezarr import open_array
 from linumpy.io.stores import describe, open_node, parse_source
 
 if TYPE_CHECKING:
@@ -149,10 +152,7 @@ def open_dataarray(
         import xarray
     except ImportError as exc:
         raise LinumpyError(f"open_volume(xarray=True) needs xarray ({exc})") from None
-    from linumpy.io import open_array
-    from linumpy.io.lazy import _bounds, open_volume
-
-    data = open_volume(
+    data = dask_volume(
         path,
         level=level,
         gpu=gpu,
@@ -165,7 +165,7 @@ def open_dataarray(
     if len(where.axes) != data.ndim:
         raise LinumpyError(f"{describe(path)}: {len(where.axes)} axes for {data.ndim} dimensions")
     shape = open_array(path, level, storage_options=storage_options).shape
-    starts = [bound.start for bound in _bounds(region, shape, describe(path))]
+    starts = [bound.start for bound in region_bounds(region, shape, describe(path))]
     coords: dict[str, Any] = {}
     for axis, size, start, scale, shift in zip(
         where.axes, data.shape, starts, where.scale, where.translation
@@ -221,11 +221,9 @@ def napari_image(
     ([(8, 16, 16), (4, 8, 8)], (5.0, 2.0, 2.0), True)
     >>> # viewer.add_image(data, **kwargs)
     """
-    from linumpy.io.lazy import open_volume
-
     where = placement(path, 0, storage_options=storage_options)
     data = [
-        open_volume(path, level=k, gpu=gpu, chunks=chunks, storage_options=storage_options)
+        dask_volume(path, level=k, gpu=gpu, chunks=chunks, storage_options=storage_options)
         for k in range(where.levels)
     ]
     names = [a.name for a in where.axes]

@@ -17,6 +17,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
+from linumpy.io.blocks import storage_unit
 from linumpy.io.dask_write import (
     _write_block,
     align_blocks,
@@ -24,7 +25,7 @@ from linumpy.io.dask_write import (
     empty_meta,
     store_dask,
 )
-from linumpy.io.lazy import storage_unit
+from linumpy.io.downsample import downsample_mean
 from linumpy.parallel import Cluster
 
 __all__ = ["store_levels"]
@@ -49,8 +50,6 @@ def _halved_chunks(
 def _write_and_halve(
     block: Any, path: str, axes: tuple[int, ...], block_info: dict[Any, Any] | None = None
 ) -> Any:
-    from linumpy.io.writer import downsample_mean
-
     _write_block(block, path, block_info=block_info)
     return downsample_mean(block, axes)
 

@@ -37,7 +37,7 @@ from linumpy.io.validate import (
     check_level_axes,
     check_scale,
 )
-from linumpy.io.writer import OmeZarrWriter, downsample_mean, save_omezarr
+from linumpy.io.writer import OmeZarrWriter, downsample_mean
 
 __all__ = [
     "OmeZarrWriter",
@@ -46,7 +46,6 @@ __all__ = [
     "open_array",
     "read_axes",
     "read_omezarr",
-    "save_omezarr",
 ]
 
 

@@ -1,15 +1,14 @@
-"""Writing OME-Zarr images: :class:`OmeZarrWriter` (block by block, then the pyramid) and
-:func:`save_omezarr` (a whole array), zstd-compressed with content checksums by default; a
-replacement is staged beside the old image and swapped in once complete.
+"""Writing OME-Zarr images block by block, then the pyramid: :class:`OmeZarrWriter`,
+zstd-compressed with content checksums by default; a replacement is staged beside the old image
+and swapped in once complete. :func:`~linumpy.io.save_omezarr` writes a whole array through it
+(or, for dask arrays, through :mod:`linumpy.io.dask_write`).
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import shutil
-import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,10 +21,10 @@ import zarr
 from zarr.storage import LocalStore
 
 from linumpy import phases, settings
-from linumpy._numpy_or_cupy import array_module, to_numpy
-from linumpy.errors import LinumpyError, UnsupportedLayoutError
+from linumpy.errors import LinumpyError
+from linumpy.io.block_write import store_block
+from linumpy.io.downsample import downsample_mean
 from linumpy.io.durable import flush_folder, flush_tree
-from linumpy.io.engine.write import write_array
 from linumpy.io.layout import SHARD_BYTES, ShardsArg, default_layout, slab_shards
 from linumpy.io.metadata import (
     Axis,
@@ -41,9 +40,7 @@ from linumpy.io.metadata import (
 from linumpy.io.staging import StagedWrite, flushed_on_commit, recover_staging
 from linumpy.io.stores import UrlPath, is_url, open_store, parse_source
 
-__all__ = ["OmeZarrWriter", "downsample_mean", "save_omezarr", "store_block", "zstd_compressors"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["OmeZarrWriter", "downsample_mean", "store_block", "zstd_compressors"]
 
 
 def zstd_compressors(zarr_format: int, level: int, checksum: bool) -> Any:
@@ -64,53 +61,6 @@ def zstd_compressors(zarr_format: int, level: int, checksum: bool) -> Any:
     if not checksum:
         return [zarr.codecs.ZstdCodec(level=level, checksum=False)]
     return [zarr.codecs.ZstdCodec(level=level, checksum=True), zarr.codecs.Crc32cCodec()]
-
-
-def _as_region(key: Any, shape: tuple[int, ...]) -> tuple[slice, ...] | None:
-    """``key`` as one in-bounds slice per leading axis when it is only slices and an Ellipsis
-    (step 1), else None."""
-    ndim = len(shape)
-    key = key if isinstance(key, tuple) else (key,)
-    if sum(k is Ellipsis for k in key) > 1:
-        return None
-    if Ellipsis in key:
-        at = key.index(Ellipsis)
-        key = key[:at] + (slice(None),) * (ndim - len(key) + 1) + key[at + 1 :]
-    if len(key) > ndim or not all(isinstance(k, slice) for k in key):
-        return None
-    region = []
-    for k, n in zip(key, shape):
-        start, stop, step = k.indices(n)  # clipped to the array, as zarr does
-        if step != 1 or start > stop:
-            return None
-        region.append(slice(start, stop))
-    return tuple(region)
-
-
-def store_block(
-    array: zarr.Array, key: Any, block: Any, settings: Mapping[str, Any] | None = None
-) -> None:
-    """``array[key] = block``: by the write engine when the region is aligned to the array's
-    files and the layout is one it writes (cupy blocks encoded on their GPU), else by zarr.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
-    ...                           dtype="uint8")
-    >>> store_block(array, slice(0, 4), np.arange(4, dtype=np.uint8))  # the write engine
-    >>> store_block(array, slice(5, 7), np.array([9, 9], np.uint8))  # not aligned: zarr
-    >>> array[...].tolist()
-    [0, 1, 2, 3, 0, 9, 9, 0]
-    """
-    region = _as_region(key, array.shape)
-    if region is not None and hasattr(block, "shape") and hasattr(block, "dtype"):
-        try:
-            write_array(array, block, region, settings=settings)
-            return
-        except UnsupportedLayoutError as exc:
-            logger.debug("%s: zarr writes %s: %s", array.store, key, exc)
-    array[key] = to_numpy(block)
 
 
 def _level_shapes(
@@ -134,49 +84,6 @@ def _level_factor(shape: tuple[int, ...], level: int, shrink: Sequence[bool]) ->
                 factor *= 2
         factors.append(factor)
     return tuple(factors)
-
-
-def downsample_mean(array: Any, axes: Sequence[int] | None = None) -> Any:
-    """Halve the ``axes`` longer than 1 (all by default) by averaging pairs, as OME-Zarr pyramid
-    levels are built.
-
-    An odd last element is paired with itself. Floats are averaged in their own precision;
-    integers in float64, then rounded (half to even) and clipped to their dtype.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> downsample_mean(np.array([[1, 2, 3], [5, 6, 7]], dtype=np.uint8))
-    array([[4, 5]], dtype=uint8)
-    >>> downsample_mean(np.array([1.0, 2.0, 4.0, 8.0]))
-    array([1.5, 6. ])
-    >>> downsample_mean(np.array([[1.0, 3.0], [5.0, 7.0]]), axes=[1])  # channels stay apart
-    array([[2.],
-           [6.]])
-    """
-    xp = array_module(array)
-    dtype = array.dtype
-    work = array if dtype.kind in "fc" else array.astype(xp.float64)
-    half = work.dtype.type(0.5)
-    for axis in range(work.ndim) if axes is None else axes:
-        size = work.shape[axis]
-        if size < 2:
-            continue
-        if size % 2:
-            last = [slice(None)] * work.ndim
-            last[axis] = slice(size - 1, size)
-            work = xp.concatenate([work, work[tuple(last)]], axis=axis)
-        even = [slice(None)] * work.ndim
-        odd = [slice(None)] * work.ndim
-        even[axis] = slice(0, None, 2)
-        odd[axis] = slice(1, None, 2)
-        work = (work[tuple(even)] + work[tuple(odd)]) * half
-    if dtype.kind in "fc":
-        return work
-    if dtype.kind == "b":
-        return work >= 0.5
-    info = np.iinfo(dtype)
-    return xp.clip(xp.round(work), info.min, info.max).astype(dtype)
 
 
 AxesArg = str | Sequence[str | Axis | Mapping[str, Any]] | None
@@ -493,90 +400,3 @@ def _downsample_level(source: zarr.Array, target: zarr.Array, axes: Sequence[int
     with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
         for _ in pool.map(build, starts):
             pass
-
-
-def save_omezarr(
-    data: Any,
-    path: str | os.PathLike[str],
-    *,
-    voxel_size: Sequence[float],
-    chunks: Sequence[int] | None = None,
-    shards: ShardsArg = "auto",
-    n_levels: int = 1,
-    level: int = 3,
-    overwrite: bool = False,
-    ngff_version: NgffVersion = "0.5",
-    unit: str = "micrometer",
-    axes: AxesArg = None,
-    checksum: bool | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-) -> None:
-    """Write an array as a zstd-compressed OME-Zarr multiscale image.
-
-    The image is written in a staging directory beside ``path`` and moved into place once
-    complete: an interrupted write leaves nothing under ``path``, or, when replacing an image
-    (``overwrite``), the old image intact; data read from the image being replaced (a dask array
-    of it) is read before the swap.
-
-    Parameters
-    ----------
-    data
-        A numpy, dask or cupy array with 2 to 5 axes.
-    path
-        The image's top-level directory, or an ``s3://`` or ``gs://`` URL (written in place:
-        object stores cannot swap an image in; HTTP servers are read-only).
-    voxel_size
-        Size of a voxel along each axis, in its unit.
-    chunks, shards, n_levels, level, overwrite, ngff_version, unit, axes, checksum
-        As for :class:`OmeZarrWriter`.
-    storage_options
-        Options of a remote store (see :func:`linumpy.io.remote.object_store`).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
-    >>> save_omezarr(np.zeros((64, 64, 64), np.uint16), path, voxel_size=(3.5, 1.5, 1.5),
-    ...              chunks=(32, 32, 32), n_levels=3)
-    >>> from linumpy.io import read_omezarr
-    >>> read_omezarr(path, level=2)[1]
-    (14.0, 6.0, 6.0)
-    """
-    dask_array = sys.modules.get("dask.array")  # a dask array implies dask is imported
-    is_dask = dask_array is not None and isinstance(data, dask_array.Array)
-    if is_dask and is_url(path):  # dask's store graph writes files of a local folder
-        data = data.compute()
-        is_dask = False
-    if not is_dask and array_module(data) is np:
-        data = np.asarray(data)  # cupy data stays on its GPU: the write engine encodes it there
-    writer = OmeZarrWriter(
-        path,
-        data.shape,
-        data.dtype,
-        voxel_size=voxel_size,
-        chunks=chunks,
-        shards=shards,
-        n_levels=n_levels,
-        level=level,
-        overwrite=overwrite,
-        ngff_version=ngff_version,
-        unit=unit,
-        axes=axes,
-        checksum=checksum,
-        always_stage=True,
-        storage_options=storage_options,
-    )
-    if is_dask:
-        # Out of core: whole shards (or chunks) per task, then each level from the one stored
-        # above it, block by block; committed only once every level is written.
-        # The level-0 write runs on dask's configured scheduler (a distributed client if one
-        # is active); the pyramid is built from the stored level on local threads.
-        from linumpy.io.dask_write import committed, space_axes, store_graph, write_pyramid
-
-        on_gpu = type(getattr(data, "_meta", None)).__module__.startswith("cupy")
-        with committed(writer):
-            store_graph(data, writer.array).sum().compute()
-            write_pyramid(writer.arrays, axes=space_axes(writer), gpu=on_gpu)
-        return
-    with writer:
-        writer[...] = data

@@ -1,329 +1,39 @@
 """The write engine: ``plan -> encode -> assemble -> write files``, without zarr's codec pipeline.
 
 A whole numpy or cupy array (or a region aligned to the array's files) is written into an existing
-zarr v3 array. The plan (:mod:`~linumpy.io.engine.write_plan`) names the files; chunks are encoded
-with libzstd in a thread pool (numpy data) or with nvCOMP (cupy data, :mod:`linumpy.gpu.encode`);
-each file is then assembled (frames, their crc32c, the shard index) and written whole with one
-``open`` and one ``writev``, in a thread pool. The files mean what zarr's would: chunks equal to the
-fill value everywhere are left out (a file with nothing left is removed), edge chunks are padded
-with the fill value, inner chunks are laid out in zarr's order. Layouts the plan does not know
-raise :class:`UnsupportedLayoutError`, and callers let zarr write.
+zarr v3 array. The plan (:mod:`~linumpy.io.engine.write_plan`) names the files; :func:`write_array`
+hands the chunks to one of two encoders: libzstd in a thread pool for numpy data
+(:mod:`~linumpy.io.engine.write_cpu`), nvCOMP for cupy data (:mod:`linumpy.gpu.encode`, imported
+only then). Both assemble each file (frames, their crc32c, the shard index) and write it whole with
+one ``open`` and one ``writev``, in a thread pool (:mod:`~linumpy.io.engine.write_files`). The
+files mean what zarr's would: chunks equal to the fill value everywhere are left out (a file with
+nothing left is removed), edge chunks are padded with the fill value, inner chunks are laid out in
+zarr's order. Layouts the plan does not know raise :class:`UnsupportedLayoutError`, and callers
+let zarr write.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import suppress
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import zarr
-from numcodecs import Zstd
 
 from linumpy import settings as settings_module
 from linumpy._numpy_or_cupy import array_module, to_numpy
-from linumpy.io.durable import start_writeback
-from linumpy.io.engine.crc import crc32c
-from linumpy.io.engine.write_plan import WritePlan, check_data, plan_write
+from linumpy.io.engine.write_cpu import write_cpu
+from linumpy.io.engine.write_files import (
+    WriteReport,
+    assemble_file,
+    empty_rows,
+    make_directories,
+    write_file,
+)
+from linumpy.io.engine.write_plan import check_data, plan_write
 
 __all__ = ["WriteReport", "assemble_file", "empty_rows", "write_array", "write_file"]
-
-_EMPTY = np.uint64(2**64 - 1)
-_IOV_MAX = 1024
-_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-@dataclass
-class WriteReport:
-    """What one :func:`write_array` call did.
-
-    Attributes
-    ----------
-    backend
-        ``"cpu"`` (libzstd threads) or ``"gpu"`` (nvCOMP).
-    files_written, files_removed
-        Files written, and files removed because every chunk in them equals the fill value.
-    chunks_written, chunks_empty
-        Chunks encoded and stored, and chunks left out (equal to the fill value).
-    data_bytes, stored_bytes
-        Bytes of the region written, and bytes in the files written.
-    seconds
-        Wall time of the write.
-    phases
-        Seconds per phase, where the back end measures them.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8, 8), chunks=(4, 4),
-    ...                           dtype="uint8")
-    >>> report = write_array(array, np.ones((8, 8), np.uint8))
-    >>> report.backend, report.files_written, report.chunks_written
-    ('cpu', 4, 4)
-    """
-
-    backend: str
-    files_written: int = 0
-    files_removed: int = 0
-    chunks_written: int = 0
-    chunks_empty: int = 0
-    data_bytes: int = 0
-    stored_bytes: int = 0
-    seconds: float = 0.0
-    phases: dict[str, float] = field(default_factory=dict)
-
-    def add(self, written: bool, chunks: int, empty: int, nbytes: int) -> None:
-        """Count one file's outcome."""
-        self.files_written += written
-        self.files_removed += not written
-        self.chunks_written += chunks
-        self.chunks_empty += empty
-        self.stored_bytes += nbytes
-
-
-def empty_rows(xp: Any, rows: Any, fill_value: Any) -> Any:
-    """Per row of a ``(n, size)`` array of chunks: whether every element is the fill value.
-
-    The test zarr makes before leaving a chunk out: NaN equals a NaN fill value, and a zero
-    float fill value is compared bit for bit (a chunk of ``-0.0`` is stored).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> empty_rows(np, np.array([[0.0, 0.0], [0.0, -0.0], [np.nan, 1]]), 0.0).tolist()
-    [True, False, False]
-    """
-    fill = np.asarray(fill_value, dtype=rows.dtype)
-    if rows.dtype.kind in "fc":
-        if bool(np.isnan(fill)):
-            return xp.isnan(rows).all(axis=1)
-        bits = _BITS.get(rows.dtype.itemsize, np.uint64)
-        words = rows.view(bits).reshape(rows.shape[0], -1)
-        fill_words = np.frombuffer(fill.tobytes(), dtype=bits)
-        if len(fill_words) == 1:
-            return (words == fill_words[0]).all(axis=1)
-        pairs = words.reshape(rows.shape[0], -1, len(fill_words))
-        return (pairs == xp.asarray(fill_words)).all(axis=(1, 2))
-    return (rows == fill[()]).all(axis=1)
-
-
-def _crc(frame: Any) -> bytes:
-    return crc32c(frame).to_bytes(4, "little")
-
-
-def assemble_file(plan: WritePlan, frames: Sequence[Any]) -> list[Any] | None:
-    """The parts of one file, in order, or None when no chunk of it is stored.
-
-    Parameters
-    ----------
-    plan
-        The write's plan (its layout says whether files are shards, where the index goes and
-        whether chunks carry a crc32c).
-    frames
-        Per chunk of the file (inner chunks of a shard in C order): its zstd frame as a 1-D
-        uint8 numpy array or bytes, or None when the chunk is not stored.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
-    ...                           shards=(4,), dtype="uint8")
-    >>> parts = assemble_file(plan_write(array), [None, b"frame"])
-    >>> parts[0], len(parts[1])  # the frame, then the index and its crc32c
-    (b'frame', 36)
-    """
-    layout = plan.layout
-    if not layout.sharded:
-        frame = frames[0]
-        if frame is None:
-            return None
-        return [frame, _crc(frame)] if layout.crc32c else [frame]
-    index = np.full((len(frames), 2), _EMPTY, dtype="<u8")
-    index_nbytes = index.nbytes + 4
-    position = index_nbytes if layout.index_at_start else 0
-    parts: list[Any] = []
-    extra = 4 if layout.crc32c else 0
-    for j in layout.inner_order.tolist():
-        frame = frames[j]
-        if frame is None:
-            continue
-        size = len(frame) + extra
-        index[j] = (position, size)
-        position += size
-        parts.append(frame)
-        if extra:
-            parts.append(_crc(frame))
-    if not parts:
-        return None
-    raw = index.view(np.uint8).reshape(-1)
-    index_bytes = raw.tobytes() + _crc(raw)
-    return [index_bytes, *parts] if layout.index_at_start else [*parts, index_bytes]
-
-
-def write_file(path: str, parts: list[Any] | None, *, writeback: bool = False) -> int:
-    """Write ``parts`` as the whole file ``path`` (one open, one ``writev``); remove it for None.
-    With ``writeback`` (durable writes), the disk starts writing it at once: the flush before
-    the swap then waits for less.
-
-    Returns the bytes written.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> path = tempfile.mkdtemp() + "/c0"
-    >>> write_file(path, [b"ab", b"cd"]), open(path, "rb").read()
-    (4, b'abcd')
-    >>> write_file(path, None), os.path.exists(path)
-    (0, False)
-    """
-    if parts is None:
-        with suppress(FileNotFoundError):
-            os.unlink(path)
-        return 0
-    views = [memoryview(p).cast("B") for p in parts]
-    views = [v for v in views if len(v)]
-    total = sum(len(v) for v in views)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        while views:
-            done = os.writev(fd, views[:_IOV_MAX])
-            while views and done >= len(views[0]):
-                done -= len(views[0])
-                views.pop(0)
-            if done:
-                views[0] = views[0][done:]
-        if writeback:
-            start_writeback(fd)
-    finally:
-        os.close(fd)
-    return total
-
-
-def make_directories(plan: WritePlan) -> None:
-    """Create the directories the plan's files go in (once, before the threads write)."""
-    for directory in sorted({os.path.dirname(plan.path(i)) for i in range(plan.n_blocks)}):
-        os.makedirs(directory, exist_ok=True)
-
-
-class FilePool:
-    """Threads writing files, with at most ``window`` files' frames in flight.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> with FilePool(2) as pool:
-    ...     _ = pool.submit(lambda: 1)
-    >>> pool.results
-    [1]
-    """
-
-    def __init__(self, threads: int, window: int | None = None) -> None:
-        self._pool = ThreadPoolExecutor(max(1, threads))
-        self._window = window or 4 * max(1, threads)
-        self._pending: deque[Future[Any]] = deque()
-        self.results: list[Any] = []
-
-    def submit(self, function: Any, *args: Any) -> Future[Any]:
-        """Queue ``function(*args)``, first waiting for the oldest task when the window is full."""
-        while len(self._pending) >= self._window:
-            self.results.append(self._pending.popleft().result())
-        future = self._pool.submit(function, *args)
-        self._pending.append(future)
-        return future
-
-    def drain(self) -> None:
-        """Wait for every queued task (raising the first error)."""
-        while self._pending:
-            self.results.append(self._pending.popleft().result())
-
-    def __enter__(self) -> FilePool:
-        return self
-
-    def __exit__(self, exc_type: Any, *exc: object) -> None:
-        try:
-            if exc_type is None:
-                self.drain()
-        finally:
-            for future in self._pending:
-                future.cancel()
-            self._pool.shutdown(wait=True)
-
-
-def _encode_chunk_cpu(
-    plan: WritePlan, block: np.ndarray, inner: tuple[int, ...], codec: Zstd
-) -> np.ndarray | None:
-    """The zstd frame of one chunk of ``block`` (a file's data), or None when it is not stored
-    (past the array's end, or equal to the fill value)."""
-    layout = plan.layout
-    chunk = layout.chunk_shape
-    start = [k * c for k, c in zip(inner, chunk)]
-    if any(s >= n for s, n in zip(start, block.shape)):
-        return None
-    piece = block[tuple(slice(s, s + c) for s, c in zip(start, chunk))]
-    if piece.shape == chunk:
-        values = np.ascontiguousarray(piece)
-    else:
-        values = np.full(chunk, layout.fill_value, dtype=layout.stored_dtype)
-        values[tuple(slice(0, n) for n in piece.shape)] = piece
-    if not layout.write_empty_chunks and bool(
-        empty_rows(np, values.reshape(1, -1), layout.fill_value)[0]
-    ):
-        return None
-    return np.frombuffer(codec.encode(values), dtype=np.uint8)
-
-
-def _finish_cpu(
-    plan: WritePlan, i: int, frames: list[Any], writeback: bool
-) -> tuple[bool, int, int, int]:
-    """Assemble and write file ``i`` from its frames (or the futures of its frames)."""
-    frames = [f.result() if isinstance(f, Future) else f for f in frames]
-    parts = assemble_file(plan, frames)
-    written = sum(f is not None for f in frames)
-    nbytes = write_file(plan.path(i), parts, writeback=writeback)
-    return parts is not None, written, len(frames) - written, nbytes
-
-
-def _whole_file_cpu(
-    plan: WritePlan, i: int, data: np.ndarray, codec: Zstd, writeback: bool
-) -> tuple:
-    """Encode, assemble and write the one-chunk file ``i``, in a pool thread."""
-    block = data[plan.data_box(plan.block_box(i))]
-    frame = _encode_chunk_cpu(plan, block, (0,) * block.ndim, codec)
-    return _finish_cpu(plan, i, [frame], writeback)
-
-
-def _write_cpu(plan: WritePlan, data: np.ndarray, config: settings_module.Settings) -> WriteReport:
-    """libzstd in ``io_threads`` threads: a task per chunk file, or per inner chunk of a shard
-    (then a task per shard waits for its chunks and writes it: a shard is not one thread's)."""
-    layout = plan.layout
-    report = WriteReport("cpu", data_bytes=int(data.nbytes))
-    if data.dtype != layout.stored_dtype:
-        data = data.astype(layout.stored_dtype)
-    codec = Zstd(level=layout.level, checksum=layout.checksum)
-    threads = config.io_threads
-    if not layout.sharded:
-        with FilePool(threads) as pool:
-            for i in range(plan.n_blocks):
-                pool.submit(_whole_file_cpu, plan, i, data, codec, config.durable)
-        for outcome in pool.results:
-            report.add(*outcome)
-        return report
-    inner = list(np.ndindex(*layout.chunks_per_block))
-    # Frames of at most two shards (or 4 chunks per thread) wait in memory at once.
-    window = max(2, -(-4 * threads // len(inner)))
-    with ThreadPoolExecutor(threads) as encoders, FilePool(threads, window) as pool:
-        for i in range(plan.n_blocks):
-            block = data[plan.data_box(plan.block_box(i))]
-            frames = [encoders.submit(_encode_chunk_cpu, plan, block, c, codec) for c in inner]
-            pool.submit(_finish_cpu, plan, i, frames, config.durable)
-    for outcome in pool.results:
-        report.add(*outcome)
-    return report
 
 
 def write_array(
@@ -388,6 +98,6 @@ def write_array(
             report.seconds = time.perf_counter() - started
             return report
         data = to_numpy(data)
-    report = _write_cpu(plan, np.asarray(data), config)
+    report = write_cpu(plan, np.asarray(data), config)
     report.seconds = time.perf_counter() - started
     return report

@@ -1,0 +1,69 @@
+"""One block into a zarr array: by the write engine when it can, else by zarr.
+
+Every writer of linumpy stores its blocks through :func:`store_block`:
+:class:`~linumpy.io.writer.OmeZarrWriter`, :func:`~linumpy.io.save_omezarr` and the dask tasks of
+:mod:`linumpy.io.dask_write`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import zarr
+
+from linumpy._numpy_or_cupy import to_numpy
+from linumpy.errors import UnsupportedLayoutError
+from linumpy.io.engine.write import write_array
+
+__all__ = ["store_block"]
+
+logger = logging.getLogger(__name__)
+
+
+def _as_region(key: Any, shape: tuple[int, ...]) -> tuple[slice, ...] | None:
+    """``key`` as one in-bounds slice per leading axis when it is only slices and an Ellipsis
+    (step 1), else None."""
+    ndim = len(shape)
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        return None
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        key = key[:at] + (slice(None),) * (ndim - len(key) + 1) + key[at + 1 :]
+    if len(key) > ndim or not all(isinstance(k, slice) for k in key):
+        return None
+    region = []
+    for k, n in zip(key, shape):
+        start, stop, step = k.indices(n)  # clipped to the array, as zarr does
+        if step != 1 or start > stop:
+            return None
+        region.append(slice(start, stop))
+    return tuple(region)
+
+
+def store_block(
+    array: zarr.Array, key: Any, block: Any, settings: Mapping[str, Any] | None = None
+) -> None:
+    """``array[key] = block``: by the write engine when the region is aligned to the array's
+    files and the layout is one it writes (cupy blocks encoded on their GPU), else by zarr.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
+    ...                           dtype="uint8")
+    >>> store_block(array, slice(0, 4), np.arange(4, dtype=np.uint8))  # the write engine
+    >>> store_block(array, slice(5, 7), np.array([9, 9], np.uint8))  # not aligned: zarr
+    >>> array[...].tolist()
+    [0, 1, 2, 3, 0, 9, 9, 0]
+    """
+    region = _as_region(key, array.shape)
+    if region is not None and hasattr(block, "shape") and hasattr(block, "dtype"):
+        try:
+            write_array(array, block, region, settings=settings)
+            return
+        except UnsupportedLayoutError as exc:
+            logger.debug("%s: zarr writes %s: %s", array.store, key, exc)
+    array[key] = to_numpy(block)

@@ -1,0 +1,121 @@
+"""A zarr volume as a lazy dask array whose blocks are read by :func:`~linumpy.io.read_volume`.
+
+:func:`dask_volume` is :func:`~linumpy.io.open_volume` without its ``xarray`` option (which
+:mod:`linumpy.io.labelled` builds on this). Blocks are whole multiples of the stored chunks (of
+the shards, for sharded arrays) and line up with them (:mod:`linumpy.io.blocks`), so no stored
+chunk is read by two tasks; the graph has one task per block.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from linumpy.errors import LinumpyError
+from linumpy.io.blocks import (
+    DEFAULT_BLOCK_BYTES,
+    DEFAULT_GPU_BLOCK_BYTES,
+    aligned_chunks,
+    grow_block,
+    region_bounds,
+    round_block,
+    storage_unit,
+)
+from linumpy.io.omezarr import open_array
+from linumpy.io.reader import read_volume
+from linumpy.io.stores import describe, parse_source
+from linumpy.parallel import parse_size
+
+if TYPE_CHECKING:
+    import dask.array as da
+
+__all__ = ["dask_volume"]
+
+
+def _read_block(
+    path: Any,
+    level: int,
+    gpu: bool,
+    origin: tuple[int, ...],
+    settings: Any,
+    block_info: dict[Any, Any] | None = None,
+) -> Any:
+    location = block_info[None]["array-location"]
+    region = tuple(slice(o + a, o + b) for o, (a, b) in zip(origin, location))
+    return read_volume(path, level=level, gpu=gpu, region=region, settings=settings)
+
+
+def dask_volume(
+    path: Any,
+    *,
+    level: int = 0,
+    gpu: bool = False,
+    region: slice | Sequence[slice] | None = None,
+    chunks: Sequence[int | None] | int | str | None = None,
+    settings: Any = None,
+    storage_options: dict[str, Any] | None = None,
+) -> da.Array:
+    """Open a zarr volume as a lazy dask array: :func:`~linumpy.io.open_volume` without
+    ``xarray``; the parameters, the result and the errors are that function's.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> image = np.ones((16, 16), np.uint8)
+    >>> save_omezarr(image, path, voxel_size=(1, 1), chunks=(8, 8), shards=None)
+    >>> lazy = dask_volume(path, chunks=8)
+    >>> lazy.numblocks, int(lazy.sum().compute())
+    ((2, 2), 256)
+    """
+    import dask.array as da
+    from dask.base import tokenize
+
+    array = open_array(path, level, storage_options=storage_options)
+    source = f"{describe(path)} (level {level})"
+    dtype = np.dtype(array.dtype)
+    if dtype.kind not in "biufc":
+        raise LinumpyError(f"{source}: dtype {dtype} is not supported; open numeric arrays")
+    bounds = region_bounds(region, array.shape, source)
+    shape = tuple(s.stop - s.start for s in bounds)
+    unit = storage_unit(array)
+    if chunks is None or isinstance(chunks, str):
+        default = DEFAULT_GPU_BLOCK_BYTES if gpu else DEFAULT_BLOCK_BYTES
+        target = default if chunks is None else parse_size(chunks)
+        block = grow_block(unit, array.shape, dtype.itemsize, target)
+    else:
+        requested = (chunks,) * array.ndim if isinstance(chunks, int) else tuple(chunks)
+        block = round_block(requested, unit, array.shape)
+    if gpu:
+        try:
+            import cupy
+        except ImportError as exc:
+            from linumpy.errors import GPUUnavailableError
+
+            raise GPUUnavailableError(f"open_volume(gpu=True) needs cupy: {exc}") from None
+        meta = cupy.empty((0,) * array.ndim, dtype=dtype)
+    else:
+        meta = np.empty((0,) * array.ndim, dtype=dtype)
+    origin = tuple(s.start for s in bounds)
+    parsed = parse_source(path, storage_options)
+    if parsed.local is not None:  # blocks open the path: they see the files as they are then
+        blocks_read, key = os.fspath(parsed.local), os.path.abspath(parsed.local)
+    else:  # blocks read the array opened here: its metadata are fetched once
+        blocks_read, key, level = array, str(array.store_path), 0
+    name = "open-volume-" + tokenize(key, level, gpu, origin, shape, block, dtype.str, settings)
+    return da.map_blocks(
+        _read_block,
+        blocks_read,
+        level,
+        gpu,
+        origin,
+        settings,
+        name=name,
+        chunks=aligned_chunks(bounds, block),
+        dtype=dtype,
+        meta=meta,
+    )
