@@ -19,6 +19,7 @@ from linumpy.errors import (
 from linumpy.io import read_volume, save_omezarr
 from linumpy.io.engine.cpu import read_plan
 from linumpy.io.engine.plan import plan_read
+from linumpy.io.engine.read import last_read_report
 
 REGIONS = [
     None,
@@ -132,6 +133,31 @@ def test_other_codecs_fall_back_to_zarr(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedLayoutError, match="not bytes\\+zstd"):
         plan_read(array)
     assert_same(read_volume(tmp_path / "a.zarr", region=(slice(2, 9),)), data[2:9])
+    report = last_read_report("cpu")
+    assert report is not None and report.path == "zarr" and report.backend == "cpu"
+    assert "not bytes+zstd" in report.reason and report.output_bytes == data[2:9].nbytes
+
+
+@pytest.mark.parametrize("layout", ["v3", "v3-sharded"])
+def test_cpu_reads_report_their_phases(tmp_path: Path, layout: str) -> None:
+    """A CPU read leaves the report a GPU read leaves: counts, bytes and phase times."""
+    data = sample_data(SHAPE, "uint16")
+    data[:8] = 0  # chunks not stored
+    make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
+    region = (slice(3, 17), slice(5, 30))
+    assert_same(read_volume(tmp_path / "a.zarr", region=region), data[region])
+    report = last_read_report("cpu")
+    plan = plan_read(zarr.open_array(tmp_path / "a.zarr", mode="r"), region)
+    assert report is not None and (report.path, report.backend, report.reader) == (
+        "fast",
+        "cpu",
+        "pread",
+    )
+    assert report.n_reads + report.n_fill == plan.n_entries and report.n_fill > 0
+    assert report.output_bytes == data[region].nbytes and report.compressed_bytes > 0
+    assert {"plan", "allocate", "pipeline"} <= report.phases.keys()
+    assert report.seconds >= report.phases["pipeline"] >= 0
+    assert last_read_report("gpu") is None or last_read_report("gpu").backend == "gpu"
 
 
 def corrupt(path: Path, how: str) -> None:

@@ -124,6 +124,9 @@ class GpuBackend:
         The output: a C-contiguous cupy array of the plan's shape and native dtype.
     streams
         The CUDA streams, one per slot.
+    pool_before, new_output
+        cupy's memory pool's used bytes before the read allocated anything (now when None), and
+        whether the read allocated ``out`` since (its bytes are not the read's extra).
 
     Examples
     --------
@@ -138,9 +141,15 @@ class GpuBackend:
         settings: Settings,
         out: cupy.ndarray,
         streams: list[cupy.cuda.Stream],
+        *,
+        pool_before: int | None = None,
+        new_output: bool = False,
     ) -> None:
         import cupy
 
+        self._pool = cupy.get_default_memory_pool()
+        self._pool_before = self._pool.used_bytes() if pool_before is None else pool_before
+        self._out_nbytes = plan.out_nbytes if new_output else 0
         self.plan = plan
         self.out = out
         # At least two staging slots: the run loop reads group k+1 while group k is still being
@@ -399,6 +408,15 @@ class GpuBackend:
         if self._finisher is not None:
             self._finisher.shutdown()
         self._lease.close()
+
+    def reads_files(self, reader: str) -> bool:
+        """False: the engine's run loop reads the files (see :meth:`submit`)."""
+        return False
+
+    def usage(self) -> dict[str, int]:
+        """Device memory the read took beyond its output, and the pinned memory it used."""
+        extra = self._pool.used_bytes() - self._pool_before - self._out_nbytes
+        return {"device_extra_bytes": max(0, int(extra)), "pinned_bytes": self.pinned_bytes()}
 
     def pinned_bytes(self) -> int:
         """Pinned memory held by the slots' staging buffers."""

@@ -16,13 +16,9 @@ creates a CUDA context.
 
 from __future__ import annotations
 
-import logging
-import math
 import os
-import threading
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -40,9 +36,10 @@ from linumpy.gpu.backend import (
 from linumpy.gpu.device_memory import check_free
 from linumpy.gpu.zarr_context import describe_gpu, gpu_zarr_context
 from linumpy.io.engine.memory import format_size
-from linumpy.io.engine.plan import plan_read
-from linumpy.io.engine.region import parse_region
-from linumpy.io.engine.run import run
+from linumpy.io.engine.plan import ReadPlan, plan_read
+from linumpy.io.engine.read import ReadReport, output_nbytes, read
+from linumpy.io.engine.read import last_read_report as _last_report
+from linumpy.io.engine.region import Region
 from linumpy.io.omezarr import open_array
 from linumpy.settings import Settings
 
@@ -50,6 +47,7 @@ if TYPE_CHECKING:
     import cupy
 
 __all__ = [
+    "GpuRead",
     "GpuReadReport",
     "GpuReadRoute",
     "describe_gpu",
@@ -59,8 +57,6 @@ __all__ = [
     "last_read_report",
     "read_zarr_to_gpu",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 # --- routing ----------------------------------------------------------------------------------
@@ -161,91 +157,26 @@ def gpu_read_route(
 
 # --- reads --------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class GpuReadReport:
-    """What the last :func:`read_zarr_to_gpu` call of this thread did.
-
-    Attributes
-    ----------
-    source
-        The array read.
-    path
-        ``"fast"`` or ``"zarr"`` (fallback through :func:`gpu_zarr_context`).
-    reason
-        Why that path (and reader) was taken.
-    reader
-        File reader of the fast path (``"kvikio"`` or ``"pread"``), else None.
-    n_reads, n_fill, n_cpu_decoded, n_batches
-        Chunks decoded, chunks filled with the fill value, chunks decoded on the CPU (valid
-        layouts nvCOMP cannot decode), batches.
-    compressed_bytes, output_bytes
-        Compressed bytes read and bytes of the output.
-    device_extra_bytes, pinned_bytes
-        Device memory allocated beyond the output, and pinned host memory used.
-    seconds
-        Wall time of the call.
-    phases
-        Seconds spent in the engine's steps: planning, sizing files, grouping, allocating, the
-        pipeline, and inside it reading files (``fetch``, on a producer thread), waiting for them
-        (``fetch_wait``), checking frames (``validate``), queueing GPU work (``submit``) and
-        waiting for the GPU at the end (``final_sync``).
-
-    Examples
-    --------
-    After reading the volume of :func:`read_zarr_to_gpu`'s example:
-
-    >>> volume = read_zarr_to_gpu(path)  # doctest: +SKIP
-    >>> report = last_read_report()  # doctest: +SKIP
-    >>> report.path, report.n_reads, report.n_fill, report.output_bytes  # doctest: +SKIP
-    ('fast', 8, 0, 8192)
-    """
-
-    source: str
-    path: Literal["fast", "zarr"]
-    reason: str
-    reader: str | None = None
-    n_reads: int = 0
-    n_fill: int = 0
-    n_cpu_decoded: int = 0
-    n_batches: int = 0
-    compressed_bytes: int = 0
-    output_bytes: int = 0
-    device_extra_bytes: int = 0
-    pinned_bytes: int = 0
-    seconds: float = 0.0
-    phases: dict[str, float] = field(default_factory=dict)
+#: The report of a GPU read: :class:`linumpy.io.engine.read.ReadReport` (``backend="gpu"``), the
+#: one report type of CPU and GPU reads.
+GpuReadReport = ReadReport
 
 
-_reports = threading.local()
-
-
-def last_read_report() -> GpuReadReport | None:
+def last_read_report() -> ReadReport | None:
     """The report of this thread's last :func:`read_zarr_to_gpu` call, or None.
+
+    Its attributes are those of :class:`~linumpy.io.engine.read.ReadReport`.
 
     Examples
     --------
     After reading half the volume of :func:`read_zarr_to_gpu`'s example:
 
     >>> volume = read_zarr_to_gpu(path, region=(slice(0, 8),))  # doctest: +SKIP
-    >>> last_read_report().n_reads  # doctest: +SKIP
-    4
+    >>> report = last_read_report()  # doctest: +SKIP
+    >>> report.path, report.n_reads, report.n_fill, report.output_bytes  # doctest: +SKIP
+    ('fast', 4, 0, 4096)
     """
-    return getattr(_reports, "last", None)
-
-
-def _read_through_zarr(
-    array: zarr.Array, region: slice | Sequence[slice] | None, out: cupy.ndarray | None
-) -> cupy.ndarray:
-    """Read with zarr inside :func:`gpu_zarr_context` (reopened there: codecs are fixed at open)."""
-    selection = parse_region(region, array.shape, str(array.store_path))
-    with gpu_zarr_context():
-        reopened = zarr.open_array(store=array.store, path=array.path, mode="r")
-        result = reopened[selection]
-    if out is not None:
-        out[...] = result
-        return out
-    return result
+    return _last_report("gpu")
 
 
 def read_zarr_to_gpu(
@@ -309,43 +240,70 @@ def read_zarr_to_gpu(
     True
     """
     require_gpu("read_zarr_to_gpu()")
-    resolved = _settings.resolve(settings)
+    settings = _settings.resolve(settings)
     array = _open(source)
-    started = time.perf_counter()
-    name = str(array.store_path)
-    if out is None:  # before planning: the plan of a huge region alone takes long
-        shape = tuple(s.stop - s.start for s in parse_region(region, array.shape, name))
-        dtype = np.dtype(array.dtype)
-        check_free(math.prod(shape) * dtype.itemsize, name, shape, dtype, "the output")
-    try:
-        plan = plan_read(array, region)
-        obstacle = fast_path_obstacle(plan)
-    except UnsupportedLayoutError as exc:
-        obstacle = str(exc)
-    planned = time.perf_counter() - started
-    if obstacle is not None:
-        logger.info(
-            "%s: engine read not possible (%s); reading through zarr's GPU path", name, obstacle
-        )
-        result = _read_through_zarr(array, region, out)
-        _reports.last = GpuReadReport(
-            source=name,
-            path="zarr",
-            reason=obstacle,
-            output_bytes=int(result.nbytes),
-            seconds=time.perf_counter() - started,
-        )
-        return result
-    reader, why = choose_reader(resolved.fetch, resolved.io_threads)
-    result, report = _run_fast(plan, resolved, reader, out)
-    _reports.last = replace(
-        report,
-        reason=why,
-        seconds=time.perf_counter() - started,
-        phases={"plan": round(planned, 6), **report.phases},
+    return read(
+        array, region, backend=GpuRead(), settings=settings, source=str(array.store_path), out=out
     )
-    logger.debug("%s", _reports.last)
-    return result
+
+
+class GpuRead:
+    """The GPU back end as the read orchestrator asks it (:class:`~linumpy.io.engine.read.
+    ReadBackend`): device memory checks, zarr on the GPU (:func:`gpu_zarr_context`) as the
+    fallback, a :class:`~linumpy.gpu.backend.GpuBackend` on ``gpu_streams`` CUDA streams."""
+
+    name: Literal["gpu"] = "gpu"
+
+    def check_output(self, shape: tuple[int, ...], dtype: np.dtype, source: str) -> None:
+        """Refuse an output larger than the device's free memory."""
+        check_free(output_nbytes(shape, dtype), source, shape, dtype, "the output")
+
+    def obstacle(self, plan: ReadPlan) -> str | None:
+        """What the GPU back end cannot produce (see :func:`fast_path_obstacle`)."""
+        return fast_path_obstacle(plan)
+
+    def through_zarr(self, array: zarr.Array, region: Region, out: cupy.ndarray | None) -> Any:
+        """Read with zarr inside :func:`gpu_zarr_context` (reopened there: codecs are fixed at
+        open)."""
+        with gpu_zarr_context():
+            reopened = zarr.open_array(store=array.store, path=array.path, mode="r")
+            result = reopened[region]
+        if out is not None:
+            out[...] = result
+            return out
+        return result
+
+    def choose_reader(self, plan: ReadPlan, settings: Settings) -> tuple[str, str]:
+        """kvikio or pread, by the ``fetch`` setting (see :func:`choose_reader`)."""
+        return choose_reader(settings.fetch, settings.io_threads)
+
+    def open(
+        self, plan: ReadPlan, settings: Settings, reader: str, out: cupy.ndarray | None
+    ) -> GpuBackend:
+        """Fit the read's buffers in the device's free memory (``scratch_bytes`` halved when
+        needed), check it, allocate the output on the first stream."""
+        import cupy
+
+        dtype = plan.dtype.newbyteorder("=")
+        if out is not None:
+            _check_out(out, plan.shape, dtype)
+        settings = _fit_scratch(plan, settings, plan.out_nbytes if out is None else 0)
+        extra = device_memory_needed(plan, settings)
+        check_free(
+            extra + (plan.out_nbytes if out is None else 0),
+            plan.source,
+            plan.shape,
+            dtype,
+            f"output {format_size(plan.out_nbytes)}, buffers and nvCOMP work space "
+            f"{format_size(extra)}",
+        )
+        streams = worker_streams(settings.gpu_streams)
+        pool_before = cupy.get_default_memory_pool().used_bytes()
+        with streams[0]:
+            result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
+        return GpuBackend(
+            plan, settings, result, streams, pool_before=pool_before, new_output=out is None
+        )
 
 
 def _check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -384,67 +342,3 @@ def _fit_scratch(plan: Any, settings: Settings, out_nbytes: int) -> Settings:
     return (
         settings if scratch == settings.scratch_bytes else replace(settings, scratch_bytes=scratch)
     )
-
-
-def _run_fast(
-    plan: Any, settings: Settings, reader: str, out: cupy.ndarray | None
-) -> tuple[cupy.ndarray, GpuReadReport]:
-    """Run the engine with the GPU back end into ``out`` (allocated when None)."""
-    import cupy
-
-    started = time.perf_counter()
-    dtype = plan.dtype.newbyteorder("=")
-    if out is not None:
-        _check_out(out, plan.shape, dtype)
-    settings = _fit_scratch(plan, settings, plan.out_nbytes if out is None else 0)
-    extra = device_memory_needed(plan, settings)
-    check_free(
-        extra + (plan.out_nbytes if out is None else 0),
-        plan.source,
-        plan.shape,
-        dtype,
-        f"output {format_size(plan.out_nbytes)}, buffers and nvCOMP work space "
-        f"{format_size(extra)}",
-    )
-    memory_pool = cupy.get_default_memory_pool()
-    pool_before = memory_pool.used_bytes()
-    streams = worker_streams(settings.gpu_streams)
-    phases: dict[str, float] = {}
-    mark = time.perf_counter()
-    with streams[0]:
-        result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
-    phases["allocate"] = time.perf_counter() - mark
-    backend = GpuBackend(plan, settings, result, streams)
-    mark = time.perf_counter()
-    try:
-        stats = run(
-            plan,
-            backend,
-            reader=reader,
-            threads=settings.io_threads,
-            group_bytes=backend.group_bytes,
-            best_compressed_first=backend.size_order,
-        )
-    finally:
-        backend.close()
-    phases["pipeline"] = time.perf_counter() - mark
-    device_extra = memory_pool.used_bytes() - pool_before - (plan.out_nbytes if out is None else 0)
-    pinned_bytes = backend.pinned_bytes()
-    phases |= stats.phases | backend.phases
-    report = GpuReadReport(
-        source=plan.source,
-        path="fast",
-        reason="",
-        reader=reader,
-        n_reads=stats.n_reads,
-        n_fill=stats.n_fill,
-        n_cpu_decoded=stats.n_cpu_decoded,
-        n_batches=stats.n_groups,
-        compressed_bytes=stats.compressed_bytes,
-        output_bytes=plan.out_nbytes,
-        device_extra_bytes=max(0, int(device_extra)),
-        pinned_bytes=pinned_bytes,
-        seconds=time.perf_counter() - started,
-        phases={k: round(v, 6) for k, v in phases.items()},
-    )
-    return result, report

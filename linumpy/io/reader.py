@@ -1,36 +1,26 @@
 """:func:`read_volume`: a zarr volume, or a region of it, into host or GPU memory.
 
-Both destinations go through the same engine (:mod:`linumpy.io.engine`): the CPU back end
-decodes with libzstd in threads, the GPU back end (:mod:`linumpy.gpu`) with nvCOMP. Layouts the
-engine does not plan are read by zarr itself.
+Both destinations go through the same read orchestrator (:func:`linumpy.io.engine.read.read`):
+the CPU back end decodes with libzstd in threads, the GPU back end (:mod:`linumpy.gpu`) with
+nvCOMP. Layouts the engine does not plan are read by zarr itself. What the last read of a thread
+did: :func:`linumpy.io.engine.read.last_read_report`.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from linumpy import settings as _settings
-from linumpy.errors import (
-    GPU_INSTALL_HINT,
-    GPUUnavailableError,
-    LinumpyError,
-    UnsupportedLayoutError,
-)
-from linumpy.io.engine.cpu import read_plan
-from linumpy.io.engine.memory import check_host_memory
-from linumpy.io.engine.plan import plan_read
-from linumpy.io.engine.region import parse_region
+from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError, LinumpyError
+from linumpy.io.engine.cpu import CpuRead
+from linumpy.io.engine.read import read
 from linumpy.io.omezarr import open_array
 from linumpy.io.stores import SourceLike, describe
 
 __all__ = ["read_volume"]
-
-logger = logging.getLogger(__name__)
 
 
 def read_volume(
@@ -112,14 +102,4 @@ def read_volume(
                 f"read_volume(gpu=True) needs linumpy's GPU support ({exc}): {GPU_INSTALL_HINT}"
             ) from None
         return read_zarr_to_gpu(array, region=region, settings=resolved)
-    selection = parse_region(region, array.shape, source)
-    shape = tuple(s.stop - s.start for s in selection)
-    check_host_memory(
-        math.prod(shape) * np.dtype(array.dtype).itemsize, source, f"an output of shape {shape}"
-    )
-    try:
-        plan = plan_read(array, selection)
-    except UnsupportedLayoutError as exc:
-        logger.info("%s: reading through zarr: %s", source, exc)
-        return array[selection]
-    return read_plan(plan, threads=resolved.io_threads)[0]
+    return read(array, region, backend=CpuRead(), settings=resolved, source=source)

@@ -21,7 +21,7 @@ import mmap
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -40,9 +40,11 @@ from linumpy.io.engine.fetch import ALIGN, read_chunk_file
 from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
-from linumpy.io.engine.run import Fetched, Stats, run
+from linumpy.io.engine.read import execute, output_nbytes
+from linumpy.io.engine.run import Fetched, Stats
+from linumpy.settings import Settings
 
-__all__ = ["CpuBackend", "read_plan"]
+__all__ = ["CpuBackend", "CpuRead", "read_plan"]
 
 #: Most compressed bytes per group (three groups are in flight).
 GROUP_BYTES = 64 * 1024 * 1024
@@ -81,6 +83,7 @@ class CpuBackend:
 
     slots = 3
     max_decode_bytes = 2**62
+    size_order = False  # file order: libzstd's decode time does not depend on the order
 
     def __init__(self, plan: ReadPlan, *, threads: int, out: np.ndarray | None = None) -> None:
         new = out is None
@@ -94,6 +97,7 @@ class CpuBackend:
         self.plan = plan
         self.out = out
         self.threads = threads
+        self.phases: dict[str, float] = {}
         self._chunk_nbytes = plan.chunk_nbytes  # a property: computed on each access
         start, stop, chunk_start = plan.bounds()
         self._bounds = [start.tolist(), stop.tolist(), chunk_start.tolist()]
@@ -334,6 +338,16 @@ class CpuBackend:
             self._local.read_view = memoryview(buffer)
         return buffer
 
+    def reads_files(self, reader: str) -> bool:
+        """Whether :meth:`read_files` reads the plan: local files read with ``pread`` (the
+        run loop fetches remote chunks and reads with kvikio), or an empty output."""
+        plan = self.plan
+        return (reader == "pread" and plan.remote is None) or math.prod(plan.shape) == 0
+
+    def usage(self) -> dict[str, int]:
+        """Nothing to report beyond the output: see :func:`_check_scratch` for the buffers."""
+        return {}
+
     def read_files(self) -> Stats:
         """Read a plan's chunks in batches per task, from chunk files or from shards: fetch,
         check, decode and scatter each chunk in the same thread, while its bytes are in cache.
@@ -346,6 +360,8 @@ class CpuBackend:
         threads read their own chunks).
         """
         plan = self.plan
+        if math.prod(plan.shape) == 0:
+            return Stats()
         # In the output's order, also for shards: a batch then writes long rows of the output
         # (docs/architecture.md, "Measurements behind the defaults": shards in the output's
         # order), and a shard's inner chunks along x, stored one after the other, are still read
@@ -404,6 +420,50 @@ class CpuBackend:
         self._pool.shutdown()
 
 
+class CpuRead:
+    """The CPU back end as the read orchestrator asks it (:class:`~linumpy.io.engine.read.
+    ReadBackend`): host memory checks, zarr's own read as the fallback, a :class:`CpuBackend`."""
+
+    name: Literal["cpu"] = "cpu"
+
+    def check_output(self, shape: tuple[int, ...], dtype: np.dtype, source: str) -> None:
+        """Refuse an output larger than the host's available memory."""
+        check_host_memory(output_nbytes(shape, dtype), source, f"an output of shape {shape}")
+
+    def obstacle(self, plan: ReadPlan) -> str | None:
+        """None: the CPU back end reads every planned layout."""
+        return None
+
+    def through_zarr(self, array: Any, region: tuple[slice, ...], out: Any) -> Any:
+        """zarr's own read of the region."""
+        if out is None:
+            return array[region]
+        out[...] = array[region]
+        return out
+
+    def choose_reader(self, plan: ReadPlan, settings: Any) -> tuple[str, str]:
+        """``pread``: threads read their own local chunks; the run loop fetches remote ones."""
+        if plan.remote is None:
+            return "pread", "threads read and decode their own chunks"
+        return "pread", "the run loop fetches groups of chunks from the remote store"
+
+    def open(self, plan: ReadPlan, settings: Any, reader: str, out: Any) -> CpuBackend:
+        """Check the threads' buffers against host memory; allocate the output."""
+        threads = settings.io_threads
+        # Per thread: a decoded chunk and, when the thread reads it, its compressed bytes (about
+        # as large), and a run of chunks (RUN_BYTES at most).
+        per_thread = 2 * plan.chunk_nbytes + min(RUN_BYTES, plan.chunk_nbytes * plan.n_entries)
+        check_host_memory(
+            per_thread * min(threads, max(1, plan.n_entries)) + GROUP_BYTES * 3,
+            plan.source,
+            f"decoding its chunks of shape {plan.chunk_shape} ({format_size(plan.chunk_nbytes)} "
+            f"each) in {threads} threads",
+            "the array's chunks are too large for this machine: rechunk it, or use fewer threads "
+            "(LINUMPY_IO_THREADS)",
+        )
+        return CpuBackend(plan, threads=threads, out=out)
+
+
 def read_plan(
     plan: ReadPlan, *, out: np.ndarray | None = None, threads: int = 1, reader: str = "pread"
 ) -> tuple[np.ndarray, Stats]:
@@ -437,29 +497,7 @@ def read_plan(
            [ 8,  9, 10, 11]], dtype=int16)
     """
     if out is None:
-        check_host_memory(plan.out_nbytes, plan.source, f"an output of shape {plan.shape}")
-    # Per thread: a decoded chunk and, when the thread reads it, its compressed bytes (about as
-    # large), and a run of chunks (RUN_BYTES at most).
-    per_thread = 2 * plan.chunk_nbytes + min(RUN_BYTES, plan.chunk_nbytes * plan.n_entries)
-    scratch = per_thread * min(threads, max(1, plan.n_entries)) + GROUP_BYTES * 3
-    check_host_memory(
-        scratch,
-        plan.source,
-        f"decoding its chunks of shape {plan.chunk_shape} ({format_size(plan.chunk_nbytes)} "
-        f"each) in {threads} threads",
-        "the array's chunks are too large for this machine: rechunk it, or use fewer threads "
-        "(LINUMPY_IO_THREADS)",
-    )
-    backend = CpuBackend(plan, threads=threads, out=out)
-    try:
-        if math.prod(plan.shape) == 0:
-            return backend.out, Stats()
-        if reader == "pread" and plan.remote is None:  # threads read their own chunks
-            stats = backend.read_files()
-        else:
-            stats = run(
-                plan, backend, reader=reader, threads=threads, group_bytes=backend.group_bytes
-            )
-    finally:
-        backend.close()
+        CpuRead().check_output(plan.shape, plan.dtype, plan.source)
+    backend = CpuRead().open(plan, Settings(io_threads=threads), reader, out)
+    stats = execute(plan, backend, reader=reader, threads=threads)
     return backend.out, stats

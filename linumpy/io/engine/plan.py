@@ -38,6 +38,7 @@ __all__ = [
     "chunk_view",
     "parse_region",
     "plan_read",
+    "plan_region",
 ]
 
 
@@ -391,8 +392,25 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
     (1, 3)
     """
     layout = _parse_layout(array)
+    return _plan(array, layout, parse_region(region, array.shape, layout.root))
+
+
+def plan_region(array: zarr.Array, region: Region) -> ReadPlan:
+    """:func:`plan_read` of a region that :func:`parse_region` returned already.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
+    ...                           dtype="uint8")
+    >>> plan_region(array, parse_region((slice(1, 3),), array.shape)).n_entries
+    2
+    """
+    return _plan(array, _parse_layout(array), region)
+
+
+def _plan(array: zarr.Array, layout: _Layout, region: Region) -> ReadPlan:
     source = layout.root
-    region = parse_region(region, array.shape, source)
     metadata = array.metadata
     fill = metadata.fill_value
     dtype = np.dtype(array.dtype)

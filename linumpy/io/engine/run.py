@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -116,20 +116,29 @@ class Fetched:
 
 
 class Backend(Protocol):
-    """What :func:`run` needs of a back end (see :mod:`linumpy.io.engine.cpu` for one).
+    """A back end as the engine runs it (see :mod:`linumpy.io.engine.cpu` for one).
 
-    A back end may also have ``crc32c_on_device(group) -> bool``: True leaves a group's crc32c
-    checks to the back end (:attr:`Fetched.crc32c_on_device`).
+    :func:`run` uses ``slots``, ``max_decode_bytes``, :meth:`staging`, :meth:`fill`,
+    :meth:`submit`, :meth:`finish` and :meth:`synchronize`; the read orchestrator
+    (:func:`linumpy.io.engine.read.execute`) also asks :meth:`reads_files` whether the back end
+    reads the plan itself (:meth:`read_files`, the CPU's threads reading their own chunks) and
+    otherwise runs :func:`run` with its :meth:`group_bytes` and ``size_order``. A back end may
+    also have ``crc32c_on_device(group) -> bool``: True leaves a group's crc32c checks to the back
+    end (:attr:`Fetched.crc32c_on_device`).
 
     Examples
     --------
     >>> from linumpy.io.engine.cpu import CpuBackend
-    >>> all(hasattr(CpuBackend, name) for name in ("staging", "fill", "submit", "finish"))
+    >>> names = ("staging", "fill", "submit", "finish", "reads_files", "group_bytes", "usage")
+    >>> all(hasattr(CpuBackend, name) for name in names)
     True
     """
 
     slots: int  # staging buffers in use at once
     max_decode_bytes: int  # larger chunks are decoded by libzstd in the fetch stage
+    size_order: bool  # read the best-compressed chunks first (``best_compressed_first``)
+    out: Any  # the output the back end fills
+    phases: dict[str, float]  # seconds of the back end's own steps, for the report
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
         """A host buffer of at least ``nbytes`` for ``slot``, free to overwrite."""
@@ -149,6 +158,27 @@ class Backend(Protocol):
 
     def synchronize(self) -> None:
         """Wait for all submitted work, raising nothing (an error is being raised already)."""
+        ...
+
+    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, float]:
+        """The budgets of :func:`make_groups` and the tail share (see :func:`run`)."""
+        ...
+
+    def reads_files(self, reader: str) -> bool:
+        """Whether :meth:`read_files` reads the plan with this reader instead of :func:`run`."""
+        ...
+
+    def read_files(self) -> Stats:
+        """Read, decode and scatter the whole plan (only where :meth:`reads_files` says so)."""
+        ...
+
+    def usage(self) -> dict[str, int]:
+        """Memory the read held beyond its output, as :class:`~linumpy.io.engine.read.ReadReport`
+        fields (``device_extra_bytes``, ``pinned_bytes``); after :meth:`close`."""
+        ...
+
+    def close(self) -> None:
+        """Give back threads and buffers (after :meth:`finish` or :meth:`synchronize`)."""
         ...
 
 

@@ -1,0 +1,292 @@
+"""The read orchestrator: one way from ``array[region]`` to an array, for every back end.
+
+:func:`read` parses the region once, asks the back end (a :class:`ReadBackend`) whether an
+output of that shape fits its memory, plans the read (:func:`~linumpy.io.engine.plan.plan_read`),
+asks the back end for any reason it cannot produce the plan's output, and then either reads
+through zarr (the back end's fallback) or opens the back end's run-loop
+:class:`~linumpy.io.engine.run.Backend` and executes the plan (:func:`execute`). Every read, on
+the CPU or the GPU, ends with the same :class:`ReadReport` (:func:`last_read_report`).
+
+Back ends: :class:`linumpy.io.engine.cpu.CpuRead` (libzstd threads, numpy output) and
+:class:`linumpy.gpu.zarr_io.GpuRead` (nvCOMP, cupy output). This module imports neither: the
+caller hands one in.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import zarr
+
+from linumpy.errors import UnsupportedLayoutError
+from linumpy.io.engine.plan import ReadPlan, plan_region
+from linumpy.io.engine.region import Region, parse_region
+from linumpy.io.engine.run import Backend, Stats, run
+from linumpy.settings import Settings
+
+__all__ = ["ReadBackend", "ReadReport", "execute", "last_read_report", "read"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadReport:
+    """What a read did (:func:`last_read_report`), on the CPU or the GPU.
+
+    Attributes
+    ----------
+    source
+        The array read.
+    path
+        ``"fast"`` (the engine) or ``"zarr"`` (the back end's fallback: zarr itself, on the GPU
+        through :func:`~linumpy.gpu.zarr_context.gpu_zarr_context`).
+    reason
+        Why that path (and reader) was taken.
+    reader
+        File reader of the fast path (``"kvikio"`` or ``"pread"``), else None.
+    n_reads, n_fill, n_cpu_decoded, n_batches
+        Chunks decoded, chunks filled with the fill value, chunks decoded on the CPU by a GPU
+        read (valid layouts nvCOMP cannot decode), groups of the run loop (0 where the CPU's
+        threads read their own chunks).
+    compressed_bytes, output_bytes
+        Compressed bytes read and bytes of the output.
+    device_extra_bytes, pinned_bytes
+        For GPU reads: device memory allocated beyond the output, and pinned host memory used.
+    seconds
+        Wall time of the call.
+    phases
+        Seconds spent in the engine's steps: planning (``plan``), allocating the output and the
+        back end's buffers (``allocate``), the pipeline (``pipeline``) and, where the run loop
+        ran, inside it sizing files (``sizes``), grouping (``groups``), reading files
+        (``fetch``, on a producer thread), waiting for them (``fetch_wait``), checking frames
+        (``validate``), queueing work (``submit``) and waiting for it at the end
+        (``final_sync``); a GPU read adds its back end's steps (``pinned``, ``nvcomp``...).
+    backend
+        ``"cpu"`` or ``"gpu"``.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io.engine.cpu import CpuRead
+    >>> from linumpy.settings import Settings
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
+    ...                           dtype="uint8")
+    >>> array[:4] = 1
+    >>> read(array, None, backend=CpuRead(), settings=Settings(), source="a").tolist()
+    [1, 1, 1, 1, 0, 0, 0, 0]
+    >>> report = last_read_report()
+    >>> report.path, report.n_reads, report.n_fill, report.output_bytes, "pipeline" in report.phases
+    ('fast', 1, 1, 8, True)
+    """
+
+    source: str
+    path: Literal["fast", "zarr"]
+    reason: str
+    reader: str | None = None
+    n_reads: int = 0
+    n_fill: int = 0
+    n_cpu_decoded: int = 0
+    n_batches: int = 0
+    compressed_bytes: int = 0
+    output_bytes: int = 0
+    device_extra_bytes: int = 0
+    pinned_bytes: int = 0
+    seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    backend: Literal["cpu", "gpu"] = "cpu"
+
+
+class ReadBackend(Protocol):
+    """What :func:`read` asks of a back end around the run: one class per back end.
+
+    Examples
+    --------
+    >>> from linumpy.io.engine.cpu import CpuRead
+    >>> CpuRead().name
+    'cpu'
+    """
+
+    name: Literal["cpu", "gpu"]  # the report's ``backend``, and the key of its last report
+
+    def check_output(self, shape: tuple[int, ...], dtype: np.dtype, source: str) -> None:
+        """Raise before planning when an output of this shape cannot be allocated."""
+        ...
+
+    def obstacle(self, plan: ReadPlan) -> str | None:
+        """Why this back end cannot produce the plan's output, or None."""
+        ...
+
+    def through_zarr(self, array: zarr.Array, region: Region, out: Any) -> Any:
+        """``array[region]`` read by zarr itself (into ``out`` when given)."""
+        ...
+
+    def choose_reader(self, plan: ReadPlan, settings: Settings) -> tuple[str, str]:
+        """The file reader for this read, and why."""
+        ...
+
+    def open(self, plan: ReadPlan, settings: Settings, reader: str, out: Any) -> Backend:
+        """Check the memory of the read's buffers, allocate the output (unless ``out``), and
+        return the run-loop back end holding it (``.out``)."""
+        ...
+
+
+_reports = threading.local()
+
+
+def last_read_report(backend: Literal["cpu", "gpu"] = "cpu") -> ReadReport | None:
+    """The report of this thread's last read on ``backend``, or None.
+
+    Examples
+    --------
+    >>> last_read_report("gpu") is None or last_read_report("gpu").backend == "gpu"
+    True
+    """
+    return getattr(_reports, "last", {}).get(backend)
+
+
+def _record(report: ReadReport) -> None:
+    if not hasattr(_reports, "last"):
+        _reports.last = {}
+    _reports.last[report.backend] = report
+    logger.debug("%s", report)
+
+
+def execute(plan: ReadPlan, backend: Backend, *, reader: str, threads: int) -> Stats:
+    """Run a plan through an opened back end: its own file reader where it has one for this
+    reader (:meth:`~linumpy.io.engine.run.Backend.reads_files`), else the engine's run loop.
+
+    The back end is closed afterwards.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.cpu import CpuBackend
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
+    ...                           dtype="uint8")
+    >>> array[:] = 3
+    >>> plan = plan_read(array)
+    >>> backend = CpuBackend(plan, threads=2)
+    >>> execute(plan, backend, reader="pread", threads=2).n_reads, backend.out.tolist()
+    (2, [3, 3, 3, 3])
+    """
+    try:
+        if backend.reads_files(reader):
+            return backend.read_files()
+        return run(
+            plan,
+            backend,
+            reader=reader,
+            threads=threads,
+            group_bytes=backend.group_bytes,
+            best_compressed_first=backend.size_order,
+        )
+    finally:
+        backend.close()
+
+
+def read(
+    array: zarr.Array,
+    region: slice | Sequence[slice] | None,
+    *,
+    backend: ReadBackend,
+    settings: Settings,
+    source: str,
+    out: Any = None,
+) -> Any:
+    """Read ``array[region]`` with ``backend``, recording a :class:`ReadReport`.
+
+    Parameters
+    ----------
+    array
+        The zarr array.
+    region
+        A slice or tuple of slices (step 1); the whole array when None.
+    backend
+        The back end: :class:`~linumpy.io.engine.cpu.CpuRead` or
+        :class:`~linumpy.gpu.zarr_io.GpuRead`.
+    settings
+        The call's resolved settings.
+    source
+        The array's name in errors about the region and memory.
+    out
+        An array of the region's shape to fill (checked by the back end); allocated when None.
+
+    Returns
+    -------
+    numpy.ndarray or cupy.ndarray
+        The region's data (``out`` when given).
+
+    Examples
+    --------
+    See :class:`ReadReport`.
+    """
+    started = time.perf_counter()
+    selection = parse_region(region, array.shape, source)
+    if out is None:  # before planning: the plan of a huge region alone takes long
+        shape = tuple(s.stop - s.start for s in selection)
+        backend.check_output(shape, np.dtype(array.dtype), source)
+    try:
+        plan = plan_region(array, selection)
+        obstacle = backend.obstacle(plan)
+    except UnsupportedLayoutError as exc:
+        obstacle = str(exc)
+    planned = time.perf_counter() - started
+    if obstacle is not None:
+        logger.info("%s: engine read not possible (%s); reading through zarr", source, obstacle)
+        result = backend.through_zarr(array, selection, out)
+        _record(
+            ReadReport(
+                source=source,
+                path="zarr",
+                reason=obstacle,
+                output_bytes=int(result.nbytes),
+                seconds=time.perf_counter() - started,
+                backend=backend.name,
+            )
+        )
+        return result
+    reader, why = backend.choose_reader(plan, settings)
+    mark = time.perf_counter()
+    opened = backend.open(plan, settings, reader, out)
+    allocated = time.perf_counter() - mark
+    mark = time.perf_counter()
+    stats = execute(plan, opened, reader=reader, threads=settings.io_threads)
+    pipeline = time.perf_counter() - mark
+    phases = {"plan": planned, "allocate": allocated, "pipeline": pipeline}
+    phases |= stats.phases | opened.phases
+    report = ReadReport(
+        source=plan.source,
+        path="fast",
+        reason=why,
+        reader=reader,
+        n_reads=stats.n_reads,
+        n_fill=stats.n_fill,
+        n_cpu_decoded=stats.n_cpu_decoded,
+        n_batches=stats.n_groups,
+        compressed_bytes=stats.compressed_bytes,
+        output_bytes=plan.out_nbytes,
+        seconds=time.perf_counter() - started,
+        phases={k: round(v, 6) for k, v in phases.items()},
+        backend=backend.name,
+    )
+    _record(replace(report, **opened.usage()))
+    return opened.out
+
+
+def output_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """Bytes of an output of ``shape`` and ``dtype``.
+
+    Examples
+    --------
+    >>> output_nbytes((2, 3), np.dtype("uint16"))
+    12
+    """
+    return math.prod(shape) * np.dtype(dtype).itemsize
