@@ -54,8 +54,8 @@ def _rounds(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, li
 
 def mosaic_rows(folder: Path, grid: int, tile: tuple[int, int, int], rounds: int) -> list[dict]:
     from linumpy.io import OmeZarrWriter, read_volume
-    from linumpy.io.demo import make_demo_data
     from linumpy.io.rechunk import rechunk
+    from linumpy.mosaic.demo import make_demo_data
     from linumpy.mosaic.pipeline import average_intensity_projection
 
     tiled, sharded = folder / "tiled.ome.zarr", folder / "sharded.ome.zarr"

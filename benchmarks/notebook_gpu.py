@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from linumpy.io import read_omezarr, read_volume
-from linumpy.io.demo import make_demo_data, read_demo_truth
+from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 from linumpy.mosaic.pipeline import (
     average_intensity_projection,
     estimate_transform_omezarr,

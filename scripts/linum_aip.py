@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     --------
     >>> import tempfile
     >>> from linumpy.scripts.linum_aip import main
-    >>> from linumpy.io.demo import make_demo_data
+    >>> from linumpy.mosaic.demo import make_demo_data
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
     >>> main([folder + "/grid.ome.zarr", folder + "/aip.ome.zarr", "--memory-limit", "64MiB"])

@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.io.demo import make_demo_data
+    >>> from linumpy.mosaic.demo import make_demo_data
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
     >>> main([folder + "/grid.ome.zarr", folder + "/transform.json"])  # doctest: +ELLIPSIS

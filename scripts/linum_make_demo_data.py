@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     with cli.fail_on_errors(parser):
         from linumpy._numpy_or_cupy import gpu_module
-        from linumpy.io.demo import make_demo_data
+        from linumpy.mosaic.demo import make_demo_data
 
         xp = gpu_module(cli.resolve_gpu(args.use_gpu))
         with cli.output_path(output) as partial:

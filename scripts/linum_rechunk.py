@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.io.demo import make_demo_data
+    >>> from linumpy.mosaic.demo import make_demo_data
     >>> from linumpy.scripts.linum_rechunk import main
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/tiles.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 64, 64),

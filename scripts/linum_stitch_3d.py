@@ -66,7 +66,7 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
     --------
     >>> import tempfile
     >>> from linumpy.scripts.linum_stitch_3d import _build_arg_parser, run
-    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
     >>> read_demo_truth(folder + "/grid.ome.zarr").save(folder + "/transform.json")
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     --------
     >>> import tempfile
     >>> from linumpy.scripts.linum_stitch_3d import main
-    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
     >>> read_demo_truth(folder + "/grid.ome.zarr").save(folder + "/transform.json")

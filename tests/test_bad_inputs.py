@@ -23,8 +23,8 @@ import pytest
 from linumpy.cli import build_parser, fail_on_errors
 from linumpy.errors import LinumpyError
 from linumpy.io import read_volume, save_omezarr
-from linumpy.io.demo import make_demo_data, read_demo_truth
 from linumpy.io.staging import STAGING_SUFFIX
+from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 from linumpy.scripts import linum_aip
 
 REPO = Path(__file__).resolve().parents[1]

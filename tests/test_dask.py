@@ -407,7 +407,7 @@ def test_gpu_local_cuda_cluster_on_two_gpus(tmp_path: Path) -> None:
 
 
 def test_scripts_on_a_local_cluster_write_the_same_bytes(tmp_path: Path, local_cluster) -> None:
-    from linumpy.io.demo import make_demo_data, read_demo_truth
+    from linumpy.mosaic.demo import make_demo_data, read_demo_truth
     from linumpy.scripts import linum_aip, linum_convert_to_omezarr, linum_stitch_3d
 
     mosaic = tmp_path / "mosaic.ome.zarr"

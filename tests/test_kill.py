@@ -35,10 +35,10 @@ import numpy as np
 import pytest
 
 from linumpy.io import read_volume, save_omezarr
-from linumpy.io.demo import make_demo_data, read_demo_truth
 from linumpy.io.omezarr import read_axes, read_omezarr
 from linumpy.io.recovery import HOST, PREFIX_CHARS, read_json
 from linumpy.io.staging import STAGING_SUFFIX, clean_staging, recover_staging
+from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 
 N_KILLS = int(os.environ.get("LINUMPY_KILL_N", "10"))
 LANES = 2  # outputs killed side by side, each N_KILLS / LANES times

@@ -17,7 +17,6 @@ import linumpy.io.reader as reader
 from linumpy import settings
 from linumpy.io import OmeZarrWriter, open_array, read_volume, save_omezarr
 from linumpy.io import layout as layout_module
-from linumpy.io.demo import make_demo_data, read_demo_truth
 from linumpy.io.layout import (
     SHARD_BYTES,
     default_layout,
@@ -27,6 +26,7 @@ from linumpy.io.layout import (
     tile_shards,
 )
 from linumpy.mosaic.convert import convert_to_omezarr
+from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 from linumpy.mosaic.pipeline import (
     average_intensity_projection,
     projection_omezarr,

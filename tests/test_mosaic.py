@@ -11,7 +11,7 @@ from scipy import ndimage
 
 from linumpy.errors import LinumpyError
 from linumpy.io import downsample_mean, read_omezarr, read_volume, save_omezarr
-from linumpy.io.demo import generate_demo_mosaic, make_demo_data
+from linumpy.mosaic.demo import generate_demo_mosaic, make_demo_data
 from linumpy.mosaic.pipeline import (
     average_intensity_projection,
     convert_to_omezarr,

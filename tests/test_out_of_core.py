@@ -13,8 +13,8 @@ import zarr
 
 from linumpy.errors import MemoryLimitError
 from linumpy.io import downsample_mean, read_volume, save_omezarr
-from linumpy.io.demo import make_demo_data, read_demo_truth
 from linumpy.mosaic.convert import convert_to_omezarr
+from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 from linumpy.mosaic.out_of_core import plan_stitch_block, stitch_lazy
 from linumpy.mosaic.pipeline import (
     average_intensity_projection,

@@ -132,7 +132,7 @@ def test_process_age_counts_from_the_process_start() -> None:
 
 def test_scripts_print_the_table_with_v(tmp_path: Path) -> None:
     """linum-stitch-3d -v as a command: each step of its run has a row, and they add up."""
-    from linumpy.io.demo import make_demo_data, read_demo_truth
+    from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 
     grid, transform = tmp_path / "grid.ome.zarr", tmp_path / "transform.json"
     make_demo_data(grid, grid_shape=(2, 2), tile_shape=(8, 32, 32))
@@ -154,7 +154,7 @@ def test_scripts_print_the_table_with_v(tmp_path: Path) -> None:
 
 
 def test_main_called_from_python_leaves_the_start_up_out(tmp_path: Path, capsys) -> None:
-    from linumpy.io.demo import make_demo_data
+    from linumpy.mosaic.demo import make_demo_data
     from linumpy.scripts.linum_aip import main
 
     make_demo_data(tmp_path / "grid.ome.zarr", grid_shape=(1, 2), tile_shape=(8, 16, 16))

@@ -16,7 +16,7 @@ from PIL import Image
 
 from linumpy import cli
 from linumpy.io import downsample_mean, read_omezarr, read_volume, save_omezarr
-from linumpy.io.demo import read_demo_truth
+from linumpy.mosaic.demo import read_demo_truth
 from linumpy.mosaic.transform import TileTransform
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """The pipeline benchmark: the ``linum-*`` commands users run, on the CPU and with ``--use-gpu``.
 
-Demo mosaic grids (:func:`linumpy.io.demo.make_demo_data`) are written in linumpy's default
+Demo mosaic grids (:func:`linumpy.mosaic.demo.make_demo_data`) are written in linumpy's default
 layout and with one chunk per tile (as other tools write mosaics); ``linum-estimate-transform``,
 ``linum-stitch-3d`` and ``linum-aip`` then run on each, every run a separate process
 (``python -m linumpy.scripts.X ... -v``: start-up, imports and the CUDA context included), page
@@ -254,7 +254,7 @@ def _describe_layout(path: Path, tile: tuple[int, int, int]) -> tuple[str, dict[
 
 def _make_mosaic(spec: MosaicSpec, layout: str, path: Path, gpu: bool) -> dict[str, Any]:
     from linumpy._numpy_or_cupy import gpu_module
-    from linumpy.io.demo import make_demo_data, read_demo_truth
+    from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 
     start = time.perf_counter()
     # "tile": one chunk per tile and no shards, as other tools write mosaic grids

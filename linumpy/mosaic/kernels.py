@@ -73,7 +73,7 @@ def prepare_gpu_kernels() -> KernelReport:
     import cupy
 
     from linumpy.io import read_volume
-    from linumpy.io.demo import make_demo_data, read_demo_truth
+    from linumpy.mosaic.demo import make_demo_data, read_demo_truth
     from linumpy.mosaic.pipeline import (
         estimate_transform_omezarr,
         projection_omezarr,

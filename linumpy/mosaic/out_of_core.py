@@ -261,7 +261,7 @@ def stitch_lazy(
     --------
     >>> import numpy as np, tempfile
     >>> from linumpy.io import read_volume
-    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
     >>> from linumpy.mosaic.out_of_core import stitch_lazy
     >>> from linumpy.mosaic.stitch import stitch
     >>> path = tempfile.mkdtemp() + "/mosaic.ome.zarr"

@@ -72,7 +72,7 @@ def read_linumpy_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.io.demo import make_demo_data
+    >>> from linumpy.mosaic.demo import make_demo_data
     >>> from linumpy.mosaic.pipeline import read_linumpy_attrs
     >>> path = tempfile.mkdtemp() + "/mosaic.ome.zarr"
     >>> _ = make_demo_data(path, grid_shape=(2, 3), tile_shape=(8, 64, 64))
@@ -337,7 +337,7 @@ def estimate_transform_omezarr(
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
     >>> from linumpy.mosaic.pipeline import estimate_transform_omezarr
     >>> path = tempfile.mkdtemp() + "/mosaic.ome.zarr"
     >>> _ = make_demo_data(path, grid_shape=(2, 3), tile_shape=(8, 64, 64))
@@ -436,7 +436,7 @@ def stitch_omezarr(
 
     >>> import tempfile
     >>> from linumpy.io import read_omezarr
-    >>> from linumpy.io.demo import make_demo_data, read_demo_truth
+    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
     >>> from linumpy.mosaic.pipeline import stitch_omezarr
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/mosaic.ome.zarr", grid_shape=(2, 3), tile_shape=(8, 64, 64))

@@ -433,7 +433,7 @@ def estimate_transform(
     --------
     The layout of a small synthetic 2x3 mosaic grid, from its average intensity projection:
 
-    >>> from linumpy.io.demo import generate_demo_mosaic
+    >>> from linumpy.mosaic.demo import generate_demo_mosaic
     >>> from linumpy.mosaic.registration import estimate_transform
     >>> demo = generate_demo_mosaic(grid_shape=(2, 3), tile_shape=(8, 64, 64))
     >>> transform, measurements = estimate_transform(demo.mosaic.mean(axis=0), (64, 64))
