@@ -454,7 +454,7 @@ def run_pipeline_benchmark(
     >>> [(run.command, run.device, run.ok, "level 0" in run.phases) for run in result.runs]
     [('aip', 'cpu', True, True)]
     """
-    from linumpy.bench.pipeline_report import run_info
+    from linumpy.bench.provenance import run_info
     from linumpy.bench.run import machine_info
 
     reason = gpu_reason() if config.gpu else "not asked for (CPU only)"

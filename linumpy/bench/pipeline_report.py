@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib.metadata
 import json
-import shlex
-import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from linumpy.bench.pipeline import COMMANDS, KERNELS_CACHED, CommandRun, PipelineResult
+from linumpy.bench.provenance import run_info
 
 __all__ = ["pipeline_chart", "pipeline_table", "run_info", "write_pipeline_json"]
 
@@ -22,37 +18,6 @@ _SHORT = {
     "kernel compilation": "kernels",
     "final swap": "swap",
 }
-
-
-def run_info() -> dict[str, str]:
-    """linumpy's version and commit, the command line, and the pipeline's other versions.
-
-    Examples
-    --------
-    >>> from linumpy.bench.pipeline_report import run_info
-    >>> info = run_info()
-    >>> "linumpy" in info and "command" in info
-    True
-    """
-    from linumpy import __version__
-
-    program = Path(sys.argv[0]).stem.replace("_", "-")  # linum-benchmark-pipeline, run with -m too
-    info = {"linumpy": __version__, "command": shlex.join([program, *sys.argv[1:]])}
-    for name in ("dask", "scikit-image", "cucim-cu13", "cucim-cu12"):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            info[name] = importlib.metadata.version(name)
-    root = Path(__file__).resolve().parents[2]
-    git = ["git", "-C", str(root)]
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        commit = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-        if commit.returncode == 0:
-            dirty = subprocess.run(
-                [*git, "status", "--porcelain", "-uno"], capture_output=True, text=True, timeout=10
-            )
-            info["commit"] = commit.stdout.strip() + (" (with changes)" if dirty.stdout else "")
-    return info
 
 
 def _pairs(result: PipelineResult) -> list[tuple[CommandRun, CommandRun | None]]:
