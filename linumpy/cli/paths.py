@@ -1,0 +1,214 @@
+"""The inputs and outputs of a ``linum-*`` script: inputs checked to exist, outputs checked
+against ``-f``, the inputs and each other, and written in staging to be moved into place."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+from linumpy.errors import LinumpyError
+
+__all__ = ["check_input", "check_output", "output_path"]
+
+# The inputs each parser's script checked, so that its outputs can be compared with them.
+_INPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
+    weakref.WeakKeyDictionary()
+)
+# The outputs each parser's script checked, so that no two of them are one path.
+_OUTPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -> Path | str:
+    """Exit with a one-line error when the input ``path`` does not exist.
+
+    A remote URL (``http(s)://``, ``s3://``, ``gs://``) is returned as it is: its reader names
+    it in any error; a ``file://`` URL is checked as the local path it names.
+
+    Examples
+    --------
+    >>> import contextlib, sys, tempfile
+    >>> from linumpy.cli import build_parser, check_input
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> folder = tempfile.mkdtemp()
+    >>> check_input(parser, folder).is_dir()
+    True
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         check_input(parser, "missing.ome.zarr")
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)
+    linum-demo: error: input 'missing.ome.zarr' does not exist
+    exit status 2
+    """
+    from linumpy.io.remote import is_url, local_path, url_scheme
+
+    if is_url(path):
+        return os.fspath(path)
+    path = local_path(os.fspath(path)) if url_scheme(path) == "file" else Path(path)
+    if not path.exists():
+        from linumpy.io.staging import recover_staging
+
+        recover_staging(path)  # an interrupted replacement of it may have left it in staging
+    if not path.exists():
+        parser.error(f"input {os.fspath(path)!r} does not exist")
+    _INPUTS.setdefault(parser, []).append(path)
+    return path
+
+
+def _overlap(output: Path, source: Path) -> str | None:
+    """How ``output`` overlaps ``source`` ("is", "is inside", "contains"), None if it does not."""
+    out, src = output.resolve(), source.resolve()
+    if out == src:
+        return "is"
+    if out.is_relative_to(src):
+        return "is inside"
+    if src.is_relative_to(out):
+        return "contains"
+    return None
+
+
+def check_output(
+    parser: argparse.ArgumentParser,
+    path: str | os.PathLike[str],
+    overwrite: bool,
+    *,
+    make_parents: bool = False,
+    kind: Literal["file", "directory"] | None = None,
+) -> Path:
+    """Exit with a one-line error when ``path`` exists without ``-f`` (a dangling link too),
+    cannot be created, or is an input of the script (checked with :func:`check_input` before) or
+    another of its outputs (checked before), inside one or contains one.
+
+    With ``make_parents``, missing parent directories are created. With ``kind``, an existing
+    ``path`` of the other kind is never replaced, ``-f`` or not. What an interrupted earlier
+    write of ``path`` left in staging is recovered or removed first.
+
+    Examples
+    --------
+    >>> import contextlib, sys, tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.cli import build_parser, check_output
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> check_output(parser, folder / "new" / "out.ome.zarr", False, make_parents=True).name
+    'out.ome.zarr'
+    >>> (folder / "new").is_dir()
+    True
+    >>> parser = build_parser("Demo.", prog="linum-demo")  # each run checks its outputs apart
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         check_output(parser, folder / "new", overwrite=False)
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
+    linum-demo: error: output '.../new' exists; use -f to overwrite it
+    exit status 2
+    >>> check_output(parser, folder / "new", overwrite=True) == folder / "new"
+    True
+    >>> source = check_input(parser, folder / "new")
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         check_output(parser, folder / "new", overwrite=True)
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
+    linum-demo: error: output '.../new' is the input '.../new'; write to another path
+    exit status 2
+
+    Two outputs of one run are never one path (nor one inside the other):
+
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> _ = check_output(parser, folder / "a.png", overwrite=True)
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         check_output(parser, folder / "a.png", overwrite=True)
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
+    linum-demo: error: output '.../a.png' is the output '.../a.png'; write to another path
+    exit status 2
+    """
+    path = Path(path)
+    for role, others in (("input", _INPUTS), ("output", _OUTPUTS)):
+        for other in others.get(parser, []):
+            overlap = _overlap(path, other)
+            if overlap:
+                parser.error(
+                    f"output {os.fspath(path)!r} {overlap} the {role} {os.fspath(other)!r}; "
+                    "write to another path"
+                )
+    if path.parent.is_dir():
+        from linumpy.io.staging import recover_staging
+
+        recover_staging(path)
+    present = path.exists() or path.is_symlink()  # a dangling link is replaced only with -f
+    if path.exists() and kind is not None and path.is_dir() != (kind == "directory"):
+        found = "a directory" if path.is_dir() else "a file"
+        parser.error(f"output {os.fspath(path)!r} is {found}; it is not replaced by a {kind}")
+    if present and not overwrite:
+        parser.error(f"output {os.fspath(path)!r} exists; use -f to overwrite it")
+    if make_parents:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"cannot create {os.fspath(path.parent)!r}: {exc.strerror}")
+    if not path.parent.is_dir():
+        parser.error(f"cannot create {os.fspath(path)!r}: no directory {os.fspath(path.parent)!r}")
+    if not os.access(path.parent, os.W_OK | os.X_OK):  # a read-only file system too, for root
+        parser.error(f"cannot create {os.fspath(path)!r}: {os.fspath(path.parent)!r} is read-only")
+    _OUTPUTS.setdefault(parser, []).append(path)
+    return path
+
+
+@contextmanager
+def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path to write ``path``'s content to; move it into place on success.
+
+    The temporary path has the same name, inside a hidden staging directory beside ``path`` (same
+    file system, so the final move is a rename; see :func:`linumpy.io.staging.staged`). On an
+    exception (Ctrl-C included) it is deleted and ``path`` is left as it was; a killed run leaves
+    the staging directory, which the next write of ``path`` removes. An existing ``path`` is
+    replaced only once the new one is complete, in one step. An OS error about the staging
+    directory (a read-only folder), and a full disk, a quota or a file size limit met while
+    writing, become a :class:`LinumpyError` naming ``path``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.cli import output_path
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with output_path(folder / "result.txt") as staging:
+    ...     _ = staging.write_text("complete")
+    ...     [p.name.endswith(".linumpy-staging") for p in folder.iterdir()]
+    [True]
+    >>> os.listdir(folder), (folder / "result.txt").read_text()
+    (['result.txt'], 'complete')
+
+    An interrupted run leaves the previous output in place:
+
+    >>> try:
+    ...     with output_path(folder / "result.txt") as staging:
+    ...         _ = staging.write_text("half")
+    ...         raise RuntimeError("interrupted")
+    ... except RuntimeError:
+    ...     pass
+    >>> os.listdir(folder), (folder / "result.txt").read_text()
+    (['result.txt'], 'complete')
+    """
+    from linumpy.io.staging import STAGING_SUFFIX, staged
+
+    try:
+        with staged(path) as staging:
+            yield staging
+    except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        if not full and STAGING_SUFFIX not in f"{exc.filename} {exc.filename2}":
+            raise
+        reason = exc.strerror or type(exc).__name__
+        raise LinumpyError(f"cannot write {os.fspath(path)!r}: {reason}") from exc

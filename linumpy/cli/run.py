@@ -1,0 +1,155 @@
+"""A ``linum-*`` script's run: arguments parsed, logging set up from ``-v``, errors turned into
+one line and an exit status (2, or 130 on Ctrl-C), and with ``-v`` the table of where the time
+went (:mod:`linumpy.phases`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+import warnings
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from linumpy import phases
+from linumpy.errors import LinumpyError
+
+__all__ = ["EXIT_INTERRUPTED", "fail_on_errors", "parse_args", "setup_logging"]
+
+#: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+# The -v count each parser parsed: fail_on_errors shows tracebacks with -v.
+_VERBOSE: weakref.WeakKeyDictionary[argparse.ArgumentParser, int] = weakref.WeakKeyDictionary()
+# With -v: [recorder, depth of fail_on_errors blocks, whether the start-up counts]; the recorder
+# runs from the outermost fail_on_errors block's start to its end, which prints its table.
+_PHASES: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def setup_logging(verbose: int, prog: str) -> None:
+    """Send linumpy's log records to stderr: warnings always, info with -v, debug with -vv.
+
+    Examples
+    --------
+    Here stderr is redirected to stdout to show the records; the last two lines put the
+    ``linumpy`` logger back as it was.
+
+    >>> import contextlib, logging, sys
+    >>> from linumpy.cli import setup_logging
+    >>> root = logging.getLogger("linumpy")
+    >>> handlers, level, propagate = root.handlers[:], root.level, root.propagate
+    >>> with contextlib.redirect_stderr(sys.stdout):
+    ...     setup_logging(1, "linum-demo")
+    >>> logging.getLogger("linumpy.mosaic").info("stitched 6 tiles")
+    linum-demo: INFO: stitched 6 tiles
+    >>> logging.getLogger("linumpy.mosaic").debug("shown with -vv only")
+    >>> root.handlers[:], root.propagate = handlers, propagate
+    >>> root.setLevel(level)
+    """
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prog}: %(levelname)s: %(message)s"))
+    root = logging.getLogger("linumpy")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+@contextmanager
+def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
+    """Turn linumpy's errors and OS errors (unreadable input, unwritable output) into a one-line
+    error and exit status 2; with ``-v`` (see :func:`parse_args`) the traceback comes first.
+    Ctrl-C ends the run with ``PROG: interrupted`` and exit status 130 (what was being written is
+    thrown away, its previous version kept).
+
+    Any other exception is a bug: it propagates (a traceback and exit status 1).
+
+    Examples
+    --------
+    >>> import contextlib, sys
+    >>> from linumpy.cli import build_parser, fail_on_errors
+    >>> from linumpy.mosaic.transform import parse_tile_shape
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout), fail_on_errors(parser):
+    ...         parse_tile_shape((0, 64))
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)
+    linum-demo: error: tile shape must be two positive integers (height, width), got (0, 64)
+    exit status 2
+    """
+    timing = _PHASES.get(parser)
+    if timing is not None:
+        if timing[1] == 0 and phases.active() is None:
+            timing[0] = phases.PhaseRecorder(startup=None if timing[2] else 0.0).start()
+        timing[1] += 1
+    finished = False
+    try:
+        yield
+        finished = True
+    except (LinumpyError, OSError, ValueError) as exc:
+        if _VERBOSE.get(parser, 0) > 0:
+            traceback.print_exc(file=sys.stderr)
+        parser.error(str(exc) or type(exc).__name__)
+    except KeyboardInterrupt:
+        if _VERBOSE.get(parser, 0) > 0:
+            traceback.print_exc(file=sys.stderr)
+        else:  # zarr's event loop, stopped mid-write, would report its pending tasks at exit
+            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+        parser.exit(EXIT_INTERRUPTED, f"{parser.prog}: interrupted\n")
+    finally:
+        if timing is not None:
+            timing[1] -= 1
+            if timing[1] == 0 and timing[0] is not None:
+                _PHASES.pop(parser, None)
+                result = timing[0].stop()
+                if finished:
+                    print(phases.format_table(result, parser.prog), file=sys.stderr, flush=True)
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv`` and set up logging from ``-v`` (and tracebacks in :func:`fail_on_errors`).
+
+    Examples
+    --------
+    The last two lines put the ``linumpy`` logger back as it was (see :func:`setup_logging`).
+
+    >>> import logging
+    >>> from linumpy.cli import add_verbose_arg, build_parser, parse_args
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> _ = parser.add_argument("input")
+    >>> add_verbose_arg(parser)
+    >>> root = logging.getLogger("linumpy")
+    >>> handlers, level, propagate = root.handlers[:], root.level, root.propagate
+    >>> parse_args(parser, ["mosaic.ome.zarr", "-v"])
+    Namespace(input='mosaic.ome.zarr', verbose=1)
+    >>> logging.getLevelName(root.level)
+    'INFO'
+    >>> root.handlers[:], root.propagate = handlers, propagate
+    >>> root.setLevel(level)
+    """
+    args = parser.parse_args(argv)
+    _VERBOSE[parser] = getattr(args, "verbose", 0)
+    setup_logging(_VERBOSE[parser], parser.prog)
+    if _VERBOSE[parser] > 0:
+        # the interpreter's start-up counts for a command, not for main(argv) called from Python
+        _PHASES[parser] = [None, 0, argv is None]
+    if argv is None and _VERBOSE[parser] == 0:
+        sys.excepthook = _interrupted_hook(parser.prog, sys.excepthook)
+    return args
+
+
+def _interrupted_hook(prog: str, previous: Any) -> Any:
+    """An excepthook printing ``PROG: interrupted`` for a Ctrl-C outside :func:`fail_on_errors`
+    (the interpreter then ends as killed by SIGINT: status 130 in a shell)."""
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            print(f"{prog}: interrupted", file=sys.stderr)
+        else:
+            previous(kind, value, tb)
+
+    return hook
