@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from linumpy import cli
 from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
-from linumpy.cli.options import add_zstd_level_arg, positive_int
+from linumpy.cli.options import add_layout_args, add_zstd_level_arg, layout_shards, positive_int
 
 #: Dimensionality of the mosaic grid this script stitches.
 NDIM = 3
@@ -42,14 +42,11 @@ def _build_arg_parser(ndim: int = NDIM, doc: str | None = __doc__) -> cli.LinumA
         default=3,
         help="Pyramid levels of the output [%(default)s].",
     )
-    parser.add_argument(
-        "--chunks",
-        nargs=ndim,
-        type=positive_int,
-        help="Chunk shape of the output (default: 128s).",
-    )
-    parser.add_argument(
-        "--shards", nargs=ndim, type=positive_int, help="Shard shape of the output."
+    add_layout_args(
+        parser,
+        chunks_help="(Inner) chunk shape of the output (default: about 1 MiB each).",
+        shards_help="Shard shape of the output, a multiple of the chunks (default: slabs of "
+        "whole planes).",
     )
     add_zstd_level_arg(parser)
     cli.add_overwrite_arg(parser)
@@ -99,7 +96,7 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
                 gpu=gpu,
                 n_levels=args.n_levels,
                 chunks=args.chunks,
-                shards=args.shards,
+                shards=layout_shards(args),
                 level=args.zstd_level,
                 progress=True,
                 cluster=cluster,
