@@ -89,12 +89,7 @@ def parse_imports(modules: dict[str, Path], root: Path) -> list[Import]:
     found: list[Import] = []
 
     def resolve(name: str) -> str:
-        if not name.startswith("linumpy"):
-            return name.split(".")[0]
-        parts = name.split(".")
-        while len(parts) > 1 and ".".join(parts) not in modules:
-            parts.pop()
-        return ".".join(parts)
+        return name if name.startswith("linumpy") else name.split(".")[0]
 
     def targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
         if isinstance(node, ast.Import):
@@ -144,7 +139,7 @@ def circles(imports: list[Import]) -> list[list[str]]:
     """The groups of modules that import one another (strongly connected, more than one)."""
     graph: dict[str, set[str]] = {}
     for edge in imports:
-        if edge.target.startswith("linumpy"):
+        if edge.target.startswith("linumpy"):  # a missing module is a rule's to name
             graph.setdefault(edge.source, set()).add(edge.target)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -192,12 +187,15 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def rule_breaks(imports: list[Import], packages: set[str]) -> list[str]:
-    """Every import that breaks a rule of docs/architecture.md, with its reason (``packages``:
-    the modules that are packages)."""
+def rule_breaks(imports: list[Import], modules: dict[str, Path]) -> list[str]:
+    """Every import that breaks a rule of docs/architecture.md, with its reason."""
+    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
     broken = []
     for edge in imports:
         source, target = edge.source, edge.target
+        if target.startswith("linumpy") and target not in modules:
+            broken.append(f"{edge}: no such module")
+            continue
         if not target.startswith("linumpy"):
             if target in GPU_LIBRARIES and not edge.lazy:
                 broken.append(f"{edge}: a GPU library imported with the module")
@@ -219,10 +217,6 @@ def rule_breaks(imports: list[Import], packages: set[str]) -> list[str]:
         if target in packages and target != "linumpy" and _within(source, target):
             broken.append(f"{edge}: a module of a package imports its modules, not its facade")
     return broken
-
-
-def packages_of(modules: dict[str, Path]) -> set[str]:
-    return {name for name, path in modules.items() if path.name == "__init__.py"}
 
 
 MODULES = find_modules(ROOT)
@@ -249,7 +243,7 @@ def test_no_import_circles(imports: list[Import]) -> None:
 
 
 def test_imports_follow_the_layers(imports: list[Import]) -> None:
-    broken = rule_breaks(imports, packages_of(MODULES))
+    broken = rule_breaks(imports, MODULES)
     assert not broken, "\n".join(broken)
 
 
@@ -263,7 +257,7 @@ def test_the_checks_find_a_lazy_circle_and_an_upward_import(tmp_path: Path) -> N
         "linumpy/io/a.py": "def f():\n    from linumpy.io.b import g\n",
         "linumpy/io/b.py": "from linumpy.io import a\nimport linumpy.mosaic.m\n",
         "linumpy/io/engine/__init__.py": "",
-        "linumpy/io/engine/plan.py": "def p():\n    import linumpy.gpu.k\n",
+        "linumpy/io/engine/plan.py": "def p():\n    import linumpy.gpu.k, linumpy.gone\n",
         "linumpy/gpu/__init__.py": "",
         "linumpy/gpu/k.py": "import cupy\nfrom typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from linumpy.mosaic import m\n",
@@ -277,8 +271,9 @@ def test_the_checks_find_a_lazy_circle_and_an_upward_import(tmp_path: Path) -> N
     modules = find_modules(tmp_path)
     found = parse_imports(modules, tmp_path)
     assert circles(found) == [["linumpy.io.a", "linumpy.io.b"]]
-    broken = "\n".join(rule_breaks(found, packages_of(modules)))
+    broken = "\n".join(rule_breaks(found, modules))
     assert "linumpy.io.b -> linumpy.mosaic.m: upward, from I/O and GPU to mosaic" in broken
     assert "linumpy.io.engine.plan -> linumpy.gpu.k (lazy): the engine's stages" in broken
     assert "linumpy.gpu.k -> cupy: a GPU library imported with the module" in broken
+    assert "linumpy.io.engine.plan -> linumpy.gone (lazy): no such module" in broken
     assert "linumpy.gpu.k -> linumpy.mosaic" not in broken  # under TYPE_CHECKING
