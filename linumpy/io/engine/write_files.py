@@ -204,7 +204,18 @@ def write_file(path: str, parts: list[Any] | None, *, writeback: bool = False) -
 
 
 def make_directories(plan: WritePlan) -> None:
-    """Create the directories the plan's files go in (once, before the threads write)."""
+    """Create the directories the plan's files go in (once, before the threads write).
+
+    Examples
+    --------
+    >>> import os, tempfile, zarr
+    >>> from linumpy.io.engine.write_plan import plan_write
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> array = zarr.create_array(path, shape=(8, 8), chunks=(4, 4), dtype="uint8")
+    >>> make_directories(plan_write(array))
+    >>> sorted(os.listdir(path + "/c"))
+    ['0', '1']
+    """
     for directory in sorted({os.path.dirname(plan.path(i)) for i in range(plan.n_blocks)}):
         os.makedirs(directory, exist_ok=True)
 
