@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from linumpy.bench.pipeline import COMMANDS, KERNELS_CACHED, CommandRun, PipelineResult
+from linumpy.bench.pipeline_records import COMMANDS, KERNELS_CACHED, CommandRun, PipelineResult
 from linumpy.bench.provenance import run_info
 
 __all__ = ["pipeline_chart", "pipeline_table", "run_info", "write_pipeline_json"]
