@@ -37,8 +37,10 @@ class Placement:
     ----------
     axes
         The NGFF axes (names, types, units).
-    scale, translation
-        Per axis: the spacing of voxels and the position of voxel 0, in the axis' unit.
+    scale
+        Per axis: the spacing of voxels, in the axis' unit.
+    translation
+        Per axis: the position of voxel 0, in the axis' unit.
     levels
         The image's number of multiscale levels (1 for a plain array).
 
