@@ -22,7 +22,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from linumpy import phases
+from linumpy import phases, settings
 from linumpy._numpy_or_cupy import array_module, gpu_module
 from linumpy.errors import LinumpyError
 from linumpy.io.block_write import store_block
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "align_blocks",
     "array_path",
+    "block_write_threads",
     "committed",
     "empty_meta",
     "shard_budget",
@@ -98,13 +99,31 @@ def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
     return data.rechunk(block)
 
 
-def _write_block(block: Any, path: str, block_info: dict[Any, Any] | None = None) -> np.ndarray:
+def block_write_threads(n_blocks: int) -> int:
+    """Encoding threads for each host block of a write of ``n_blocks`` blocks: this machine's
+    CPUs shared by the blocks that can run at once, so that a write of few large blocks (whole
+    planes of a sharded output) still encodes on every CPU.
+
+    Examples
+    --------
+    >>> from linumpy import settings
+    >>> with settings.set(io_threads=16):
+    ...     block_write_threads(100), block_write_threads(3)
+    (1, 5)
+    """
+    cpus = settings.get().io_threads
+    return max(1, cpus // max(1, min(n_blocks, cpus)))
+
+
+def _write_block(
+    block: Any, path: str, threads: int = 1, block_info: dict[Any, Any] | None = None
+) -> np.ndarray:
     region = tuple(slice(a, b) for a, b in block_info[0]["array-location"])
     target = zarr.open_array(store=LocalStore(path), mode="r+")  # a path, never a URL
-    # numpy blocks: dask runs one task per thread already; cupy blocks: the GPU encodes, threads
-    # write the files.
+    # numpy blocks: the blocks running at once share the CPUs (block_write_threads); cupy
+    # blocks: the GPU encodes, threads write the files.
     on_host = array_module(block) is np
-    store_block(target, region, block, settings={"io_threads": 1} if on_host else None)
+    store_block(target, region, block, settings={"io_threads": threads} if on_host else None)
     return np.full((1,) * block.ndim, block.nbytes, dtype=np.int64)
 
 
@@ -136,6 +155,7 @@ def store_graph(data: da.Array, target: zarr.Array | str | os.PathLike[str]) -> 
     return data.map_blocks(
         _write_block,
         path,
+        block_write_threads(data.npartitions),
         chunks=tuple((1,) * len(c) for c in data.chunks),
         dtype=np.int64,
         meta=np.empty((0,) * data.ndim, dtype=np.int64),

@@ -22,6 +22,7 @@ from linumpy.io.dask_write import (
     _write_block,
     align_blocks,
     array_path,
+    block_write_threads,
     empty_meta,
     store_dask,
 )
@@ -48,9 +49,13 @@ def _halved_chunks(
 
 
 def _write_and_halve(
-    block: Any, path: str, axes: tuple[int, ...], block_info: dict[Any, Any] | None = None
+    block: Any,
+    path: str,
+    axes: tuple[int, ...],
+    threads: int,
+    block_info: dict[Any, Any] | None = None,
 ) -> Any:
-    _write_block(block, path, block_info=block_info)
+    _write_block(block, path, threads, block_info=block_info)
     return downsample_mean(block, axes)
 
 
@@ -128,6 +133,7 @@ def store_levels(
         _write_and_halve,
         array_path(target),
         shrink,
+        block_write_threads(aligned.npartitions),
         chunks=halved,
         dtype=target.dtype,
         meta=empty_meta(target.dtype, target.ndim, gpu),
