@@ -12,7 +12,7 @@ The package's modules, each of one concern:
 - :mod:`linumpy.parallel.startup`: :func:`dask_cluster`, the cluster start-up;
 - :mod:`linumpy.parallel.cluster`: :class:`Cluster`, where tasks run and their working set;
 - :mod:`linumpy.parallel.block_sizes`: sizes as text and the policy that cuts a job into blocks;
-- :mod:`linumpy.parallel.gpu_devices`: the GPUs visible and their memory (NVML);
+- :mod:`linumpy.parallel.gpu_devices`: the GPUs visible and their memory (the CUDA runtime);
 - :mod:`linumpy.parallel.host_memory`: freed memory handed back to the system at once;
 - :mod:`linumpy.parallel.progress`: the progress bar over a computation's tasks.
 
