@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from linumpy.bench.pipeline import MOSAICS, PipelineConfig, run_pipeline_benchmark, scaled
+from linumpy.bench.pipeline import run_pipeline_benchmark
+from linumpy.bench.pipeline_records import MOSAICS, PipelineConfig, scaled
 from linumpy.bench.pipeline_report import pipeline_table, write_pipeline_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,17 +17,15 @@ from pathlib import Path
 import pytest
 
 from linumpy.bench import Row
-from linumpy.bench.results import (
+from linumpy.bench.result_files import (
     BENCHMARK,
-    check_docs,
     current_records,
     load_records,
-    main,
     parse_record,
     record_from_run,
-    record_table,
-    render_docs,
 )
+from linumpy.bench.result_page import check_docs, record_table, render_docs
+from linumpy.bench.results import main
 from linumpy.errors import BenchInputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +129,7 @@ def test_add_render_check_round_trip(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     (tmp_path / "docs" / "images").mkdir(parents=True)
     page = tmp_path / "docs" / "benchmarks.md"
-    from linumpy.bench.results import BEGIN, END
+    from linumpy.bench.result_page import BEGIN, END
 
     page.write_text(f"# Benchmarks\n\n{BEGIN}\n{END}\n\nAfter.\n")
     for day, gbps in (("2026-11-30", 1.25), ("2026-12-01", 2.5)):

@@ -52,7 +52,7 @@ def pipeline_table(result: PipelineResult) -> str:
 
     Examples
     --------
-    >>> from linumpy.bench.pipeline import CommandRun, PipelineConfig, PipelineResult
+    >>> from linumpy.bench.pipeline_records import CommandRun, PipelineConfig, PipelineResult
     >>> from linumpy.bench.pipeline_report import pipeline_table
     >>> result = PipelineResult(PipelineConfig(), {"date": "2026-12-01"})
     >>> result.runs = [
@@ -145,7 +145,7 @@ def write_pipeline_json(result: PipelineResult, path: Path) -> None:
     --------
     >>> import json, tempfile
     >>> from pathlib import Path
-    >>> from linumpy.bench.pipeline import PipelineConfig, PipelineResult
+    >>> from linumpy.bench.pipeline_records import PipelineConfig, PipelineResult
     >>> from linumpy.bench.pipeline_report import write_pipeline_json
     >>> path = Path(tempfile.mkdtemp()) / "run.json"
     >>> write_pipeline_json(PipelineResult(PipelineConfig(gpu=False), {"date": "today"}), path)
@@ -173,7 +173,7 @@ def pipeline_chart(result: PipelineResult, path: Path) -> bool:
     --------
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from linumpy.bench.pipeline import CommandRun, PipelineConfig, PipelineResult
+    >>> from linumpy.bench.pipeline_records import CommandRun, PipelineConfig, PipelineResult
     >>> from linumpy.bench.pipeline_report import pipeline_chart
     >>> result = PipelineResult(PipelineConfig(gpu=False), {"date": "2026-12-01"})
     >>> result.runs = [CommandRun("aip", "6x6", "cpu", "warm", 4.0)]

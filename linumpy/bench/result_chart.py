@@ -48,7 +48,8 @@ def chart_name(record: BenchRecord) -> str:
 
     Examples
     --------
-    >>> from linumpy.bench.results import BenchRecord, chart_name
+    >>> from linumpy.bench.result_chart import chart_name
+    >>> from linumpy.bench.result_files import BenchRecord
     >>> chart_name(BenchRecord("r.json", "2026-11-30", "One H200", {}, "c", "x", {}, ()))
     'benchmark-io-one-h200.png'
     """
@@ -62,7 +63,8 @@ def chart_stamp(record: BenchRecord) -> str:
     --------
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from linumpy.bench.results import BenchRecord, chart_stamp
+    >>> from linumpy.bench.result_chart import chart_stamp
+    >>> from linumpy.bench.result_files import BenchRecord
     >>> source = Path(tempfile.mkdtemp()) / "r.json"
     >>> _ = source.write_text("{}")
     >>> chart_stamp(BenchRecord(str(source), "2026-11-30", "m", {}, "c", "x", {}, ()))[:20]
@@ -84,7 +86,8 @@ def chart(record: BenchRecord, path: Path) -> None:
     --------
     >>> import json, tempfile
     >>> from pathlib import Path
-    >>> from linumpy.bench.results import BENCHMARK, chart, load_records
+    >>> from linumpy.bench.result_chart import chart
+    >>> from linumpy.bench.result_files import BENCHMARK, load_records
     >>> folder = Path(tempfile.mkdtemp())
     >>> row = {"layout": "8^3", "name": "zarr CPU read", "kind": "cpu", "op": "read",
     ...        "gbps": 1.5, "runs": 3}

@@ -61,7 +61,7 @@ class BenchRecord:
 
     Examples
     --------
-    >>> from linumpy.bench.results import parse_record
+    >>> from linumpy.bench.result_files import parse_record
     >>> record = parse_record({
     ...     "benchmark": "linum-benchmark-io", "date": "2026-11-30", "machine": "laptop",
     ...     "versions": {"zarr": "3.4.2"}, "commit": "abc1234",
@@ -98,7 +98,7 @@ def parse_record(payload: Any, source: str | Path) -> BenchRecord:
 
     Examples
     --------
-    >>> from linumpy.bench.results import parse_record
+    >>> from linumpy.bench.result_files import parse_record
     >>> parse_record({"benchmark": "linum-benchmark-io", "date": "2026-11-30"}, "r.json")
     Traceback (most recent call last):
         ...
@@ -139,7 +139,7 @@ def load_records(folder: Path) -> list[BenchRecord]:
     --------
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from linumpy.bench.results import load_records
+    >>> from linumpy.bench.result_files import load_records
     >>> load_records(Path(tempfile.mkdtemp()))
     []
     """
@@ -158,7 +158,7 @@ def current_records(records: list[BenchRecord]) -> list[BenchRecord]:
 
     Examples
     --------
-    >>> from linumpy.bench.results import BenchRecord, current_records
+    >>> from linumpy.bench.result_files import BenchRecord, current_records
     >>> old = BenchRecord("a.json", "2026-01-01", "m", {}, "a", "c", {}, ())
     >>> new = BenchRecord("b.json", "2026-02-01", "m", {}, "b", "c", {}, ())
     >>> [r.commit for r in current_records([old, new])]
@@ -180,7 +180,7 @@ def record_from_run(
 
     Examples
     --------
-    >>> from linumpy.bench.results import record_from_run
+    >>> from linumpy.bench.result_files import record_from_run
     >>> run = {"machine": {"date": "2026-11-30 22:56 UTC", "host": "vm", "zarr": "3.4.2"},
     ...        "volume": {"shape": [8, 8, 8]}, "rows": []}
     >>> record = record_from_run(run, machine="laptop", command="linum-benchmark-io out",

@@ -46,7 +46,8 @@ def record_table(record: BenchRecord) -> str:
     Examples
     --------
     >>> from linumpy.bench import Row
-    >>> from linumpy.bench.results import BenchRecord, record_table
+    >>> from linumpy.bench.result_files import BenchRecord
+    >>> from linumpy.bench.result_page import record_table
     >>> rows = (Row("8^3", "zarr CPU read", "cpu", "read", 1.5, 0.1, 3, True),
     ...         Row("8^3", "ceiling: numcodecs", "ceiling", "decode-cpu", 4.0, 0.05, 3))
     >>> print(record_table(BenchRecord("r.json", "2026-11-30", "m", {}, "c", "x", {}, rows)))
@@ -82,7 +83,8 @@ def render_section(records: list[BenchRecord], images: str = "images") -> str:
 
     Examples
     --------
-    >>> from linumpy.bench.results import BenchRecord, render_section
+    >>> from linumpy.bench.result_files import BenchRecord
+    >>> from linumpy.bench.result_page import render_section
     >>> text = render_section([BenchRecord("r.json", "2026-11-30", "m", {}, "c", "x", {}, ())])
     >>> text.splitlines()[0]
     '### m, 2026-11-30'
@@ -131,7 +133,7 @@ def render_docs(results: Path, page: Path, images: Path) -> list[Path]:
     --------
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from linumpy.bench.results import BEGIN, END, render_docs
+    >>> from linumpy.bench.result_page import BEGIN, END, render_docs
     >>> folder = Path(tempfile.mkdtemp())
     >>> page = folder / "benchmarks.md"
     >>> _ = page.write_text(f"# Benchmarks\\n{BEGIN}\\n{END}\\n")
@@ -155,7 +157,7 @@ def check_docs(results: Path, page: Path, images: Path) -> list[str]:
     Examples
     --------
     >>> from pathlib import Path
-    >>> from linumpy.bench.results import check_docs
+    >>> from linumpy.bench.result_page import check_docs
     >>> root = Path("no-such-checkout")
     >>> check_docs(root / "results", root / "benchmarks.md", root / "images")
     ['no-such-checkout/benchmarks.md does not exist']

@@ -26,44 +26,10 @@ import sys
 from pathlib import Path
 
 from linumpy.bench.files import BenchInputError
-from linumpy.bench.result_chart import CHART_KEY, chart, chart_name, chart_stamp
-from linumpy.bench.result_files import (
-    BENCHMARK,
-    RESULTS_GLOB,
-    BenchRecord,
-    current_records,
-    load_records,
-    parse_record,
-    record_from_run,
-)
-from linumpy.bench.result_page import (
-    BEGIN,
-    END,
-    check_docs,
-    record_table,
-    render_docs,
-    render_section,
-)
+from linumpy.bench.result_files import parse_record, record_from_run
+from linumpy.bench.result_page import check_docs, render_docs
 
-__all__ = [
-    "BEGIN",
-    "BENCHMARK",
-    "CHART_KEY",
-    "END",
-    "RESULTS_GLOB",
-    "BenchRecord",
-    "chart",
-    "chart_name",
-    "chart_stamp",
-    "check_docs",
-    "current_records",
-    "load_records",
-    "parse_record",
-    "record_from_run",
-    "record_table",
-    "render_docs",
-    "render_section",
-]
+__all__ = ["main"]
 
 
 def _head_commit(root: Path) -> str:
@@ -98,7 +64,15 @@ def _build_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``add``, ``render`` or ``check`` (see the module's docstring)."""
+    """Command line: ``add``, ``render`` or ``check`` (see the module's docstring); the exit
+    status: 0, 1 for a stale page or chart, 2 for a bad input.
+
+    Examples
+    --------
+    >>> from linumpy.bench.results import main
+    >>> main(["--root", "no-such-checkout", "check"])  # says what is stale on stderr
+    1
+    """
     args = _build_arg_parser().parse_args(argv)
     root = args.root
     results = root / "benchmarks" / "results"
