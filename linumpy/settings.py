@@ -24,6 +24,7 @@ field                     environment variable            default
 ``write_checksum``        ``LINUMPY_ZSTD_CHECKSUM``       true: written zstd frames carry checksums
 ``chunk_bytes``           ``LINUMPY_CHUNK_KIB``           1024 KiB per chunk in written layouts
 ``durable``               ``LINUMPY_DURABLE``             true: written images flushed to disk
+``metadata_cache``        ``LINUMPY_METADATA_CACHE``      true: valid NGFF metadata remembered
 ``remote_timeout``        ``LINUMPY_REMOTE_TIMEOUT``      30 s without an answer fails a request
 ``remote_retries``        ``LINUMPY_REMOTE_RETRIES``      3 retries of a failed request, backing off
 ``remote_requests``       ``LINUMPY_REMOTE_REQUESTS``     64 requests in flight per read
@@ -162,6 +163,10 @@ class Settings:
     durable
         Whether a write flushes what it wrote to stable storage before it replaces the old
         version, and the folder's entry after (see the writing guide); off for scratch data.
+    metadata_cache
+        Whether OME-NGFF attributes that ome-zarr-models found valid are remembered on disk
+        (:func:`linumpy.io.metadata.validated_marker`), so later processes reading the same
+        image skip importing the validator.
     remote_timeout
         Seconds a remote store (HTTP, S3, GCS) may take to connect or to send the next bytes of
         an answer before the request fails (and is retried).
@@ -197,6 +202,7 @@ class Settings:
     nvcomp_concurrency: int = 32
     write_checksum: bool = True
     durable: bool = True
+    metadata_cache: bool = True
     chunk_bytes: int = 1024 * KIB
     remote_timeout: float = 30.0
     remote_retries: int = 3
@@ -296,6 +302,7 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "nvcomp_concurrency": ("LINUMPY_NVCOMP_CONCURRENCY", _env_int),
     "write_checksum": ("LINUMPY_ZSTD_CHECKSUM", _env_flag),
     "durable": ("LINUMPY_DURABLE", _env_flag),
+    "metadata_cache": ("LINUMPY_METADATA_CACHE", _env_flag),
     "chunk_bytes": ("LINUMPY_CHUNK_KIB", _env_kib),
     "remote_timeout": ("LINUMPY_REMOTE_TIMEOUT", _env_seconds),
     "remote_retries": ("LINUMPY_REMOTE_RETRIES", _env_int0),
@@ -318,6 +325,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "nvcomp_concurrency": _positive,
     "write_checksum": _flag,
     "durable": _flag,
+    "metadata_cache": _flag,
     "chunk_bytes": _positive,
     "remote_timeout": _seconds,
     "remote_retries": _non_negative,

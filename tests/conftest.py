@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import tempfile
 
 import pytest
+
+_CACHE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # on-disk caches (linumpy's record of valid NGFF metadata) go to a folder of the run's own,
+    # for the tests' subprocesses too, never into the user's home
+    _CACHE.append(tempfile.mkdtemp(prefix="linumpy-test-cache-"))
+    os.environ["XDG_CACHE_HOME"] = _CACHE[-1]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _CACHE:
+        shutil.rmtree(_CACHE.pop(), ignore_errors=True)
 
 
 @functools.cache

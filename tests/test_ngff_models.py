@@ -172,3 +172,46 @@ def test_a_repaired_image_reads_again(tmp_path: Path, version: str) -> None:
         read_omezarr(image)
     file.write_text(good)
     assert read_omezarr(image, level=1)[1] == (2.0, 1.0, 1.0)
+
+
+def test_valid_metadata_is_remembered_on_disk(tmp_path: Path, monkeypatch) -> None:
+    """A valid image's attributes are recorded under the cache folder, and a record is trusted:
+    attributes with a record are not validated again (here, hand-broken ones given a record)."""
+    from linumpy import settings
+    from linumpy.io import metadata
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    metadata._model_error.cache_clear()
+    image = _save(tmp_path / "good.ome.zarr", "0.5")
+    read_omezarr(image)
+    records = list((tmp_path / "cache" / "linumpy" / "ngff-valid").rglob("*"))
+    assert [p for p in records if p.is_file()], "no record of the valid attributes"
+
+    def count() -> int:
+        return len([p for p in (tmp_path / "cache").rglob("*") if p.is_file()])
+
+    bad = _save(tmp_path / "bad.ome.zarr", "0.5")
+    _edit_attrs(bad, "0.5", _wrong_axis_type)
+    before = count()
+    metadata._model_error.cache_clear()
+    with pytest.raises(LinumpyError, match="invalid OME-NGFF"):
+        read_omezarr(bad)
+    assert count() == before  # invalid attributes leave no record
+
+    # the text validated is the attributes as the reader normalises them: record that one
+    seen: list[tuple[str, str]] = []
+    real = metadata._validate
+    monkeypatch.setattr(metadata, "_validate", lambda v, t: seen.append((v, t)) or real(v, t))
+    metadata._model_error.cache_clear()
+    with pytest.raises(LinumpyError):
+        read_omezarr(bad)
+    marker = metadata.validated_marker(*seen[-1])
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    metadata._model_error.cache_clear()
+    read_omezarr(bad)  # trusted record: no validation, no error
+    with settings.set(metadata_cache=False):
+        metadata._model_error.cache_clear()
+        with pytest.raises(LinumpyError, match="invalid OME-NGFF"):
+            read_omezarr(bad)
+    metadata._model_error.cache_clear()

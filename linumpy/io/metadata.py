@@ -447,10 +447,58 @@ datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has d
     return version
 
 
+def validated_marker(version: NgffVersion, text: str) -> Path | None:
+    """The file whose presence records that ome-zarr-models found the image attributes ``text``
+    valid, under ``$XDG_CACHE_HOME/linumpy`` (``~/.cache/linumpy``); None when the
+    ``metadata_cache`` setting is off or ome-zarr-models is not installed.
+
+    Its name is a SHA-256 of the attributes, their NGFF version and the validator's version, so
+    a new ome-zarr-models validates everything again; only valid attributes are recorded.
+
+    Examples
+    --------
+    >>> from linumpy import settings
+    >>> with settings.set(metadata_cache=False):
+    ...     validated_marker("0.5", "{}") is None
+    True
+    """
+    import hashlib
+    from importlib import metadata
+
+    from linumpy import settings
+
+    if not settings.get().metadata_cache:
+        return None
+    try:
+        validator = metadata.version("ome-zarr-models")
+    except metadata.PackageNotFoundError:
+        return None
+    key = hashlib.sha256(f"{validator}\0{version}\0{text}".encode()).hexdigest()
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root, "linumpy", "ngff-valid", key[:2], key)
+
+
 @functools.lru_cache(maxsize=256)
 def _model_error(version: NgffVersion, text: str) -> str | None:
     """What ome-zarr-models finds wrong with the image attributes ``text`` (JSON), None if
-    nothing. Cached: validating takes about 2 ms, and every read of an image opens it again."""
+    nothing. Cached in the process (validating takes about 2 ms, and every read of an image
+    opens it again) and, for valid attributes, on disk (:func:`validated_marker`): importing
+    ome-zarr-models and pydantic costs each process 0.35-0.7 s, more than most runs' work."""
+    marker = validated_marker(version, text)
+    if marker is not None and marker.is_file():
+        return None
+    error = _validate(version, text)
+    if error is None and marker is not None:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:  # a read-only or full cache: validate again next time
+            pass
+    return error
+
+
+def _validate(version: NgffVersion, text: str) -> str | None:
+    """ome-zarr-models' verdict on ``text``: None, or its first error."""
     # imported on first use: ome-zarr-models (pydantic) adds about 0.35 s to an import of linumpy
     import pydantic
 
