@@ -27,7 +27,6 @@ statuses), :mod:`linumpy.cli.options` (option types and the layout options) and
 from __future__ import annotations
 
 from linumpy.cli.parser import (
-    EXIT_USAGE,
     LinumArgumentParser,
     add_gpu_arg,
     add_overwrite_arg,
@@ -36,11 +35,9 @@ from linumpy.cli.parser import (
     resolve_gpu,
 )
 from linumpy.cli.paths import check_input, check_output, output_path
-from linumpy.cli.run import EXIT_INTERRUPTED, fail_on_errors, parse_args, setup_logging
+from linumpy.cli.run import fail_on_errors, parse_args, setup_logging
 
 __all__ = [
-    "EXIT_INTERRUPTED",
-    "EXIT_USAGE",
     "LinumArgumentParser",
     "add_gpu_arg",
     "add_overwrite_arg",

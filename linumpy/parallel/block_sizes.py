@@ -2,8 +2,8 @@
 blocks that fit a worker's memory limit (and a GPU's memory) and keep every worker busy.
 
 :meth:`linumpy.parallel.Cluster.task_bytes` applies this policy to a cluster's workers and
-threads; the constants here are the policy's figures (docs/gpu_guide.md, "Measurements behind
-the GPU defaults", says how the GPU ones were chosen).
+threads; the constants here are the policy's figures, documented with :mod:`linumpy.parallel`
+(docs/gpu_guide.md, "Measurements behind the GPU defaults", says how the GPU ones were chosen).
 """
 
 from __future__ import annotations
@@ -15,20 +15,9 @@ from dask.utils import parse_bytes
 
 from linumpy.errors import LinumpyError, MemoryLimitError
 
-__all__ = [
-    "BLOCKS_PER_SLOT",
-    "DEFAULT_GPU_TASK_BYTES",
-    "DEFAULT_GPU_THREADS",
-    "DEFAULT_TASK_BYTES",
-    "GPU_BLOCKS_PER_SLOT",
-    "GPU_DEVICE_SHARE",
-    "SPLIT_FLOOR_BYTES",
-    "SPLIT_SLACK",
-    "TASK_SHARE",
-    "limit_bytes",
-    "parse_size",
-    "split_bytes",
-]
+# The policy's figures below are public too, and documented with linumpy.parallel, which
+# exports them.
+__all__ = ["limit_bytes", "parse_size", "split_bytes"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +30,6 @@ DEFAULT_GPU_TASK_BYTES = 2**30
 #: them only queue on it (docs/gpu_guide.md, "Measurements behind the GPU defaults": GPU
 #: threads).
 DEFAULT_GPU_THREADS = 2
-#: Threads of each dask-cuda worker started by :func:`dask_cluster` (``gpus=``).
-GPU_WORKER_THREADS = 1
 #: Blocks a job is cut into per task that can run at once (workers x threads), when its working
 #: set allows: a large memory limit must not leave one block, run by one worker, per job.
 BLOCKS_PER_SLOT = 4
@@ -100,10 +87,10 @@ def parse_size(value: str | int) -> int:
 
 
 def split_bytes(budget: int, minimum: int, total: int, slots: int, *, gpu: bool = False) -> int:
-    """``budget`` lowered so that a job of ``total`` bytes makes about :data:`BLOCKS_PER_SLOT`
-    (GPU: :data:`GPU_BLOCKS_PER_SLOT`) blocks per task that runs at once (``slots``, with
-    :data:`SPLIT_SLACK`), but not below :data:`SPLIT_FLOOR_BYTES` (GPU:
-    :data:`DEFAULT_GPU_TASK_BYTES`) nor ``minimum``.
+    """``budget`` lowered so that a job of ``total`` bytes makes about ``BLOCKS_PER_SLOT``
+    (GPU: ``GPU_BLOCKS_PER_SLOT``) blocks per task that runs at once (``slots``, with
+    ``SPLIT_SLACK``), but not below ``SPLIT_FLOOR_BYTES`` (GPU:
+    ``DEFAULT_GPU_TASK_BYTES``) nor ``minimum``.
 
     Examples
     --------
@@ -129,9 +116,9 @@ def limit_bytes(
     fewer_threads: bool = True,
 ) -> tuple[int, int]:
     """The working set each of a worker's ``threads`` may use under ``memory_limit``
-    (:data:`TASK_SHARE` of it, shared by the threads), and the threads that then run.
+    (``TASK_SHARE`` of it, shared by the threads), and the threads that then run.
 
-    Without a limit, ``default`` (or :data:`DEFAULT_TASK_BYTES`), at least ``minimum``. When the
+    Without a limit, ``default`` (or ``DEFAULT_TASK_BYTES``), at least ``minimum``. When the
     limit cannot hold ``minimum`` bytes per thread, fewer threads run (``fewer_threads``, the
     local scheduler's case) or :class:`~linumpy.errors.MemoryLimitError` is raised (a remote
     worker's threads are not ours to change).

@@ -1,6 +1,6 @@
-"""A :class:`Cluster`: where dask work runs (local threads or a ``dask.distributed`` client),
-and the working set each of its tasks may use (the policy of :mod:`linumpy.parallel.block_sizes`
-applied to its workers, threads and GPUs)."""
+"""A :class:`~linumpy.parallel.Cluster`: where dask work runs (local threads or a
+``dask.distributed`` client), and the working set each of its tasks may use (the policy of
+:mod:`linumpy.parallel.block_sizes` applied to its workers, threads and GPUs)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _cpu_count() -> int:
 class Cluster:
     """Where dask work runs and how much memory each of its tasks may use.
 
-    Build one with :func:`~linumpy.parallel.startup.dask_cluster`; ``Cluster()`` alone is the
+    Build one with :func:`~linumpy.parallel.dask_cluster`; ``Cluster()`` alone is the
     local threaded scheduler with one thread per CPU and no memory limit.
 
     Parameters
@@ -38,9 +38,9 @@ class Cluster:
         Number of GPU workers (dask-cuda), 0 for none.
     device_bytes
         Memory of each GPU the tasks run on, which bounds a GPU task's working set
-        (``GPU_DEVICE_SHARE``); None: :func:`~linumpy.parallel.gpu_devices.device_memory` for
-        local threads and local GPU workers, no bound for a scheduler elsewhere (its workers'
-        devices are not known here).
+        (``GPU_DEVICE_SHARE``); None: :func:`~linumpy.parallel.device_memory` for local threads
+        and local GPU workers, no bound for a scheduler elsewhere (its workers' devices are not
+        known here).
 
     Examples
     --------

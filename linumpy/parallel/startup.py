@@ -1,5 +1,5 @@
 """Cluster start-up: the scripts' ``--memory-limit``, ``--scheduler`` and ``--gpus`` made into a
-:class:`~linumpy.parallel.cluster.Cluster` of local threads, an existing ``dask.distributed``
+:class:`~linumpy.parallel.Cluster` of local threads, an existing ``dask.distributed``
 scheduler, or one dask-cuda worker per GPU. ``distributed`` and ``dask_cuda`` are imported only
 when a scheduler or GPUs are asked for."""
 
@@ -15,9 +15,10 @@ from linumpy.parallel.cluster import Cluster
 from linumpy.parallel.gpu_devices import visible_gpus
 from linumpy.parallel.host_memory import release_freed_memory
 
-__all__ = ["GPU_WORKER_THREADS", "dask_cluster"]
+# GPU_WORKER_THREADS is public too, and documented with linumpy.parallel, which exports it.
+__all__ = ["dask_cluster"]
 
-#: Threads of each dask-cuda worker started by :func:`dask_cluster` (``gpus=``).
+#: Threads of each dask-cuda worker started by :func:`~linumpy.parallel.dask_cluster` (``gpus=``).
 GPU_WORKER_THREADS = 1
 #: Seconds to wait for an existing scheduler before giving up.
 SCHEDULER_TIMEOUT_S = 3
@@ -70,7 +71,8 @@ def dask_cluster(
     gpus: int | None = None,
     threads: int | None = None,
 ) -> Iterator[Cluster]:
-    """Yield a :class:`Cluster`: an existing scheduler, a dask-cuda cluster, or local threads.
+    """Yield a :class:`~linumpy.parallel.Cluster`: an existing scheduler, a dask-cuda cluster, or
+    local threads.
 
     Parameters
     ----------
