@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -47,8 +48,8 @@ import zarr
 from linumpy import settings
 from linumpy.bench.run import machine_info
 from linumpy.io import open_array, read_volume
-from linumpy.io.engine.fetch import chunk_sizes, layout_group
-from linumpy.io.engine.fetch_remote import REMOTE_MERGE_GAP, REMOTE_PIECE_BYTES, range_requests
+from linumpy.io.engine.cpu import read_plan
+from linumpy.io.engine.fetch_remote import read_order, remote_requests
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.remote import object_store
 from linumpy.io.remote_server import serve_directory
@@ -82,26 +83,23 @@ def write(root: Path, data: np.ndarray) -> None:
 
 
 def ceiling(url: str) -> Callable[[], Any]:
-    """Fetch every stored byte range of the whole-array read, as the engine would, no decode."""
+    """Fetch every request of the whole-array read at once, as the engine would, no decode."""
+    import asyncio
+
     array = open_array(url)
     plan = plan_read(array)
     client = plan.remote
-    sizes = chunk_sizes(plan)
-    stored = np.flatnonzero(sizes >= 0)
-    if plan.chunks_per_shard is not None:
-        layout = layout_group(
-            plan.files,
-            plan.file_index[stored],
-            plan.offsets[stored],
-            sizes[stored],
-            REMOTE_MERGE_GAP,
-        )
-        ranges = [
-            (client.key_of(u), s, n) for u, s, n, _ in range_requests(layout, REMOTE_PIECE_BYTES)
-        ]
-        return lambda: client.ranges(ranges)
-    keys = [client.key_of(plan.files[i]) for i in plan.file_index[stored].tolist()]
-    return lambda: client.objects(keys)
+    requests = remote_requests(plan, read_order(plan))
+    batch = [
+        (key, int(start), int(n))
+        for key, start, n in zip(requests.keys, requests.starts, requests.nbytes)
+    ]
+
+    def fetch() -> None:
+        for future in client.submit(batch, asyncio.Semaphore(client.requests)):
+            future.result()
+
+    return fetch
 
 
 def transports(rounds: int) -> list[dict[str, Any]]:
@@ -110,7 +108,7 @@ def transports(rounds: int) -> list[dict[str, Any]]:
 
     import obstore
 
-    from linumpy.io.remote import RangeClient
+    from linumpy.io.remote_client import RangeClient
 
     objects, size = 16, 4 * 2**20
     rows = []
@@ -167,11 +165,28 @@ def transports(rounds: int) -> list[dict[str, Any]]:
     return rows
 
 
-def readers(root: Path, base: str, name: str, gpu: bool, skip: set[str]) -> dict[str, Callable]:
+def readers(
+    root: Path, base: str, name: str, gpu: bool, skip: set[str], stages: dict[str, list]
+) -> dict[str, Callable]:
+    """The readers of one layout; ``stages`` collects the engine's per-stage seconds."""
     url = f"{base}/{name}.zarr"
+
+    def engine_cpu() -> np.ndarray:
+        out, stats = read_plan(plan_read(open_array(url)), threads=settings.get().io_threads)
+        stages.setdefault("linumpy", []).append(stats.phases)
+        return out
+
+    def engine_gpu() -> np.ndarray:
+        from linumpy.gpu.zarr_io import last_read_report
+
+        out = read_volume(url, gpu=True).get()
+        report = last_read_report()
+        stages.setdefault("linumpy gpu", []).append(dict(report.phases) if report else {})
+        return out
+
     found: dict[str, Callable[[], Any]] = {"linumpy": lambda: read_volume(url)}
     if gpu:
-        found["linumpy gpu"] = lambda: read_volume(url, gpu=True).get()
+        found["linumpy gpu"] = engine_gpu
     store = zarr.storage.ObjectStore(object_store(url), read_only=True)
     found["zarr ObjectStore"] = lambda: zarr.open_array(store=store, mode="r")[...]
     if "fsspec" not in skip:
@@ -185,7 +200,24 @@ def readers(root: Path, base: str, name: str, gpu: bool, skip: set[str]) -> dict
             spec = {"driver": "zarr3", "kvstore": {"driver": "http", "base_url": url}}
             found["tensorstore http"] = lambda: ts.open(spec, read=True).result().read().result()
     found["local"] = lambda: read_volume(root / f"{name}.zarr")
+    found["ceiling"] = ceiling(url)
+    found["linumpy stages"] = engine_cpu  # untimed: the engine's stages, apart
     return found
+
+
+#: Stages of the run loop reported by ``--stages`` (seconds summed over a read's groups).
+STAGES = ("fetch", "fetch_wait", "validate", "submit", "final_sync")
+
+
+def stage_rows(layout: str, stages: dict[str, list]) -> list[dict[str, Any]]:
+    """The median seconds of each stage per reader, over the rounds."""
+    rows = []
+    for reader, runs in stages.items():
+        row: dict[str, Any] = {"layout": layout, "reader": reader}
+        for stage in sorted({k for run in runs for k in run}):
+            row[stage] = statistics.median(run.get(stage, 0.0) for run in runs)
+        rows.append(row)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +228,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", default="", help="readers to leave out: fsspec,tensorstore")
     parser.add_argument("--layouts", default="sharded,chunks", help="sharded and/or chunks")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--server-processes",
+        type=int,
+        default=max(1, (os.cpu_count() or 1) // 4),
+        help="processes of the loopback server (0: threads of this process); default: a "
+        "quarter of the CPUs, at least 1",
+    )
+    parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="the server waits this long per request"
+    )
+    parser.add_argument(
+        "--stages", action="store_true", help="also print the engine's seconds per stage"
+    )
     parser.add_argument(
         "--transports", action="store_true", help="time ranged GETs alone: obstore vs fsspec"
     )
@@ -208,23 +253,32 @@ def main(argv: list[str] | None = None) -> int:
             info[name] = __import__(name).__version__
         except ImportError:
             info[name] = "-"
+    info["server"] = f"{args.server_processes} processes, {args.latency_ms:g} ms per request"
     results = transports(args.rounds) if args.transports else []
+    stage_table: list[dict[str, Any]] = []
+    serve = functools.partial(
+        serve_directory, processes=args.server_processes, delay=args.latency_ms / 1000
+    )
     with tempfile.TemporaryDirectory(prefix="linumpy-remote-") as folder:
         root = Path(folder)
         write(root, data)
-        with serve_directory(root) as base:
+        with serve(root) as base:
             for name in [] if args.transports else args.layouts.split(","):
-                funcs = readers(root, base, name, args.gpu, skip)
-                funcs["ceiling"] = ceiling(f"{base}/{name}.zarr")
+                stages: dict[str, list] = {}
+                funcs = readers(root, base, name, args.gpu, skip, stages)
+                untimed = funcs.pop("linumpy stages")
                 times: dict[str, list[float]] = {k: [] for k in funcs}
                 for k, func in funcs.items():  # checked once, and warmed up
                     if k != "ceiling" and not np.array_equal(np.asarray(func()), data):
                         raise SystemExit(f"{k} read wrong data ({name})")
+                stages.clear()
                 for _ in range(args.rounds):
                     for k, func in funcs.items():
                         started = time.perf_counter()
                         func()
                         times[k].append(time.perf_counter() - started)
+                    if args.stages:
+                        untimed()
                 for k, runs in times.items():
                     results.append(
                         {
@@ -235,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                             "rounds": len(runs),
                         }
                     )
+                stage_table += stage_rows(name, stages) if args.stages else []
     threads = settings.get().io_threads
     if not args.transports:
         print(f"{data.shape} uint16, {data.nbytes / 2**20:.0f} MiB, {threads} I/O threads")
@@ -245,10 +300,24 @@ def main(argv: list[str] | None = None) -> int:
             f"| {row['layout']} | {row['reader']} | {row['median_gbps']:.2f} "
             f"| {row['best_gbps']:.2f} |"
         )
+    if stage_table:
+        print("\nseconds per read, median (fetch: the fetch stage's own time; fetch_wait: the")
+        print("decode waiting for it; validate; submit; final_sync: the decode's tail)")
+        print("| layout | reader | " + " | ".join(STAGES) + " |")
+        print("| --- | --- |" + " ---: |" * len(STAGES))
+        for row in stage_table:
+            cells = " | ".join(f"{row.get(stage, 0.0):.3f}" for stage in STAGES)
+            print(f"| {row['layout']} | {row['reader']} | {cells} |")
     print("machine: " + "; ".join(f"{k} {v}" for k, v in info.items()))
     if args.json is not None:
         command = "python benchmarks/remote_read.py " + " ".join(argv or sys.argv[1:])
-        record = {"machine": info, "shape": data.shape, "command": command, "rows": results}
+        record = {
+            "machine": info,
+            "shape": data.shape,
+            "command": command,
+            "rows": results,
+            "stages": stage_table,
+        }
         args.json.write_text(json.dumps(record, indent=1))
     return 0
 

@@ -28,6 +28,7 @@ field                     environment variable            default
 ``remote_timeout``        ``LINUMPY_REMOTE_TIMEOUT``      30 s without an answer fails a request
 ``remote_retries``        ``LINUMPY_REMOTE_RETRIES``      3 retries of a failed request, backing off
 ``remote_requests``       ``LINUMPY_REMOTE_REQUESTS``     64 requests in flight per read
+``remote_ahead_bytes``    ``LINUMPY_REMOTE_AHEAD_MIB``    256 MiB fetched ahead per read
 ========================  ==============================  ==========================================
 
 An invalid value raises :class:`~linumpy.errors.SettingsError` naming the field or the variable.
@@ -175,6 +176,9 @@ class Settings:
         cut short) is tried again, with exponential backoff from 0.1 s; 0 never retries.
     remote_requests
         Most requests one read keeps in flight to a remote store.
+    remote_ahead_bytes
+        Most compressed bytes one remote read holds fetched (or being fetched) ahead of the
+        groups it decodes: the memory that keeps ``remote_requests`` busy across groups.
 
     Examples
     --------
@@ -207,6 +211,7 @@ class Settings:
     remote_timeout: float = 30.0
     remote_retries: int = 3
     remote_requests: int = 64
+    remote_ahead_bytes: int = 256 * MIB
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -307,6 +312,7 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "remote_timeout": ("LINUMPY_REMOTE_TIMEOUT", _env_seconds),
     "remote_retries": ("LINUMPY_REMOTE_RETRIES", _env_int0),
     "remote_requests": ("LINUMPY_REMOTE_REQUESTS", _env_int),
+    "remote_ahead_bytes": ("LINUMPY_REMOTE_AHEAD_MIB", _env_mib),
 }
 
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
@@ -330,6 +336,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "remote_timeout": _seconds,
     "remote_retries": _non_negative,
     "remote_requests": _positive,
+    "remote_ahead_bytes": _positive,
 }
 
 _lock = threading.Lock()

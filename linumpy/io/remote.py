@@ -1,31 +1,25 @@
-"""Object stores over HTTP, S3 and GCS: opening them, fetching byte ranges, naming their errors.
+"""Object stores over HTTP, S3 and GCS: naming them by URL, opening them, naming their errors.
 
 Remote data are read with obstore (the ``remote`` extra), whose Rust HTTP client keeps many
 requests in flight without Python's GIL: on the 2-core development machine it fetched byte
 ranges from a loopback server 3 to 6 times faster than fsspec's ``cat_ranges`` (the figures
 are in the "Remote data" page of the docs). zarr reads the metadata through
 :class:`zarr.storage.ObjectStore` over the same obstore store; the engine fetches chunks and
-shard indexes through :class:`RangeClient`, which runs the requests of a read together on one
-event loop (a thread of its own), at most ``remote_requests`` at once.
+shard indexes through :class:`~linumpy.io.remote_client.RangeClient`.
 
 Every failure becomes a :class:`~linumpy.errors.RemoteError` naming the URL (see
 :func:`remote_errors`). Timeouts and retries come from :mod:`linumpy.settings`
-(``remote_timeout``, ``remote_retries``); obstore retries failed requests (5xx answers, broken
-connections, timeouts) with exponential backoff, and a response cut short is fetched again here
-(obstore does not retry a body that ends early), each a bounded number of times.
+(``remote_timeout``, ``remote_retries``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime
-import os
 import re
 import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +35,9 @@ from linumpy.errors import (
 
 __all__ = [
     "REMOTE_INSTALL_HINT",
-    "RangeClient",
     "is_url",
     "local_path",
     "object_store",
-    "range_client",
     "remote_errors",
     "url_scheme",
 ]
@@ -308,181 +300,6 @@ def remote_errors(url: str, what: str = "") -> Iterator[None]:
         raise kind(url + what, reason) from None
 
 
-def _backoff(attempt: int) -> float:
-    return min(5.0, 0.1 * 2**attempt)
-
-
-class _Loop:
-    """One event loop in a daemon thread per process, running the requests of every read."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-    _pid = -1
-
-    @classmethod
-    def get(cls) -> asyncio.AbstractEventLoop:
-        with cls._lock:
-            if cls._loop is None or cls._pid != os.getpid():  # a forked child needs its own
-                loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=loop.run_forever, name="linumpy-remote", daemon=True
-                ).start()
-                cls._loop, cls._pid = loop, os.getpid()
-            return cls._loop
-
-
-@dataclass(frozen=True, slots=True)
-class RangeClient:
-    """Fetches objects and byte ranges of one remote store, many requests at once.
-
-    Attributes
-    ----------
-    url
-        The URL of the store's root (a prefix of every key's URL).
-    store
-        The obstore store.
-    requests
-        Most requests in flight at once.
-    retries
-        Times a response cut short is fetched again.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from linumpy.io.remote_server import serve_directory
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = open(folder + "/a", "wb").write(b"0123456789")
-    >>> with serve_directory(folder) as url:
-    ...     client = RangeClient(url, object_store(url))
-    ...     [bytes(b) for b in client.ranges([("a", 2, 3), ("a", 8, 2)])]
-    ...     client.objects(["a", "missing"])[1] is None
-    [b'234', b'89']
-    True
-    """
-
-    url: str
-    store: Any
-    requests: int = 64
-    retries: int = 3
-
-    def key_url(self, key: str) -> str:
-        """The URL of ``key``."""
-        return f"{self.url.rstrip('/')}/{key}"
-
-    def key_of(self, url: str) -> str:
-        """The key of a URL under the store's root (the inverse of :meth:`key_url`)."""
-        return url[len(self.url.rstrip("/")) + 1 :]
-
-    def ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
-        """The bytes of each ``(key, start, nbytes)``, exactly ``nbytes`` each.
-
-        Raises
-        ------
-        RemoteError
-            For a failed request, naming its URL; :class:`RemoteNotFoundError` for a missing
-            object.
-        ChunkDecodeError
-            When an object ends before a range does (the message names the URL).
-        """
-        return self._run([self._range(key, start, n) for key, start, n in ranges])
-
-    def objects(self, keys: Sequence[str]) -> list[memoryview | None]:
-        """The whole of each object, None for one that does not exist."""
-        return self._run([self._object(key) for key in keys])
-
-    def _run(self, coroutines: list[Any]) -> list[Any]:
-        if not coroutines:
-            return []
-        future = asyncio.run_coroutine_threadsafe(self._gather(coroutines), _Loop.get())
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()  # Ctrl-C or an error: the requests still in flight stop
-            raise
-
-    async def _gather(self, coroutines: list[Any]) -> list[Any]:
-        limit = asyncio.Semaphore(self.requests)
-
-        async def bounded(coroutine: Any) -> Any:
-            async with limit:
-                return await coroutine
-
-        tasks = [asyncio.ensure_future(bounded(c)) for c in coroutines]
-        try:
-            return await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:  # the first failure ends the read: stop the others
-                task.cancel()
-
-    async def _retrying(self, key: str, request: Any) -> Any:
-        """``await request()``, again after a response cut short (obstore retries the rest)."""
-        for attempt in range(self.retries + 1):
-            try:
-                return await request()
-            except Exception as exc:
-                if not is_remote_failure(exc):
-                    raise
-                kind, _ = _reason(exc)
-                if kind is not RemoteConnectionError or attempt == self.retries:
-                    with remote_errors(self.key_url(key)):
-                        raise
-                await asyncio.sleep(_backoff(attempt))
-        raise AssertionError("unreachable")
-
-    async def _range(self, key: str, start: int, nbytes: int) -> memoryview:
-        from linumpy.errors import ChunkDecodeError
-
-        obstore = _obstore()
-        if nbytes == 0:
-            return memoryview(b"")
-        data = await self._retrying(
-            key, lambda: obstore.get_range_async(self.store, key, start=start, length=nbytes)
-        )
-        view = memoryview(data)
-        if len(view) != nbytes:
-            raise ChunkDecodeError(
-                self.key_url(key),
-                f"the object ends after {start + len(view)} bytes; {nbytes} were asked for "
-                f"at offset {start}",
-            )
-        return view
-
-    def tails(self, keys: Sequence[str], nbytes: int) -> list[tuple[memoryview, int] | None]:
-        """The last ``nbytes`` of each object (fewer when it is shorter) and its size; None for
-        an object that does not exist."""
-        return self._run([self._part(key, {"suffix": nbytes}) for key in keys])
-
-    def heads(self, keys: Sequence[str], nbytes: int) -> list[tuple[memoryview, int] | None]:
-        """The first ``nbytes`` of each object (fewer when it is shorter) and its size; None for
-        an object that does not exist."""
-        return self._run([self._part(key, (0, nbytes)) for key in keys])
-
-    async def _part(self, key: str, part: Any) -> tuple[memoryview, int] | None:
-        obstore = _obstore()
-
-        async def get() -> tuple[Any, int]:
-            result = await obstore.get_async(self.store, key, options={"range": part})
-            return await result.bytes_async(), int(result.meta["size"])
-
-        try:
-            data, size = await self._retrying(key, get)
-        except RemoteNotFoundError:
-            return None
-        return memoryview(data), size
-
-    async def _object(self, key: str) -> memoryview | None:
-        obstore = _obstore()
-
-        async def whole() -> Any:
-            result = await obstore.get_async(self.store, key)
-            return await result.bytes_async()
-
-        try:
-            return memoryview(await self._retrying(key, whole))
-        except RemoteNotFoundError:
-            return None
-
-
 def holds_zarr(store: Any, url: str) -> bool:
     """Whether an obstore store's root holds zarr metadata (an image or an array is there).
 
@@ -519,30 +336,6 @@ def delete_all(store: Any, url: str) -> None:
             paths = [meta["path"] for meta in batch]
             if paths:
                 obstore.delete(store, paths)
-
-
-def range_client(zarr_store: Any, settings: _settings.Settings | None = None) -> RangeClient | None:
-    """A :class:`RangeClient` over the obstore store of a zarr ``ObjectStore``, else None.
-
-    Examples
-    --------
-    >>> import zarr
-    >>> store = zarr.storage.ObjectStore(object_store("https://example.org/a.zarr"))
-    >>> range_client(store).url, range_client(zarr.storage.MemoryStore())
-    ('https://example.org/a.zarr', None)
-    """
-    try:
-        from zarr.storage import ObjectStore
-    except ImportError:  # zarr without obstore support
-        return None
-    if not isinstance(zarr_store, ObjectStore):
-        return None
-    store = zarr_store.store
-    url = store_url(store)
-    if url is None:
-        return None
-    settings = settings or _settings.get()
-    return RangeClient(url, store, settings.remote_requests, settings.remote_retries)
 
 
 def store_url(store: Any) -> str | None:

@@ -5,6 +5,12 @@ server or an object store's HTTP endpoint serves them: ``GET`` and ``HEAD`` of f
 ``Range: bytes=a-b``, ``bytes=a-`` and ``bytes=-n`` answered with ``206 Partial Content``,
 HTTP/1.1 keep-alive, files sent with ``sendfile``. Folders are not listed (zarr reads keys, never
 listings). It binds 127.0.0.1 only.
+
+A server in the reading process shares its GIL with the reader: every request it parses stalls
+the reader's Python threads, as no real server would. ``serve_directory(root, processes=n)``
+serves from ``n`` processes of their own instead, all accepting on one socket, so that a
+benchmark measures the readers, not a server starved by them (and many requests at once are
+answered by several CPUs).
 """
 
 from __future__ import annotations
@@ -12,7 +18,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
+import subprocess
+import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from http import HTTPStatus
@@ -102,6 +112,9 @@ class RangeRequestHandler(BaseHTTPRequestHandler):
 
     def respond(self, *, head: bool) -> None:
         """Answer the request with the file's bytes, or the part of them its range asks."""
+        delay = getattr(self.server, "delay", 0.0)
+        if delay:  # a link's round trip, without which every request arrives at once
+            time.sleep(delay)
         path = self.file_for(self.path)
         if path is None:
             self.send_error(HTTPStatus.NOT_FOUND)
@@ -144,9 +157,26 @@ class _Server(ThreadingHTTPServer):
 
 @contextlib.contextmanager
 def serve_directory(
-    root: str | os.PathLike[str], handler: type[RangeRequestHandler] = RangeRequestHandler
+    root: str | os.PathLike[str],
+    handler: type[RangeRequestHandler] = RangeRequestHandler,
+    *,
+    processes: int = 0,
+    delay: float = 0.0,
 ) -> Iterator[str]:
     """Serve ``root`` over HTTP on 127.0.0.1 (a free port) while the block runs.
+
+    Parameters
+    ----------
+    root
+        The folder served.
+    handler
+        The request handler (a subclass changes what requests get); only the default one with
+        ``processes``.
+    processes
+        0: threads of this process answer; n: n processes of their own do (they start before
+        the block runs and are stopped after).
+    delay
+        Seconds each request waits before it is answered, as over a link with that round trip.
 
     Yields
     ------
@@ -163,9 +193,19 @@ def serve_directory(
     ...     with urllib.request.urlopen(request) as response:
     ...         print(response.status, response.read())
     206 b'234'
+    >>> with serve_directory(folder, processes=2) as url:
+    ...     with urllib.request.urlopen(url + "/a.bin") as response:
+    ...         print(response.status, response.read())
+    200 b'0123456789'
     """
+    if processes:
+        if handler is not RangeRequestHandler:
+            raise ValueError("serve_directory(processes=...) serves with the default handler")
+        with _serve_processes(Path(root), processes, delay) as url:
+            yield url
+        return
     server = _Server(("127.0.0.1", 0), handler)
-    server.root = Path(root)  # type: ignore[attr-defined]
+    server.root, server.delay = Path(root), delay  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, name="linumpy-http", daemon=True)
     thread.start()
     try:
@@ -174,3 +214,69 @@ def serve_directory(
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@contextlib.contextmanager
+def _serve_processes(root: Path, processes: int, delay: float) -> Iterator[str]:
+    """Serve from ``processes`` child processes accepting on one listening socket."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=_Server.request_queue_size)
+    fd = listener.fileno()
+    # The file is run as a script: the children import the standard library only. Each exits
+    # when its stdin closes, so that none outlives this process, however it ends.
+    command = [sys.executable, os.path.abspath(__file__), str(fd), os.fspath(root), str(delay)]
+    children: list[subprocess.Popen] = []
+    try:
+        for _ in range(processes):
+            children.append(subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.PIPE))
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        _wait_serving(url, children)
+        yield url
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.wait()
+            child.stdin.close()  # type: ignore[union-attr]
+        listener.close()
+
+
+def _wait_serving(url: str, children: list[subprocess.Popen]) -> None:
+    """Return once a request is answered (the children import before they accept)."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + 60
+    while True:
+        if any(child.poll() is not None for child in children):
+            raise RuntimeError(f"a server process of {url} exited at start")
+        try:
+            urllib.request.urlopen(url + "/", timeout=5).close()
+        except urllib.error.HTTPError:
+            return  # answered (404: folders are not listed)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+        else:
+            return
+
+
+def serve_socket(fd: int, root: str, delay: float = 0.0) -> None:
+    """Answer requests accepted on the listening socket ``fd`` until stdin closes (the loop of
+    a server process of :func:`serve_directory`)."""
+
+    def orphaned() -> None:
+        sys.stdin.buffer.read()
+        os._exit(0)
+
+    threading.Thread(target=orphaned, daemon=True).start()
+    server = _Server(("127.0.0.1", 0), RangeRequestHandler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = socket.socket(fileno=fd)
+    server.root, server.delay = Path(root), delay  # type: ignore[attr-defined]
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    serve_socket(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]))

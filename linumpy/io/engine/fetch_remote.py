@@ -1,41 +1,55 @@
-"""The fetch stage for remote stores (HTTP, S3, GCS): ranged GETs, many in flight.
+"""The fetch stage for remote stores (HTTP, S3, GCS): ranged GETs, many in flight, read ahead.
 
 A remote plan names its chunks by URL (:attr:`~linumpy.io.engine.plan.ReadPlan.remote` holds the
-:class:`~linumpy.io.remote.RangeClient`). Shard indexes are fetched together while planning (a
-suffix or prefix range of each shard). A group's chunks are fetched at once: byte ranges of one
-shard closer than :data:`REMOTE_MERGE_GAP` are merged into one request (a request's latency
-costs more than that many bytes on most links), long runs cut into :data:`REMOTE_PIECE_BYTES`
-pieces so that one shard still arrives over several connections, and unsharded chunks are
-fetched whole (their size is unknown until then, so the group's layout in the staging buffer
-is made from what arrived). The validate, decode and scatter stages that follow are the local
+:class:`~linumpy.io.remote_client.RangeClient`). Shard indexes are fetched together while
+planning (a suffix or prefix range of each shard). The run loop asks for one group of chunks at
+a time, one group ahead of the decode; fetching a group only when asked would leave the link
+idle while each group's last requests finish and the next group's first ones start. So the
+stage reads ahead (:class:`ReadAhead`): on a read's first group it lays out the requests of the
+whole read, in the order the run loop asks for chunks, and keeps them in flight, up to
+``remote_requests`` at once and ``remote_ahead_bytes`` of data fetched and not yet handed on.
+Chunks of one object closer than :data:`REMOTE_MERGE_GAP` are fetched by one request (a
+request's round trip costs more than that many bytes on most links), of at most about
+:data:`REMOTE_PIECE_BYTES`, so that a whole shard usually comes in one request; unsharded
+chunks are fetched whole (their size is unknown until then, so the group's layout in the
+staging buffer is made from what arrived). Each group's chunks are then copied into the staging
+buffer the back end lends, and the validate, decode and scatter stages that follow are the local
 reads' own, on the CPU or the GPU.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError, UnsupportedLayoutError
-from linumpy.io.engine.fetch import Layout, layout_group, parse_shard_index
+from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, parse_shard_index
 
 __all__ = [
     "REMOTE_MERGE_GAP",
     "REMOTE_PIECE_BYTES",
+    "ReadAhead",
+    "Requests",
     "fetch_remote_group",
-    "range_requests",
+    "read_order",
+    "remote_requests",
     "remote_root",
     "remote_shard_indexes",
 ]
 
-#: Bytes between two ranges of one object below which they are fetched in one request.
+#: Bytes between two chunks of one object below which they are fetched in one request.
 REMOTE_MERGE_GAP = 1024 * 1024
-#: Largest range one request fetches; longer runs are cut into requests of this size.
+#: Size past which a run of chunks is cut (at a chunk's end) into another request.
 REMOTE_PIECE_BYTES = 8 * 1024 * 1024
-#: Smallest piece a group's runs are cut into for parallel requests.
-MIN_PIECE_BYTES = 1024 * 1024
+#: Seconds without a group asked of a read ahead after which its requests stop and its data
+#: go (a read that failed elsewhere never asks again).
+IDLE_SECONDS = 120.0
 
 
 def remote_root(array: Any) -> tuple[str, Any]:
@@ -54,7 +68,7 @@ def remote_root(array: Any) -> tuple[str, Any]:
         ...
     linumpy.errors.UnsupportedLayoutError: store MemoryStore is not a local directory or ...
     """
-    from linumpy.io.remote import range_client
+    from linumpy.io.remote_client import range_client
 
     client = range_client(array.store)
     if client is None:
@@ -105,21 +119,266 @@ def remote_shard_indexes(
     return indexes
 
 
-def range_requests(layout: Layout, piece: int) -> list[tuple[str, int, int, int]]:
-    """The layout's runs as requests ``(url, start, nbytes, buffer offset)``, none longer than
-    ``piece``.
+@dataclass(frozen=True, slots=True)
+class Requests:
+    """The requests that fetch a set of a plan's chunks, and where each chunk lies in them.
+
+    Attributes
+    ----------
+    keys, starts, nbytes
+        Per request: the object's key, the first byte, the bytes asked (-1: the whole object).
+    request
+        Per plan entry: the request that fetches it, -1 for an entry not fetched.
+    at
+        Per plan entry: its first byte in its request's data.
+    count
+        Per request: the entries it fetches.
 
     Examples
     --------
-    >>> layout = layout_group(["u"], np.array([0]), np.array([0]), np.array([10]))
-    >>> range_requests(layout, 4)
-    [('u', 0, 4, 0), ('u', 4, 4, 4), ('u', 8, 2, 8)]
+    >>> import tempfile, zarr
+    >>> from linumpy.io import open_array
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> from linumpy.io.remote_server import serve_directory
+    >>> folder = tempfile.mkdtemp()
+    >>> array = zarr.create_array(folder + "/a.zarr", shape=(8,), chunks=(2,), shards=(4,),
+    ...                           dtype="uint8")
+    >>> array[:] = 1
+    >>> with serve_directory(folder) as url:
+    ...     plan = plan_read(open_array(url + "/a.zarr"))
+    >>> requests = remote_requests(plan, read_order(plan))
+    >>> requests.keys, requests.request.tolist()  # one request per shard
+    (['c/0', 'c/1'], [0, 0, 1, 1])
     """
-    requests = []
-    for url, start, nbytes, at, _ in layout.runs:
-        for done in range(0, nbytes, piece):
-            requests.append((url, start + done, min(piece, nbytes - done), at + done))
-    return requests
+
+    keys: list[str]
+    starts: np.ndarray
+    nbytes: np.ndarray
+    request: np.ndarray
+    at: np.ndarray
+    count: np.ndarray
+
+
+def read_order(plan: Any, sizes: np.ndarray | None = None) -> np.ndarray:
+    """The plan's stored entries in the order the run loop reads them: by object and offset."""
+    sizes = chunk_sizes(plan) if sizes is None else sizes
+    stored = np.flatnonzero(sizes >= 0)
+    return stored[np.lexsort((plan.offsets[stored], plan.file_index[stored]))]
+
+
+def remote_requests(
+    plan: Any,
+    order: np.ndarray,
+    *,
+    gap: int = REMOTE_MERGE_GAP,
+    piece: int = REMOTE_PIECE_BYTES,
+) -> Requests:
+    """Requests fetching the plan's entries ``order`` (stored ones), in that order.
+
+    Consecutive entries of one object, each starting at most ``gap`` bytes after the previous
+    one ends, share a request until it reaches ``piece`` bytes; an unsharded chunk is one
+    request for its whole object.
+    """
+    client, n_entries = plan.remote, plan.n_entries
+    request = np.full(n_entries, -1, dtype=np.int64)
+    at = np.zeros(n_entries, dtype=np.int64)
+    file_index = plan.file_index[order]
+    if plan.chunks_per_shard is None:
+        request[order] = np.arange(len(order))
+        keys = [client.key_of(plan.files[f]) for f in file_index.tolist()]
+        ones = np.ones(len(order), dtype=np.int64)
+        return Requests(keys, 0 * ones, -ones, request, at, ones)
+    starts = plan.offsets[order].astype(np.int64)
+    ends = starts + plan.nbytes[order].astype(np.int64)
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (
+        (file_index[1:] != file_index[:-1])
+        | (starts[1:] < ends[:-1])
+        | (starts[1:] - ends[:-1] > gap)
+    )
+    run = np.cumsum(new) - 1
+    bucket = (starts - starts[new][run]) // max(1, piece)  # cut long runs about every piece
+    new[1:] |= bucket[1:] != bucket[:-1]
+    first = np.flatnonzero(new)
+    which = np.cumsum(new) - 1
+    request[order] = which
+    at[order] = starts - starts[first][which]
+    stops = np.maximum.reduceat(ends, first) if len(first) else ends[:0]
+    keys = [client.key_of(plan.files[f]) for f in file_index[first].tolist()]
+    count = np.diff(np.append(first, len(order)))
+    return Requests(keys, starts[first], stops - starts[first], request, at, count)
+
+
+class ReadAhead:
+    """Fetches a read's requests ahead of the groups that need them, within a byte budget.
+
+    Requests start in the read's order, at most ``remote_requests`` in flight (the client's
+    ``requests``) and ``remote_ahead_bytes`` (its ``readahead``) of data started and not yet
+    handed on; a group's own requests start when it asks, whatever the budget. A request's data
+    go once every chunk it holds was handed on.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io import open_array
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> from linumpy.io.remote_server import serve_directory
+    >>> folder = tempfile.mkdtemp()
+    >>> array = zarr.create_array(folder + "/a.zarr", shape=(8,), chunks=(2,), shards=(4,),
+    ...                           dtype="uint8")
+    >>> array[:] = 3
+    >>> with serve_directory(folder) as url:
+    ...     plan = plan_read(open_array(url + "/a.zarr"))
+    ...     ahead = ReadAhead(plan, read_order(plan))
+    ...     first = ahead.group(np.arange(2), lambda n: np.empty(n, np.uint8))
+    ...     second = ahead.group(np.arange(2, 4), lambda n: np.empty(n, np.uint8))
+    >>> first[0].tolist(), second[0].tolist(), ahead.done
+    ([0, 1], [2, 3], True)
+    """
+
+    def __init__(self, plan: Any, order: np.ndarray, start: int = 0) -> None:
+        client = plan.remote
+        self.plan, self.client, self.order = plan, client, order
+        self.requests = remote_requests(plan, order)
+        count = len(self.requests.keys)
+        self.left = self.requests.count.copy()
+        self.cost = np.where(self.requests.nbytes >= 0, self.requests.nbytes, plan.chunk_nbytes)
+        self.futures: list[Any] = [None] * count
+        self.budget, self.held = client.readahead, 0
+        self.next = int(self.requests.request[order[start]]) if start < len(order) else count
+        self.limit = asyncio.Semaphore(client.requests)
+        self.lock = threading.Lock()
+        self.used = time.monotonic()
+
+    @property
+    def done(self) -> bool:
+        """Whether every chunk of the read was handed on."""
+        return not np.any(self.left > 0)
+
+    def _start(self, which: Sequence[int]) -> None:
+        which = [r for r in which if self.futures[r] is None]
+        if not which:
+            return
+        r = self.requests
+        batch = [(r.keys[i], int(r.starts[i]), int(r.nbytes[i])) for i in which]
+        for i, future in zip(which, self.client.submit(batch, self.limit)):
+            self.futures[i] = future
+            self.held += int(self.cost[i])
+
+    def _top_up(self) -> None:
+        which, held, count = [], self.held, len(self.futures)
+        while self.next < count and (held + self.cost[self.next] <= self.budget or not held):
+            if self.futures[self.next] is None and self.left[self.next] > 0:
+                which.append(self.next)
+                held += int(self.cost[self.next])
+            self.next += 1
+        self._start(which)
+
+    def close(self) -> None:
+        """Stop the requests in flight and drop what arrived."""
+        with self.lock:
+            futures = [f for f in self.futures if f is not None]
+            self.futures = [None] * len(self.futures)
+            self.left[:] = 0
+            self.held = 0
+        self.client.cancel(futures)
+
+    def group(
+        self, entries: np.ndarray, staging: Callable[[int], np.ndarray]
+    ) -> tuple[np.ndarray, Layout, np.ndarray, np.ndarray, np.ndarray]:
+        """Fetch a group's chunks into ``staging(n)``: see :func:`fetch_remote_group`."""
+        with self.lock:
+            self.used = time.monotonic()
+            needed = np.unique(self.requests.request[entries])
+            if len(needed) and needed[0] < 0:
+                raise ValueError("a group asked for chunks the read does not fetch")
+            self._start(needed.tolist())
+            self._top_up()
+            futures = [self.futures[r] for r in needed.tolist()]
+        try:
+            arrived = {int(r): f.result() for r, f in zip(needed, futures)}
+        except BaseException:
+            self.close()
+            raise
+        with self.lock:
+            result = self._stage(entries, arrived, staging)
+            used = np.bincount(self.requests.request[entries], minlength=len(self.left))
+            self.left -= used
+            for r in needed.tolist():
+                if self.left[r] <= 0 and self.futures[r] is not None:
+                    self.futures[r] = None
+                    self.held -= int(self.cost[r])
+            self._top_up()
+        return result
+
+    def _stage(
+        self, entries: np.ndarray, arrived: dict[int, Any], staging: Callable[[int], np.ndarray]
+    ) -> tuple[np.ndarray, Layout, np.ndarray, np.ndarray, np.ndarray]:
+        plan, request = self.plan, self.requests.request
+        if plan.chunks_per_shard is None:
+            stored = np.array([arrived[int(r)] is not None for r in request[entries]], dtype=bool)
+            present, missing = entries[stored], entries[~stored]
+            sizes = np.array([len(arrived[int(r)]) for r in request[present]], dtype=np.int64)
+            starts = np.zeros(len(present), dtype=np.int64)
+        else:
+            present, missing = entries, entries[:0]
+            sizes, starts = plan.nbytes[entries].astype(np.int64), plan.offsets[entries]
+        layout = layout_group(plan.files, plan.file_index[present], starts, sizes, 0)
+        buffer = staging(layout.nbytes)
+        # Chunks next to each other both in a request and in the buffer are copied at once.
+        source, target, request = self.requests.at[present], layout.offsets, request[present]
+        order = np.argsort(target, kind="stable")
+        source, target, request, n = source[order], target[order], request[order], sizes[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (
+            (request[1:] != request[:-1])
+            | (source[1:] != source[:-1] + n[:-1])
+            | (target[1:] != target[:-1] + n[:-1])
+        )
+        first = np.flatnonzero(new)
+        lengths = np.add.reduceat(n, first) if len(first) else n
+        for r, src, dst, length in zip(
+            request[first].tolist(),
+            source[first].tolist(),
+            target[first].tolist(),
+            lengths.tolist(),
+        ):
+            data = np.frombuffer(arrived[r], dtype=np.uint8, count=length, offset=src)
+            buffer[dst : dst + length] = data
+        return present, layout, buffer, sizes, missing
+
+
+#: Reads ahead in progress, by the id of their plan.
+_reads: dict[int, ReadAhead] = {}
+_reads_lock = threading.Lock()
+
+
+def _read_ahead(plan: Any, entries: np.ndarray) -> ReadAhead:
+    """The read ahead of ``plan``, started on its first group (the run loop's order guessed
+    from it: by object and offset, or best-compressed first)."""
+    now = time.monotonic()
+    with _reads_lock:
+        for key, ahead in list(_reads.items()):
+            if now - ahead.used > IDLE_SECONDS:
+                del _reads[key]
+                ahead.close()
+        ahead = _reads.get(id(plan))
+        if ahead is not None and ahead.plan is plan and not ahead.done:
+            return ahead
+    sizes = chunk_sizes(plan)
+    order = read_order(plan, sizes)
+    by_size = order[np.argsort(sizes[order], kind="stable")]
+    for guess in (order, by_size):
+        where = np.flatnonzero(guess == entries[0]) if len(entries) else []
+        if len(where) and np.array_equal(guess[where[0] : where[0] + len(entries)], entries):
+            order, start = guess, int(where[0])
+            break
+    else:
+        start = 0
+    ahead = ReadAhead(plan, order, start)
+    with _reads_lock:
+        _reads[id(plan)] = ahead
+    return ahead
 
 
 def fetch_remote_group(
@@ -127,7 +386,7 @@ def fetch_remote_group(
     entries: np.ndarray,
     staging: Callable[[int], np.ndarray],
 ) -> tuple[np.ndarray, Layout, np.ndarray, np.ndarray, np.ndarray]:
-    """Fetch a group of a remote plan's chunks into a staging buffer.
+    """Fetch a group of a remote plan's chunks into a staging buffer (reading ahead).
 
     Parameters
     ----------
@@ -168,28 +427,11 @@ def fetch_remote_group(
     >>> present.tolist(), missing.tolist()  # chunk 2 was never written
     ([0, 1], [2])
     """
-    client = plan.remote
-    files, file_index = plan.files, plan.file_index[entries]
-    if plan.chunks_per_shard is not None:
-        sizes = plan.nbytes[entries]
-        layout = layout_group(files, file_index, plan.offsets[entries], sizes, REMOTE_MERGE_GAP)
-        buffer = staging(layout.nbytes)
-        # cut so that a group of few shards still keeps many requests in flight
-        piece = min(REMOTE_PIECE_BYTES, max(MIN_PIECE_BYTES, layout.nbytes // 16))
-        requests = range_requests(layout, piece)
-        parts = client.ranges([(client.key_of(url), start, n) for url, start, n, _ in requests])
-        for (_, _, n, at), data in zip(requests, parts):
-            buffer[at : at + n] = np.frombuffer(data, dtype=np.uint8)
-        return entries, layout, buffer, sizes, entries[:0]
-    urls = [files[i] for i in file_index.tolist()]
-    found = client.objects([client.key_of(url) for url in urls])
-    stored = np.array([data is not None for data in found], dtype=bool)
-    present = entries[stored]
-    sizes = np.array([len(data) for data in found if data is not None], dtype=np.int64)
-    offsets = np.zeros(len(present), dtype=np.int64)
-    layout = layout_group(files, plan.file_index[present], offsets, sizes)
-    buffer = staging(layout.nbytes)
-    arrived = [data for data in found if data is not None]
-    for at, data in zip(layout.offsets.tolist(), arrived):
-        buffer[at : at + len(data)] = np.frombuffer(data, dtype=np.uint8)
-    return present, layout, buffer, sizes, entries[~stored]
+    ahead = _read_ahead(plan, entries)
+    try:
+        return ahead.group(entries, staging)
+    finally:
+        if ahead.done:
+            with _reads_lock:
+                if _reads.get(id(plan)) is ahead:
+                    del _reads[id(plan)]

@@ -1,0 +1,303 @@
+"""Fetching from a remote store: byte ranges and whole objects, many requests in flight.
+
+:class:`RangeClient` runs the requests of every read on one event loop (a daemon thread of its
+own) over obstore's Rust HTTP client, which keeps many requests in flight without Python's GIL.
+Requests are awaited together (:meth:`RangeClient.ranges`, :meth:`RangeClient.objects`) or
+started one batch at a time and collected later (:meth:`RangeClient.submit`), which lets the
+engine's remote fetch stage read ahead of the groups it hands on. obstore retries failed
+requests (5xx answers, broken connections, timeouts) with exponential backoff; a response cut
+short is fetched again here (obstore does not retry a body that ends early), each a bounded
+number of times. Every failure becomes a :class:`~linumpy.errors.RemoteError` naming the URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from linumpy import settings as _settings
+from linumpy.errors import ChunkDecodeError, RemoteConnectionError, RemoteNotFoundError
+from linumpy.io.remote import _obstore, _reason, is_remote_failure, remote_errors, store_url
+
+__all__ = ["RangeClient", "range_client"]
+
+
+def _backoff(attempt: int) -> float:
+    return min(5.0, 0.1 * 2**attempt)
+
+
+class _Loop:
+    """One event loop in a daemon thread per process, running the requests of every read."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _pid = -1
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._pid != os.getpid():  # a forked child needs its own
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="linumpy-remote", daemon=True
+                ).start()
+                cls._loop, cls._pid = loop, os.getpid()
+            return cls._loop
+
+
+@dataclass(frozen=True, slots=True)
+class RangeClient:
+    """Fetches objects and byte ranges of one remote store, many requests at once.
+
+    Attributes
+    ----------
+    url
+        The URL of the store's root (a prefix of every key's URL).
+    store
+        The obstore store.
+    requests
+        Most requests in flight at once.
+    retries
+        Times a response cut short is fetched again.
+    readahead
+        Bytes the engine's fetch stage may hold fetched ahead of the groups it hands on.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.io.remote import object_store
+    >>> from linumpy.io.remote_server import serve_directory
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = open(folder + "/a", "wb").write(b"0123456789")
+    >>> with serve_directory(folder) as url:
+    ...     client = RangeClient(url, object_store(url))
+    ...     [bytes(b) for b in client.ranges([("a", 2, 3), ("a", 8, 2)])]
+    ...     client.objects(["a", "missing"])[1] is None
+    [b'234', b'89']
+    True
+    """
+
+    url: str
+    store: Any
+    requests: int = 64
+    retries: int = 3
+    readahead: int = 256 * 2**20
+
+    def key_url(self, key: str) -> str:
+        """The URL of ``key``."""
+        return f"{self.url.rstrip('/')}/{key}"
+
+    def key_of(self, url: str) -> str:
+        """The key of a URL under the store's root (the inverse of :meth:`key_url`)."""
+        return url[len(self.url.rstrip("/")) + 1 :]
+
+    def ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
+        """The bytes of each ``(key, start, nbytes)``, exactly ``nbytes`` each.
+
+        Raises
+        ------
+        RemoteError
+            For a failed request, naming its URL; :class:`RemoteNotFoundError` for a missing
+            object.
+        ChunkDecodeError
+            When an object ends before a range does (the message names the URL).
+        """
+        return self._run([self._range(key, start, n) for key, start, n in ranges])
+
+    def objects(self, keys: Sequence[str]) -> list[memoryview | None]:
+        """The whole of each object, None for one that does not exist."""
+        return self._run([self._object(key) for key in keys])
+
+    def submit(
+        self, requests: Sequence[tuple[str, int, int]], limit: asyncio.Semaphore
+    ) -> list[concurrent.futures.Future]:
+        """Start fetching each ``(key, start, nbytes)``, at most ``limit`` at once; return at once.
+
+        ``nbytes < 0`` asks for the whole object (None when it does not exist), otherwise the
+        range, exactly (as :meth:`ranges`). Each future's result is the bytes, its exception
+        the request's :class:`RemoteError`; :meth:`cancel` stops the ones still running. One
+        hand-over to the event loop starts the whole batch.
+
+        Examples
+        --------
+        >>> import asyncio, tempfile
+        >>> from linumpy.io.remote import object_store
+        >>> from linumpy.io.remote_server import serve_directory
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = open(folder + "/a", "wb").write(b"0123456789")
+        >>> with serve_directory(folder) as url:
+        ...     client = RangeClient(url, object_store(url))
+        ...     futures = client.submit([("a", 1, 2), ("a", 0, -1), ("b", 0, -1)],
+        ...                             asyncio.Semaphore(2))
+        ...     [f.result() if f.result() is None else bytes(f.result()) for f in futures]
+        [b'12', b'0123456789', None]
+        """
+        loop = _Loop.get()
+        futures = [concurrent.futures.Future() for _ in requests]
+
+        def start() -> None:
+            for (key, first, nbytes), future in zip(requests, futures):
+                if not future.set_running_or_notify_cancel():
+                    continue
+                task = loop.create_task(self._limited(limit, key, first, nbytes))
+                future.task = task  # type: ignore[attr-defined]  # for cancel()
+                task.add_done_callback(lambda done, future=future: _settle(future, done))
+
+        loop.call_soon_threadsafe(start)
+        return futures
+
+    @staticmethod
+    def cancel(futures: Sequence[concurrent.futures.Future]) -> None:
+        """Stop the requests of :meth:`submit`'s ``futures`` still queued or in flight."""
+        started = [future for future in futures if not future.cancel()]
+
+        def stop() -> None:  # on the loop, after the start of every batch submitted before
+            for future in started:
+                task = getattr(future, "task", None)
+                if task is not None:
+                    task.cancel()
+
+        if started:
+            _Loop.get().call_soon_threadsafe(stop)
+
+    async def _limited(self, limit: asyncio.Semaphore, key: str, start: int, nbytes: int) -> Any:
+        async with limit:
+            if nbytes < 0:
+                return await self._object(key)
+            return await self._range(key, start, nbytes)
+
+    def _run(self, coroutines: list[Any]) -> list[Any]:
+        if not coroutines:
+            return []
+        future = asyncio.run_coroutine_threadsafe(self._gather(coroutines), _Loop.get())
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # Ctrl-C or an error: the requests still in flight stop
+            raise
+
+    async def _gather(self, coroutines: list[Any]) -> list[Any]:
+        limit = asyncio.Semaphore(self.requests)
+
+        async def bounded(coroutine: Any) -> Any:
+            async with limit:
+                return await coroutine
+
+        tasks = [asyncio.ensure_future(bounded(c)) for c in coroutines]
+        try:
+            return await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:  # the first failure ends the read: stop the others
+                task.cancel()
+
+    async def _retrying(self, key: str, request: Any) -> Any:
+        """``await request()``, again after a response cut short (obstore retries the rest)."""
+        for attempt in range(self.retries + 1):
+            try:
+                return await request()
+            except Exception as exc:
+                if not is_remote_failure(exc):
+                    raise
+                kind, _ = _reason(exc)
+                if kind is not RemoteConnectionError or attempt == self.retries:
+                    with remote_errors(self.key_url(key)):
+                        raise
+                await asyncio.sleep(_backoff(attempt))
+        raise AssertionError("unreachable")
+
+    async def _range(self, key: str, start: int, nbytes: int) -> memoryview:
+        obstore = _obstore()
+        if nbytes == 0:
+            return memoryview(b"")
+        data = await self._retrying(
+            key, lambda: obstore.get_range_async(self.store, key, start=start, length=nbytes)
+        )
+        view = memoryview(data)
+        if len(view) != nbytes:
+            raise ChunkDecodeError(
+                self.key_url(key),
+                f"the object ends after {start + len(view)} bytes; {nbytes} were asked for "
+                f"at offset {start}",
+            )
+        return view
+
+    def tails(self, keys: Sequence[str], nbytes: int) -> list[tuple[memoryview, int] | None]:
+        """The last ``nbytes`` of each object (fewer when it is shorter) and its size; None for
+        an object that does not exist."""
+        return self._run([self._part(key, {"suffix": nbytes}) for key in keys])
+
+    def heads(self, keys: Sequence[str], nbytes: int) -> list[tuple[memoryview, int] | None]:
+        """The first ``nbytes`` of each object (fewer when it is shorter) and its size; None for
+        an object that does not exist."""
+        return self._run([self._part(key, (0, nbytes)) for key in keys])
+
+    async def _part(self, key: str, part: Any) -> tuple[memoryview, int] | None:
+        obstore = _obstore()
+
+        async def get() -> tuple[Any, int]:
+            result = await obstore.get_async(self.store, key, options={"range": part})
+            return await result.bytes_async(), int(result.meta["size"])
+
+        try:
+            data, size = await self._retrying(key, get)
+        except RemoteNotFoundError:
+            return None
+        return memoryview(data), size
+
+    async def _object(self, key: str) -> memoryview | None:
+        obstore = _obstore()
+
+        async def whole() -> Any:
+            result = await obstore.get_async(self.store, key)
+            return await result.bytes_async()
+
+        try:
+            return memoryview(await self._retrying(key, whole))
+        except RemoteNotFoundError:
+            return None
+
+
+def _settle(future: concurrent.futures.Future, task: asyncio.Task) -> None:
+    """Hand a finished task's outcome to the future the caller holds."""
+    if task.cancelled():
+        future.set_exception(concurrent.futures.CancelledError())
+    elif task.exception() is not None:
+        future.set_exception(task.exception())
+    else:
+        future.set_result(task.result())
+
+
+def range_client(zarr_store: Any, settings: _settings.Settings | None = None) -> RangeClient | None:
+    """A :class:`RangeClient` over the obstore store of a zarr ``ObjectStore``, else None.
+
+    Examples
+    --------
+    >>> import zarr
+    >>> from linumpy.io.remote import object_store
+    >>> store = zarr.storage.ObjectStore(object_store("https://example.org/a.zarr"))
+    >>> range_client(store).url, range_client(zarr.storage.MemoryStore())
+    ('https://example.org/a.zarr', None)
+    """
+    try:
+        from zarr.storage import ObjectStore
+    except ImportError:  # zarr without obstore support
+        return None
+    if not isinstance(zarr_store, ObjectStore):
+        return None
+    store = zarr_store.store
+    url = store_url(store)
+    if url is None:
+        return None
+    settings = settings or _settings.get()
+    return RangeClient(
+        url,
+        store,
+        settings.remote_requests,
+        settings.remote_retries,
+        settings.remote_ahead_bytes,
+    )

@@ -1,0 +1,128 @@
+"""The remote fetch stage's read-ahead and the loopback server's processes, on 127.0.0.1 only.
+
+A read fetches ahead of its groups within ``remote_ahead_bytes`` and gives every request back
+when it ends, whether it succeeds or fails; the server answers from processes of its own and
+none outlives its block.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from linumpy import settings
+from linumpy.errors import RemotePermissionError, SettingsError
+from linumpy.io import open_array, read_volume
+from linumpy.io.engine import fetch_remote
+from linumpy.io.engine.fetch import chunk_sizes
+from linumpy.io.engine.plan import plan_read
+from linumpy.io.remote_server import serve_directory
+from tests.test_remote import FaultyHandler
+from tests.zarr_layouts import CHUNKS, LAYOUTS, REGIONS, SHAPE, make_array, sample_data
+
+pytest.importorskip("obstore")
+
+
+@pytest.mark.parametrize("budget", [1, 64 * 1024, 256 * 2**20])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_reads_ahead_within_any_budget_equal_local_reads(
+    tmp_path: Path, layout: str, budget: int
+) -> None:
+    data = sample_data(SHAPE, "uint16")
+    data[:8] = 0  # not stored: filled
+    make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS, crc32c=layout != "v2")
+    with serve_directory(tmp_path) as url, settings.set(remote_ahead_bytes=budget):
+        for region in REGIONS:
+            expected = read_volume(tmp_path / "a.zarr", region=region)
+            np.testing.assert_array_equal(read_volume(f"{url}/a.zarr", region=region), expected)
+    assert not fetch_remote._reads  # every read gave its requests back
+
+
+@pytest.mark.parametrize("layout", ["v3-sharded", "v3"])
+def test_read_ahead_holds_at_most_its_budget_beyond_a_group(tmp_path: Path, layout: str) -> None:
+    data = sample_data((64, 64, 64), "uint16")
+    make_array(tmp_path / "a.zarr", layout, data, chunks=(16, 16, 16))
+    budget = 40_000
+    with serve_directory(tmp_path) as url, settings.set(remote_ahead_bytes=budget):
+        plan = plan_read(open_array(f"{url}/a.zarr"))
+        order = fetch_remote.read_order(plan)
+        ahead = fetch_remote.ReadAhead(plan, order)
+        held, groups = [], np.array_split(order, 8)
+        for group in groups:
+            ahead.group(group, lambda n: np.empty(n, np.uint8))
+            held.append(ahead.held)
+    largest = max(int(ahead.cost[np.unique(ahead.requests.request[g])].sum()) for g in groups)
+    assert max(held) <= budget + largest
+    assert ahead.done and ahead.held == 0  # all handed on, nothing kept
+    assert sum(held[:-1]) > 0  # it did fetch ahead of the groups
+
+
+def test_read_ahead_follows_the_best_compressed_first_order(tmp_path: Path) -> None:
+    data = sample_data((32, 64, 64), "uint16")
+    make_array(tmp_path / "a.zarr", "v3-sharded", data, chunks=(16, 16, 16))
+    with serve_directory(tmp_path) as url:
+        plan = plan_read(open_array(f"{url}/a.zarr"))
+        sizes = chunk_sizes(plan)
+        order = fetch_remote.read_order(plan, sizes)
+        by_size = order[np.argsort(sizes[order], kind="stable")]
+        out = []
+        for k, group in enumerate(np.array_split(by_size, 3)):
+            present, layout, buffer, nbytes, _ = fetch_remote.fetch_remote_group(
+                plan, group, lambda n: np.empty(n, np.uint8)
+            )
+            out += [bytes(buffer[o : o + n]) for o, n in zip(layout.offsets, nbytes)]
+            if k == 0:  # the order was guessed from the first group
+                np.testing.assert_array_equal(fetch_remote._reads[id(plan)].order, by_size)
+    shard_bytes = {}
+    for e in by_size.tolist():
+        key = plan.files[plan.file_index[e]].rsplit("/a.zarr/", 1)[1]
+        raw = shard_bytes.setdefault(key, (tmp_path / "a.zarr" / key).read_bytes())
+        start = int(plan.offsets[e])
+        assert out.pop(0) == raw[start : start + int(plan.nbytes[e])]
+    assert not fetch_remote._reads
+
+
+def test_failed_read_ahead_gives_its_requests_back(tmp_path: Path) -> None:
+    FaultyHandler.faults, FaultyHandler.counts = {"2": "403"}, {}
+    make_array(tmp_path / "a.zarr", "v3", sample_data(SHAPE, "uint8"), chunks=CHUNKS)
+    with serve_directory(tmp_path, FaultyHandler) as url:
+        with pytest.raises(RemotePermissionError, match=f"{url}/a.zarr/c/"):
+            read_volume(f"{url}/a.zarr")
+        assert not fetch_remote._reads
+        del FaultyHandler.faults["2"]
+        np.testing.assert_array_equal(
+            read_volume(f"{url}/a.zarr"), read_volume(tmp_path / "a.zarr")
+        )
+
+
+def test_ahead_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SettingsError, match="remote_ahead_bytes"):
+        settings.Settings(remote_ahead_bytes=0)
+    monkeypatch.setenv("LINUMPY_REMOTE_AHEAD_MIB", "-3")
+    with pytest.raises(SettingsError, match="LINUMPY_REMOTE_AHEAD_MIB"):
+        settings.get()
+    monkeypatch.setenv("LINUMPY_REMOTE_AHEAD_MIB", "8")
+    assert settings.get().remote_ahead_bytes == 8 * 2**20
+
+
+def test_server_processes_serve_and_stop(tmp_path: Path) -> None:
+    data = sample_data(SHAPE, "uint16")
+    make_array(tmp_path / "a.zarr", "v3-sharded", data, chunks=CHUNKS)
+    with serve_directory(tmp_path, processes=2, delay=0.05) as url:
+        started = time.monotonic()
+        with urllib.request.urlopen(f"{url}/a.zarr/zarr.json") as response:
+            assert response.status == 200
+        assert time.monotonic() - started >= 0.05  # each request waits its delay
+        np.testing.assert_array_equal(read_volume(f"{url}/a.zarr"), data)
+    with pytest.raises(urllib.error.URLError):  # no process is left accepting
+        urllib.request.urlopen(f"{url}/a.zarr/zarr.json", timeout=2)
+    with (
+        pytest.raises(ValueError, match="default handler"),
+        serve_directory(tmp_path, FaultyHandler, processes=1),
+    ):
+        pass
