@@ -74,9 +74,9 @@ class ChunkDecodeError(LinumpyError, ValueError):
 
     Examples
     --------
-    >>> from linumpy.io.engine.frames import decode_zstd_cpu
+    >>> from linumpy.io.engine.codecs import zstd
     >>> try:
-    ...     decode_zstd_cpu(b"junk", key="0/c/0")
+    ...     zstd.decode(b"junk", key="0/c/0")
     ... except ChunkDecodeError as exc:
     ...     print(exc.key, "|", exc.reason)
     0/c/0 | not zstd data: bad magic number 0x6B6E756A

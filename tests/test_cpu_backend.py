@@ -9,7 +9,9 @@ import pytest
 import zarr
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.engine import cpu, libzstd
+from linumpy.io.engine import cpu
+from linumpy.io.engine.codecs import zstd
+from linumpy.io.engine.codecs.zstd import libzstd
 from linumpy.io.engine.cpu import CpuBackend, read_plan
 from linumpy.io.engine.cpu_layout import batches, tapering_batches
 from linumpy.io.engine.fetch import chunk_sizes
@@ -50,7 +52,7 @@ def test_decode_into_takes_an_address_and_several_frames() -> None:
 def test_read_plan_matches_zarr(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, threads: int, available: bool
 ) -> None:
-    monkeypatch.setattr(libzstd, "AVAILABLE", available)  # False: numcodecs for every chunk
+    monkeypatch.setattr(zstd, "FAST_DECODE", available)  # False: numcodecs for every chunk
     data = sample_data((21, 34, 47), "uint16")
     data[:8] = 0  # chunks not stored
     make_array(tmp_path / "a.zarr", layout, data, chunks=(8, 16, 16))

@@ -28,6 +28,13 @@ from zarr_layouts import (
 )
 
 from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine.codecs.zstd import (
+    FRAME_CHECKSUM,
+    FRAME_GPU,
+    FRAME_NEEDS_CHECK,
+    check_frames,
+    inspect_chunk,
+)
 from linumpy.io.engine.cpu import CpuBackend, read_plan
 from linumpy.io.engine.fetch import (
     ALIGN,
@@ -37,13 +44,6 @@ from linumpy.io.engine.fetch import (
     kvikio_unusable_reason,
     layout_group,
     read_group,
-)
-from linumpy.io.engine.frames import (
-    FRAME_CHECKSUM,
-    FRAME_GPU,
-    FRAME_NEEDS_CHECK,
-    check_frames,
-    inspect_zstd_chunk,
 )
 from linumpy.io.engine.keys import chunk_keys
 from linumpy.io.engine.plan import ReadPlan, plan_read
@@ -171,7 +171,7 @@ def _packed(cases: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return buffer, offsets, np.array([len(c) for c in cases])
 
 
-def test_check_frames_accepts_only_what_inspect_zstd_chunk_sends_to_nvcomp() -> None:
+def test_check_frames_accepts_only_what_inspect_chunk_sends_to_nvcomp() -> None:
     cases = _cases()
     buffer, offsets, sizes = _packed(cases)
     verdicts = check_frames(buffer, offsets, sizes, DATA.nbytes)
@@ -180,7 +180,7 @@ def test_check_frames_accepts_only_what_inspect_zstd_chunk_sends_to_nvcomp() -> 
     assert set(verdicts[2:15]) == {FRAME_NEEDS_CHECK}
     for case, verdict in zip(cases, verdicts, strict=True):
         try:
-            info = inspect_zstd_chunk(case, key="c", expected_size=DATA.nbytes)
+            info = inspect_chunk(case, key="c", expected_size=DATA.nbytes)
         except ChunkDecodeError:
             info = None
         if verdict != FRAME_NEEDS_CHECK:

@@ -7,7 +7,7 @@ import pytest
 from numcodecs import Zstd
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk
+from linumpy.io.engine.codecs.zstd import decode, inspect_chunk
 
 DATA = np.random.default_rng(0).integers(0, 400, 50_000, dtype=np.uint16)
 NBYTES = DATA.nbytes
@@ -28,26 +28,26 @@ def skippable(content: bytes) -> bytes:
 
 
 def test_valid_frame() -> None:
-    info = inspect_zstd_chunk(frame(), key="c/0", expected_size=NBYTES)
+    info = inspect_chunk(frame(), key="c/0", expected_size=NBYTES)
     assert info.content_size == NBYTES
     assert info.checksum is None
     assert (info.n_frames, info.n_skippable) == (1, 0)
     assert info.gpu_decodable
-    out = decode_zstd_cpu(frame(), key="c/0", out=np.empty(NBYTES, np.uint8))
+    out = decode(frame(), key="c/0", out=np.empty(NBYTES, np.uint8))
     np.testing.assert_array_equal(out.view(np.uint16), DATA)
 
 
 def test_checksum_is_reported_and_verified() -> None:
     good = frame(checksum=True)
-    info = inspect_zstd_chunk(good, key="c/0", expected_size=NBYTES)
+    info = inspect_chunk(good, key="c/0", expected_size=NBYTES)
     assert info.checksum == int.from_bytes(good[-4:], "little")
     assert info.gpu_decodable
-    decode_zstd_cpu(good, key="c/0", expected_size=NBYTES)
+    decode(good, key="c/0", expected_size=NBYTES)
     bad = bytearray(good)
     bad[-1] ^= 0xFF
-    inspect_zstd_chunk(bytes(bad), key="c/0", expected_size=NBYTES)  # headers are still fine
+    inspect_chunk(bytes(bad), key="c/0", expected_size=NBYTES)  # headers are still fine
     with pytest.raises(ChunkDecodeError, match="c/0.*checksum"):
-        decode_zstd_cpu(bytes(bad), key="c/0", expected_size=NBYTES)
+        decode(bytes(bad), key="c/0", expected_size=NBYTES)
 
 
 @pytest.mark.parametrize(
@@ -66,56 +66,56 @@ def test_checksum_is_reported_and_verified() -> None:
 )
 def test_invalid_frames_raise_naming_the_chunk(data: bytes, reason: str) -> None:
     with pytest.raises(ChunkDecodeError, match=reason) as info:
-        inspect_zstd_chunk(data, key="0/c/1/2/3", expected_size=NBYTES)
+        inspect_chunk(data, key="0/c/1/2/3", expected_size=NBYTES)
     assert info.value.key == "0/c/1/2/3"
     with pytest.raises(ChunkDecodeError):
-        decode_zstd_cpu(data, key="0/c/1/2/3", expected_size=NBYTES)
+        decode(data, key="0/c/1/2/3", expected_size=NBYTES)
 
 
 def test_reserved_bits_rejected() -> None:
     data = bytearray(frame())
     data[4] |= 0x08
     with pytest.raises(ChunkDecodeError, match="reserved bit"):
-        inspect_zstd_chunk(bytes(data), key="k")
+        inspect_chunk(bytes(data), key="k")
 
 
 def test_wrong_declared_size_rejected() -> None:
     with pytest.raises(ChunkDecodeError, match=f"declares {NBYTES} decompressed bytes"):
-        inspect_zstd_chunk(frame(), key="k", expected_size=NBYTES + 2)
+        inspect_chunk(frame(), key="k", expected_size=NBYTES + 2)
 
 
 def test_two_frames_are_valid_but_not_for_the_gpu() -> None:
     half = DATA.size // 2
     data = frame(data=DATA[:half]) + frame(data=DATA[half:])
-    info = inspect_zstd_chunk(data, key="k", expected_size=NBYTES)
+    info = inspect_chunk(data, key="k", expected_size=NBYTES)
     assert (info.n_frames, info.content_size, info.gpu_decodable) == (2, None, False)
-    out = decode_zstd_cpu(data, key="k", out=np.empty(NBYTES, np.uint8))
+    out = decode(data, key="k", out=np.empty(NBYTES, np.uint8))
     np.testing.assert_array_equal(out.view(np.uint16), DATA)
 
 
 def test_two_frames_decoding_short_is_an_error() -> None:
     data = frame(data=DATA[:100]) + frame(data=DATA[100:200])
     with pytest.raises(ChunkDecodeError, match="decoded to 400 bytes"):
-        decode_zstd_cpu(data, key="k", out=np.empty(NBYTES, np.uint8))
+        decode(data, key="k", out=np.empty(NBYTES, np.uint8))
 
 
 def test_frame_without_content_size() -> None:
     payload = DATA.tobytes()[:1000]
     data = raw_frame_without_size(payload)
-    info = inspect_zstd_chunk(data, key="k", expected_size=1000)
+    info = inspect_chunk(data, key="k", expected_size=1000)
     assert (info.content_size, info.gpu_decodable) == (None, False)
-    out = decode_zstd_cpu(data, key="k", out=np.empty(1000, np.uint8))
+    out = decode(data, key="k", out=np.empty(1000, np.uint8))
     assert out.tobytes() == payload
 
 
 def test_skippable_frames_are_valid_but_not_for_the_gpu() -> None:
     data = skippable(b"metadata") + frame()
-    info = inspect_zstd_chunk(data, key="k", expected_size=NBYTES)
+    info = inspect_chunk(data, key="k", expected_size=NBYTES)
     assert (info.n_skippable, info.content_size, info.gpu_decodable) == (1, NBYTES, False)
-    out = decode_zstd_cpu(data, key="k", expected_size=NBYTES)
+    out = decode(data, key="k", expected_size=NBYTES)
     np.testing.assert_array_equal(out.view(np.uint16), DATA)
 
 
 def test_numpy_input_accepted() -> None:
     data = np.frombuffer(frame(), dtype=np.uint8)
-    assert inspect_zstd_chunk(data, key="k").content_size == NBYTES
+    assert inspect_chunk(data, key="k").content_size == NBYTES

@@ -35,7 +35,7 @@ from linumpy.gpu.nvcomp_zstd import (
     register_nvcomp_zstd,
 )
 from linumpy.gpu.zarr_buffers import host_bytes_config
-from linumpy.io.engine.frames import decode_zstd_cpu, inspect_zstd_chunk, set_zstd_checksum
+from linumpy.io.engine.codecs import zstd
 
 CODEC_LOGGER = "linumpy.gpu.codec_batches"
 
@@ -243,19 +243,19 @@ def test_layout_is_aligned_and_disjoint() -> None:
 def test_set_checksum_writes_a_frame_libzstd_verifies() -> None:
     data = np.random.default_rng(3).integers(0, 300, 20_000, dtype=np.uint16)
     plain = np.frombuffer(Zstd(level=3).encode(data), dtype=np.uint8)
-    stored = inspect_zstd_chunk(
+    stored = zstd.inspect_chunk(
         Zstd(level=3, checksum=True).encode(data), key="ref", expected_size=data.nbytes
     ).checksum
     assert stored is not None
     frame = np.concatenate([plain, np.zeros(4, dtype=np.uint8)])
-    set_zstd_checksum(frame, stored | (0xABCD << 32))  # only the low 32 bits are stored
-    info = inspect_zstd_chunk(frame, key="patched", expected_size=data.nbytes)
+    zstd.set_checksum(frame, stored | (0xABCD << 32))  # only the low 32 bits are stored
+    info = zstd.inspect_chunk(frame, key="patched", expected_size=data.nbytes)
     assert info.checksum == stored
-    decoded = decode_zstd_cpu(frame, key="patched", expected_size=data.nbytes)
+    decoded = zstd.decode(frame, key="patched", expected_size=data.nbytes)
     np.testing.assert_array_equal(decoded.view(np.uint16), data)
-    set_zstd_checksum(frame, stored ^ 1)
+    zstd.set_checksum(frame, stored ^ 1)
     with pytest.raises(ChunkDecodeError, match="patched"):
-        decode_zstd_cpu(frame, key="patched", expected_size=data.nbytes)
+        zstd.decode(frame, key="patched", expected_size=data.nbytes)
 
 
 # --- GPU: real nvCOMP ---------------------------------------------------------------------------
@@ -504,7 +504,7 @@ def test_gpu_write_cpu_read(
     chunk_files = [p for p in (tmp_path / "a.zarr" / "c").rglob("*") if p.is_file()]
     assert len(chunk_files) == 3 * 4 * 2
     for path in chunk_files:
-        info = inspect_zstd_chunk(path.read_bytes(), key=str(path))
+        info = zstd.inspect_chunk(path.read_bytes(), key=str(path))
         assert info.gpu_decodable
         assert (info.checksum is not None) is checksum
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "a.zarr", mode="r")[...], data)
@@ -686,7 +686,7 @@ def test_xxh64_kernel_matches_zstd_checksums(cp: object) -> None:
     stream.synchronize()
     for piece, digest in zip(pieces, hashes.get(), strict=True):
         frame = Zstd(level=1, checksum=True).encode(piece)
-        assert int(digest) & 0xFFFFFFFF == inspect_zstd_chunk(frame, key="x").checksum
+        assert int(digest) & 0xFFFFFFFF == zstd.inspect_chunk(frame, key="x").checksum
     assert int(hashes[0]) == 0xEF46DB3751D8E999  # XXH64 of no bytes, seed 0
     with pytest.raises(ValueError, match="multiple of 8"):
         xxh64_batch(cupy.asarray(host), [4], [8], stream=stream)

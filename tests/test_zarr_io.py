@@ -39,8 +39,8 @@ from linumpy.gpu.zarr_io import (
     read_zarr_to_gpu,
 )
 from linumpy.io import read_volume
+from linumpy.io.engine.codecs.zstd import FRAME_GPU, check_frames
 from linumpy.io.engine.fetch import ALIGN, align_up, chunk_sizes, kvikio_unusable_reason
-from linumpy.io.engine.frames import FRAME_GPU, check_frames
 from linumpy.io.engine.plan import plan_read
 from linumpy.settings import Settings
 

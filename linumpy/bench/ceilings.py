@@ -232,7 +232,7 @@ def gpu_ceilings(
     device = None  # the copy's target is not needed any more
 
     from linumpy.gpu import nvcomp
-    from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, check_frames
+    from linumpy.io.engine.codecs.zstd import FRAME_NEEDS_CHECK, check_frames
 
     packed, offsets = _packed_frames(files, pinned)
     n, size = len(offsets), files.frame_nbytes

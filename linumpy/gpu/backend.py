@@ -37,8 +37,9 @@ from linumpy.gpu import nvcomp
 from linumpy.gpu.pinned_buffers import PinnedLease
 from linumpy.gpu.read_checks import ReadChecks
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
+from linumpy.io.engine.codecs import zstd
+from linumpy.io.engine.codecs.zstd import FRAME_CHECKSUM, FRAME_NEEDS_CHECK
 from linumpy.io.engine.fetch import ALIGN, align_up, kvikio_unusable_reason, use_kvikio_threads
-from linumpy.io.engine.frames import FRAME_CHECKSUM, FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.plan import ReadPlan
 from linumpy.io.engine.run import Fetched, Group
 from linumpy.settings import Settings
@@ -71,6 +72,8 @@ def fast_path_obstacle(plan: ReadPlan) -> str | None:
     >>> fast_path_obstacle(plan_read(array)) is None
     True
     """
+    if plan.codec is not zstd:
+        return f"nvCOMP decodes zstd here, not {plan.codec.NAME}"
     dtype = plan.dtype
     components = 2 if dtype.kind == "c" else 1
     if dtype.kind not in "biufc" or dtype.itemsize // components not in (1, 2, 4, 8):
@@ -279,7 +282,7 @@ class GpuBackend:
                     continue
                 frame = fetched.staging[offsets[i] : offsets[i] + sizes[i]]
                 try:
-                    decode_zstd_cpu(frame, key="", out=target, checked=True)
+                    zstd.decode(frame, key="", out=target, checked=True)
                 except ChunkDecodeError as exc:
                     key = self.plan.key(int(fetched.group.entries[i]))
                     raise ChunkDecodeError(key, exc.reason) from None

@@ -3,7 +3,7 @@
 :class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` hands its batches here. Decoding gathers every
 chunk into one device buffer (:mod:`linumpy.gpu.codec_transfers`: host chunks uploaded through
 pinned memory a piece at a time, device chunks copied there and downloaded once) and checks each
-frame on the CPU where its bytes are (:mod:`linumpy.io.engine.frames`): host chunks as their
+frame on the CPU where its bytes are (:mod:`linumpy.io.engine.codecs.zstd`): host chunks as their
 codec call arrives (:func:`prepare_items`), device chunks in the merged call. The merged call
 decodes with one call of the nvCOMP layer (:mod:`linumpy.gpu.nvcomp`) and verifies stored
 checksums with the XXH64 kernel. Valid chunks that nvCOMP cannot decode (several frames,
@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numcodecs import Zstd
 from zarr.buffer import gpu as gpu_buffer
 
 from linumpy.errors import ChunkDecodeError
@@ -44,13 +43,8 @@ from linumpy.gpu.codec_transfers import (
     stage_inputs,
     upload_host_chunks,
 )
-from linumpy.io.engine.frames import (
-    CHECKSUM_BYTES,
-    ZstdFrameInfo,
-    decode_zstd_cpu,
-    inspect_zstd_chunk,
-    set_zstd_checksum,
-)
+from linumpy.io.engine.codecs import zstd
+from linumpy.io.engine.codecs.zstd import CHECKSUM_BYTES
 
 if TYPE_CHECKING:
     import cupy
@@ -176,14 +170,14 @@ class PreparedChunk:
 
     spec: ArraySpec
     key: str
-    info: ZstdFrameInfo
+    info: zstd.FrameInfo
     size: int
     address: int
     host: np.ndarray | None
     keep: Any
 
 
-def _nvcomp_decodable(info: ZstdFrameInfo, size: int) -> bool:
+def _nvcomp_decodable(info: zstd.FrameInfo, size: int) -> bool:
     return (
         info.gpu_decodable
         and 0 < (info.content_size or 0) <= nvcomp.MAX_DECODE_BYTES
@@ -236,7 +230,7 @@ async def _prepare(
     for i, ((_, spec, key), offset, size) in enumerate(zip(items, offsets, sizes, strict=True)):
         # Checked where the bytes are: host chunks in place, device chunks downloaded.
         source = host_bytes(arrays[i]) if i in on_host else staging[offset : offset + size]
-        info = inspect_zstd_chunk(source, key=key, expected_size=_expected_nbytes(spec))
+        info = zstd.inspect_chunk(source, key=key, expected_size=_expected_nbytes(spec))
         if _nvcomp_decodable(info, size):
             prepared.append(
                 PreparedChunk(spec, key, info, size, device_in.data.ptr + offset, None, device_in)
@@ -291,7 +285,7 @@ async def _decode_prepared(
         cpu_decoded = await asyncio.gather(
             *(
                 asyncio.to_thread(
-                    decode_zstd_cpu,
+                    zstd.decode,
                     chunks[i].host,
                     key=chunks[i].key,
                     expected_size=_expected_nbytes(chunks[i].spec),
@@ -410,13 +404,13 @@ async def _encode_batch(
     for k, i in enumerate(on_gpu):
         frame = packed[packed_offsets[k] : packed_offsets[k] + frame_sizes[k] + extra]
         # Never store what the decoders would reject: check nvCOMP's frame like a stored chunk.
-        info = inspect_zstd_chunk(frame[: frame_sizes[k]], key=keys[i], expected_size=sizes[i])
+        info = zstd.inspect_chunk(frame[: frame_sizes[k]], key=keys[i], expected_size=sizes[i])
         if info.n_frames != 1 or info.n_skippable or info.checksum is not None:
             raise ChunkDecodeError(keys[i], f"nvCOMP wrote an unexpected frame layout: {info}")
         if checksum:
-            set_zstd_checksum(frame, int(hashes[k]))
+            zstd.set_checksum(frame, int(hashes[k]))
         frames[i] = frame
-    cpu_codec = Zstd(level=level, checksum=checksum)
+    cpu_codec = zstd.encoder(level, checksum)
     for i in on_cpu:
         host = cupy.asnumpy(arrays[i]) if is_on_device(arrays[i]) else np.asarray(arrays[i])
         encoded = await asyncio.to_thread(cpu_codec.encode, host)

@@ -265,7 +265,7 @@ def standin_frame(nbytes: int) -> np.ndarray:
     """
     from numcodecs import Zstd
 
-    from linumpy.io.engine.frames import FRAME_GPU, check_frames
+    from linumpy.io.engine.codecs.zstd import FRAME_GPU, check_frames
 
     frame = np.frombuffer(Zstd(level=1).encode(np.zeros(nbytes, dtype=np.uint8)), np.uint8)
     verdict = check_frames(frame, np.zeros(1, np.int64), np.array([frame.nbytes]), nbytes)

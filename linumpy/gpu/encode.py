@@ -12,7 +12,7 @@ For each group of files (a box of shards or chunks, sized by ``settings.scratch_
 4. download: nvCOMP's statuses and sizes are checked, then each frame is copied into page-locked
    host memory (with four spare bytes for the checksum);
 5. assemble and write: in the file threads, every frame is walked like a stored chunk
-   (:func:`~linumpy.io.engine.frames.inspect_zstd_chunk`) before it is written, the checksum is
+   (:func:`~linumpy.io.engine.codecs.zstd.inspect_chunk`) before it is written, the checksum is
    patched in, and each file is assembled (crc32c of each frame, shard index) and written whole.
 
 The GPU work of a group overlaps the file writes of the group before (two host buffers take
@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine.codecs import zstd
+from linumpy.io.engine.codecs.zstd import CHECKSUM_BYTES
 from linumpy.io.engine.fetch import align_up
-from linumpy.io.engine.frames import CHECKSUM_BYTES, inspect_zstd_chunk, set_zstd_checksum
 from linumpy.io.engine.write_files import (
     FilePool,
     WriteReport,
@@ -105,13 +106,13 @@ def _finish_file(
             continue
         key = f"{path} [inner chunk {j}]" if layout.sharded else path
         body = frame[:-CHECKSUM_BYTES] if layout.checksum else frame
-        info = inspect_zstd_chunk(body, key=key, expected_size=layout.chunk_nbytes)
+        info = zstd.inspect_chunk(body, key=key, expected_size=layout.chunk_nbytes)
         if info.n_frames != 1 or info.n_skippable or info.checksum is not None:
             raise ChunkDecodeError(key, f"nvCOMP wrote an unexpected frame layout: {info}")
         if info.content_size is None:
             raise ChunkDecodeError(key, "nvCOMP wrote a frame without its content size")
         if layout.checksum:
-            set_zstd_checksum(frame, hashes[j])
+            zstd.set_checksum(frame, hashes[j])
         finished[j] = frame
     parts = assemble_file(plan, finished)
     nbytes = write_file(path, parts, writeback=writeback)

@@ -10,7 +10,7 @@ queues its work and returns: the work space is allocated once per stream and gro
 the output sizes come from the plan, and per-chunk statuses are checked when the caller waits.
 
 nvCOMP checks little (a corrupt frame may decode to wrong bytes or fault): callers hand it only
-frames that passed :mod:`linumpy.io.engine.frames` and, for chunks stored with a crc32c, whose
+frames that passed :mod:`linumpy.io.engine.codecs.zstd` and, for chunks stored with a crc32c, whose
 crc32c matched (on the CPU, or on the device between the upload of a decode's tables and the
 decode: ``before_decode`` and :mod:`linumpy.gpu.crc_device`). The
 statuses and decoded sizes it reports are still checked, as a second line of defence.

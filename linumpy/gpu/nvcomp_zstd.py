@@ -17,7 +17,7 @@ Use it by registering it and routing zarr's ``zstd`` through it while opening ar
 
 nvCOMP is not handed anything it could get wrong (the GPU guide's "Checksums and corrupt data"
 section says why): every chunk is
-first walked on the CPU by :func:`linumpy.io.engine.frames.inspect_zstd_chunk`. Malformed chunks
+first walked on the CPU by :func:`linumpy.io.engine.codecs.zstd.inspect_chunk`. Malformed chunks
 raise :class:`~linumpy.errors.ChunkDecodeError`; valid chunks that nvCOMP cannot decode (several
 frames, skippable frames, no declared content size) are decoded by libzstd on the CPU; stored
 content checksums, which nvCOMP ignores, are verified on the GPU with an XXH64 kernel.

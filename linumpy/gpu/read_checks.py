@@ -22,8 +22,9 @@ import numpy as np
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
 from linumpy.gpu.crc_device import DeviceCrc32c, crc32c_unavailable_reason
-from linumpy.io.engine.frames import CHECKSUM_BYTES
-from linumpy.io.engine.plan import EntryKeys, ReadPlan
+from linumpy.io.engine.codecs.zstd import CHECKSUM_BYTES
+from linumpy.io.engine.keys import EntryKeys
+from linumpy.io.engine.plan import ReadPlan
 from linumpy.io.engine.run import Fetched, Group
 from linumpy.settings import Settings
 

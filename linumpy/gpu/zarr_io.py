@@ -248,9 +248,18 @@ def read_zarr_to_gpu(
 
 
 class GpuRead:
-    """The GPU back end as the read orchestrator asks it (:class:`~linumpy.io.engine.read.
-    ReadBackend`): device memory checks, zarr on the GPU (:func:`gpu_zarr_context`) as the
-    fallback, a :class:`~linumpy.gpu.backend.GpuBackend` on ``gpu_streams`` CUDA streams."""
+    """The GPU back end as the read orchestrator asks it: device memory checks, zarr on the GPU
+    (:func:`gpu_zarr_context`) as the fallback, a :class:`~linumpy.gpu.backend.GpuBackend` on
+    ``gpu_streams`` CUDA streams (see :class:`~linumpy.io.engine.read.ReadBackend`).
+
+    Examples
+    --------
+    What :func:`read_zarr_to_gpu` does, for an open ``array``:
+
+    >>> from linumpy.io.engine.read import read  # doctest: +SKIP
+    >>> read(array, None, backend=GpuRead(), settings=Settings(), source="a")  # doctest: +SKIP
+    array([0, 0, 0, 0], dtype=int8)
+    """
 
     name: Literal["gpu"] = "gpu"
 

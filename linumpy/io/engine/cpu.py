@@ -7,10 +7,10 @@ A chunk whose destination in the output is one contiguous block is decoded strai
 others are decoded into a per-thread scratch buffer and copied by the same thread (numpy copies
 release the GIL); when a thread reads them, whole chunks side by side along the last axis a run
 of them at a time (:data:`RUN_BYTES`). A new output's pages are faulted in first, in parallel
-(:data:`PREFAULT_BYTES`). libzstd is called through ctypes on a context each thread keeps
-(:mod:`~linumpy.io.engine.libzstd`): the GIL is released for the decode and held only for a
-few microseconds of bookkeeping per chunk; it verifies stored content checksums. A chunk it
-rejects is decoded again by :func:`~linumpy.io.engine.frames.decode_zstd_cpu` for the message.
+(:data:`PREFAULT_BYTES`). The plan's compressor decodes (:mod:`linumpy.io.engine.codecs.zstd`:
+libzstd through ctypes on a context each thread keeps, the GIL released for the decode and held
+only for a few microseconds of bookkeeping per chunk; it verifies stored content checksums). A
+chunk it rejects is decoded again by the compressor's ``decode`` for the message.
 Chunks are handed to threads in batches, not one task each.
 """
 
@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError, LinumpyError
-from linumpy.io.engine import libzstd
+from linumpy.io.engine.codecs.zstd import FRAME_NEEDS_CHECK
 from linumpy.io.engine.cpu_files import OpenShards
 from linumpy.io.engine.cpu_layout import (
     Run,
@@ -37,7 +37,6 @@ from linumpy.io.engine.cpu_layout import (
 )
 from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_matches, strip_crc32c
 from linumpy.io.engine.fetch import ALIGN, read_chunk_file
-from linumpy.io.engine.frames import FRAME_NEEDS_CHECK, decode_zstd_cpu
 from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
 from linumpy.io.engine.read import execute, output_nbytes
@@ -99,6 +98,8 @@ class CpuBackend:
         self.threads = threads
         self.phases: dict[str, float] = {}
         self._chunk_nbytes = plan.chunk_nbytes  # a property: computed on each access
+        # The compressor's fast decode (address in, address out, False on any doubt), if any.
+        self._decode_into = plan.codec.decode_into if plan.codec.FAST_DECODE else None
         start, stop, chunk_start = plan.bounds()
         self._bounds = [start.tolist(), stop.tolist(), chunk_start.tolist()]
         # Per entry: output byte offset when decoded in place, -1 when copied, -2 when partial.
@@ -201,7 +202,7 @@ class CpuBackend:
 
     def _decode_into_run(self, entry: int, source: Any, size: int) -> bool:
         """Decode a whole chunk into this thread's run (copying the run out first when ``entry``
-        does not continue it); False when libzstd rejects the frame."""
+        does not continue it); False when the decoder rejects the frame."""
         run = self._run()
         continues = (
             entry == run.first + run.count and self._joins[entry] and run.count < self._run_max
@@ -210,7 +211,7 @@ class CpuBackend:
             self.flush_run()
             run.first = entry
         nbytes = self._chunk_nbytes
-        if not libzstd.decode_into(source, size, run.address + run.count * nbytes, nbytes):
+        if not self._decode_into(source, size, run.address + run.count * nbytes, nbytes):
             return False
         run.count += 1
         return True
@@ -227,14 +228,15 @@ class CpuBackend:
         target[...] = np.moveaxis(rows.reshape(count, *target.shape[:-1]), 0, -1)
 
     def _decode_slow(self, entry: int, frame: Any, direct: int, *, checked: bool) -> None:
-        """Decode with :func:`decode_zstd_cpu`: without libzstd, or to say why a chunk fails."""
+        """Decode with the compressor's ``decode``: without its fast decode, or to say why a
+        chunk fails."""
         plan = self.plan
         if direct >= 0:
             target = self.out.reshape(-1).view(np.uint8)[direct : direct + plan.chunk_nbytes]
         else:
             target = self._scratch()[0]
         try:
-            decode_zstd_cpu(frame, key="", out=target, checked=checked)
+            plan.codec.decode(frame, key="", out=target, checked=checked)
         except ChunkDecodeError as exc:  # the key is made only when needed
             raise ChunkDecodeError(plan.key(entry), exc.reason) from None
         if direct < 0:
@@ -243,7 +245,7 @@ class CpuBackend:
     def decode_entry(self, entry: int, frame: Any, *, checked: bool, run: bool = False) -> None:
         """Decode one stored chunk into the output (in place when its bytes are contiguous).
 
-        ``checked``: the frame passed :func:`~linumpy.io.engine.frames.check_frames` already.
+        ``checked``: the frame passed the compressor's ``check_frames`` already.
         ``frame`` is a bytes-like object, or ``(address, size, frame)`` of bytes in a buffer
         that stays alive for the call. With ``run``, a whole chunk may wait in this thread's run
         until :meth:`flush_run`.
@@ -256,17 +258,18 @@ class CpuBackend:
         else:  # bytearray, memoryview, numpy: ctypes takes their address
             frame = np.frombuffer(frame, dtype=np.uint8)
             source, size = frame.ctypes.data if frame.size else None, frame.size
-        if libzstd.AVAILABLE:
+        decode_into = self._decode_into
+        if decode_into is not None:
             nbytes = self._chunk_nbytes
             if direct >= 0:
-                if libzstd.decode_into(source, size, self._out_address + direct, nbytes):
+                if decode_into(source, size, self._out_address + direct, nbytes):
                     return
             elif run and direct == -1 and self._joins:
                 if self._decode_into_run(entry, source, size):
                     return
             else:
                 _, address, chunk = self._scratch()
-                if libzstd.decode_into(source, size, address, nbytes):
+                if decode_into(source, size, address, nbytes):
                     self._scatter(entry, chunk, direct)
                     return
         self._decode_slow(entry, frame, direct, checked=checked)
@@ -421,8 +424,16 @@ class CpuBackend:
 
 
 class CpuRead:
-    """The CPU back end as the read orchestrator asks it (:class:`~linumpy.io.engine.read.
-    ReadBackend`): host memory checks, zarr's own read as the fallback, a :class:`CpuBackend`."""
+    """The CPU back end as the read orchestrator asks it: host memory checks, zarr's own read
+    as the fallback, a :class:`CpuBackend` (see :class:`~linumpy.io.engine.read.ReadBackend`).
+
+    Examples
+    --------
+    See :func:`linumpy.io.engine.read.read`:
+
+    >>> CpuRead().name
+    'cpu'
+    """
 
     name: Literal["cpu"] = "cpu"
 
@@ -443,9 +454,8 @@ class CpuRead:
 
     def choose_reader(self, plan: ReadPlan, settings: Any) -> tuple[str, str]:
         """``pread``: threads read their own local chunks; the run loop fetches remote ones."""
-        if plan.remote is None:
-            return "pread", "threads read and decode their own chunks"
-        return "pread", "the run loop fetches groups of chunks from the remote store"
+        local = plan.remote is None
+        return "pread", "threads read their own chunks" if local else "remote: the run loop"
 
     def open(self, plan: ReadPlan, settings: Any, reader: str, out: Any) -> CpuBackend:
         """Check the threads' buffers against host memory; allocate the output."""

@@ -1,12 +1,14 @@
-"""Store keys of chunks: the file of each chunk of a zarr array on a local store."""
+"""Store keys of chunks: the file of each chunk of a zarr array, and the names of a read plan's
+entries in errors."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["chunk_keys"]
+__all__ = ["EntryKeys", "chunk_keys"]
 
 
 def chunk_keys(metadata: Any, coords: np.ndarray, prefix: str = "") -> list[str]:
@@ -43,3 +45,28 @@ def chunk_keys(metadata: Any, coords: np.ndarray, prefix: str = "") -> list[str]
         columns.append([names[i] for i in inverse.reshape(-1).tolist()])
     start = prefix + start
     return [start + separator.join(parts) for parts in zip(*columns)]
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKeys:
+    """The names of some plan entries, made only when an error asks for one
+    (``keys[i]`` or ``keys(i)``: the name of ``entries[i]``).
+
+    Examples
+    --------
+    >>> import os, tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> plan = plan_read(zarr.create_array(path, shape=(4,), chunks=(2,), dtype="uint8"))
+    >>> keys = EntryKeys(plan, np.array([1]))
+    >>> os.path.relpath(keys[0], path), keys(0) == keys[0]
+    ('c/1', True)
+    """
+
+    plan: Any  # a ReadPlan
+    entries: np.ndarray
+
+    def __getitem__(self, i: int) -> str:
+        return self.plan.key(int(self.entries[i]))
+
+    __call__ = __getitem__

@@ -7,8 +7,8 @@ and where each decoded chunk lands in the output. Both back ends (:mod:`linumpy.
 Layouts planned here: zarr v3 ``bytes`` + ``zstd``, optionally followed by ``crc32c`` (checked
 before decoding, see :mod:`linumpy.io.engine.crc`); zarr v3 sharding with those inner codecs (the
 shard index is read and its crc32c checked while planning); zarr v2 with a ``zstd`` compressor and
-no filters. Anything else raises :class:`UnsupportedLayoutError` so that callers fall back to
-zarr itself.
+no filters (the chains :mod:`linumpy.io.engine.codecs` recognises). Anything else raises
+:class:`UnsupportedLayoutError` so that callers fall back to zarr itself.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import zarr
-from numcodecs import Zstd
-from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
+from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from linumpy.errors import UnsupportedLayoutError
+from linumpy.io.engine.codecs import parse_codecs, parse_v2, zstd
 from linumpy.io.engine.fetch import EMPTY_INNER_CHUNK, SHARD_INDEX_ENTRY, read_shard_index
 from linumpy.io.engine.keys import chunk_keys
 from linumpy.io.engine.memory import check_host_memory
@@ -33,7 +34,6 @@ from linumpy.io.engine.region import Region, parse_region
 
 __all__ = [
     "ChunkRead",
-    "EntryKeys",
     "ReadPlan",
     "chunk_view",
     "parse_region",
@@ -130,6 +130,9 @@ class ReadPlan:
     remote
         For an array on a remote store, the :class:`~linumpy.io.remote.RangeClient` that
         fetches its chunks (``files`` are then URLs); None for local files.
+    codec
+        The compressor's package (:mod:`linumpy.io.engine.codecs.zstd`): frame checks and CPU
+        decoding.
 
     Examples
     --------
@@ -158,6 +161,7 @@ class ReadPlan:
     chunks_per_shard: tuple[int, ...] | None = None
     crc32c: bool = False
     remote: Any = None
+    codec: ModuleType = zstd
 
     @property
     def chunk_nbytes(self) -> int:
@@ -249,32 +253,9 @@ class _Layout:
     order: Literal["C", "F"]
     shard_index_location: Literal["start", "end"] | None  # None: not sharded
     shard_index_crc32c: bool
+    codec: ModuleType  # the compressor's package (linumpy.io.engine.codecs)
     chunk_crc32c: bool = False
     remote: Any = None  # the RangeClient of a remote store
-
-
-@dataclass(frozen=True, slots=True)
-class EntryKeys:
-    """The names of some plan entries, made only when an error asks for one
-    (``keys[i]`` or ``keys(i)``: the name of ``entries[i]``).
-
-    Examples
-    --------
-    >>> import os, tempfile, zarr
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> plan = plan_read(zarr.create_array(path, shape=(4,), chunks=(2,), dtype="uint8"))
-    >>> keys = EntryKeys(plan, np.array([1]))
-    >>> os.path.relpath(keys[0], path), keys(0) == keys[0]
-    ('c/1', True)
-    """
-
-    plan: ReadPlan
-    entries: np.ndarray
-
-    def __getitem__(self, i: int) -> str:
-        return self.plan.key(int(self.entries[i]))
-
-    __call__ = __getitem__
 
 
 def _parse_layout(array: zarr.Array) -> _Layout:
@@ -289,13 +270,19 @@ def _parse_layout(array: zarr.Array) -> _Layout:
     metadata = array.metadata
     dtype = np.dtype(array.dtype)
     if metadata.zarr_format == 2:
-        if metadata.filters or not isinstance(metadata.compressor, Zstd):
-            raise UnsupportedLayoutError(
-                f"zarr v2 filters {metadata.filters} / compressor {metadata.compressor} "
-                "are not a plain zstd compressor"
-            )
+        chain = parse_v2(metadata.compressor, metadata.filters)
         chunks = tuple(array.chunks)
-        return _Layout(root, chunks, chunks, dtype, metadata.order, None, False, remote=remote)
+        return _Layout(
+            root,
+            chunks,
+            chunks,
+            dtype,
+            metadata.order,
+            None,
+            False,
+            chain.compressor,
+            remote=remote,
+        )
     codecs = metadata.codecs
     sharding = None
     if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
@@ -308,18 +295,15 @@ def _parse_layout(array: zarr.Array) -> _Layout:
             and index_codecs[1:] in ((), (Crc32cCodec(),))
         ):
             raise UnsupportedLayoutError(f"shard index codecs {index_codecs} are not bytes+crc32c")
-    crc = len(codecs) == 3 and isinstance(codecs[2], Crc32cCodec)
-    if not (
-        len(codecs) == 2 + crc
-        and isinstance(codecs[0], BytesCodec)
-        and isinstance(codecs[1], ZstdCodec)
-    ):
-        raise UnsupportedLayoutError(f"codec chain {codecs} is not bytes+zstd(+crc32c)")
-    endian = codecs[0].endian
+    chain = parse_codecs(codecs)
+    crc = chain.crc32c
+    endian = chain.endian
     stored = dtype if endian is None else dtype.newbyteorder("<" if endian == "little" else ">")
     if sharding is None:
         chunks = tuple(array.chunks)
-        return _Layout(root, chunks, chunks, stored, "C", None, False, crc, remote)
+        return _Layout(
+            root, chunks, chunks, stored, "C", None, False, chain.compressor, crc, remote
+        )
     return _Layout(
         root,
         tuple(array.shards),
@@ -330,6 +314,7 @@ def _parse_layout(array: zarr.Array) -> _Layout:
         if hasattr(sharding.index_location, "value")
         else sharding.index_location,
         len(sharding.index_codecs) == 2,
+        chain.compressor,
         crc,
         remote,
     )
@@ -440,6 +425,7 @@ def _plan(array: zarr.Array, layout: _Layout, region: Region) -> ReadPlan:
         else tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape)),
         crc32c=layout.chunk_crc32c,
         remote=layout.remote,
+        codec=layout.codec,
     )
 
 
@@ -511,7 +497,7 @@ def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
     --------
     >>> import numpy as np, tempfile, zarr
     >>> from linumpy.io.engine.fetch import read_chunk_file
-    >>> from linumpy.io.engine.frames import decode_zstd_cpu
+    >>> from linumpy.io.engine.codecs import zstd
     >>> path = tempfile.mkdtemp() + "/array.zarr"
     >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
     >>> array[:] = np.arange(16, dtype=np.uint8).reshape(4, 4)
@@ -519,7 +505,7 @@ def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
     >>> read = plan.reads[-1]
     >>> data = read_chunk_file(read.path, read.offset, read.nbytes, lambda: read.key,
     ...                        lambda n: np.empty(n, np.uint8))
-    >>> chunk_view(decode_zstd_cpu(data, key=read.key), plan)
+    >>> chunk_view(zstd.decode(data, key=read.key), plan)
     array([[10, 11],
            [14, 15]], dtype=uint8)
     """

@@ -3,11 +3,11 @@
 :func:`run` takes a :class:`~linumpy.io.engine.plan.ReadPlan` and a back end. It sizes the chunk
 files, splits the stored chunks into groups (:func:`make_groups`), and for each group reads the
 chunks into a host staging buffer that the back end lends (:mod:`~linumpy.io.engine.fetch`) and
-checks their zstd frames (:mod:`~linumpy.io.engine.frames`) on a producer thread, while the back
-end decodes and scatters the previous group. Back ends differ only in decode and scatter: the CPU
-back end (:mod:`linumpy.io.engine.cpu`) decodes with libzstd in a thread pool, the GPU back end
-(:mod:`linumpy.gpu.backend`) queues one nvCOMP call and one scatter kernel per group on a CUDA
-stream of its own.
+checks their frames (the plan's compressor, :mod:`~linumpy.io.engine.codecs.zstd`) on a producer
+thread, while the back end decodes and scatters the previous group. Back ends differ only in
+decode and scatter: the CPU back end (:mod:`linumpy.io.engine.cpu`) decodes with libzstd in a
+thread pool, the GPU back end (:mod:`linumpy.gpu.backend`) queues one nvCOMP call and one scatter
+kernel per group on a CUDA stream of its own.
 """
 
 from __future__ import annotations
@@ -22,17 +22,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from linumpy.io.engine.codecs.zstd import FRAME_CHECKSUM, FRAME_GPU, FRAME_NEEDS_CHECK
 from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_bodies, strip_crc32c_many
 from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, read_group
-from linumpy.io.engine.frames import (
-    FRAME_CHECKSUM,
-    FRAME_GPU,
-    FRAME_NEEDS_CHECK,
-    check_frames,
-    decode_zstd_cpu,
-    inspect_zstd_chunk,
-)
-from linumpy.io.engine.plan import EntryKeys, ReadPlan
+from linumpy.io.engine.keys import EntryKeys
+from linumpy.io.engine.plan import ReadPlan
 
 __all__ = ["Backend", "Fetched", "Group", "Stats", "make_groups", "run"]
 
@@ -327,7 +321,8 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
     """
     staging, offsets, nbytes = fetched.staging, fetched.group.layout.offsets, fetched.sizes
     key = EntryKeys(plan, fetched.group.entries)
-    verdicts = check_frames(staging, offsets, nbytes, plan.chunk_nbytes)
+    codec = plan.codec  # the compressor's frame checks and CPU decoder
+    verdicts = codec.check_frames(staging, offsets, nbytes, plan.chunk_nbytes)
     too_large = plan.chunk_nbytes > backend.max_decode_bytes
     # A tail group's sound frames are decoded by the back end itself (libzstd threads into its
     # own buffers), frames too large for nvCOMP included; otherwise those decode here.
@@ -344,7 +339,7 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
     for i in candidates:
         frame = staging[offsets[i] : offsets[i] + nbytes[i]]
         if verdicts[i] == FRAME_NEEDS_CHECK:
-            info = inspect_zstd_chunk(frame, key=key(i), expected_size=plan.chunk_nbytes)
+            info = codec.inspect_chunk(frame, key=key(i), expected_size=plan.chunk_nbytes)
             if info.gpu_decodable and backend_decodes:
                 verdicts[i] = FRAME_GPU if info.checksum is None else FRAME_CHECKSUM
                 continue
@@ -352,7 +347,7 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
 
     def decode(i: int) -> tuple[int, np.ndarray]:
         frame = staging[offsets[i] : offsets[i] + nbytes[i]]
-        return i, decode_zstd_cpu(frame, key=key(i), expected_size=plan.chunk_nbytes)
+        return i, codec.decode(frame, key=key(i), expected_size=plan.chunk_nbytes)
 
     fetched.decoded = (
         list(pool.map(decode, on_cpu)) if len(on_cpu) > 1 else [decode(i) for i in on_cpu]

@@ -26,6 +26,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.storage import LocalStore
 
 from linumpy.errors import UnsupportedLayoutError
+from linumpy.io.engine.codecs import parse_codecs, zstd
 from linumpy.io.engine.region import Region, parse_region
 
 __all__ = ["WriteLayout", "WritePlan", "gather_chunks", "plan_write", "write_layout"]
@@ -105,18 +106,12 @@ class WriteLayout:
 
 
 def _zstd_chain(codecs: Sequence[Any]) -> tuple[BytesCodec, ZstdCodec, bool]:
-    codecs = tuple(codecs)
-    if len(codecs) == 3 and isinstance(codecs[2], Crc32cCodec):
-        crc32c, codecs = True, codecs[:2]
-    else:
-        crc32c = False
-    if not (
-        len(codecs) == 2 and isinstance(codecs[0], BytesCodec) and isinstance(codecs[1], ZstdCodec)
-    ):
-        raise UnsupportedLayoutError(f"codec chain {codecs} is not bytes+zstd(+crc32c)")
-    if codecs[0].endian not in (None, "little"):
-        raise UnsupportedLayoutError(f"chunks are stored {codecs[0].endian} endian")
-    return codecs[0], codecs[1], crc32c
+    chain = parse_codecs(codecs)  # the read planner's recognition
+    if chain.compressor is not zstd:  # the writers encode zstd only
+        raise UnsupportedLayoutError(f"codec chain {chain.codecs} is not bytes+zstd(+crc32c)")
+    if chain.endian not in (None, "little"):
+        raise UnsupportedLayoutError(f"chunks are stored {chain.endian} endian")
+    return chain.codecs[0], chain.codecs[1], chain.crc32c
 
 
 @functools.cache

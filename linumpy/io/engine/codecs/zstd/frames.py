@@ -1,14 +1,12 @@
-"""The engine's validate stage: zstd frames checked on the CPU before any decoder sees them.
+"""zstd's validate stage: frames checked on the CPU before any decoder sees them.
 
 A chunk's bytes are walked header by header (RFC 8878): frame header, block headers, optional
 checksum. This is cheap and catches what a decoder may silently get wrong: truncation, garbage,
 trailing bytes, a second frame, a missing or wrong content size. Two forms share one table of
 constants: :func:`check_frames` walks many chunks of one buffer at once with numpy (the common
-case: one frame, size declared), and :func:`inspect_zstd_chunk` walks one chunk in Python, says
+case: one frame, size declared), and :func:`inspect_chunk` walks one chunk in Python, says
 precisely what is wrong, and accepts the valid layouts only libzstd decodes (several frames,
-skippable frames, no declared size). nvCOMP only ever sees frames that passed one of them;
-:func:`decode_zstd_cpu` is the CPU decoder (libzstd through numcodecs, which also verifies stored
-checksums).
+skippable frames, no declared size). nvCOMP only ever sees frames that passed one of them.
 """
 
 from __future__ import annotations
@@ -16,21 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numcodecs import Zstd
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.engine import libzstd
 
 __all__ = [
+    "CHECKSUM_BIT",
     "CHECKSUM_BYTES",
+    "DESCRIPTOR_OFFSET",
     "FRAME_CHECKSUM",
     "FRAME_GPU",
     "FRAME_NEEDS_CHECK",
-    "ZstdFrameInfo",
+    "FrameInfo",
     "check_frames",
-    "decode_zstd_cpu",
-    "inspect_zstd_chunk",
-    "set_zstd_checksum",
+    "inspect_chunk",
 ]
 
 # RFC 8878's constants, shared by the scalar and the vectorised walk.
@@ -43,8 +39,8 @@ _DICT_ID_FIELD_SIZES = (0, 1, 2, 4)
 _FCS_2_BYTE_BIAS = 256  # a 2-byte content size field stores the size minus 256
 _RESERVED_BIT = 0x08
 _SINGLE_SEGMENT_BIT = 0x20
-_CHECKSUM_BIT = 0x04
-_DESCRIPTOR_OFFSET = 4  # the frame header descriptor follows the 4-byte magic number
+CHECKSUM_BIT = 0x04
+DESCRIPTOR_OFFSET = 4  # the frame header descriptor follows the 4-byte magic number
 #: Bytes of zstd's content checksum at the end of a frame.
 CHECKSUM_BYTES = 4
 _DICT_ID_MASK = 0x03
@@ -56,14 +52,14 @@ _MIN_FRAME = 6  # magic, descriptor and the smallest block header
 FRAME_GPU = 0
 #: :func:`check_frames` verdict: the same, with a stored content checksum to verify.
 FRAME_CHECKSUM = 1
-#: :func:`check_frames` verdict: left to :func:`inspect_zstd_chunk` (and maybe libzstd).
+#: :func:`check_frames` verdict: left to :func:`inspect_chunk` (and maybe libzstd).
 FRAME_NEEDS_CHECK = 2
 
 BytesLike = bytes | bytearray | memoryview | np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
-class ZstdFrameInfo:
+class FrameInfo:
     """What the headers of one chunk's zstd data declare.
 
     Attributes
@@ -84,9 +80,9 @@ class ZstdFrameInfo:
     >>> import numpy as np
     >>> from numcodecs import Zstd
     >>> frame = Zstd().encode(np.zeros(1000, dtype=np.uint16))
-    >>> inspect_zstd_chunk(frame, key="c/0")
-    ZstdFrameInfo(content_size=2000, checksum=None, n_frames=1, n_skippable=0)
-    >>> inspect_zstd_chunk(frame + frame, key="c/0").gpu_decodable  # two frames
+    >>> inspect_chunk(frame, key="c/0")
+    FrameInfo(content_size=2000, checksum=None, n_frames=1, n_skippable=0)
+    >>> inspect_chunk(frame + frame, key="c/0").gpu_decodable  # two frames
     False
     """
 
@@ -126,7 +122,7 @@ def _read_frame(view: memoryview, start: int) -> _Frame:
     if descriptor & _RESERVED_BIT:
         raise ValueError("reserved bit set in the frame header descriptor")
     single_segment = bool(descriptor & _SINGLE_SEGMENT_BIT)
-    has_checksum = bool(descriptor & _CHECKSUM_BIT)
+    has_checksum = bool(descriptor & CHECKSUM_BIT)
     dict_id_size = _DICT_ID_FIELD_SIZES[descriptor & _DICT_ID_MASK]
     fcs_flag = descriptor >> 6
     fcs_size = 1 if (fcs_flag == 0 and single_segment) else _FCS_FIELD_SIZES[fcs_flag]
@@ -169,9 +165,7 @@ def _read_frame(view: memoryview, start: int) -> _Frame:
     return _Frame(end=pos, content_size=content_size, checksum=checksum)
 
 
-def inspect_zstd_chunk(
-    data: BytesLike, *, key: str, expected_size: int | None = None
-) -> ZstdFrameInfo:
+def inspect_chunk(data: BytesLike, *, key: str, expected_size: int | None = None) -> FrameInfo:
     """Check that ``data`` is well-formed zstd and say what its headers declare.
 
     Parameters
@@ -185,7 +179,7 @@ def inspect_zstd_chunk(
 
     Returns
     -------
-    ZstdFrameInfo
+    FrameInfo
         The frame count, declared content size and stored checksum.
 
     Raises
@@ -199,7 +193,7 @@ def inspect_zstd_chunk(
     >>> import numpy as np
     >>> from numcodecs import Zstd
     >>> frame = Zstd(level=3).encode(np.zeros(1000, dtype=np.uint16))
-    >>> info = inspect_zstd_chunk(frame, key="c/0", expected_size=2000)
+    >>> info = inspect_chunk(frame, key="c/0", expected_size=2000)
     >>> info.content_size, info.gpu_decodable
     (2000, True)
     """
@@ -241,103 +235,12 @@ def inspect_zstd_chunk(
             key,
             f"frame declares {content_size} decompressed bytes, the chunk holds {expected_size}",
         )
-    return ZstdFrameInfo(
+    return FrameInfo(
         content_size=content_size,
         checksum=single.checksum if single else None,
         n_frames=len(frames),
         n_skippable=n_skippable,
     )
-
-
-_ZSTD = Zstd()
-
-
-def decode_zstd_cpu(
-    data: BytesLike,
-    *,
-    key: str,
-    out: np.ndarray | None = None,
-    expected_size: int | None = None,
-    checked: bool = False,
-) -> np.ndarray:
-    """Validate and decode one zstd chunk on the CPU with libzstd (or numcodecs).
-
-    When the decoded size is known (``out`` or ``expected_size``) the decoder never writes more:
-    a frame that declares no size and inflates past the chunk fails at the chunk's size.
-
-    The chunk is first checked with :func:`inspect_zstd_chunk`; libzstd then decodes every valid
-    layout (several frames, skippable frames, no declared size) and verifies stored checksums.
-
-    Parameters
-    ----------
-    data
-        The chunk's compressed bytes.
-    key
-        The chunk's name, used in error messages.
-    out
-        A 1-D uint8 array to decode into; its size is the expected decompressed size.
-    expected_size
-        The decompressed size when ``out`` is not given.
-    checked
-        The chunk already passed :func:`check_frames` (one frame declaring ``out.nbytes``):
-        skip the walk of its headers.
-
-    Returns
-    -------
-    numpy.ndarray
-        The decompressed bytes (``out`` when given), 1-D uint8.
-
-    Raises
-    ------
-    ChunkDecodeError
-        When the frames are malformed, libzstd rejects the data, or it decodes to another size than
-        expected.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from numcodecs import Zstd
-    >>> data = np.arange(6, dtype=np.uint8)
-    >>> decode_zstd_cpu(Zstd().encode(data), key="c/0", expected_size=6)
-    array([0, 1, 2, 3, 4, 5], dtype=uint8)
-    """
-    if out is not None:
-        expected_size = out.nbytes
-    single = True
-    if not (checked and out is not None):
-        info = inspect_zstd_chunk(data, key=key, expected_size=expected_size)
-        single = info.n_frames == 1 and info.n_skippable == 0
-    # One frame (its declared size, if any, was checked): decoding into a buffer of the chunk's
-    # size writes no more than that, and libzstd fails when a frame that declares no size
-    # decodes to more or fewer bytes, so it cannot inflate past the chunk. Several frames are
-    # decoded into a buffer of their own (libzstd sizes it from the frames) and checked after.
-    target = out
-    if single and target is None and expected_size is not None:
-        target = np.empty(expected_size, dtype=np.uint8)
-    if single and target is not None and libzstd.AVAILABLE:
-        # libzstd through ctypes on a context this thread keeps: the GIL is released for the
-        # decode. On failure numcodecs decodes again below, to say what is wrong.
-        source = data if isinstance(data, bytes) else np.frombuffer(data, dtype=np.uint8)
-        address = source if isinstance(source, bytes) else source.ctypes.data
-        if len(source) and libzstd.decode_into(
-            address, len(source), target.ctypes.data, target.nbytes
-        ):
-            return target
-    try:
-        decoded = _ZSTD.decode(data, out=target if single else None)
-    except (RuntimeError, ValueError) as exc:
-        raise ChunkDecodeError(key, f"zstd decode failed: {exc}") from None
-    if single and target is not None:
-        return target
-    result = np.frombuffer(decoded, dtype=np.uint8)
-    if expected_size is not None and result.nbytes != expected_size:
-        raise ChunkDecodeError(
-            key, f"decoded to {result.nbytes} bytes, the chunk holds {expected_size}"
-        )
-    if out is None:
-        return result
-    out[...] = result
-    return out
 
 
 def _gather(buffer: np.ndarray, positions: np.ndarray, width: int, valid: np.ndarray) -> np.ndarray:
@@ -354,10 +257,10 @@ def check_frames(
 ) -> np.ndarray:
     """Walk the frame and block headers of many chunks of one buffer at once (numpy).
 
-    The fast, strict subset of :func:`inspect_zstd_chunk`: a chunk passes when it is exactly one
+    The fast, strict subset of :func:`inspect_chunk`: a chunk passes when it is exactly one
     zstd frame, without dictionary, whose header declares ``expected_size`` bytes and whose blocks
     (valid types, at most 128 KiB) end exactly at the chunk's end, checksum included. Every other
-    chunk is left to :func:`inspect_zstd_chunk`, which raises a precise error or accepts it for
+    chunk is left to :func:`inspect_chunk`, which raises a precise error or accepts it for
     the CPU decoder.
 
     Parameters
@@ -425,35 +328,9 @@ def check_frames(
         ok[idx[bad]] = False
         active[idx[bad | ((header & 1) == 1)]] = False
 
-    has_checksum = (descriptor & _CHECKSUM_BIT) != 0
+    has_checksum = (descriptor & CHECKSUM_BIT) != 0
     ok &= position + 4 * has_checksum == end
     verdict = np.full(len(start), FRAME_NEEDS_CHECK, dtype=np.int8)
     verdict[ok & ~has_checksum] = FRAME_GPU
     verdict[ok & has_checksum] = FRAME_CHECKSUM
     return verdict
-
-
-def set_zstd_checksum(frame: np.ndarray, checksum: int) -> None:
-    """Make the single zstd frame ``frame[:-4]`` carry ``checksum`` in its last four bytes.
-
-    ``frame`` is a 1-D uint8 array: a frame written without a checksum (nvCOMP writes none)
-    followed by four spare bytes. The frame header descriptor gains the Content_Checksum_flag and
-    the checksum (the low 32 bits of XXH64 of the content) is stored little-endian after the last
-    block (RFC 8878, section 3.1.1).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from numcodecs import Zstd
-    >>> content = np.arange(64, dtype=np.uint8)
-    >>> with_sum = np.frombuffer(Zstd(checksum=True).encode(content), np.uint8)
-    >>> frame = np.frombuffer(Zstd().encode(content), np.uint8)
-    >>> patched = np.concatenate([frame, np.zeros(4, np.uint8)])
-    >>> set_zstd_checksum(patched, int.from_bytes(with_sum[-4:].tobytes(), "little"))
-    >>> bool((patched == with_sum).all())
-    True
-    """
-    frame[_DESCRIPTOR_OFFSET] |= _CHECKSUM_BIT
-    frame[-CHECKSUM_BYTES:] = np.frombuffer(
-        (checksum & 0xFFFFFFFF).to_bytes(CHECKSUM_BYTES, "little"), dtype=np.uint8
-    )

@@ -9,7 +9,7 @@ loads, :data:`AVAILABLE` is False and callers use numcodecs.
 
 Only the fast path lives here: a chunk that fails, or decodes to another size than expected, is
 handed back (:func:`decode_into` returns False) so that
-:func:`~linumpy.io.engine.frames.decode_zstd_cpu` can say precisely what is wrong with it.
+:func:`linumpy.io.engine.codecs.zstd.decode` can say precisely what is wrong with it.
 """
 
 from __future__ import annotations

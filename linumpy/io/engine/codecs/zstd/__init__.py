@@ -1,0 +1,209 @@
+"""zstd, the engine's compressor: everything the engine knows of it, in one place.
+
+- **recognition**: :func:`config_of` says whether a zarr v3 codec or a zarr v2 compressor is
+  zstd, with its level and checksum flag (:mod:`linumpy.io.engine.codecs` asks it for the read
+  and the write planners);
+- **validation**: :func:`check_frames` and :func:`inspect_chunk` walk frame and block headers on
+  the CPU (:mod:`~linumpy.io.engine.codecs.zstd.frames`) before any decoder sees a chunk;
+- **CPU decoding**: :func:`decode_into`, libzstd through ctypes on a context per thread with the
+  GIL released (:mod:`~linumpy.io.engine.codecs.zstd.libzstd`; :data:`FAST_DECODE` says whether
+  it loaded), and :func:`decode`, which decodes every valid layout and says what is wrong with
+  the others;
+- **CPU encoding**: :func:`encoder`, numcodecs' codec of a level and checksum flag;
+- **GPU hooks**: the verdicts of :func:`check_frames`
+  (:data:`~linumpy.io.engine.codecs.zstd.frames.FRAME_GPU`,
+  :data:`~linumpy.io.engine.codecs.zstd.frames.FRAME_CHECKSUM`: one frame nvCOMP decodes, with or
+  without a stored content checksum), the size of a content checksum
+  (:data:`~linumpy.io.engine.codecs.zstd.frames.CHECKSUM_BYTES`), and :func:`set_checksum`, which
+  gives nvCOMP's frames (written without one) the content checksum hashed on the device.
+
+Another compressor is a package of this shape (``NAME``, ``config_of``, ``check_frames``,
+``inspect_chunk``, ``decode``, ``decode_into``, ``FAST_DECODE``, ``encoder``) registered in
+:data:`linumpy.io.engine.codecs.COMPRESSORS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numcodecs import Zstd
+from zarr.codecs import ZstdCodec
+
+from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine.codecs.zstd import libzstd
+from linumpy.io.engine.codecs.zstd.frames import (
+    CHECKSUM_BIT,
+    CHECKSUM_BYTES,
+    DESCRIPTOR_OFFSET,
+    FrameInfo,
+    check_frames,
+    inspect_chunk,
+)
+from linumpy.io.engine.codecs.zstd.frames import FRAME_CHECKSUM as FRAME_CHECKSUM
+from linumpy.io.engine.codecs.zstd.frames import FRAME_GPU as FRAME_GPU
+from linumpy.io.engine.codecs.zstd.frames import FRAME_NEEDS_CHECK as FRAME_NEEDS_CHECK
+
+# The verdicts and CHECKSUM_BYTES are imported from here too; their home (and their page) is
+# the frames module.
+__all__ = [
+    "FAST_DECODE",
+    "NAME",
+    "FrameInfo",
+    "check_frames",
+    "config_of",
+    "decode",
+    "decode_into",
+    "encoder",
+    "inspect_chunk",
+    "set_checksum",
+]
+
+#: The compressor's name in messages.
+NAME = "zstd"
+#: Whether :func:`decode_into` works here (libzstd loaded through ctypes); :func:`decode` works
+#: everywhere (numcodecs).
+FAST_DECODE = libzstd.AVAILABLE
+decode_into = libzstd.decode_into
+
+BytesLike = bytes | bytearray | memoryview | np.ndarray
+
+
+def config_of(codec: Any) -> tuple[int, bool] | None:
+    """The level and checksum flag of a zstd codec (zarr v3) or compressor (zarr v2), or None
+    when ``codec`` is not zstd.
+
+    Examples
+    --------
+    >>> from zarr.codecs import BloscCodec, ZstdCodec
+    >>> config_of(ZstdCodec(level=5, checksum=True)), config_of(Zstd(level=1))
+    ((5, True), (1, False))
+    >>> config_of(BloscCodec()) is None
+    True
+    """
+    if isinstance(codec, ZstdCodec | Zstd):
+        return int(codec.level), bool(codec.checksum)
+    return None
+
+
+def encoder(level: int, checksum: bool) -> Zstd:
+    """The CPU encoder of zstd frames of ``level``, with content checksums when ``checksum``.
+
+    Examples
+    --------
+    >>> frame = encoder(3, True).encode(np.zeros(100, np.uint8))
+    >>> inspect_chunk(frame, key="c/0").checksum is not None
+    True
+    """
+    return Zstd(level=level, checksum=checksum)
+
+
+_ZSTD = Zstd()
+
+
+def decode(
+    data: BytesLike,
+    *,
+    key: str,
+    out: np.ndarray | None = None,
+    expected_size: int | None = None,
+    checked: bool = False,
+) -> np.ndarray:
+    """Validate and decode one zstd chunk on the CPU with libzstd (or numcodecs).
+
+    When the decoded size is known (``out`` or ``expected_size``) the decoder never writes more:
+    a frame that declares no size and inflates past the chunk fails at the chunk's size.
+
+    The chunk is first checked with :func:`inspect_chunk`; libzstd then decodes every valid
+    layout (several frames, skippable frames, no declared size) and verifies stored checksums.
+
+    Parameters
+    ----------
+    data
+        The chunk's compressed bytes.
+    key
+        The chunk's name, used in error messages.
+    out
+        A 1-D uint8 array to decode into; its size is the expected decompressed size.
+    expected_size
+        The decompressed size when ``out`` is not given.
+    checked
+        The chunk already passed :func:`check_frames` (one frame declaring ``out.nbytes``):
+        skip the walk of its headers.
+
+    Returns
+    -------
+    numpy.ndarray
+        The decompressed bytes (``out`` when given), 1-D uint8.
+
+    Raises
+    ------
+    ChunkDecodeError
+        When the frames are malformed, libzstd rejects the data, or it decodes to another size than
+        expected.
+
+    Examples
+    --------
+    >>> data = np.arange(6, dtype=np.uint8)
+    >>> decode(Zstd().encode(data), key="c/0", expected_size=6)
+    array([0, 1, 2, 3, 4, 5], dtype=uint8)
+    """
+    if out is not None:
+        expected_size = out.nbytes
+    single = True
+    if not (checked and out is not None):
+        info = inspect_chunk(data, key=key, expected_size=expected_size)
+        single = info.n_frames == 1 and info.n_skippable == 0
+    # One frame (its declared size, if any, was checked): decoding into a buffer of the chunk's
+    # size writes no more than that, and libzstd fails when a frame that declares no size
+    # decodes to more or fewer bytes, so it cannot inflate past the chunk. Several frames are
+    # decoded into a buffer of their own (libzstd sizes it from the frames) and checked after.
+    target = out
+    if single and target is None and expected_size is not None:
+        target = np.empty(expected_size, dtype=np.uint8)
+    if single and target is not None and FAST_DECODE:
+        # libzstd through ctypes on a context this thread keeps: the GIL is released for the
+        # decode. On failure numcodecs decodes again below, to say what is wrong.
+        source = data if isinstance(data, bytes) else np.frombuffer(data, dtype=np.uint8)
+        address = source if isinstance(source, bytes) else source.ctypes.data
+        if len(source) and decode_into(address, len(source), target.ctypes.data, target.nbytes):
+            return target
+    try:
+        decoded = _ZSTD.decode(data, out=target if single else None)
+    except (RuntimeError, ValueError) as exc:
+        raise ChunkDecodeError(key, f"zstd decode failed: {exc}") from None
+    if single and target is not None:
+        return target
+    result = np.frombuffer(decoded, dtype=np.uint8)
+    if expected_size is not None and result.nbytes != expected_size:
+        raise ChunkDecodeError(
+            key, f"decoded to {result.nbytes} bytes, the chunk holds {expected_size}"
+        )
+    if out is None:
+        return result
+    out[...] = result
+    return out
+
+
+def set_checksum(frame: np.ndarray, checksum: int) -> None:
+    """Make the single zstd frame ``frame[:-4]`` carry ``checksum`` in its last four bytes.
+
+    ``frame`` is a 1-D uint8 array: a frame written without a checksum (nvCOMP writes none)
+    followed by four spare bytes. The frame header descriptor gains the Content_Checksum_flag and
+    the checksum (the low 32 bits of XXH64 of the content) is stored little-endian after the last
+    block (RFC 8878, section 3.1.1).
+
+    Examples
+    --------
+    >>> content = np.arange(64, dtype=np.uint8)
+    >>> with_sum = np.frombuffer(Zstd(checksum=True).encode(content), np.uint8)
+    >>> frame = np.frombuffer(Zstd().encode(content), np.uint8)
+    >>> patched = np.concatenate([frame, np.zeros(4, np.uint8)])
+    >>> set_checksum(patched, int.from_bytes(with_sum[-4:].tobytes(), "little"))
+    >>> bool((patched == with_sum).all())
+    True
+    """
+    frame[DESCRIPTOR_OFFSET] |= CHECKSUM_BIT
+    frame[-CHECKSUM_BYTES:] = np.frombuffer(
+        (checksum & 0xFFFFFFFF).to_bytes(CHECKSUM_BYTES, "little"), dtype=np.uint8
+    )
