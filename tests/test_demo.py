@@ -89,6 +89,21 @@ def test_tissue_ground_truth_matches_tiles(demo) -> None:
     )
 
 
+def test_large_grids_are_generated_in_slabs_of_planes(monkeypatch) -> None:
+    """In slabs of planes (the memory of a large grid), the tissue and the layout are those of a
+    grid generated at once; only the noise draws differ, not their statistics."""
+    from linumpy.mosaic import demo as demo_module
+
+    whole = generate_demo_mosaic(grid_shape=(2, 2), tile_shape=(20, 32, 32), seed=4)
+    monkeypatch.setattr(demo_module, "SLAB_VOXELS", 3 * 60 * 60)  # a few planes per slab
+    slabs = generate_demo_mosaic(grid_shape=(2, 2), tile_shape=(20, 32, 32), seed=4)
+    assert np.array_equal(slabs.tissue, whole.tissue)
+    assert np.array_equal(slabs.tissue_fraction, whole.tissue_fraction)
+    assert slabs.mosaic.shape == whole.mosaic.shape and slabs.mosaic.dtype == np.uint16
+    assert not np.array_equal(slabs.mosaic, whole.mosaic)
+    assert abs(slabs.mosaic.mean() / whole.mosaic.mean() - 1) < 0.02
+
+
 def test_bad_parameters() -> None:
     with pytest.raises(LinumpyError, match="overlap"):
         generate_demo_mosaic(overlap=0.7)

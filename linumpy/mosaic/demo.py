@@ -80,6 +80,44 @@ def _true_transform(
     return TileTransform(matrix.tolist(), (0.0, 0.0), tile_shape, grid_shape).normalized()
 
 
+#: Voxels of the tissue volume generated at once: larger grids are generated in slabs of
+#: planes (each of a few float32 temporaries this large), so an 8 GiB grid fits a GPU.
+SLAB_VOXELS = 2**30
+
+
+def _coarse_field(
+    rng: np.random.Generator, shape: tuple[int, ...], factors: tuple[int, ...], sigma: float
+) -> np.ndarray:
+    """Smoothed noise of unit spread on the coarse grid of :func:`_upsample`."""
+    from scipy import ndimage
+
+    coarse_shape = tuple(math.ceil(n / f) + 2 for n, f in zip(shape, factors, strict=True))
+    coarse = ndimage.gaussian_filter(rng.standard_normal(coarse_shape), sigma, mode="wrap")
+    return (coarse - coarse.mean()) / coarse.std()
+
+
+def _upsample(
+    coarse: np.ndarray,
+    shape: tuple[int, ...],
+    factors: tuple[int, ...],
+    xp: ModuleType,
+    planes: tuple[int, int] | None = None,
+) -> Any:
+    """A coarse field upsampled by ``factors`` to ``shape``, or to its planes
+    ``planes[0]:planes[1]`` along the first axis (the same values as those of the whole)."""
+    field = xp.asarray(coarse, dtype=xp.float32)
+    # Separable linear upsampling, one axis at a time (much faster than ndimage.zoom).
+    for axis, (n, factor) in enumerate(zip(shape, factors, strict=True)):
+        first, last = planes if axis == 0 and planes is not None else (0, n)
+        t = xp.arange(first, last, dtype=xp.float32) / factor
+        i0 = t.astype(xp.int64)
+        frac = (t - i0).reshape((-1,) + (1,) * (len(shape) - axis - 1))
+        field = (1 - frac) * xp.take(field, i0, axis=axis) + frac * xp.take(
+            field, i0 + 1, axis=axis
+        )
+    return field
+
+
 def _smooth_field(
     rng: np.random.Generator,
     shape: tuple[int, ...],
@@ -89,26 +127,35 @@ def _smooth_field(
 ) -> Any:
     """Gaussian random field of unit spread: smoothed noise on a coarse grid, upsampled by
     ``factors`` along each axis."""
-    from scipy import ndimage
-
-    coarse_shape = tuple(math.ceil(n / f) + 2 for n, f in zip(shape, factors, strict=True))
-    coarse = ndimage.gaussian_filter(rng.standard_normal(coarse_shape), sigma, mode="wrap")
-    field = xp.asarray((coarse - coarse.mean()) / coarse.std(), dtype=xp.float32)
-    # Separable linear upsampling, one axis at a time (much faster than ndimage.zoom).
-    for axis, (n, factor) in enumerate(zip(shape, factors, strict=True)):
-        t = xp.arange(n, dtype=xp.float32) / factor
-        i0 = t.astype(xp.int64)
-        frac = (t - i0).reshape((-1,) + (1,) * (len(shape) - axis - 1))
-        field = (1 - frac) * xp.take(field, i0, axis=axis) + frac * xp.take(
-            field, i0 + 1, axis=axis
-        )
-    return field
+    return _upsample(_coarse_field(rng, shape, factors, sigma), shape, factors, xp)
 
 
-def _tissue_volume(
-    rng: np.random.Generator, shape: tuple[int, int, int], xp: ModuleType
-) -> tuple[Any, Any]:
-    """Noise-free tissue intensity ``(Z, H, W)`` and the 2D tissue mask."""
+@dataclass(frozen=True)
+class _Tissue:
+    """What the tissue volume is made of: its 2D mask and surface, and the coarse 3D fields that
+    :meth:`planes` upsamples a slab at a time."""
+
+    shape: tuple[int, int, int]
+    mask: Any
+    surface: Any
+    regions: np.ndarray
+    fibres: np.ndarray
+
+    def planes(self, first: int, last: int, xp: ModuleType) -> Any:
+        """Noise-free tissue intensity of planes ``first:last``, float32."""
+        depth = self.shape[0]
+        regions = _upsample(self.regions, self.shape, (16, 16, 16), xp, (first, last))
+        fibres = _upsample(self.fibres, self.shape, (16, 2, 2), xp, (first, last))
+        reflectivity = 0.35 + 0.65 / (1.0 + xp.exp(-2.5 * regions)) + 0.25 * xp.tanh(fibres)
+        z = xp.arange(first, last, dtype=xp.float32)[:, None, None]
+        below = z - self.surface[None]
+        attenuation = xp.where(below >= 0, xp.exp(-xp.maximum(below, 0) / (0.45 * depth)), 0.0)
+        tissue = reflectivity * attenuation * self.mask[None]
+        return tissue.astype(xp.float32)
+
+
+def _tissue(rng: np.random.Generator, shape: tuple[int, int, int], xp: ModuleType) -> _Tissue:
+    """The tissue of a volume of ``shape`` ``(Z, H, W)``."""
     depth, height, width = shape
     y = xp.linspace(-1.0, 1.0, height, dtype=xp.float32)[:, None]
     x = xp.linspace(-1.0, 1.0, width, dtype=xp.float32)[None, :]
@@ -119,17 +166,12 @@ def _tissue_volume(
 
     # Regions of different reflectivity (grey/white matter-like) and a fine texture (fibre bundles,
     # vessels) that runs deep into the tissue, so that it survives the projection along z.
-    regions = _smooth_field(rng, shape, (16, 16, 16), 1.5, xp)
-    fibres = _smooth_field(rng, shape, (16, 2, 2), 0.8, xp)
-    reflectivity = 0.35 + 0.65 / (1.0 + xp.exp(-2.5 * regions)) + 0.25 * xp.tanh(fibres)
+    regions = _coarse_field(rng, shape, (16, 16, 16), 1.5)
+    fibres = _coarse_field(rng, shape, (16, 2, 2), 0.8)
 
     # Light enters through an uneven surface and decays with depth below it.
     surface = depth * (0.12 + 0.04 * _smooth_field(rng, (height, width), (32, 32), 1.0, xp))
-    z = xp.arange(depth, dtype=xp.float32)[:, None, None]
-    below = z - surface[None]
-    attenuation = xp.where(below >= 0, xp.exp(-xp.maximum(below, 0) / (0.45 * depth)), 0.0)
-    tissue = reflectivity * attenuation * mask[None]
-    return tissue.astype(xp.float32), mask
+    return _Tissue(shape, mask, surface, regions, fibres)
 
 
 def _cut_tile(volume: Any, y: float, x: float, tile_shape: tuple[int, int], xp: ModuleType) -> Any:
@@ -192,32 +234,41 @@ def generate_demo_mosaic(
     transform = _true_transform(rng, (h, w), (rows, cols), overlap, rotation_deg)
     positions = transform.positions()
     extent = np.ceil(positions.reshape(-1, 2).max(axis=0)).astype(int) + (h + 2, w + 2)
-    tissue, mask = _tissue_volume(rng, (depth, int(extent[0]), int(extent[1])), xp)
+    model = _tissue(rng, (depth, int(extent[0]), int(extent[1])), xp)
+    tissue = xp.empty(model.shape, dtype=xp.float32)
+    mask = model.mask
 
-    # Speckle: exponentially distributed intensity with a grain of about the optical resolution
-    # (a few pixels), fixed by the tissue itself, so overlapping tiles see the same speckle.
     noise = xp.random.default_rng(seed)
-    speckle = -xp.log1p(-noise.random(tissue.shape, dtype=xp.float32))
     ndimage = ndimage_module(xp)
-    for axis in (1, 2):
-        speckle = ndimage.gaussian_filter1d(speckle, 1.0, axis=axis, mode="nearest")
-    speckled = tissue * (speckle / speckle.mean())
-
     yy = xp.linspace(-1.0, 1.0, h, dtype=xp.float32)[:, None]
     xx = xp.linspace(-1.0, 1.0, w, dtype=xp.float32)[None, :]
     vignetting = 1.0 - 0.12 * (yy**2 + xx**2)
     mosaic = xp.empty((depth, rows * h, cols * w), dtype=xp.uint16)
     tissue_fraction = np.zeros((rows, cols))
-    for row, col in transform.tiles():
-        y, x = positions[row, col]
-        tile = _cut_tile(speckled, y, x, (h, w), xp) * vignetting
-        # Detector noise floor: Rayleigh-distributed, independent for every acquisition.
-        floor = xp.sqrt(-2.0 * xp.log1p(-noise.random(tile.shape, dtype=xp.float32)))
-        counts = 3000.0 * tile + 150.0 * floor
-        ys, xs = transform.grid_slices(row, col)
-        mosaic[:, ys, xs] = xp.clip(counts + 0.5, 0, 65535).astype(xp.uint16)
-        y0, x0 = math.floor(y + 0.5), math.floor(x + 0.5)
-        tissue_fraction[row, col] = float(mask[y0 : y0 + h, x0 : x0 + w].mean())
+    step = max(1, SLAB_VOXELS // int(extent[0] * extent[1]))
+    for first in range(0, depth, step):
+        last = min(depth, first + step)
+        slab = tissue[first:last] = model.planes(first, last, xp)
+        # Speckle: exponentially distributed intensity with a grain of about the optical
+        # resolution (a few pixels), fixed by the tissue itself, so overlapping tiles see the
+        # same speckle.
+        speckle = -xp.log1p(-noise.random(slab.shape, dtype=xp.float32))
+        for axis in (1, 2):
+            speckle = ndimage.gaussian_filter1d(speckle, 1.0, axis=axis, mode="nearest")
+        speckled = slab * (speckle / speckle.mean())
+        del speckle
+        for row, col in transform.tiles():
+            y, x = positions[row, col]
+            tile = _cut_tile(speckled, y, x, (h, w), xp) * vignetting
+            # Detector noise floor: Rayleigh-distributed, independent for every acquisition.
+            floor = xp.sqrt(-2.0 * xp.log1p(-noise.random(tile.shape, dtype=xp.float32)))
+            counts = 3000.0 * tile + 150.0 * floor
+            ys, xs = transform.grid_slices(row, col)
+            mosaic[first:last, ys, xs] = xp.clip(counts + 0.5, 0, 65535).astype(xp.uint16)
+            if first == 0:
+                y0, x0 = math.floor(y + 0.5), math.floor(x + 0.5)
+                tissue_fraction[row, col] = float(mask[y0 : y0 + h, x0 : x0 + w].mean())
+        del speckled
     return DemoMosaic(mosaic, tissue, transform, tissue_fraction)
 
 
