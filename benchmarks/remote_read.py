@@ -10,20 +10,27 @@ array over HTTP with:
 - ``zarr ObjectStore``: zarr-python on :class:`zarr.storage.ObjectStore` (obstore's HTTPStore);
 - ``zarr FsspecStore``: zarr-python on fsspec's HTTP file system (aiohttp);
 - ``tensorstore http``: tensorstore's zarr3 driver on its ``http`` kvstore (when installed);
-- ``ceiling``: the transport alone: every stored byte range the read needs, fetched with
-  parallel ranged GETs into memory (the same client, no decode);
+- ``ceiling``: the transport alone: every request of the whole-array read (those the engine's
+  fetch stage makes), all started at once, into memory (the same client, no decode);
 - ``local``: ``read_volume`` of the same files on disk, for reference.
 
-Rounds are interleaved (every reader once per round) on a shared machine; the table gives the
-median and the best round in GB/s of decoded output (the ceiling: output bytes over the time its
-fetches took). Every reader's result is checked against the volume.
+The server answers from ``--server-processes`` processes of its own (a quarter of the CPUs by
+default; 0: threads of this process, which share its GIL with the reader), so that it is not
+what every reader waits for; ``--latency-ms`` makes it wait that long per request, as a link
+with that round trip would. Rounds are interleaved (every reader once per round) on a shared
+machine; the table gives the median and the best round in GB/s of decoded output (the ceiling:
+output bytes over the time its fetches took). Every reader's result is checked against the
+volume. ``--stages`` also prints the engine's seconds per stage (median over the rounds, from an
+extra untimed read per round): the fetch stage's own time, the time the decode waited for it,
+the frame checks, the hand-over to the decoder and the decode's tail after the last group.
 
 ``--transports`` times the ranged GETs alone instead: obstore (linumpy's client, and
 ``get_ranges_async``) against fsspec's ``cat_ranges``, which chose the transport.
 
 Usage::
 
-    .venv/bin/python benchmarks/remote_read.py --mib 256 --rounds 5
+    .venv/bin/python benchmarks/remote_read.py --mib 256 --rounds 5 --stages
+    .venv/bin/python benchmarks/remote_read.py --mib 256 --rounds 3 --latency-ms 20
     .venv/bin/python benchmarks/remote_read.py --transports --rounds 5
     .venv/bin/python benchmarks/remote_read.py --mib 2048 --rounds 5 --gpu --json out.json
 """

@@ -126,3 +126,35 @@ def test_server_processes_serve_and_stop(tmp_path: Path) -> None:
         serve_directory(tmp_path, FaultyHandler, processes=1),
     ):
         pass
+
+
+@pytest.mark.parametrize("layout", ["v3-sharded", "v3"])
+def test_staging_copy_shared_between_threads(
+    tmp_path: Path, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = sample_data(SHAPE, "uint16")
+    make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
+    monkeypatch.setattr(fetch_remote, "_copy_threads", lambda nbytes: 3)  # as on a large host
+    with serve_directory(tmp_path) as url:
+        np.testing.assert_array_equal(read_volume(f"{url}/a.zarr"), data)
+
+
+def test_whole_objects_longer_than_expected_or_empty_arrive_whole(tmp_path: Path) -> None:
+    import asyncio
+
+    from linumpy.io.remote import object_store
+    from linumpy.io.remote_client import SMALLEST_GUESS, RangeClient
+
+    body = bytes(range(256)) * 40
+    (tmp_path / "long").write_bytes(body)
+    (tmp_path / "empty").write_bytes(b"")
+    with serve_directory(tmp_path) as url:
+        client = RangeClient(url, object_store(url))
+        asked = [
+            ("long", 0, -SMALLEST_GUESS),
+            ("long", 0, -len(body)),
+            ("empty", 0, -SMALLEST_GUESS),
+        ]
+        asked.append(("missing", 0, -SMALLEST_GUESS))
+        found = [f.result() for f in client.submit(asked, asyncio.Semaphore(4))]
+    assert [None if f is None else bytes(f) for f in found] == [body, body, b"", None]

@@ -23,6 +23,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError, UnsupportedLayoutError
 from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, parse_shard_index
+from linumpy.settings import available_cpus
 
 __all__ = [
     "REMOTE_MERGE_GAP",
@@ -126,7 +128,8 @@ class Requests:
     Attributes
     ----------
     keys, starts, nbytes
-        Per request: the object's key, the first byte, the bytes asked (-1: the whole object).
+        Per request: the object's key, the first byte, the bytes asked (negative: the whole
+        object, expected to be at most that many bytes).
     request
         Per plan entry: the request that fetches it, -1 for an entry not fetched.
     at
@@ -187,7 +190,7 @@ def remote_requests(
         request[order] = np.arange(len(order))
         keys = [client.key_of(plan.files[f]) for f in file_index.tolist()]
         ones = np.ones(len(order), dtype=np.int64)
-        return Requests(keys, 0 * ones, -ones, request, at, ones)
+        return Requests(keys, 0 * ones, -_stored_bound(plan) * ones, request, at, ones)
     starts = plan.offsets[order].astype(np.int64)
     ends = starts + plan.nbytes[order].astype(np.int64)
     new = np.ones(len(order), dtype=bool)
@@ -207,6 +210,13 @@ def remote_requests(
     keys = [client.key_of(plan.files[f]) for f in file_index[first].tolist()]
     count = np.diff(np.append(first, len(order)))
     return Requests(keys, starts[first], stops - starts[first], request, at, count)
+
+
+def _stored_bound(plan: Any) -> int:
+    """The most bytes a chunk of the plan takes stored: one zstd frame of a chunk (zstd's
+    compress bound) and its crc32c."""
+    n = plan.chunk_nbytes
+    return n + (n >> 8) + max(0, (128 * 1024 - n) >> 11) + 64 + (4 if plan.crc32c else 0)
 
 
 class ReadAhead:
@@ -242,7 +252,7 @@ class ReadAhead:
         self.requests = remote_requests(plan, order)
         count = len(self.requests.keys)
         self.left = self.requests.count.copy()
-        self.cost = np.where(self.requests.nbytes >= 0, self.requests.nbytes, plan.chunk_nbytes)
+        self.cost = np.abs(self.requests.nbytes)
         self.futures: list[Any] = [None] * count
         self.budget, self.held = client.readahead, 0
         self.next = int(self.requests.request[order[start]]) if start < len(order) else count
@@ -337,15 +347,47 @@ class ReadAhead:
         )
         first = np.flatnonzero(new)
         lengths = np.add.reduceat(n, first) if len(first) else n
-        for r, src, dst, length in zip(
-            request[first].tolist(),
-            source[first].tolist(),
-            target[first].tolist(),
-            lengths.tolist(),
-        ):
-            data = np.frombuffer(arrived[r], dtype=np.uint8, count=length, offset=src)
-            buffer[dst : dst + length] = data
+        copies = list(
+            zip(
+                request[first].tolist(),
+                source[first].tolist(),
+                target[first].tolist(),
+                lengths.tolist(),
+            )
+        )
+
+        def copy(part: list[tuple[int, int, int, int]]) -> None:
+            for r, src, dst, length in part:
+                data = np.frombuffer(arrived[r], dtype=np.uint8, count=length, offset=src)
+                buffer[dst : dst + length] = data  # numpy copies without the GIL
+
+        threads = _copy_threads(layout.nbytes)
+        if threads > 1:  # a fast link fills memory faster than one thread copies
+            list(_copy_pool().map(copy, [copies[i::threads] for i in range(threads)]))
+        else:
+            copy(copies)
         return present, layout, buffer, sizes, missing
+
+
+#: Bytes of a group from which its copy into the staging buffer is shared between threads.
+PARALLEL_COPY_BYTES = 32 * 1024 * 1024
+_pool_lock = threading.Lock()
+_pool: list[ThreadPoolExecutor] = []
+
+
+def _copy_threads(nbytes: int) -> int:
+    """Threads copying a group of ``nbytes`` into staging: one per 16 MiB, at most 4 (and a
+    quarter of the CPUs)."""
+    if nbytes < PARALLEL_COPY_BYTES:
+        return 1
+    return max(1, min(4, available_cpus() // 4, nbytes // (16 * 1024 * 1024)))
+
+
+def _copy_pool() -> ThreadPoolExecutor:
+    with _pool_lock:
+        if not _pool:
+            _pool.append(ThreadPoolExecutor(4, thread_name_prefix="linumpy-remote-copy"))
+        return _pool[0]
 
 
 #: Reads ahead in progress, by the id of their plan.
