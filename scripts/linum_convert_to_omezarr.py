@@ -93,7 +93,8 @@ x 1 micrometer (none known: 1 per axis))
         from linumpy.errors import SeriesError
         from linumpy.mosaic.convert import convert_to_omezarr
 
-        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
+        # the inputs are read on the CPU: no staging buffers of GPU reads to page-lock ahead
+        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None, local=False)
         with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
             try:
                 done = convert_to_omezarr(
