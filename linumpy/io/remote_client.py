@@ -78,7 +78,7 @@ class RangeClient:
 
     Examples
     --------
-    >>> import tempfile
+    >>> import asyncio, tempfile
     >>> from linumpy.io.remote import object_store
     >>> from linumpy.io.remote_server import serve_directory
     >>> folder = tempfile.mkdtemp()
@@ -87,8 +87,11 @@ class RangeClient:
     ...     client = RangeClient(url, object_store(url))
     ...     [bytes(b) for b in client.ranges([("a", 2, 3), ("a", 8, 2)])]
     ...     client.objects(["a", "missing"])[1] is None
+    ...     started = client.submit([("a", 1, 2), ("a", 0, -10)], asyncio.Semaphore(2))
+    ...     [bytes(future.result()) for future in started]
     [b'234', b'89']
     True
+    [b'12', b'0123456789']
     """
 
     url: str
@@ -131,21 +134,7 @@ class RangeClient:
         expects to be at most ``-nbytes`` bytes long (see :meth:`_object`); otherwise the range,
         exactly (as :meth:`ranges`). Each future's result is the bytes, its exception
         the request's :class:`RemoteError`; :meth:`cancel` stops the ones still running. One
-        hand-over to the event loop starts the whole batch.
-
-        Examples
-        --------
-        >>> import asyncio, tempfile
-        >>> from linumpy.io.remote import object_store
-        >>> from linumpy.io.remote_server import serve_directory
-        >>> folder = tempfile.mkdtemp()
-        >>> _ = open(folder + "/a", "wb").write(b"0123456789")
-        >>> with serve_directory(folder) as url:
-        ...     client = RangeClient(url, object_store(url))
-        ...     futures = client.submit([("a", 1, 2), ("a", 0, -1), ("b", 0, -1)],
-        ...                             asyncio.Semaphore(2))
-        ...     [f.result() if f.result() is None else bytes(f.result()) for f in futures]
-        [b'12', b'0123456789', None]
+        hand-over to the event loop starts the whole batch (example: the class's).
         """
         loop = _Loop.get()
         futures = [concurrent.futures.Future() for _ in requests]

@@ -139,19 +139,7 @@ class Requests:
 
     Examples
     --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io import open_array
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> from linumpy.io.remote_server import serve_directory
-    >>> folder = tempfile.mkdtemp()
-    >>> array = zarr.create_array(folder + "/a.zarr", shape=(8,), chunks=(2,), shards=(4,),
-    ...                           dtype="uint8")
-    >>> array[:] = 1
-    >>> with serve_directory(folder) as url:
-    ...     plan = plan_read(open_array(url + "/a.zarr"))
-    >>> requests = remote_requests(plan, read_order(plan))
-    >>> requests.keys, requests.request.tolist()  # one request per shard
-    (['c/0', 'c/1'], [0, 0, 1, 1])
+    See :class:`ReadAhead`: a request per shard there.
     """
 
     keys: list[str]
@@ -244,6 +232,8 @@ class ReadAhead:
     ...     second = ahead.group(np.arange(2, 4), lambda n: np.empty(n, np.uint8))
     >>> first[0].tolist(), second[0].tolist(), ahead.done
     ([0, 1], [2, 3], True)
+    >>> ahead.requests.keys, ahead.requests.request.tolist()  # one request per shard
+    (['c/0', 'c/1'], [0, 0, 1, 1])
     """
 
     def __init__(self, plan: Any, order: np.ndarray, start: int = 0) -> None:
@@ -455,19 +445,8 @@ def fetch_remote_group(
 
     Examples
     --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io import open_array
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> from linumpy.io.remote_server import serve_directory
-    >>> folder = tempfile.mkdtemp()
-    >>> array = zarr.create_array(folder + "/a.zarr", shape=(6,), chunks=(2,), dtype="uint8")
-    >>> array[:4] = 1
-    >>> with serve_directory(folder) as url:
-    ...     plan = plan_read(open_array(url + "/a.zarr"))
-    ...     present, layout, buffer, sizes, missing = fetch_remote_group(
-    ...         plan, np.arange(3), lambda n: np.empty(n, np.uint8))
-    >>> present.tolist(), missing.tolist()  # chunk 2 was never written
-    ([0, 1], [2])
+    The read ahead of a plan (:class:`ReadAhead`, whose example shows it at work) starts on
+    its first group and goes once its last chunk is handed on, or the read fails.
     """
     ahead = _read_ahead(plan, entries)
     try:
