@@ -158,3 +158,21 @@ def test_whole_objects_longer_than_expected_or_empty_arrive_whole(tmp_path: Path
         asked.append(("missing", 0, -SMALLEST_GUESS))
         found = [f.result() for f in client.submit(asked, asyncio.Semaphore(4))]
     assert [None if f is None else bytes(f) for f in found] == [body, body, b"", None]
+
+
+def test_abandoned_read_ahead_gives_its_requests_back_when_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_array(tmp_path / "a.zarr", "v3-sharded", sample_data(SHAPE, "uint16"), chunks=CHUNKS)
+    monkeypatch.setattr(fetch_remote, "IDLE_SECONDS", 0.3)
+    with serve_directory(tmp_path) as url:
+        plan = plan_read(open_array(f"{url}/a.zarr"))
+        order = fetch_remote.read_order(plan)
+        fetch_remote.fetch_remote_group(plan, order[:2], lambda n: np.empty(n, np.uint8))
+        ahead = fetch_remote._reads[id(plan)]  # a read that never asks for the rest
+        assert ahead.held > 0
+        deadline = time.monotonic() + 10
+        while fetch_remote._reads and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert not fetch_remote._reads
+    assert ahead.held == 0 and all(f is None for f in ahead.futures)

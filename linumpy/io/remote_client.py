@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,6 +163,12 @@ class RangeClient:
 
         if started:
             _Loop.get().call_soon_threadsafe(stop)
+
+    @staticmethod
+    def later(seconds: float, callback: Callable[[], Any]) -> None:
+        """Call ``callback()`` on the client's event loop in ``seconds``."""
+        loop = _Loop.get()
+        loop.call_soon_threadsafe(loop.call_later, seconds, callback)
 
     async def _limited(self, limit: asyncio.Semaphore, key: str, start: int, nbytes: int) -> Any:
         async with limit:

@@ -388,12 +388,7 @@ _reads_lock = threading.Lock()
 def _read_ahead(plan: Any, entries: np.ndarray) -> ReadAhead:
     """The read ahead of ``plan``, started on its first group (the run loop's order guessed
     from it: by object and offset, or best-compressed first)."""
-    now = time.monotonic()
     with _reads_lock:
-        for key, ahead in list(_reads.items()):
-            if now - ahead.used > IDLE_SECONDS:
-                del _reads[key]
-                ahead.close()
         ahead = _reads.get(id(plan))
         if ahead is not None and ahead.plan is plan and not ahead.done:
             return ahead
@@ -410,7 +405,26 @@ def _read_ahead(plan: Any, entries: np.ndarray) -> ReadAhead:
     ahead = ReadAhead(plan, order, start)
     with _reads_lock:
         _reads[id(plan)] = ahead
+    plan.remote.later(IDLE_SECONDS, lambda: _expire(ahead))
     return ahead
+
+
+def _forget(ahead: ReadAhead) -> None:
+    with _reads_lock:
+        if _reads.get(id(ahead.plan)) is ahead:
+            del _reads[id(ahead.plan)]
+
+
+def _expire(ahead: ReadAhead) -> None:
+    """Close a read ahead idle for :data:`IDLE_SECONDS` (on the client's event loop)."""
+    idle = time.monotonic() - ahead.used
+    if ahead.done:
+        _forget(ahead)
+    elif idle >= IDLE_SECONDS:
+        _forget(ahead)
+        ahead.close()
+    else:
+        ahead.client.later(IDLE_SECONDS - idle, lambda: _expire(ahead))
 
 
 def fetch_remote_group(
@@ -453,6 +467,4 @@ def fetch_remote_group(
         return ahead.group(entries, staging)
     finally:
         if ahead.done:
-            with _reads_lock:
-                if _reads.get(id(plan)) is ahead:
-                    del _reads[id(plan)]
+            _forget(ahead)
