@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zarr
 
-import linumpy.io.reader as reader
+import linumpy.io.engine.read as read_engine
 from linumpy import settings
 from linumpy.io import OmeZarrWriter, open_array, read_volume, save_omezarr
 from linumpy.io import layout as layout_module
@@ -198,15 +198,15 @@ def test_ngff_04_gets_the_small_chunks_and_a_warning_for_many_files(
 def _count_chunk_reads(monkeypatch: pytest.MonkeyPatch) -> Counter:
     """Count every stored chunk the read engine plans to read (file, chunk coordinates)."""
     counts: Counter = Counter()
-    plan_read = reader.plan_read
+    plan_region = read_engine.plan_region
 
-    def counting(array, region=None):
-        plan = plan_read(array, region)
+    def counting(array, region):
+        plan = plan_region(array, region)
         for i in np.flatnonzero(plan.stored).tolist():
             counts[plan.files[int(plan.file_index[i])], tuple(plan.coords[i].tolist())] += 1
         return plan
 
-    monkeypatch.setattr(reader, "plan_read", counting)
+    monkeypatch.setattr(read_engine, "plan_region", counting)
     return counts
 
 

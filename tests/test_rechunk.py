@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
-import linumpy.io.reader as reader
+import linumpy.io.engine.read as read_engine
 from linumpy.errors import LinumpyError
 from linumpy.io import open_array, read_axes, read_omezarr, read_volume, save_omezarr
 from linumpy.io.layout import inner_chunks, slab_shards, tile_layout
@@ -147,15 +147,15 @@ def test_rechunk_under_a_memory_limit_and_reads_each_chunk_once(
     grid = tmp_path / "grid.ome.zarr"
     make_demo_data(grid, grid_shape=(3, 3), tile_shape=(24, 64, 64), shards=None)
     counts: Counter = Counter()
-    plan_read = reader.plan_read
+    plan_region = read_engine.plan_region
 
-    def counting(array, region=None):
-        plan = plan_read(array, region)
+    def counting(array, region):
+        plan = plan_region(array, region)
         for i in np.flatnonzero(plan.stored).tolist():
             counts[plan.files[int(plan.file_index[i])], tuple(plan.coords[i].tolist())] += 1
         return plan
 
-    monkeypatch.setattr(reader, "plan_read", counting)
+    monkeypatch.setattr(read_engine, "plan_region", counting)
     for name, cluster in (("a", Cluster(threads=2)), ("b", Cluster(memory_limit=2**20, threads=2))):
         counts.clear()
         rechunk(grid, tmp_path / f"{name}.ome.zarr", chunks=(8, 32, 32), cluster=cluster)
