@@ -215,6 +215,7 @@ def test_scripts_under_a_memory_limit_write_the_same_bytes(tmp_path: Path, mosai
             4,
             32,
             32,
+            "--no-shards",  # the default shards shrink to fit a memory limit
             *limit,
         )
         _run(
