@@ -154,6 +154,7 @@ def open_array(
     Examples
     --------
     >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
     >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
     >>> save_omezarr(np.ones((8, 8, 8), np.uint8), path, voxel_size=(1, 1, 1), n_levels=2)
     >>> array = open_array(path, level=1)
@@ -254,6 +255,7 @@ def read_omezarr(
     Examples
     --------
     >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
     >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
     >>> save_omezarr(np.ones((4, 8, 8), np.uint16), path, voxel_size=(10.0, 2.5, 2.5))
     >>> array, voxel_size = read_omezarr(path)
@@ -286,6 +288,7 @@ def read_axes(
     Examples
     --------
     >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
     >>> path = tempfile.mkdtemp() + "/rgb.ome.zarr"
     >>> save_omezarr(np.zeros((3, 8, 8), np.uint8), path, voxel_size=(1, 0.5, 0.5),
     ...              axes="cyx", unit="nanometer")
