@@ -11,8 +11,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from numcodecs import Zstd
 
+from linumpy.io.engine.codecs import zstd
 from linumpy.io.engine.write_files import (
     FilePool,
     WriteReport,
@@ -27,7 +27,7 @@ __all__ = ["write_cpu"]
 
 
 def _encode_chunk_cpu(
-    plan: WritePlan, block: np.ndarray, inner: tuple[int, ...], codec: Zstd
+    plan: WritePlan, block: np.ndarray, inner: tuple[int, ...], codec: Any
 ) -> np.ndarray | None:
     """The zstd frame of one chunk of ``block`` (a file's data), or None when it is not stored
     (past the array's end, or equal to the fill value)."""
@@ -61,7 +61,7 @@ def _finish_cpu(
 
 
 def _whole_file_cpu(
-    plan: WritePlan, i: int, data: np.ndarray, codec: Zstd, writeback: bool
+    plan: WritePlan, i: int, data: np.ndarray, codec: Any, writeback: bool
 ) -> tuple:
     """Encode, assemble and write the one-chunk file ``i``, in a pool thread."""
     block = data[plan.data_box(plan.block_box(i))]
@@ -94,7 +94,7 @@ def write_cpu(plan: WritePlan, data: np.ndarray, config: Settings) -> WriteRepor
     report = WriteReport("cpu", data_bytes=int(data.nbytes))
     if data.dtype != layout.stored_dtype:
         data = data.astype(layout.stored_dtype)
-    codec = Zstd(level=layout.level, checksum=layout.checksum)
+    codec = zstd.encoder(layout.level, layout.checksum)
     threads = config.io_threads
     if not layout.sharded:
         with FilePool(threads) as pool:
