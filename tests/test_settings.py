@@ -40,6 +40,7 @@ GOOD = {
     "remote_timeout": ("2.5", 2.5),
     "remote_retries": ("0", 0),
     "remote_requests": ("8", 8),
+    "remote_ahead_bytes": ("16", 16 * MIB),
 }
 BAD = {
     "io_threads": ["0", "-2", "four", "2.5", ""],
@@ -62,6 +63,7 @@ BAD = {
     "remote_timeout": ["0", "soon", "inf", "-1"],
     "remote_retries": ["-1", "many"],
     "remote_requests": ["0", "x"],
+    "remote_ahead_bytes": ["0", "x"],
 }
 # Invalid keyword values per field.
 BAD_VALUES = {
@@ -85,6 +87,7 @@ BAD_VALUES = {
     "remote_timeout": [0, -1.0, float("nan"), True, "30"],
     "remote_retries": [-1, 1.5, True],
     "remote_requests": [0, 2.5],
+    "remote_ahead_bytes": [0, 2.5],
 }
 
 

@@ -151,7 +151,18 @@ class Requests:
 
 
 def read_order(plan: Any, sizes: np.ndarray | None = None) -> np.ndarray:
-    """The plan's stored entries in the order the run loop reads them: by object and offset."""
+    """The plan's stored entries in the order the run loop reads them: by object and offset.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(6,), chunks=(2,),
+    ...                           dtype="uint8")
+    >>> array[2:] = 1  # the first chunk is not stored
+    >>> read_order(plan_read(array)).tolist()
+    [1, 2]
+    """
     sizes = chunk_sizes(plan) if sizes is None else sizes
     stored = np.flatnonzero(sizes >= 0)
     return stored[np.lexsort((plan.offsets[stored], plan.file_index[stored]))]
@@ -169,6 +180,10 @@ def remote_requests(
     Consecutive entries of one object, each starting at most ``gap`` bytes after the previous
     one ends, share a request until it reaches ``piece`` bytes; an unsharded chunk is one
     request for its whole object.
+
+    Examples
+    --------
+    See :class:`ReadAhead`, whose requests these are.
     """
     client, n_entries = plan.remote, plan.n_entries
     request = np.full(n_entries, -1, dtype=np.int64)
