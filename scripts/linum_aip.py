@@ -59,11 +59,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     output = cli.check_output(parser, args.output, args.overwrite, kind="directory")
     png = cli.check_output(parser, args.png, args.overwrite, kind="file") if args.png else None
     with cli.fail_on_errors(parser):
-        local = args.scheduler is None and args.gpus is None
-        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None, local=local)
         from linumpy.io import read_volume
         from linumpy.mosaic.pipeline import projection_omezarr, save_png
 
+        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
         with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
             shape = projection_omezarr(
                 args.input,

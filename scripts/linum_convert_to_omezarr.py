@@ -93,8 +93,7 @@ x 1 micrometer (none known: 1 per axis))
         from linumpy.errors import SeriesError
         from linumpy.mosaic.convert import convert_to_omezarr
 
-        # the inputs are read on the CPU: no staging buffers of GPU reads to page-lock ahead
-        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None, local=False)
+        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
         with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
             try:
                 done = convert_to_omezarr(

@@ -58,16 +58,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     output = cli.check_output(parser, args.output, args.overwrite, kind="file")
     with cli.fail_on_errors(parser):
         from linumpy.io import open_array
-
-        open_array(args.input)  # malformed metadata: an error naming its file, before any work
-        gpu = cli.resolve_gpu(args.use_gpu)
         from linumpy.mosaic.pipeline import estimate_transform_omezarr, read_linumpy_attrs
         from linumpy.mosaic.transform import TileTransform
+
+        open_array(args.input)  # malformed metadata: an error naming its file, before any work
 
         transform, pairs = estimate_transform_omezarr(
             args.input,
             tile_shape=args.tile_shape,
-            gpu=gpu,
+            gpu=cli.resolve_gpu(args.use_gpu),
             progress=True,
             min_score=args.min_score,
         )

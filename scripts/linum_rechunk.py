@@ -72,10 +72,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     cli.check_input(parser, args.input)
     output = cli.check_output(parser, args.output, args.overwrite, kind="directory")
     with cli.fail_on_errors(parser):
-        local = args.scheduler is None and args.gpus is None
-        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None, local=local)
         from linumpy.io.rechunk import rechunk
 
+        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
         with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
             done = rechunk(
                 args.input,

@@ -77,18 +77,16 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
     output = cli.check_output(parser, args.output, args.overwrite, kind="directory")
     with cli.fail_on_errors(parser):
         from linumpy.io import open_array
+        from linumpy.mosaic.pipeline import stitch_omezarr
+        from linumpy.mosaic.transform import TileTransform
 
+        transform = TileTransform.load(args.transform)
         source_ndim = open_array(args.input).ndim
         if source_ndim != ndim:
             parser.error(
                 f"{args.input}: a {ndim}D mosaic grid is needed, this one is {source_ndim}D"
             )
-        local = args.scheduler is None and args.gpus is None
-        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None, local=local)
-        from linumpy.mosaic.pipeline import stitch_omezarr
-        from linumpy.mosaic.transform import TileTransform
-
-        transform = TileTransform.load(args.transform)
+        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
         with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
             stitch_omezarr(
                 args.input,

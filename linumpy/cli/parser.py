@@ -137,15 +137,11 @@ def add_gpu_arg(parser: argparse.ArgumentParser, what: str = "Read and compute")
     parser.set_defaults(use_gpu=False)
 
 
-def resolve_gpu(use_gpu: bool, *, local: bool = True) -> bool:
+def resolve_gpu(use_gpu: bool) -> bool:
     """Whether the GPU path runs: ``use_gpu`` and a usable GPU (cupy, nvCOMP, a CUDA device).
 
     Without the flag nothing GPU-related is imported. With it and no usable GPU, a warning says
-    what is missing and False is returned (the CPU path runs). With a usable GPU and ``local``
-    (the GPU work runs in this process, not on dask workers elsewhere), the staging buffers of
-    the first reads are page-locked in a background thread from now on
-    (:func:`linumpy.gpu.pinned_buffers.warm_up_staging`): call this before importing the rest
-    of a command's code, which then hides most of that cost.
+    what is missing and False is returned (the CPU path runs).
 
     Examples
     --------
@@ -163,14 +159,6 @@ def resolve_gpu(use_gpu: bool, *, local: bool = True) -> bool:
         reason = f"linumpy's GPU support cannot be imported ({exc})"
     if reason is None:
         phases.gpu_started()  # with -v: the CUDA context timed as its own phase
-        if local:
-            from linumpy import settings
-            from linumpy.gpu.pinned_buffers import warm_up_staging
-            from linumpy.parallel import DEFAULT_GPU_THREADS
-
-            config = settings.get()
-            slots = max(2, config.gpu_streams)  # as the GPU back end counts them
-            warm_up_staging(config.pinned_bytes // slots, slots, copies=DEFAULT_GPU_THREADS)
         return True
     logger.warning("--use-gpu: no usable GPU: %s; running on the CPU", reason)
     return False

@@ -7,7 +7,6 @@ by what one read asks for.
 
 from __future__ import annotations
 
-import atexit
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PinnedLease", "pinned_buffers", "roomy", "warm_up_staging"]
+__all__ = ["PinnedLease", "pinned_buffers", "roomy"]
 
 _pinned_lock = threading.Lock()
 _pinned_idle: list[tuple[int, Any, np.ndarray]] = []
@@ -118,8 +117,6 @@ class PinnedLease:
                     idle.remove(entry)
                 else:
                     entry = None
-            if entry is None and role == "staging" and _wait_for_warm_up():
-                return self.get(role, slot, nbytes, room)  # the warm-up's buffers may fit
             if entry is None:
                 size = max(roomy(nbytes, room), 1)
                 memory = cupy.cuda.PinnedMemory(size)
@@ -153,65 +150,3 @@ class PinnedLease:
         for key, entry in list(self._held.items()):
             self._give_back(entry, key)
         self._held.clear()
-
-
-_warm_up: threading.Thread | None = None
-
-
-def _wait_for_warm_up() -> bool:
-    """Wait for a running :func:`warm_up_staging`; whether there was one."""
-    global _warm_up
-    thread = _warm_up
-    if thread is None:
-        return False
-    thread.join()
-    _warm_up = None
-    return True
-
-
-def _pin_staging(nbytes: int, slots: int, copies: int) -> None:
-    import cupy
-
-    try:
-        for _ in range(copies):
-            for slot in range(slots):
-                memory = cupy.cuda.PinnedMemory(nbytes)
-                pointer = cupy.cuda.PinnedMemoryPointer(memory, 0)
-                entry = (memory, np.frombuffer(pointer, dtype=np.uint8, count=nbytes))
-                with _lease_lock:
-                    _idle.setdefault(("staging", slot), []).append(entry)
-    except Exception:  # no memory to lock, no device: the reads page-lock their own
-        return
-
-
-def warm_up_staging(nbytes: int, slots: int, copies: int = 1) -> bool:
-    """Page-lock the staging buffers of a process's first GPU reads in a background thread.
-
-    Page-locking costs about 0.5 s per GiB on an H200 host, in every process that reads: a
-    command started with ``--use-gpu`` calls this first, so the buffers are locked while it
-    imports the rest of its code (cupy releases the GIL while it locks). ``copies`` sets of
-    ``slots`` buffers of ``nbytes`` each go to the idle buffers a :class:`PinnedLease` takes
-    from; a read that finds no buffer waits for the thread rather than locking more. Nothing
-    happens when staging buffers are already idle or a warm-up runs.
-
-    Returns
-    -------
-    bool
-        Whether a warm-up started.
-
-    Examples
-    --------
-    >>> started = warm_up_staging(256 * 2**20, slots=4)  # doctest: +SKIP
-    """
-    global _warm_up
-    with _lease_lock:
-        if _warm_up is not None or any(_idle.get(("staging", s)) for s in range(slots)):
-            return False
-        if nbytes * slots * copies > _IDLE_BYTES:
-            copies = max(1, _IDLE_BYTES // max(1, nbytes * slots))
-        _warm_up = threading.Thread(
-            target=_pin_staging, args=(nbytes, slots, copies), daemon=True, name="pinned-warm-up"
-        )
-    _warm_up.start()
-    atexit.register(_wait_for_warm_up)  # never leave the interpreter inside cudaHostAlloc
-    return True
