@@ -409,3 +409,42 @@ def test_gpu_steps_on_the_default_layout(tmp_path: Path) -> None:
     )
     aip = average_intensity_projection(sharded, gpu=True)
     np.testing.assert_array_equal(aip.get(), average_intensity_projection(sharded))
+
+
+def test_stitch_output_shards_keep_one_chunk_per_tile_decoded_once(tmp_path: Path) -> None:
+    """Over one chunk per tile, blocks over slabs of planes would decode whole tiles for a few
+    planes at a time: the stitched output then gets a tile's footprint per shard, the blocks
+    take whole tiles in depth, and the stitched values are the same."""
+    from linumpy import settings
+    from linumpy.io.layout import slab_shards
+    from linumpy.mosaic.pipeline import _output_chunks, _stitch_shards
+
+    path = tmp_path / "tiles.ome.zarr"
+    make_demo_data(path, grid_shape=(2, 6), tile_shape=(16, 64, 64), shards=None)
+    transform = read_demo_truth(path).normalized()
+    array = zarr.open_array(path / "0", mode="r")
+    out_shape = (16, *transform.output_shape())
+    cluster = Cluster(threads=2, memory_limit=8 * 2**20)
+    with settings.set(chunk_bytes=16 * 1024):
+        chunks = _output_chunks(out_shape, None, 1)
+    budget = 256 * 1024
+    slabs = slab_shards(out_shape, chunks, np.float32, shard_bytes=budget)
+    over_slabs = plan_stitch_block(array.shape, 2, transform, slabs, cluster, array.chunks)
+    assert over_slabs[0] % 16  # each tile decoded for a few planes at a time
+    shards = _stitch_shards(array, transform, out_shape, chunks, budget, cluster, False)
+    assert shards == (16, 64, 64)
+    assert plan_stitch_block(array.shape, 2, transform, shards, cluster, array.chunks)[0] == 16
+
+    # a grid in the default layout (chunks a slab deep) keeps slabs of whole planes
+    grid = tmp_path / "grid.ome.zarr"
+    with settings.set(chunk_bytes=2048):
+        make_demo_data(grid, grid_shape=(2, 6), tile_shape=(16, 64, 64))
+    default = zarr.open_array(grid / "0", mode="r")
+    assert default.chunks[0] < 16
+    assert _stitch_shards(default, transform, out_shape, chunks, budget, cluster, False) == "auto"
+
+    with settings.set(chunk_bytes=16 * 1024):
+        stitch_omezarr(path, tmp_path / "s.ome.zarr", transform, n_levels=1, cluster=cluster)
+    written = zarr.open_array(tmp_path / "s.ome.zarr" / "0", mode="r")
+    assert written.shards is not None and written.shards[0] == 16
+    np.testing.assert_allclose(written[...], stitch(read_volume(path), transform), rtol=1e-6)

@@ -29,7 +29,7 @@ from linumpy.io.dask_write import (
     store_dask,
     write_pyramid,
 )
-from linumpy.io.layout import ShardsArg, inner_chunks, tile_layout
+from linumpy.io.layout import ShardsArg, inner_chunks, slab_shards, tile_layout, tile_shards
 from linumpy.io.lazy import storage_unit
 from linumpy.io.levels import store_levels
 from linumpy.io.sources import open_source
@@ -372,6 +372,55 @@ def _output_chunks(
     return (min(math.gcd(step, 128), shape[0]), *chunks[1:])
 
 
+def _stitch_shards(
+    array: zarr.Array,
+    transform: TileTransform,
+    out_shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    shard_bytes: int,
+    cluster: Cluster,
+    gpu: bool,
+) -> ShardsArg:
+    """The stitched image's default shards: slabs of whole planes (``"auto"``), unless blocks
+    over such slabs would decode the grid's stored chunks more than once in depth, as with one
+    chunk per tile (a 96-plane frame decoded for every 16-plane slab): then a tile's footprint
+    in y and x, as deep as ``shard_bytes`` allows, so that blocks take whole chunks in depth."""
+    if len(out_shape) != 3:
+        return "auto"
+    slabs = slab_shards(out_shape, chunks, np.float32, shard_bytes=shard_bytes) or chunks
+    block = plan_stitch_block(
+        array.shape,
+        np.dtype(array.dtype).itemsize,
+        transform,
+        slabs,
+        cluster,
+        source_chunks=array.chunks,
+        gpu=gpu,
+        source_shards=array.shards,
+    )
+
+    def whole_depth(block: tuple[int, ...]) -> bool:
+        return block[0] % int(array.chunks[0]) == 0 or block[0] >= out_shape[0]
+
+    if whole_depth(block):
+        return "auto"
+    tile = [-(-int(n) // c) * c for n, c in zip(transform.tile_shape, chunks[1:])]
+    footprint = tile_shards(out_shape, chunks, np.float32, tile, shard_bytes=shard_bytes)
+    if footprint is None:
+        return "auto"
+    block = plan_stitch_block(
+        array.shape,
+        np.dtype(array.dtype).itemsize,
+        transform,
+        footprint,
+        cluster,
+        source_chunks=array.chunks,
+        gpu=gpu,
+        source_shards=array.shards,
+    )
+    return footprint if whole_depth(block) else "auto"
+
+
 @phases.recorded("metadata")
 def stitch_omezarr(
     source: str | os.PathLike[str],
@@ -456,6 +505,8 @@ def stitch_omezarr(
     # a task holds the output, its blending weights and encoded copy, and the tiles beside each
     # shard; a pyramid task the level above (8 times the shard) and the output
     budget = shard_budget(cluster, per_byte=10 if n_levels > 1 else 4)
+    if shards == "auto":
+        shards = _stitch_shards(array, transform, out_shape, chunks, budget, cluster, gpu)
     writer = OmeZarrWriter(
         target,
         out_shape,
