@@ -387,38 +387,27 @@ def _stitch_shards(
     in y and x, as deep as ``shard_bytes`` allows, so that blocks take whole chunks in depth."""
     if len(out_shape) != 3:
         return "auto"
+
+    def whole_depth(unit: Sequence[int]) -> bool:
+        """Whether blocks over output shards of ``unit`` take the grid's chunks whole in depth."""
+        depth = plan_stitch_block(
+            array.shape,
+            np.dtype(array.dtype).itemsize,
+            transform,
+            unit,
+            cluster,
+            source_chunks=array.chunks,
+            gpu=gpu,
+            source_shards=array.shards,
+        )[0]
+        return depth % int(array.chunks[0]) == 0 or depth >= out_shape[0]
+
     slabs = slab_shards(out_shape, chunks, np.float32, shard_bytes=shard_bytes) or chunks
-    block = plan_stitch_block(
-        array.shape,
-        np.dtype(array.dtype).itemsize,
-        transform,
-        slabs,
-        cluster,
-        source_chunks=array.chunks,
-        gpu=gpu,
-        source_shards=array.shards,
-    )
-
-    def whole_depth(block: tuple[int, ...]) -> bool:
-        return block[0] % int(array.chunks[0]) == 0 or block[0] >= out_shape[0]
-
-    if whole_depth(block):
+    if whole_depth(slabs):
         return "auto"
     tile = [-(-int(n) // c) * c for n, c in zip(transform.tile_shape, chunks[1:])]
     footprint = tile_shards(out_shape, chunks, np.float32, tile, shard_bytes=shard_bytes)
-    if footprint is None:
-        return "auto"
-    block = plan_stitch_block(
-        array.shape,
-        np.dtype(array.dtype).itemsize,
-        transform,
-        footprint,
-        cluster,
-        source_chunks=array.chunks,
-        gpu=gpu,
-        source_shards=array.shards,
-    )
-    return footprint if whole_depth(block) else "auto"
+    return footprint if footprint is not None and whole_depth(footprint) else "auto"
 
 
 @phases.recorded("metadata")
