@@ -19,7 +19,7 @@ from ome_zarr_models.v05.image import ImageAttrs as ImageAttrsV05
 
 from linumpy.errors import LinumpyError
 from linumpy.io import open_array, read_axes, read_omezarr, save_omezarr
-from linumpy.io.metadata import Axis
+from linumpy.io.metadata import Axis, image_attrs, make_axes
 
 AXES = {"zyx": (6, 8, 8), "cyx": (3, 8, 8), "tczyx": (2, 3, 4, 8, 8), "yx": (8, 8)}
 
@@ -69,6 +69,42 @@ def test_written_images_validate(tmp_path: Path, axes: str, unit: str, version: 
         ImageAttrsV05.model_validate(doc["attributes"]["ome"])
     else:
         ImageAttrsV04.model_validate(doc)
+
+
+def _attrs_through_models(name, axes, scales, version) -> dict:
+    """The image attributes as ome-zarr-models builds and serialises them."""
+    if version == "0.5":
+        from ome_zarr_models.v05 import axes as axes_models
+        from ome_zarr_models.v05 import multiscales as multiscale_models
+    else:
+        from ome_zarr_models.v04 import axes as axes_models
+        from ome_zarr_models.v04 import multiscales as multiscale_models
+    multiscale = multiscale_models.Multiscale(
+        name=name,
+        axes=[axes_models.Axis(**axis._asdict()) for axis in axes],
+        datasets=[
+            multiscale_models.Dataset.build(path=str(i), scale=scale, translation=None)
+            for i, scale in enumerate(scales)
+        ],
+        **({"version": "0.4"} if version == "0.4" else {}),
+    )
+    if version == "0.5":
+        model = ImageAttrsV05(multiscales=[multiscale], version="0.5")
+        return {"ome": model.model_dump(mode="json", exclude_none=True, by_alias=True)}
+    model = ImageAttrsV04(multiscales=[multiscale])
+    return model.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+@pytest.mark.parametrize("axes", [*AXES, "custom"])
+def test_built_attributes_are_what_the_models_write(axes: str, version: str) -> None:
+    if axes == "custom":
+        parsed = (Axis("angle", "angle", "degree"), Axis("y", "space", None), Axis("x", "space"))
+    else:
+        parsed = make_axes(len(axes), axes, unit="nanometer")
+    scales = [[1 + i + level for i in range(len(parsed))] for level in range(3)]
+    built = image_attrs("image", parsed, scales, version)
+    assert json.dumps(built) == json.dumps(_attrs_through_models("image", parsed, scales, version))
 
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])
