@@ -573,6 +573,43 @@ def test_pinned_room_is_the_next_power_of_two_within_the_room(
     assert roomy(nbytes, room) == expected
 
 
+def test_pinned_allowance_starts_small_and_grows_with_staged_bytes(monkeypatch) -> None:
+    from linumpy.gpu import pinned_buffers
+
+    monkeypatch.setattr(pinned_buffers, "_moved", 0)
+    first, limit = pinned_buffers.FIRST_PINNED_BYTES, 8 * pinned_buffers.FIRST_PINNED_BYTES
+    assert pinned_buffers.pinned_allowance(limit) == first
+    assert pinned_buffers.pinned_allowance(first // 2) == first // 2  # the setting bounds it
+    pinned_buffers.count_moved(2 * first * pinned_buffers.PINNED_PAYBACK)
+    assert pinned_buffers.pinned_allowance(limit) == 2 * first
+    pinned_buffers.count_moved(100 * first * pinned_buffers.PINNED_PAYBACK)
+    assert pinned_buffers.pinned_allowance(limit) == limit
+
+
+@pytest.mark.gpu
+def test_a_new_process_stages_its_first_reads_in_little_pinned_memory(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from linumpy.gpu import pinned_buffers
+
+    data = sample_data((64, 256, 256), "uint16")
+    make_array(tmp_path / "a.zarr", "v3", data, chunks=(16, 64, 64))
+    mib = 2**20
+    monkeypatch.setattr(pinned_buffers, "FIRST_PINNED_BYTES", mib)
+    monkeypatch.setattr(pinned_buffers, "_moved", 0)
+    monkeypatch.setattr(pinned_buffers, "_idle", {})  # no buffer left by earlier tests
+    settings = Settings.from_env(pinned_bytes=64 * mib, gpu_streams=2)
+    assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+    first = last_read_report()
+    assert first is not None and first.compressed_bytes > 2 * mib
+    assert first.pinned_bytes <= 2 * mib  # each of two slots: half the allowance, in powers of two
+    pinned_buffers.count_moved(64 * mib * pinned_buffers.PINNED_PAYBACK)  # a long session's reads
+    assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+    later = last_read_report()
+    assert later is not None and later.pinned_bytes >= first.compressed_bytes
+    assert later.n_batches < first.n_batches
+
+
 @pytest.mark.gpu
 def test_nvcomp_library_version_is_the_supported_major() -> None:
     import importlib.metadata

@@ -34,7 +34,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
-from linumpy.gpu.pinned_buffers import PinnedLease
+from linumpy.gpu.pinned_buffers import PinnedLease, count_moved, pinned_allowance
 from linumpy.gpu.read_checks import ReadChecks
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
 from linumpy.io.engine.codecs import zstd
@@ -192,7 +192,8 @@ class GpuBackend:
         per_slot = max(settings.scratch_bytes // self.slots, largest + self._slot_nbytes)
         if settings.batch_bytes:
             per_slot = min(per_slot, max(settings.batch_bytes, self._slot_nbytes) + largest)
-        compressed = max(settings.pinned_bytes // self.slots, largest)
+        compressed = max(pinned_allowance(settings.pinned_bytes) // self.slots, largest)
+        count_moved(int(sizes.sum()))
         overlap = int(sizes.sum()) >= _OVERLAP_MIN_BYTES
         self._staging_room = min(compressed, per_slot)
         self._decoded_room = per_slot

@@ -2,7 +2,9 @@
 
 Page-locking host memory is slow (a GPU stitch write once spent 1.24 s of 2.67 s in it), so
 pinned buffers outlive a read in a small cache; the pinned memory the process holds stays bounded
-by what one read asks for.
+by what one read asks for. A process's reads stage through at most :func:`pinned_allowance`:
+:data:`FIRST_PINNED_BYTES` at first, growing towards the ``pinned_bytes`` setting as its reads
+move data, since a command that reads once pays for every byte it locks.
 """
 
 from __future__ import annotations
@@ -14,7 +16,54 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PinnedLease", "pinned_buffers", "roomy"]
+__all__ = [
+    "FIRST_PINNED_BYTES",
+    "PINNED_PAYBACK",
+    "PinnedLease",
+    "count_moved",
+    "pinned_allowance",
+    "pinned_buffers",
+    "roomy",
+]
+
+#: Page-locked staging a process's reads start with. Locking costs about 0.5 s per GiB on the
+#: H200 host, while staging beyond this speeds a read by a few milliseconds per GiB
+#: (docs/gpu_guide.md, "Measurements behind the GPU defaults": first reads' staging).
+FIRST_PINNED_BYTES = 256 * 2**20
+#: Beyond :data:`FIRST_PINNED_BYTES`, one byte of staging per this many bytes the process's
+#: reads have staged: the larger staging is locked once it has paid for itself.
+PINNED_PAYBACK = 16
+
+_moved_lock = threading.Lock()
+_moved = 0  # compressed bytes the process's GPU reads have staged
+
+
+def pinned_allowance(limit: int) -> int:
+    """The page-locked staging a read may use now: :data:`FIRST_PINNED_BYTES` in a new process,
+    one more byte per :data:`PINNED_PAYBACK` bytes staged since, never more than ``limit`` (the
+    ``pinned_bytes`` setting).
+
+    Examples
+    --------
+    >>> pinned_allowance(2**30) == min(2**30, max(FIRST_PINNED_BYTES, moved() // PINNED_PAYBACK))
+    True
+    >>> pinned_allowance(2**20)
+    1048576
+    """
+    return min(limit, max(FIRST_PINNED_BYTES, _moved // PINNED_PAYBACK))
+
+
+def count_moved(nbytes: int) -> None:
+    """Record that a read staged ``nbytes`` through pinned memory (see :func:`pinned_allowance`)."""
+    global _moved
+    with _moved_lock:
+        _moved += max(0, int(nbytes))
+
+
+def moved() -> int:
+    """Bytes the process's GPU reads have staged through pinned memory so far."""
+    return _moved
+
 
 _pinned_lock = threading.Lock()
 _pinned_idle: list[tuple[int, Any, np.ndarray]] = []
