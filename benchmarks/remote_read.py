@@ -20,9 +20,13 @@ what every reader waits for; ``--latency-ms`` makes it wait that long per reques
 with that round trip would. Rounds are interleaved (every reader once per round) on a shared
 machine; the table gives the median and the best round in GB/s of decoded output (the ceiling:
 output bytes over the time its fetches took). Every reader's result is checked against the
-volume. ``--stages`` also prints the engine's seconds per stage (median over the rounds, from an
-extra untimed read per round): the fetch stage's own time, the time the decode waited for it,
-the frame checks, the hand-over to the decoder and the decode's tail after the last group.
+volume. ``--stages`` also prints, from an extra untimed ``read_volume`` per round (and one with
+``gpu=True`` with ``--gpu``), the median seconds of the engine's stages (the fetch stage's own
+time, the time the decode waited for it, the frame checks, the hand-over to the decoder, the
+decode's tail after the last group) and of the read's parts outside them: opening the array
+(its metadata requests), planning (the shard index requests), allocating the output, the run
+loop's set-up (the fill of chunks not stored, grouping) and the rest. GPU reads are timed to
+the end of their work on the device, without a copy back to the host.
 
 ``--transports`` times the ranged GETs alone instead: obstore (linumpy's client, and
 ``get_ranges_async``) against fsspec's ``cat_ranges``, which chose the transport.
@@ -55,7 +59,6 @@ import zarr
 from linumpy import settings
 from linumpy.bench.run import machine_info
 from linumpy.io import open_array, read_volume
-from linumpy.io.engine.cpu import read_plan
 from linumpy.io.engine.fetch_remote import read_order, remote_requests
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.remote import object_store
@@ -172,28 +175,12 @@ def transports(rounds: int) -> list[dict[str, Any]]:
     return rows
 
 
-def readers(
-    root: Path, base: str, name: str, gpu: bool, skip: set[str], stages: dict[str, list]
-) -> dict[str, Callable]:
-    """The readers of one layout; ``stages`` collects the engine's per-stage seconds."""
+def readers(root: Path, base: str, name: str, gpu: bool, skip: set[str]) -> dict[str, Callable]:
+    """The timed readers of one layout (each returns what it read, in host or device memory)."""
     url = f"{base}/{name}.zarr"
-
-    def engine_cpu() -> np.ndarray:
-        out, stats = read_plan(plan_read(open_array(url)), threads=settings.get().io_threads)
-        stages.setdefault("linumpy", []).append(stats.phases)
-        return out
-
-    def engine_gpu() -> np.ndarray:
-        from linumpy.gpu.zarr_io import last_read_report
-
-        out = read_volume(url, gpu=True).get()
-        report = last_read_report()
-        stages.setdefault("linumpy gpu", []).append(dict(report.phases) if report else {})
-        return out
-
     found: dict[str, Callable[[], Any]] = {"linumpy": lambda: read_volume(url)}
     if gpu:
-        found["linumpy gpu"] = engine_gpu
+        found["linumpy gpu"] = functools.partial(gpu_read, url)
     store = zarr.storage.ObjectStore(object_store(url), read_only=True)
     found["zarr ObjectStore"] = lambda: zarr.open_array(store=store, mode="r")[...]
     if "fsspec" not in skip:
@@ -208,19 +195,85 @@ def readers(
             found["tensorstore http"] = lambda: ts.open(spec, read=True).result().read().result()
     found["local"] = lambda: read_volume(root / f"{name}.zarr")
     found["ceiling"] = ceiling(url)
-    found["linumpy stages"] = engine_cpu  # untimed: the engine's stages, apart
     return found
+
+
+def gpu_read(url: str) -> Any:
+    """``read_volume(url, gpu=True)``, finished on the device; not copied back to the host,
+    which is no part of the read (a 1 GiB copy into new host memory takes a large part of it)."""
+    import cupy
+
+    out = read_volume(url, gpu=True)
+    cupy.cuda.runtime.deviceSynchronize()
+    return out
+
+
+def on_host(result: Any) -> np.ndarray:
+    """A reader's result in host memory, to check it."""
+    return result.get() if hasattr(result, "get") else np.asarray(result)
+
+
+def staged_read(url: str, gpu: bool) -> dict[str, float]:
+    """One ``read_volume`` of ``url``, its parts timed: ``open`` (opening the array: its metadata
+    requests), ``total``, and the read report's phases (``plan``: planning, with the shard index
+    requests; ``allocate``; ``pipeline``, with the run loop's stages)."""
+    from linumpy.io.engine.read import last_read_report
+
+    started = time.perf_counter()
+    array = open_array(url)
+    opened = time.perf_counter() - started
+    if gpu:
+        import cupy
+
+        read_volume(array, gpu=True)
+        cupy.cuda.runtime.deviceSynchronize()
+    else:
+        read_volume(array)
+    total = time.perf_counter() - started
+    report = last_read_report("gpu" if gpu else "cpu")
+    phases = dict(report.phases) if report is not None else {}
+    return phases | {"open": opened, "total": total}
 
 
 #: Stages of the run loop reported by ``--stages`` (seconds summed over a read's groups).
 STAGES = ("fetch", "fetch_wait", "validate", "submit", "final_sync")
+#: A read's parts reported by ``--stages`` beside its stages (see :func:`outside_stages`).
+OUTSIDE = ("open", "plan", "allocate", "setup", "stages", "other", "total")
+
+
+def outside_stages(phases: dict[str, float]) -> dict[str, float]:
+    """A staged read's seconds outside the run loop's stages, and those stages' sum.
+
+    ``setup`` is the run loop's own start (sizing, the fill of chunks not stored, grouping);
+    ``stages`` what it then waited for and did per group (``fetch_wait``, ``validate``,
+    ``submit``) and at the end (``final_sync``), the fetch stage's own time overlapping them;
+    ``other`` the total less every part named.
+
+    Examples
+    --------
+    >>> row = outside_stages({"open": 0.01, "plan": 0.02, "allocate": 0.01, "groups": 0.01,
+    ...                       "fetch_wait": 0.1, "validate": 0.02, "final_sync": 0.01,
+    ...                       "total": 0.2})
+    >>> {k: round(v, 3) for k, v in row.items()}  # doctest: +NORMALIZE_WHITESPACE
+    {'open': 0.01, 'plan': 0.02, 'allocate': 0.01, 'setup': 0.01, 'stages': 0.13,
+     'other': 0.02, 'total': 0.2}
+    """
+    row = {k: phases.get(k, 0.0) for k in ("open", "plan", "allocate")}
+    row["setup"] = phases.get("sizes", 0.0) + phases.get("groups", 0.0)
+    per_group = ("fetch_wait", "validate", "submit", "final_sync")
+    row["stages"] = sum(phases.get(k, 0.0) for k in per_group)
+    total = phases.get("total", 0.0)
+    row["other"] = total - sum(row.values())
+    row["total"] = total
+    return row
 
 
 def stage_rows(layout: str, stages: dict[str, list]) -> list[dict[str, Any]]:
-    """The median seconds of each stage per reader, over the rounds."""
+    """The median seconds of each stage and part per reader, over the rounds."""
     rows = []
     for reader, runs in stages.items():
         row: dict[str, Any] = {"layout": layout, "reader": reader}
+        runs = [run | outside_stages(run) for run in runs]
         for stage in sorted({k for run in runs for k in run}):
             row[stage] = statistics.median(run.get(stage, 0.0) for run in runs)
         rows.append(row)
@@ -272,20 +325,20 @@ def main(argv: list[str] | None = None) -> int:
         with serve(root) as base:
             for name in [] if args.transports else args.layouts.split(","):
                 stages: dict[str, list] = {}
-                funcs = readers(root, base, name, args.gpu, skip, stages)
-                untimed = funcs.pop("linumpy stages")
+                funcs = readers(root, base, name, args.gpu, skip)
+                url = f"{base}/{name}.zarr"
+                staged = {"linumpy": False} | ({"linumpy gpu": True} if args.gpu else {})
                 times: dict[str, list[float]] = {k: [] for k in funcs}
                 for k, func in funcs.items():  # checked once, and warmed up
-                    if k != "ceiling" and not np.array_equal(np.asarray(func()), data):
+                    if k != "ceiling" and not np.array_equal(on_host(func()), data):
                         raise SystemExit(f"{k} read wrong data ({name})")
-                stages.clear()
                 for _ in range(args.rounds):
                     for k, func in funcs.items():
                         started = time.perf_counter()
                         func()
                         times[k].append(time.perf_counter() - started)
-                    if args.stages:
-                        untimed()
+                    for k, gpu in staged.items() if args.stages else ():  # untimed
+                        stages.setdefault(k, []).append(staged_read(url, gpu))
                 for k, runs in times.items():
                     results.append(
                         {
@@ -314,6 +367,14 @@ def main(argv: list[str] | None = None) -> int:
         print("| --- | --- |" + " ---: |" * len(STAGES))
         for row in stage_table:
             cells = " | ".join(f"{row.get(stage, 0.0):.3f}" for stage in STAGES)
+            print(f"| {row['layout']} | {row['reader']} | {cells} |")
+        print("\nseconds per read outside the stages, median (open: the metadata requests; plan:")
+        print("the shard index requests; allocate: the output; setup: sizing, filling chunks not")
+        print("stored, grouping; stages: the stages above but fetch; other: the rest)")
+        print("| layout | reader | " + " | ".join(OUTSIDE) + " |")
+        print("| --- | --- |" + " ---: |" * len(OUTSIDE))
+        for row in stage_table:
+            cells = " | ".join(f"{row.get(part, 0.0):.3f}" for part in OUTSIDE)
             print(f"| {row['layout']} | {row['reader']} | {cells} |")
     print("machine: " + "; ".join(f"{k} {v}" for k, v in info.items()))
     if args.json is not None:

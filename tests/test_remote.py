@@ -358,7 +358,7 @@ def test_remote_benchmark_runs_at_a_tiny_size() -> None:
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run(
         [sys.executable, str(root / "benchmarks" / "remote_read.py"), "--mib", "2"]
-        + ["--rounds", "1", "--skip", "tensorstore,fsspec"],
+        + ["--rounds", "1", "--skip", "tensorstore,fsspec", "--stages"],
         capture_output=True,
         text=True,
         cwd=root,
@@ -366,8 +366,15 @@ def test_remote_benchmark_runs_at_a_tiny_size() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    readers = {line.split(" | ")[1] for line in done.stdout.splitlines() if line.startswith("| s")}
+    rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| s")]
+    readers = {row[1] for row in rows if len(row) == 4}
     assert readers == {"linumpy", "zarr ObjectStore", "local", "ceiling"}
+    # --stages: the stages, then the read's parts outside them, which add up to its total
+    parts = [row for row in rows if len(row) == 9 and row[1] == "linumpy"]
+    assert len(parts) == 1, done.stdout
+    seconds = [float(cell.strip(" |")) for cell in parts[0][2:]]
+    assert all(s >= 0 for s in seconds[:-2]) and seconds[-1] > 0
+    assert abs(sum(seconds[:-1]) - seconds[-1]) < 0.005  # each cell rounded to 1 ms
 
 
 @pytest.mark.gpu
