@@ -9,7 +9,7 @@ environment variables, :func:`set` (process-wide, usable as a context manager, n
 field                     environment variable            default
 ========================  ==============================  ==========================================
 ``io_threads``            ``LINUMPY_IO_THREADS``          CPUs available to the process
-``pinned_bytes``          ``LINUMPY_GPU_PINNED_MIB``      1024 MiB of page-locked staging
+``pinned_bytes``          ``LINUMPY_GPU_PINNED_MIB``      0: 256 MiB growing to 1024 MiB
 ``scratch_bytes``         ``LINUMPY_GPU_SCRATCH_MIB``     2048 MiB on the device beyond the output
 ``fetch``                 ``LINUMPY_GPU_FETCH``           ``auto`` (kvikio if it works, else pread)
 ``gpu_streams``           ``LINUMPY_GPU_STREAMS``         4 groups decoded at once
@@ -115,7 +115,10 @@ class Settings:
         Threads reading and decoding chunk files on the CPU (and kvikio's thread pool size,
         unless ``KVIKIO_NTHREADS`` is set).
     pinned_bytes
-        Page-locked host memory the GPU back end stages compressed chunks in.
+        Page-locked host memory the GPU back end stages compressed chunks in. 0 (the default):
+        256 MiB in a new process, growing to 1024 MiB as its reads stage more
+        (:func:`linumpy.gpu.pinned_buffers.pinned_allowance`), since page-locking costs a
+        command that reads once more than the larger staging gains it.
     scratch_bytes
         Device memory the GPU back end uses beyond the output: compressed chunks and decoded
         chunks before they are scattered (at least one chunk's worth is always allowed); less
@@ -192,7 +195,7 @@ class Settings:
     """
 
     io_threads: int = field(default_factory=available_cpus)
-    pinned_bytes: int = 1024 * MIB
+    pinned_bytes: int = 0
     scratch_bytes: int = 2048 * MIB
     fetch: Literal["auto", "kvikio", "pread"] = "auto"
     gpu_streams: int = 4
@@ -293,7 +296,7 @@ def _env_flag(variable: str, raw: str) -> bool:
 #: Field name -> (environment variable, parser of its text).
 ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "io_threads": ("LINUMPY_IO_THREADS", _env_int),
-    "pinned_bytes": ("LINUMPY_GPU_PINNED_MIB", _env_mib),
+    "pinned_bytes": ("LINUMPY_GPU_PINNED_MIB", _env_mib0),
     "scratch_bytes": ("LINUMPY_GPU_SCRATCH_MIB", _env_mib),
     "fetch": ("LINUMPY_GPU_FETCH", _fetch_choice),
     "gpu_streams": ("LINUMPY_GPU_STREAMS", _env_int),
@@ -317,7 +320,7 @@ ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
 
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "io_threads": _positive,
-    "pinned_bytes": _positive,
+    "pinned_bytes": _non_negative,
     "scratch_bytes": _positive,
     "fetch": _fetch_choice,
     "gpu_streams": _positive,

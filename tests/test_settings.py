@@ -44,7 +44,7 @@ GOOD = {
 }
 BAD = {
     "io_threads": ["0", "-2", "four", "2.5", ""],
-    "pinned_bytes": ["0", "-1", "lots", "1.5"],
+    "pinned_bytes": ["-1", "lots", "1.5"],
     "scratch_bytes": ["0", "lots"],
     "fetch": ["gds", "PREAD", ""],
     "gpu_streams": ["0", "x"],
@@ -68,7 +68,7 @@ BAD = {
 # Invalid keyword values per field.
 BAD_VALUES = {
     "io_threads": [0, -1, 2.0, True, "4"],
-    "pinned_bytes": [0, -1, 1.5],
+    "pinned_bytes": [-1, 1.5],
     "scratch_bytes": [0, 1.5, None],
     "fetch": ["gds", None, 1],
     "gpu_streams": [0, 1.0],
@@ -111,7 +111,7 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
     defaults = Settings()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert defaults.io_threads == cpus
-    assert (defaults.pinned_bytes, defaults.scratch_bytes) == (1024 * MIB, 2048 * MIB)
+    assert (defaults.pinned_bytes, defaults.scratch_bytes) == (0, 2048 * MIB)
     assert (defaults.fetch, defaults.gpu_streams, defaults.batch_bytes) == ("auto", 4, 0)
     assert defaults.gpu_cpu_share == 0  # nvCOMP decodes every chunk
     assert defaults.gpu_chunk_bytes == 16 * MIB

@@ -574,16 +574,16 @@ def test_pinned_room_is_the_next_power_of_two_within_the_room(
 
 
 def test_pinned_allowance_starts_small_and_grows_with_staged_bytes(monkeypatch) -> None:
-    from linumpy.gpu import pinned_buffers
+    from linumpy.gpu import pinned_buffers as pb
 
-    monkeypatch.setattr(pinned_buffers, "_moved", 0)
-    first, limit = pinned_buffers.FIRST_PINNED_BYTES, 8 * pinned_buffers.FIRST_PINNED_BYTES
-    assert pinned_buffers.pinned_allowance(limit) == first
-    assert pinned_buffers.pinned_allowance(first // 2) == first // 2  # the setting bounds it
-    pinned_buffers.count_moved(2 * first * pinned_buffers.PINNED_PAYBACK)
-    assert pinned_buffers.pinned_allowance(limit) == 2 * first
-    pinned_buffers.count_moved(100 * first * pinned_buffers.PINNED_PAYBACK)
-    assert pinned_buffers.pinned_allowance(limit) == limit
+    monkeypatch.setattr(pb, "_moved", 0)
+    assert pb.pinned_allowance(0) == pb.FIRST_PINNED_BYTES
+    assert pb.pinned_allowance(3 * 2**20) == 3 * 2**20  # a setting given is used at once
+    pb.count_moved(2 * pb.FIRST_PINNED_BYTES * pb.PINNED_PAYBACK)
+    assert pb.pinned_allowance(0) == 2 * pb.FIRST_PINNED_BYTES
+    pb.count_moved(100 * pb.MAX_PINNED_BYTES * pb.PINNED_PAYBACK)
+    assert pb.pinned_allowance(0) == pb.MAX_PINNED_BYTES
+    assert Settings.from_env().pinned_bytes == 0
 
 
 @pytest.mark.gpu
@@ -596,9 +596,10 @@ def test_a_new_process_stages_its_first_reads_in_little_pinned_memory(
     make_array(tmp_path / "a.zarr", "v3", data, chunks=(16, 64, 64))
     mib = 2**20
     monkeypatch.setattr(pinned_buffers, "FIRST_PINNED_BYTES", mib)
+    monkeypatch.setattr(pinned_buffers, "MAX_PINNED_BYTES", 64 * mib)
     monkeypatch.setattr(pinned_buffers, "_moved", 0)
     monkeypatch.setattr(pinned_buffers, "_idle", {})  # no buffer left by earlier tests
-    settings = Settings.from_env(pinned_bytes=64 * mib, gpu_streams=2)
+    settings = Settings.from_env(pinned_bytes=0, gpu_streams=2)
     assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
     first = last_read_report()
     assert first is not None and first.compressed_bytes > 2 * mib

@@ -218,6 +218,15 @@ def _ceilings(
     return files.stored_bytes
 
 
+def _steady_staging(gpu: bool) -> contextlib.AbstractContextManager[None]:
+    """The GPU rows measure repeated reads: their staging as a process's after its first reads."""
+    if not gpu:
+        return contextlib.nullcontext()
+    from linumpy.gpu.pinned_buffers import steady_staging
+
+    return steady_staging()
+
+
 def run_benchmark(
     config: BenchConfig,
     *,
@@ -254,7 +263,7 @@ def run_benchmark(
 
         sync = cupy.cuda.runtime.deviceSynchronize
     timer = Timer(warmup=config.warmup, repeats=config.repeats, budget=config.budget, sync=sync)
-    with _workdir(config) as workdir:
+    with _workdir(config) as workdir, _steady_staging(config.gpu):
         if config.input is not None:
             path, volume, layout = _input_volume(config)
             plan = [(layout, path)]

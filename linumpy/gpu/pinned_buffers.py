@@ -2,9 +2,9 @@
 
 Page-locking host memory is slow (a GPU stitch write once spent 1.24 s of 2.67 s in it), so
 pinned buffers outlive a read in a small cache; the pinned memory the process holds stays bounded
-by what one read asks for. A process's reads stage through at most :func:`pinned_allowance`:
-:data:`FIRST_PINNED_BYTES` at first, growing towards the ``pinned_bytes`` setting as its reads
-move data, since a command that reads once pays for every byte it locks.
+by what one read asks for. By default a process's reads stage through
+:data:`FIRST_PINNED_BYTES` at first, growing to :data:`MAX_PINNED_BYTES` as they move data
+(:func:`pinned_allowance`), since a command that reads once pays for every byte it locks.
 """
 
 from __future__ import annotations
@@ -18,50 +18,94 @@ import numpy as np
 
 __all__ = [
     "FIRST_PINNED_BYTES",
+    "MAX_PINNED_BYTES",
     "PINNED_PAYBACK",
     "PinnedLease",
     "count_moved",
+    "moved",
     "pinned_allowance",
     "pinned_buffers",
     "roomy",
+    "steady_staging",
 ]
 
-#: Page-locked staging a process's reads start with. Locking costs about 0.5 s per GiB on the
-#: H200 host, while staging beyond this speeds a read by a few milliseconds per GiB
-#: (docs/gpu_guide.md, "Measurements behind the GPU defaults": first reads' staging).
+#: Page-locked staging a process's reads start with when the ``pinned_bytes`` setting is 0 (its
+#: default). Locking costs about 0.5 s per GiB on the H200 host, while staging beyond this speeds
+#: a read by a few tens of milliseconds per GiB (docs/gpu_guide.md, "Measurements behind the GPU
+#: defaults": first reads' staging).
 FIRST_PINNED_BYTES = 256 * 2**20
+#: The most the default staging grows to.
+MAX_PINNED_BYTES = 1024 * 2**20
 #: Beyond :data:`FIRST_PINNED_BYTES`, one byte of staging per this many bytes the process's
-#: reads have staged: the larger staging is locked once it has paid for itself.
+#: reads have staged: the larger staging is locked once the time it saves has paid for it.
 PINNED_PAYBACK = 16
 
 _moved_lock = threading.Lock()
 _moved = 0  # compressed bytes the process's GPU reads have staged
 
 
-def pinned_allowance(limit: int) -> int:
-    """The page-locked staging a read may use now: :data:`FIRST_PINNED_BYTES` in a new process,
-    one more byte per :data:`PINNED_PAYBACK` bytes staged since, never more than ``limit`` (the
-    ``pinned_bytes`` setting).
+def pinned_allowance(setting: int) -> int:
+    """The page-locked staging a read may use now: the ``pinned_bytes`` setting when it is set;
+    when it is 0, :data:`FIRST_PINNED_BYTES` in a new process and one more byte per
+    :data:`PINNED_PAYBACK` bytes staged since, up to :data:`MAX_PINNED_BYTES`.
 
     Examples
     --------
-    >>> pinned_allowance(2**30) == min(2**30, max(FIRST_PINNED_BYTES, moved() // PINNED_PAYBACK))
-    True
     >>> pinned_allowance(2**20)
     1048576
+    >>> pinned_allowance(0) == min(MAX_PINNED_BYTES, max(FIRST_PINNED_BYTES, moved() // 16))
+    True
     """
-    return min(limit, max(FIRST_PINNED_BYTES, _moved // PINNED_PAYBACK))
+    if setting > 0:
+        return setting
+    return min(MAX_PINNED_BYTES, max(FIRST_PINNED_BYTES, _moved // PINNED_PAYBACK))
+
+
+@contextmanager
+def steady_staging() -> Iterator[None]:
+    """Within: reads stage through :data:`MAX_PINNED_BYTES` from the first, as a process that
+    has read for a while does, unless the ``pinned_bytes`` setting is given (benchmarks of
+    repeated reads use it, so that their first rows are not measured on a smaller staging).
+
+    Examples
+    --------
+    >>> from linumpy import settings
+    >>> with steady_staging():
+    ...     pinned_allowance(settings.get().pinned_bytes) == MAX_PINNED_BYTES
+    True
+    """
+    from linumpy import settings
+
+    if settings.get().pinned_bytes:
+        yield
+        return
+    with settings.set(pinned_bytes=MAX_PINNED_BYTES):
+        yield
 
 
 def count_moved(nbytes: int) -> None:
-    """Record that a read staged ``nbytes`` through pinned memory (see :func:`pinned_allowance`)."""
+    """Record that a read staged ``nbytes`` through pinned memory (see :func:`pinned_allowance`).
+
+    Examples
+    --------
+    >>> before = moved()
+    >>> count_moved(1 << 20)
+    >>> moved() - before
+    1048576
+    """
     global _moved
     with _moved_lock:
         _moved += max(0, int(nbytes))
 
 
 def moved() -> int:
-    """Bytes the process's GPU reads have staged through pinned memory so far."""
+    """Bytes the process's GPU reads have staged through pinned memory so far.
+
+    Examples
+    --------
+    >>> moved() >= 0
+    True
+    """
     return _moved
 
 
