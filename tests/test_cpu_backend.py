@@ -101,6 +101,33 @@ def test_chunks_spanning_the_trailing_axes_are_decoded_in_place(tmp_path: Path) 
     assert set(CpuBackend(plan_read(cubes), threads=1)._direct) == {-1}
 
 
+class _Scattered(CpuBackend):
+    """Every chunk through _scatter, as a back end with a device output reads (counted)."""
+
+    in_place = False
+
+    def _scatter(self, entry: int, chunk: np.ndarray, direct: int) -> None:
+        self.scattered += 1
+        super()._scatter(entry, chunk, direct)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_without_in_place_decodes_every_chunk_is_scattered(tmp_path: Path, layout: str) -> None:
+    data = sample_data((24, 16, 32), "uint16") + 1
+    make_array(tmp_path / "a.zarr", layout, data, chunks=(4, 16, 32))  # contiguous chunks
+    array = zarr.open_array(tmp_path / "a.zarr", mode="r")
+    for region in (None, (slice(5, 19), slice(2, 15))):
+        plan = plan_read(array, region)
+        backend = _Scattered(plan, threads=2, out=np.empty(plan.shape, plan.dtype))
+        backend.scattered = 0
+        try:
+            stats = backend.read_files()
+        finally:
+            backend.close()
+        assert backend.out.tobytes() == zarr_read(tmp_path / "a.zarr", region).tobytes()
+        assert backend.scattered == stats.n_reads == plan.n_entries
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("damage", ["flip", "checksum", "truncate"])
 def test_corrupt_chunks_are_named(tmp_path: Path, layout: str, damage: str) -> None:

@@ -230,6 +230,25 @@ def test_chunks_over_gpu_chunk_bytes_are_decoded_on_the_cpu(tmp_path: Path, layo
         assert report.n_cpu_decoded == (report.n_reads if on_cpu else 0)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_chunks_decoded_on_the_host_are_copied_up_as_zarr_reads_them(
+    tmp_path: Path, layout: str
+) -> None:
+    data = sample_data(SHAPE, "uint16")
+    data[:8] = 0  # chunks not stored
+    make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
+    settings = {"gpu_chunk_bytes": 1024}  # below the 4 KiB chunks
+    for region in REGIONS:
+        result = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=settings)
+        assert_same_on_gpu(result, zarr_read(tmp_path / "a.zarr", region))
+        report = last_read_report()
+        assert report is not None and report.reader == "pread"
+        if result.size:
+            assert "libzstd threads decode them" in report.reason
+            assert report.n_cpu_decoded == report.n_reads > 0
+
+
 def _damage(path: Path, offset: int, nbytes: int, how: str) -> bytes:
     """Corrupt the frame at ``offset`` of a chunk or shard file; return the file's old bytes."""
     stored = path.read_bytes()
@@ -260,7 +279,7 @@ def test_corrupt_chunk_names_it_and_the_next_read_works(
     victim = 7
     path = Path(plan.files[plan.file_index[victim]])
     stored = _damage(path, int(plan.offsets[victim]), int(chunk_sizes(plan)[victim]), damage)
-    for settings in (None, TINY):
+    for settings in (None, TINY, {"gpu_chunk_bytes": 1024}):  # the last: decoded on the host
         with pytest.raises(ChunkDecodeError) as info:
             read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings)
         assert info.value.key == plan.key(victim)

@@ -34,7 +34,9 @@ from linumpy.gpu.backend import (
     fast_path_obstacle,
 )
 from linumpy.gpu.device_memory import check_free
+from linumpy.gpu.host_decode import HostDecodeBackend, decodes_on_host
 from linumpy.gpu.zarr_context import describe_gpu, gpu_zarr_context
+from linumpy.io.engine.cpu import check_thread_memory
 from linumpy.io.engine.memory import format_size
 from linumpy.io.engine.plan import ReadPlan, plan_read
 from linumpy.io.engine.read import ReadReport, output_nbytes, read
@@ -283,12 +285,20 @@ class GpuRead:
         return result
 
     def choose_reader(self, plan: ReadPlan, settings: Settings) -> tuple[str, str]:
-        """kvikio or pread, by the ``fetch`` setting (see :func:`choose_reader`)."""
+        """kvikio or pread, by the ``fetch`` setting (see :func:`choose_reader`); the CPU back
+        end's own reads for chunks that libzstd decodes (see :mod:`linumpy.gpu.host_decode`)."""
+        limit = _max_decode_bytes(settings)
+        if decodes_on_host(plan, limit):
+            return "pread", (
+                f"chunks of {format_size(plan.chunk_nbytes)}, above the {format_size(limit)} "
+                "nvCOMP is given (gpu_chunk_bytes): libzstd threads decode them, each chunk "
+                "copied up as it is decoded"
+            )
         return choose_reader(settings.fetch, settings.io_threads)
 
     def open(
         self, plan: ReadPlan, settings: Settings, reader: str, out: cupy.ndarray | None
-    ) -> GpuBackend:
+    ) -> GpuBackend | HostDecodeBackend:
         """Fit the read's buffers in the device's free memory (``scratch_bytes`` halved when
         needed), check it, allocate the output on the first stream."""
         import cupy
@@ -296,6 +306,8 @@ class GpuRead:
         dtype = plan.dtype.newbyteorder("=")
         if out is not None:
             _check_out(out, plan.shape, dtype)
+        if decodes_on_host(plan, _max_decode_bytes(settings)):
+            return _open_host_decode(plan, settings, out, dtype)
         settings = _fit_scratch(plan, settings, plan.out_nbytes if out is None else 0)
         extra = device_memory_needed(plan, settings)
         check_free(
@@ -313,6 +325,33 @@ class GpuRead:
         return GpuBackend(
             plan, settings, result, streams, pool_before=pool_before, new_output=out is None
         )
+
+
+def _max_decode_bytes(settings: Settings) -> int:
+    from linumpy.gpu import nvcomp
+
+    return min(settings.gpu_chunk_bytes, nvcomp.MAX_DECODE_BYTES)
+
+
+def _open_host_decode(
+    plan: ReadPlan, settings: Settings, out: cupy.ndarray | None, dtype: np.dtype
+) -> HostDecodeBackend:
+    """Check host and device memory for libzstd's threads, allocate the output."""
+    import cupy
+
+    threads = min(settings.io_threads, max(1, plan.n_entries))
+    check_thread_memory(plan, threads)
+    extra = threads * plan.chunk_nbytes
+    check_free(
+        extra + (plan.out_nbytes if out is None else 0),
+        plan.source,
+        plan.shape,
+        dtype,
+        f"output {format_size(plan.out_nbytes)} and a decoded chunk per thread "
+        f"{format_size(extra)}",
+    )
+    result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
+    return HostDecodeBackend(plan, threads=threads, out=result)
 
 
 def _check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:

@@ -43,7 +43,7 @@ from linumpy.io.engine.read import execute, output_nbytes
 from linumpy.io.engine.run import Fetched, Stats
 from linumpy.settings import Settings
 
-__all__ = ["CpuBackend", "CpuRead", "read_plan"]
+__all__ = ["CpuBackend", "CpuRead", "check_thread_memory", "read_plan"]
 
 #: Most compressed bytes per group (three groups are in flight).
 GROUP_BYTES = 64 * 1024 * 1024
@@ -83,6 +83,9 @@ class CpuBackend:
     slots = 3
     max_decode_bytes = 2**62
     size_order = False  # file order: libzstd's decode time does not depend on the order
+    #: Whether chunks whose bytes are contiguous in ``out`` are decoded straight into it (off
+    #: for an output in device memory: every chunk then goes through :meth:`_scatter`).
+    in_place = True
 
     def __init__(self, plan: ReadPlan, *, threads: int, out: np.ndarray | None = None) -> None:
         new = out is None
@@ -103,10 +106,10 @@ class CpuBackend:
         start, stop, chunk_start = plan.bounds()
         self._bounds = [start.tolist(), stop.tolist(), chunk_start.tolist()]
         # Per entry: output byte offset when decoded in place, -1 when copied, -2 when partial.
-        direct = contiguous_offsets(plan, start, stop)
+        direct = contiguous_offsets(plan, start, stop) if self.in_place else np.full(len(start), -1)
         whole = np.all(stop - start == np.array(plan.chunk_shape, dtype=np.int64), axis=1)
         self._direct = np.where(whole, direct, -2).tolist()
-        self._out_address = out.ctypes.data if out.size else 0
+        self._out_address = out.ctypes.data if out.size and self.in_place else 0
         # A whole chunk's rows (its last axis) as single opaque items when the copy converts
         # nothing: 1.5x faster copies of 64^3 uint16 chunks (numpy's per-row overhead).
         dtype, rows = plan.dtype, plan.chunk_shape[-1:]
@@ -114,7 +117,8 @@ class CpuBackend:
         self._rows = np.dtype(f"V{rows[0] * dtype.itemsize}") if plain and rows else None
         # A run continues with entry e when e's chunk lies right after entry e - 1's along the
         # last axis, both whole chunks copied (not decoded in place, not partial).
-        self._run_max = RUN_BYTES // max(plan.chunk_nbytes, 1) if self._rows is not None else 0
+        runs = self._rows is not None and self.in_place
+        self._run_max = RUN_BYTES // max(plan.chunk_nbytes, 1) if runs else 0
         self._joins: list[bool] = (
             joins(start, stop, direct, whole).tolist() if self._run_max > 1 else []
         )
@@ -459,19 +463,31 @@ class CpuRead:
 
     def open(self, plan: ReadPlan, settings: Any, reader: str, out: Any) -> CpuBackend:
         """Check the threads' buffers against host memory; allocate the output."""
-        threads = settings.io_threads
-        # Per thread: a decoded chunk and, when the thread reads it, its compressed bytes (about
-        # as large), and a run of chunks (RUN_BYTES at most).
-        per_thread = 2 * plan.chunk_nbytes + min(RUN_BYTES, plan.chunk_nbytes * plan.n_entries)
-        check_host_memory(
-            per_thread * min(threads, max(1, plan.n_entries)) + GROUP_BYTES * 3,
-            plan.source,
-            f"decoding its chunks of shape {plan.chunk_shape} ({format_size(plan.chunk_nbytes)} "
-            f"each) in {threads} threads",
-            "the array's chunks are too large for this machine: rechunk it, or use fewer threads "
-            "(LINUMPY_IO_THREADS)",
-        )
-        return CpuBackend(plan, threads=threads, out=out)
+        check_thread_memory(plan, settings.io_threads)
+        return CpuBackend(plan, threads=settings.io_threads, out=out)
+
+
+def check_thread_memory(plan: ReadPlan, threads: int) -> None:
+    """Raise MemoryLimitError unless the host has room for ``threads`` decoding threads' buffers.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), dtype="uint8")
+    >>> check_thread_memory(plan_read(array), 4)
+    """
+    # Per thread: a decoded chunk and, when the thread reads it, its compressed bytes (about as
+    # large), and a run of chunks (RUN_BYTES at most).
+    per_thread = 2 * plan.chunk_nbytes + min(RUN_BYTES, plan.chunk_nbytes * plan.n_entries)
+    check_host_memory(
+        per_thread * min(threads, max(1, plan.n_entries)) + GROUP_BYTES * 3,
+        plan.source,
+        f"decoding its chunks of shape {plan.chunk_shape} ({format_size(plan.chunk_nbytes)} "
+        f"each) in {threads} threads",
+        "the array's chunks are too large for this machine: rechunk it, or use fewer threads "
+        "(LINUMPY_IO_THREADS)",
+    )
 
 
 def read_plan(

@@ -1,0 +1,125 @@
+"""GPU reads of chunks too large for nvCOMP: libzstd decodes them on the host's threads, and each
+thread copies its chunk up and scatters it on a stream of its own while the others decode.
+
+nvCOMP decodes a zstd frame on one thread block, so a frame of tens of MiB takes it about half a
+second however many run beside it (docs/gpu_guide.md). Chunks above the ``gpu_chunk_bytes``
+setting (16 MiB) are decoded by the CPU back end's threads instead, as a CPU read decodes them
+(same reads, checksums and errors): each thread decodes into its own host buffer, copies it into
+its own device buffer (from pageable memory: nothing is page-locked, and the copy returns once
+the host buffer may be reused) and scatters it into the output with a copy kernel on its stream.
+So the upload of one chunk overlaps the decoding of the others, and the read takes about the
+time of a CPU read.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from linumpy.io.engine.cpu import CpuBackend
+from linumpy.io.engine.plan import ReadPlan, chunk_view
+from linumpy.io.engine.run import Stats
+
+__all__ = ["HostDecodeBackend", "decodes_on_host"]
+
+
+def decodes_on_host(plan: ReadPlan, max_decode_bytes: int) -> bool:
+    """Whether every chunk of ``plan`` is larger than nvCOMP is given to decode.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(64,), chunks=(32,),
+    ...                           dtype="uint16")
+    >>> decodes_on_host(plan_read(array), 32), decodes_on_host(plan_read(array), 64)
+    (True, False)
+    """
+    return plan.chunk_nbytes > max_decode_bytes
+
+
+class HostDecodeBackend(CpuBackend):
+    """The CPU back end's reads and libzstd decodes, into a cupy output (see the module).
+
+    Parameters
+    ----------
+    plan
+        The read plan.
+    threads
+        Decoding threads (each holds one decoded chunk on the host and one on the device).
+    out
+        The C-contiguous cupy output of the plan's shape and dtype.
+
+    Examples
+    --------
+    What :class:`~linumpy.gpu.zarr_io.GpuRead` does for such a plan:
+
+    >>> backend = HostDecodeBackend(plan, threads=16, out=cupy.empty(plan.shape, plan.dtype))
+    ... # doctest: +SKIP
+    >>> stats = backend.read_files(); backend.close()  # doctest: +SKIP
+    """
+
+    in_place = False
+
+    def __init__(self, plan: ReadPlan, *, threads: int, out: Any) -> None:
+        super().__init__(plan, threads=threads, out=out)
+        self._streams: list[Any] = []
+        self._streams_lock = threading.Lock()
+
+    def _device_chunk(self) -> tuple[Any, Any, Any]:
+        """This thread's stream, device buffer and its chunk-shaped view (made on first use)."""
+        device = getattr(self._local, "device", None)
+        if device is None:
+            import cupy
+
+            stream = cupy.cuda.Stream(non_blocking=True)
+            with stream:
+                flat = cupy.empty(self.plan.chunk_nbytes, dtype=np.uint8)
+            device = self._local.device = (stream, flat, chunk_view(flat, self.plan))
+            with self._streams_lock:
+                self._streams.append(stream)
+        return device
+
+    def _scatter(self, entry: int, chunk: np.ndarray, direct: int) -> None:
+        """Copy a decoded chunk (host, chunk-shaped) to this thread's device buffer, then into
+        the output on this thread's stream."""
+        stream, flat, view = self._device_chunk()
+        flat.set(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8), stream=stream)
+        with stream:
+            if direct == -2:  # partly outside the region
+                out_sel, chunk_sel = self._selections(entry)
+                self.out[out_sel] = view[chunk_sel]
+            else:
+                self.out[self._out_selection(entry)] = view
+
+    def _synchronize_streams(self) -> None:
+        for stream in self._streams:
+            stream.synchronize()
+
+    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, float]:
+        """The CPU back end's groups (remote reads), all counted as decoded by libzstd."""
+        max_compressed, max_total, min_groups, _ = super().group_bytes(sizes)
+        return max_compressed, max_total, min_groups, 1.0
+
+    def read_files(self) -> Stats:
+        """Read, decode and copy up every chunk (see :meth:`CpuBackend.read_files`), then wait
+        for the threads' streams."""
+        try:
+            stats = super().read_files()
+        finally:
+            self._synchronize_streams()
+        stats.n_cpu_decoded = stats.n_reads
+        return stats
+
+    def finish(self) -> None:
+        """Wait for every queued chunk and the threads' streams; raise the first error."""
+        try:
+            super().finish()
+        finally:
+            self._synchronize_streams()
+
+    def usage(self) -> dict[str, int]:
+        """The device buffers of the threads (one chunk each)."""
+        return {"device_extra_bytes": len(self._streams) * self.plan.chunk_nbytes}
