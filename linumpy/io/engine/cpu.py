@@ -27,7 +27,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError, LinumpyError
 from linumpy.io.engine.codecs.zstd import FRAME_NEEDS_CHECK
-from linumpy.io.engine.cpu_files import OpenShards
+from linumpy.io.engine.cpu_files import ChunkReads, OpenShards
 from linumpy.io.engine.cpu_layout import (
     Run,
     batches,
@@ -35,8 +35,7 @@ from linumpy.io.engine.cpu_layout import (
     joins,
     tapering_batches,
 )
-from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_matches, strip_crc32c
-from linumpy.io.engine.fetch import ALIGN, read_chunk_file
+from linumpy.io.engine.fetch import ALIGN
 from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
 from linumpy.io.engine.read import execute, output_nbytes
@@ -175,9 +174,19 @@ class CpuBackend:
         return out_sel, chunk_sel
 
     def fill(self, entries: np.ndarray) -> None:
-        """Set the output of chunks that are not stored to the fill value."""
-        for i in entries.tolist():
-            self.out[self._out_selection(i)] = self.plan.fill_value
+        """Set the output of chunks that are not stored to the fill value, in the threads (an
+        image's background half, filled on one thread, took a third of a 1 GiB read)."""
+        for future in self._fill_tasks(entries):
+            future.result()
+
+    def _fill_tasks(self, entries: np.ndarray) -> list[Future[None]]:
+        chosen = entries.tolist()
+
+        def work(first: int, last: int) -> None:
+            for i in chosen[first:last]:
+                self.out[self._out_selection(i)] = self.plan.fill_value
+
+        return [self._pool.submit(work, a, b) for a, b in batches(len(chosen), self.threads)]
 
     def _scratch(self) -> tuple[np.ndarray, int, np.ndarray]:
         """This thread's decode buffer: bytes, their address, the chunk-shaped view."""
@@ -308,43 +317,6 @@ class CpuBackend:
             for first, last in batches(len(entries), self.threads)
         ]
 
-    def _read(self, entry: int, shards: OpenShards | None) -> tuple[int, int, Any] | None:
-        """Read an entry's chunk (its file, or its bytes in a shard held open in ``shards``)
-        into this thread's reusable buffer, checking its crc32c; the chunk is named only for an
-        error.
-
-        Returns
-        -------
-        tuple or None
-            ``(address, size, frame)`` as :meth:`decode_entry` takes it; None when a chunk
-            file does not exist (a shard the plan found must exist).
-        """
-        plan = self.plan
-        file, offset, nbytes = self._file_index[entry], self._offsets[entry], self._nbytes[entry]
-        key = lambda: plan.key(entry)  # noqa: E731
-        if shards is None:
-            data = read_chunk_file(plan.files[file], offset, nbytes, key, self._buffer)
-        else:
-            data = shards.read(file, offset, nbytes, key, self._buffer)
-        if data is None:
-            return None
-        local = self._local
-        if plan.crc32c:
-            nbytes = len(data)
-            if not crc32c_matches(local.read_view, nbytes):
-                strip_crc32c(data, key)  # raises, saying what is wrong
-            data = data[: nbytes - CRC32C_BYTES]
-        return local.read_address, len(data), data  # data starts the buffer
-
-    def _buffer(self, nbytes: int) -> np.ndarray:
-        """This thread's read buffer, grown to hold ``nbytes``."""
-        buffer = getattr(self._local, "read", None)
-        if buffer is None or buffer.nbytes < nbytes:
-            buffer = self._local.read = np.empty(max(nbytes, 2 * ALIGN), dtype=np.uint8)
-            self._local.read_address = buffer.ctypes.data
-            self._local.read_view = memoryview(buffer)
-        return buffer
-
     def reads_files(self, reader: str) -> bool:
         """Whether :meth:`read_files` reads the plan: local files read with ``pread`` (the
         run loop fetches remote chunks and reads with kvikio), or an empty output."""
@@ -376,14 +348,13 @@ class CpuBackend:
         entries = np.flatnonzero(plan.stored).tolist()
         sharded = plan.chunks_per_shard is not None
         sizes = [0] * len(entries)
-        self._file_index = plan.file_index.tolist()
-        self._offsets, self._nbytes = plan.offsets.tolist(), plan.nbytes.tolist()
+        chunks = ChunkReads(plan)
 
         def work(first: int, last: int) -> None:
             with OpenShards(plan.files) if sharded else nullcontext() as shards:
                 for k in range(first, last):
                     entry = entries[k]
-                    frame = self._read(entry, shards)
+                    frame = chunks.read(entry, shards)
                     if frame is None:
                         self.out[self._out_selection(entry)] = plan.fill_value
                         sizes[k] = -1
@@ -392,14 +363,14 @@ class CpuBackend:
                     sizes[k] = frame[1]
             self.flush_run()
 
+        fills = self._fill_tasks(np.flatnonzero(~plan.stored))
         if self.threads == 1 or len(entries) < 2:
             work(0, len(entries))
         else:
             tasks = tapering_batches(len(entries), self.threads)
-            for future in [self._pool.submit(work, a, b) for a, b in tasks]:
-                future.result()
-        for entry in np.flatnonzero(~plan.stored).tolist():
-            self.out[self._out_selection(entry)] = plan.fill_value
+            fills += [self._pool.submit(work, a, b) for a, b in tasks]
+        for future in fills:
+            future.result()
         found = [n for n in sizes if n >= 0]
         return Stats(
             n_reads=len(found),

@@ -9,14 +9,78 @@ from files that a thread keeps open for its batch of chunks (:class:`OpenShards`
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.engine.fetch import open_chunk_file, read_exactly
+from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_matches, strip_crc32c
+from linumpy.io.engine.fetch import ALIGN, open_chunk_file, read_chunk_file, read_exactly
+from linumpy.io.engine.plan import ReadPlan
 
-__all__ = ["OpenShards"]
+__all__ = ["ChunkReads", "OpenShards"]
+
+
+class ChunkReads:
+    """A plan's chunks read by the threads that decode them, each into a buffer it keeps, with
+    their crc32c checked (see :meth:`linumpy.io.engine.cpu.CpuBackend.read_files`).
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
+    ...                           dtype="uint8")
+    >>> array[:2] = 1
+    >>> reads = ChunkReads(plan_read(array))
+    >>> reads.read(0, None)[1] > 0, reads.read(1, None)  # the second chunk is not stored
+    (True, None)
+    """
+
+    def __init__(self, plan: ReadPlan) -> None:
+        self.plan = plan
+        self._file_index = plan.file_index.tolist()
+        self._offsets, self._nbytes = plan.offsets.tolist(), plan.nbytes.tolist()
+        self._local = threading.local()
+
+    def read(self, entry: int, shards: OpenShards | None) -> tuple[int, int, Any] | None:
+        """Read an entry's chunk (its file, or its bytes in a shard held open in ``shards``)
+        into this thread's reusable buffer, checking its crc32c; the chunk is named only for an
+        error.
+
+        Returns
+        -------
+        tuple or None
+            ``(address, size, frame)`` as ``CpuBackend.decode_entry`` takes it; None when a
+            chunk file does not exist (a shard the plan found must exist).
+        """
+        plan = self.plan
+        file, offset, nbytes = self._file_index[entry], self._offsets[entry], self._nbytes[entry]
+        key = lambda: plan.key(entry)  # noqa: E731
+        if shards is None:
+            data = read_chunk_file(plan.files[file], offset, nbytes, key, self._buffer)
+        else:
+            data = shards.read(file, offset, nbytes, key, self._buffer)
+        if data is None:
+            return None
+        local = self._local
+        if plan.crc32c:
+            nbytes = len(data)
+            if not crc32c_matches(local.read_view, nbytes):
+                strip_crc32c(data, key)  # raises, saying what is wrong
+            data = data[: nbytes - CRC32C_BYTES]
+        return local.read_address, len(data), data  # data starts the buffer
+
+    def _buffer(self, nbytes: int) -> np.ndarray:
+        """This thread's read buffer, grown to hold ``nbytes``."""
+        buffer = getattr(self._local, "read", None)
+        if buffer is None or buffer.nbytes < nbytes:
+            buffer = self._local.read = np.empty(max(nbytes, 2 * ALIGN), dtype=np.uint8)
+            self._local.read_address = buffer.ctypes.data
+            self._local.read_view = memoryview(buffer)
+        return buffer
 
 
 class OpenShards:
