@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_GPU_BLOCK_BYTES",
     "aligned_chunks",
     "grow_block",
+    "host_decoded",
     "region_bounds",
     "round_block",
     "storage_unit",
@@ -48,6 +49,28 @@ def storage_unit(array: zarr.Array) -> tuple[int, ...]:
     (32, 16)
     """
     return tuple(int(n) for n in (array.shards or array.chunks))
+
+
+def host_decoded(array: zarr.Array) -> bool:
+    """Whether a GPU read of ``array`` decodes its chunks with libzstd on the host: chunks above
+    the ``gpu_chunk_bytes`` setting (:mod:`linumpy.gpu.host_decode`). Such a read decodes one
+    chunk per thread, so a GPU job over it needs the CPU's tasks, not a GPU job's few large ones.
+
+    Examples
+    --------
+    >>> import zarr
+    >>> from linumpy import settings
+    >>> array = zarr.create_array({}, shape=(64, 64), chunks=(32, 32), dtype="uint16")
+    >>> with settings.set(gpu_chunk_bytes=1024):
+    ...     host_decoded(array)
+    True
+    >>> host_decoded(array)
+    False
+    """
+    from linumpy import settings
+
+    chunk_nbytes = math.prod(int(c) for c in array.chunks) * np.dtype(array.dtype).itemsize
+    return chunk_nbytes > settings.get().gpu_chunk_bytes
 
 
 def round_block(

@@ -20,6 +20,7 @@ import numpy as np
 from linumpy._numpy_or_cupy import gpu_module
 from linumpy.errors import LinumpyError
 from linumpy.io import open_array, read_volume
+from linumpy.io.blocks import host_decoded
 from linumpy.io.dask_write import empty_meta
 from linumpy.io.engine.memory import available_memory, check_host_memory
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
@@ -412,7 +413,10 @@ def projection_lazy(
             step = min(int(array.chunks[0]), array.shape[0])
         if cost(unit) > int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads:
             unit = chunks  # ``align`` too large for the limit: blocks joined before the write
-    budget = cluster.task_bytes(cost(unit), "the projection", total=cost(array.shape[1:]), gpu=gpu)
+    # GPU reads that decode on the host decode a chunk per thread: the CPU's many small tasks
+    gpu_tasks = gpu and not host_decoded(array)
+    total = cost(array.shape[1:])
+    budget = cluster.task_bytes(cost(unit), "the projection", total=total, gpu=gpu_tasks)
     block = grow_block(unit, array.shape[1:], 0, budget, cost=cost)
     return da.map_blocks(
         _project_column,
