@@ -448,3 +448,42 @@ def test_stitch_output_shards_keep_one_chunk_per_tile_decoded_once(tmp_path: Pat
     written = zarr.open_array(tmp_path / "s.ome.zarr" / "0", mode="r")
     assert written.shards is not None and written.shards[0] == 16
     np.testing.assert_allclose(written[...], stitch(read_volume(path), transform), rtol=1e-6)
+
+
+def test_cpu_projection_blocks_are_whole_shards_read_with_a_share_of_the_threads(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A shard split between tasks has its index read, and its reads threaded, by each of
+    them; a task's reads with all of ``io_threads`` beside the other tasks' oversubscribe the
+    cores."""
+    from linumpy import settings
+    from linumpy.mosaic import out_of_core
+    from linumpy.mosaic.out_of_core import projection_lazy
+
+    # metadata only: shards of 128 MiB, more than the split would give one task of 16
+    empty = tmp_path / "empty.zarr"
+    zarr.create_array(
+        empty, shape=(256, 1024, 1024), chunks=(32, 128, 128), shards=(256, 512, 512), dtype="u2"
+    )
+    lazy = projection_lazy(empty, cluster=Cluster(threads=16))
+    assert all(n % 512 == 0 for axis in lazy.chunks for n in axis), lazy.chunks
+
+    volume = np.random.default_rng(5).integers(0, 4000, (16, 64, 96), dtype=np.uint16)
+    path = tmp_path / "v.ome.zarr"
+    save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(8, 16, 16), shards=(16, 32, 32))
+    calls: list[tuple[tuple[slice, ...], object]] = []
+    read = out_of_core.read_volume
+
+    def recorded(source, **kwargs):
+        calls.append((kwargs["region"], kwargs.get("settings")))
+        return read(source, **kwargs)
+
+    monkeypatch.setattr(out_of_core, "read_volume", recorded)
+    cluster = Cluster(memory_limit=200_000, threads=2)  # a shard per task, not two
+    with settings.set(io_threads=8):
+        aip = projection_lazy(path, cluster=cluster).compute()
+    np.testing.assert_array_equal(aip, (volume.sum(axis=0) / 16).astype(np.float32))
+    assert len(calls) == 2 * 6  # 6 shards, each in 2 slabs a chunk deep
+    for region, overrides in calls:
+        assert overrides == {"io_threads": 4}  # 8 threads shared by the 2 tasks at once
+        assert all(s.start % 32 == 0 and s.stop - s.start == 32 for s in region[1:])  # a shard
