@@ -49,7 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +280,16 @@ def stage_rows(layout: str, stages: dict[str, list]) -> list[dict[str, Any]]:
     return rows
 
 
+def _print_seconds(title: str, columns: Sequence[str], rows: list[dict[str, Any]]) -> None:
+    """One markdown table of seconds per read: a row per layout and reader."""
+    print("\n" + title)
+    print("| layout | reader | " + " | ".join(columns) + " |")
+    print("| --- | --- |" + " ---: |" * len(columns))
+    for row in rows:
+        cells = " | ".join(f"{row.get(column, 0.0):.3f}" for column in columns)
+        print(f"| {row['layout']} | {row['reader']} | {cells} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=256, help="volume size (MiB, about)")
@@ -361,21 +371,19 @@ def main(argv: list[str] | None = None) -> int:
             f"| {row['best_gbps']:.2f} |"
         )
     if stage_table:
-        print("\nseconds per read, median (fetch: the fetch stage's own time; fetch_wait: the")
-        print("decode waiting for it; validate; submit; final_sync: the decode's tail)")
-        print("| layout | reader | " + " | ".join(STAGES) + " |")
-        print("| --- | --- |" + " ---: |" * len(STAGES))
-        for row in stage_table:
-            cells = " | ".join(f"{row.get(stage, 0.0):.3f}" for stage in STAGES)
-            print(f"| {row['layout']} | {row['reader']} | {cells} |")
-        print("\nseconds per read outside the stages, median (open: the metadata requests; plan:")
-        print("the shard index requests; allocate: the output; setup: sizing, filling chunks not")
-        print("stored, grouping; stages: the stages above but fetch; other: the rest)")
-        print("| layout | reader | " + " | ".join(OUTSIDE) + " |")
-        print("| --- | --- |" + " ---: |" * len(OUTSIDE))
-        for row in stage_table:
-            cells = " | ".join(f"{row.get(part, 0.0):.3f}" for part in OUTSIDE)
-            print(f"| {row['layout']} | {row['reader']} | {cells} |")
+        _print_seconds(
+            "seconds per read, median (fetch: the fetch stage's own time; fetch_wait: the\n"
+            "decode waiting for it; validate; submit; final_sync: the decode's tail)",
+            STAGES,
+            stage_table,
+        )
+        _print_seconds(
+            "seconds per read outside the stages, median (open: the metadata requests; plan:\n"
+            "the shard index requests; allocate: the output; setup: sizing, filling chunks not\n"
+            "stored, grouping; stages: the stages above but fetch; other: the rest)",
+            OUTSIDE,
+            stage_table,
+        )
     print("machine: " + "; ".join(f"{k} {v}" for k, v in info.items()))
     if args.json is not None:
         command = "python benchmarks/remote_read.py " + " ".join(argv or sys.argv[1:])
