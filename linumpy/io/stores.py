@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import zarr
+from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, ObjectStore
 
 from linumpy import settings as _settings
