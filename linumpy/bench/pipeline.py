@@ -16,7 +16,6 @@ writes the JSON and the chart; ``linum-benchmark-pipeline`` is its command line.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import shutil
@@ -111,13 +110,11 @@ def _read_ceiling(path: Path, label: str, nbytes: int, gpu: bool) -> ReadRun:
 
     device = "gpu" if gpu else "cpu"
     times = []
-    staging = contextlib.nullcontext()
-    if gpu:  # the ceiling: repeated reads, staged as a process's after its first reads
-        from linumpy.gpu.pinned_buffers import steady_staging
+    # the ceiling: repeated reads, staged as a process's after its first reads (GPU reads only)
+    from linumpy.gpu.pinned_buffers import steady_staging
 
-        staging = steady_staging()
     try:
-        with staging:
+        with steady_staging():
             for _ in range(3):  # one warm-up, then the best of two
                 start = time.perf_counter()
                 volume = read_volume(path, gpu=gpu)

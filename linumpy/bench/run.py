@@ -218,15 +218,6 @@ def _ceilings(
     return files.stored_bytes
 
 
-def _steady_staging(gpu: bool) -> contextlib.AbstractContextManager[None]:
-    """The GPU rows measure repeated reads: their staging as a process's after its first reads."""
-    if not gpu:
-        return contextlib.nullcontext()
-    from linumpy.gpu.pinned_buffers import steady_staging
-
-    return steady_staging()
-
-
 def run_benchmark(
     config: BenchConfig,
     *,
@@ -263,7 +254,11 @@ def run_benchmark(
 
         sync = cupy.cuda.runtime.deviceSynchronize
     timer = Timer(warmup=config.warmup, repeats=config.repeats, budget=config.budget, sync=sync)
-    with _workdir(config) as workdir, _steady_staging(config.gpu):
+    # GPU rows measure repeated reads: staged as a process's after its first reads (CPU reads
+    # do not stage)
+    from linumpy.gpu.pinned_buffers import steady_staging
+
+    with _workdir(config) as workdir, steady_staging():
         if config.input is not None:
             path, volume, layout = _input_volume(config)
             plan = [(layout, path)]
