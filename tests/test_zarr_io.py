@@ -249,6 +249,19 @@ def test_chunks_decoded_on_the_host_are_copied_up_as_zarr_reads_them(
             assert report.n_cpu_decoded == report.n_reads > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("order", "dtype"), [("F", "<u2"), ("C", ">u2"), ("F", ">f4")])
+def test_large_chunks_of_any_order_and_byte_order_read_as_zarr_reads_them(
+    tmp_path: Path, order: str, dtype: str
+) -> None:
+    data = sample_data(SHAPE, dtype)
+    make_array(tmp_path / "a.zarr", "v2", data, chunks=CHUNKS, order=order)
+    settings = {"gpu_chunk_bytes": 1024}  # below the chunks: decoded on the host
+    for region in REGIONS[:2]:
+        result = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=settings)
+        assert_same_on_gpu(result, zarr_read(tmp_path / "a.zarr", region, native=True))
+
+
 def _damage(path: Path, offset: int, nbytes: int, how: str) -> bytes:
     """Corrupt the frame at ``offset`` of a chunk or shard file; return the file's old bytes."""
     stored = path.read_bytes()

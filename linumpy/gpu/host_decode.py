@@ -26,7 +26,9 @@ __all__ = ["HostDecodeBackend", "decodes_on_host"]
 
 
 def decodes_on_host(plan: ReadPlan, max_decode_bytes: int) -> bool:
-    """Whether every chunk of ``plan`` is larger than nvCOMP is given to decode.
+    """Whether every chunk of ``plan`` is larger than nvCOMP is given to decode, and stored in
+    native byte order (byte-swapped chunks keep the GPU back end, whose scatter swaps them:
+    cupy has no arrays of swapped dtypes).
 
     Examples
     --------
@@ -37,7 +39,7 @@ def decodes_on_host(plan: ReadPlan, max_decode_bytes: int) -> bool:
     >>> decodes_on_host(plan_read(array), 32), decodes_on_host(plan_read(array), 64)
     (True, False)
     """
-    return plan.chunk_nbytes > max_decode_bytes
+    return plan.chunk_nbytes > max_decode_bytes and plan.stored_dtype.isnative
 
 
 class HostDecodeBackend(CpuBackend):
@@ -86,7 +88,8 @@ class HostDecodeBackend(CpuBackend):
         """Copy a decoded chunk (host, chunk-shaped) to this thread's device buffer, then into
         the output on this thread's stream."""
         stream, flat, view = self._device_chunk()
-        flat.set(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8), stream=stream)
+        # the bytes in the chunk's memory order (F for some zarr v2 arrays), as ``view`` reads them
+        flat.set(np.ravel(chunk, order="A").view(np.uint8), stream=stream)
         with stream:
             if direct == -2:  # partly outside the region
                 out_sel, chunk_sel = self._selections(entry)
