@@ -210,6 +210,33 @@ def test_a_repaired_image_reads_again(tmp_path: Path, version: str) -> None:
     assert read_omezarr(image, level=1)[1] == (2.0, 1.0, 1.0)
 
 
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_images_that_differ_only_in_name_are_validated_once(
+    tmp_path: Path, monkeypatch, version: str
+) -> None:
+    """Every output a pipeline writes has its own name: the record of one image's valid
+    attributes covers another's that differ only there, but not one that differs elsewhere."""
+    from linumpy.io import metadata
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seen: list[str] = []
+    real = metadata._validate
+    monkeypatch.setattr(metadata, "_validate", lambda v, t: seen.append(t) or real(v, t))
+    metadata._model_error.cache_clear()
+    read_omezarr(_save(tmp_path / "first.ome.zarr", version))
+    assert len(seen) == 1
+    metadata._model_error.cache_clear()  # a new process: only the record on disk remains
+    read_omezarr(_save(tmp_path / "second-name.ome.zarr", version))
+    assert len(seen) == 1, "the second image's attributes were validated again"
+    third = _save(tmp_path / "third-name.ome.zarr", version)
+    _edit_attrs(third, version, _wrong_axis_type)
+    metadata._model_error.cache_clear()
+    with pytest.raises(LinumpyError, match="invalid OME-NGFF"):
+        read_omezarr(third)
+    assert len(seen) == 2
+    metadata._model_error.cache_clear()
+
+
 def test_valid_metadata_is_remembered_on_disk(tmp_path: Path, monkeypatch) -> None:
     """A valid image's attributes are recorded under the cache folder, and a record is trusted:
     attributes with a record are not validated again (here, hand-broken ones given a record)."""

@@ -433,7 +433,7 @@ datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has d
             version, data = "0.4", attrs
     if version is None:
         return None
-    data = {**data, "multiscales": _with_axis_types(data.get("multiscales"))}
+    data = {**data, "multiscales": _for_validation(data.get("multiscales"))}
     error = _model_error(version, json.dumps(data, sort_keys=True))
     if error is not None:
         raise LinumpyError(f"{os.fspath(source)}: invalid OME-NGFF {version} metadata ({error})")
@@ -510,8 +510,15 @@ def _validate(version: NgffVersion, text: str) -> str | None:
     return None
 
 
-def _with_axis_types(multiscales: Any) -> Any:
-    """``multiscales`` with a type for every axis named t, c, z, y or x that has none."""
+# Stands for every multiscale's name in the text validated: any string is a valid name, and
+# with the name in it every newly named output would be validated (and ome-zarr-models imported)
+# again instead of matching the record of an earlier one.
+_ANY_NAME = "image"
+
+
+def _for_validation(multiscales: Any) -> Any:
+    """``multiscales`` as validated: a type for every axis named t, c, z, y or x that has none,
+    and every string name replaced by one stand-in (a name's text has no rule to break)."""
     if not isinstance(multiscales, list):
         return multiscales
     result = []
@@ -526,5 +533,7 @@ def _with_axis_types(multiscales: Any) -> Any:
                 for axis in multiscale["axes"]
             ]
             multiscale = {**multiscale, "axes": axes}
+        if isinstance(multiscale, Mapping) and isinstance(multiscale.get("name"), str):
+            multiscale = {**multiscale, "name": _ANY_NAME}
         result.append(multiscale)
     return result
