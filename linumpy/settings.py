@@ -40,17 +40,32 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from linumpy.errors import SettingsError
 
-__all__ = ["ENV", "Settings", "get", "resolve", "set"]
+__all__ = ["ENV", "Settings", "cache_dir", "get", "resolve", "set"]
 
 KIB = 1024
 MIB = 1024 * KIB
 FETCH_CHOICES = ("auto", "kvikio", "pread")
 READ_ORDER_CHOICES = ("auto", "file", "size")
 CRC32C_CHOICES = ("auto", "device", "cpu")
+
+
+def cache_dir(name: str) -> Path:
+    """linumpy's cache folder ``name``: under ``$XDG_CACHE_HOME/linumpy`` (by default
+    ``~/.cache/linumpy``), where what one process found is kept for the next (valid metadata,
+    compiled GPU kernels). Not created here.
+
+    Examples
+    --------
+    >>> cache_dir("kernels").parts[-2:]
+    ('linumpy', 'kernels')
+    """
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root, "linumpy", name)
 
 
 def available_cpus() -> int:

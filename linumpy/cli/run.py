@@ -139,7 +139,20 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
         _PHASES[parser] = [None, 0, argv is None]
     if argv is None and _VERBOSE[parser] == 0:
         sys.excepthook = _interrupted_hook(parser.prog, sys.excepthook)
+    if argv is None and _runs_on_this_gpu(args):
+        from linumpy.gpu.warm_up import warm_up_in_background
+
+        warm_up_in_background()  # the CUDA context, kernels and staging, while modules import
     return args
+
+
+def _runs_on_this_gpu(args: argparse.Namespace) -> bool:
+    """Whether the command runs its GPU work in this process (``--use-gpu``, no cluster)."""
+    return (
+        bool(getattr(args, "use_gpu", False))
+        and getattr(args, "gpus", None) is None
+        and getattr(args, "scheduler", None) is None
+    )
 
 
 def _interrupted_hook(prog: str, previous: Any) -> Any:

@@ -13,11 +13,12 @@ cupy is imported inside the functions: importing this module touches no GPU libr
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from linumpy.gpu.kernel_cache import raw_kernel
 
 if TYPE_CHECKING:
     import cupy
@@ -133,11 +134,8 @@ extern "C" __global__ void xxh64_batch(const unsigned char* __restrict__ base,
 """
 
 
-@functools.cache
 def _kernel() -> cupy.RawKernel:
-    import cupy
-
-    return cupy.RawKernel(_SOURCE, "xxh64_batch", options=("--std=c++17",))
+    return raw_kernel(_SOURCE, "xxh64_batch")
 
 
 def xxh64_batch(

@@ -33,6 +33,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
+from linumpy.gpu.kernel_cache import raw_kernel
 
 if TYPE_CHECKING:
     import cupy
@@ -274,11 +275,8 @@ def standin_frame(nbytes: int) -> np.ndarray:
     return frame
 
 
-@functools.cache
 def _guard_kernel() -> cupy.RawKernel:
-    import cupy
-
-    return cupy.RawKernel(_GUARD_SOURCE, "crc32c_guard")
+    return raw_kernel(_GUARD_SOURCE, "crc32c_guard")
 
 
 @dataclass(slots=True)

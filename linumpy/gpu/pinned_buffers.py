@@ -25,6 +25,7 @@ __all__ = [
     "moved",
     "pinned_allowance",
     "pinned_buffers",
+    "prestage",
     "roomy",
     "steady_staging",
 ]
@@ -171,6 +172,26 @@ _lease_lock = threading.Lock()
 _idle: dict[tuple[str, int], list[tuple[Any, np.ndarray]]] = {}
 _IDLE_PER_SLOT = 8  # sets kept for reads that run at once (e.g. dask's threads)
 _IDLE_BYTES = 4 * 2**30  # and at most this much idle pinned memory in all
+
+
+def prestage(role: str, slots: int, nbytes: int) -> None:
+    """Page-lock a buffer of ``nbytes`` for each of the first ``slots`` slots of ``role`` that has
+    none idle, for the next :class:`PinnedLease` to take (ahead of a process's first read).
+
+    Examples
+    --------
+    >>> prestage("staging", 4, 64 * 2**20)  # doctest: +SKIP
+    """
+    import cupy
+
+    for slot in range(slots):
+        with _lease_lock:
+            if _idle.get((role, slot)):
+                continue
+        memory = cupy.cuda.PinnedMemory(max(nbytes, 1))
+        view = np.frombuffer(cupy.cuda.PinnedMemoryPointer(memory, 0), dtype=np.uint8, count=nbytes)
+        with _lease_lock:
+            _idle.setdefault((role, slot), []).append((memory, view))
 
 
 class PinnedLease:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from linumpy.gpu.kernel_cache import raw_kernel
 from linumpy.io.engine.plan import ReadPlan
 
 if TYPE_CHECKING:
@@ -80,13 +81,15 @@ _MAX_GRID_Y = 65535
 
 
 @functools.cache
-def _scatter_kernel(ndim: int, word: int, swap: bool) -> cupy.RawKernel:
-    import cupy
-
+def _scatter_source(ndim: int, word: int, swap: bool) -> str:
     defines = (
         f"#define ND {ndim}\n#define SWAP {int(swap)}\n#define WORD_TYPE {_WORD_TYPES[word]}\n"
     )
-    return cupy.RawKernel(defines + _SCATTER_SOURCE, "linumpy_scatter")
+    return defines + _SCATTER_SOURCE
+
+
+def _scatter_kernel(ndim: int, word: int, swap: bool) -> cupy.RawKernel:
+    return raw_kernel(_scatter_source(ndim, word, swap), "linumpy_scatter")
 
 
 @dataclass(frozen=True, slots=True)

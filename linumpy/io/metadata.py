@@ -467,8 +467,7 @@ def validated_marker(version: NgffVersion, text: str) -> Path | None:
     except metadata.PackageNotFoundError:
         return None
     key = hashlib.sha256(f"{validator}\0{version}\0{text}".encode()).hexdigest()
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root, "linumpy", "ngff-valid", key[:2], key)
+    return settings.cache_dir("ngff-valid") / key[:2] / key
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,8 +1,9 @@
 """Compile the GPU kernels of the pipeline once per machine, ahead of the first real job.
 
 cupy compiles each kernel the first time a process on a machine uses it and keeps the result in
-its on-disk cache (``CUPY_CACHE_DIR``, by default ``~/.cupy/kernel_cache``); later processes load
-it from there. A pipeline's first job on a new machine therefore pays for every compilation
+its on-disk cache (``CUPY_CACHE_DIR``, by default ``~/.cupy/kernel_cache``), linumpy its own
+kernels in its cubin cache (:mod:`linumpy.gpu.kernel_cache`); later processes load them from
+there. A pipeline's first job on a new machine therefore pays for every compilation
 (seconds), its later jobs do not. :func:`prepare_gpu_kernels` runs every GPU step of the pipeline
 on a tiny demo mosaic, so that the cache holds the kernels before the first job does
 (``linum-gpu-info --prepare-kernels``).
@@ -28,7 +29,7 @@ class KernelReport:
     cache_dir
         cupy's kernel cache folder.
     compiled
-        Kernel files the cache gained (0 when it already held them all).
+        Kernel files the caches (cupy's and linumpy's) gained (0 when they held them all).
     seconds
         Time taken.
 
@@ -48,7 +49,7 @@ def _cache_files(folder: str) -> int:
 
 
 def prepare_gpu_kernels() -> KernelReport:
-    """Run each GPU step of the pipeline on a tiny mosaic, filling cupy's kernel cache.
+    """Run each GPU step of the pipeline on a tiny mosaic, filling the kernel caches.
 
     The steps: the demo mosaic written from the GPU (both layouts), GPU reads of it, the tile
     registration, the 3-D stitch with each blending, its pyramid, the projection and the 2-D
@@ -82,7 +83,8 @@ def prepare_gpu_kernels() -> KernelReport:
 
     # where cupy keeps compiled kernels (its documented CUPY_CACHE_DIR and default)
     cache_dir = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
-    before = _cache_files(cache_dir)
+    ours = os.fspath(settings.cache_dir("kernels"))
+    before = _cache_files(cache_dir) + _cache_files(ours)
     started = time.perf_counter()
     with (
         tempfile.TemporaryDirectory(prefix="linumpy-kernels-") as folder,
@@ -104,6 +106,5 @@ def prepare_gpu_kernels() -> KernelReport:
         projection_omezarr(mosaic, projection, gpu=True)
         stitch_omezarr(projection, root / "stitched-2d.ome.zarr", transform, gpu=True)
         cupy.cuda.Device().synchronize()
-    return KernelReport(
-        cache_dir, max(0, _cache_files(cache_dir) - before), time.perf_counter() - started
-    )
+    gained = _cache_files(cache_dir) + _cache_files(ours) - before
+    return KernelReport(cache_dir, max(0, gained), time.perf_counter() - started)

@@ -1,0 +1,63 @@
+"""The GPU warm-up a ``--use-gpu`` command starts while its modules import."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import numpy as np
+import pytest
+
+from linumpy.cli.run import _runs_on_this_gpu
+from linumpy.gpu import warm_up
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"use_gpu": True}, True),
+        ({"use_gpu": True, "gpus": None, "scheduler": None}, True),
+        ({"use_gpu": False}, False),
+        ({}, False),
+        ({"use_gpu": True, "gpus": 2}, False),  # the GPU work runs in dask-cuda's workers
+        ({"use_gpu": True, "scheduler": "tcp://127.0.0.1:8786"}, False),
+    ],
+)
+def test_only_a_command_running_on_this_processs_gpu_warms_it_up(
+    values: dict, expected: bool
+) -> None:
+    assert _runs_on_this_gpu(argparse.Namespace(**values)) is expected
+
+
+def test_a_warm_up_that_cannot_run_says_so_at_debug_level_only(caplog, monkeypatch) -> None:
+    def no_gpu() -> None:
+        raise RuntimeError("no CUDA driver here")
+
+    monkeypatch.setattr(warm_up, "_load_libraries_and_kernels", no_gpu)
+    with caplog.at_level(logging.DEBUG, logger="linumpy.gpu.warm_up"):
+        warm_up._warm_up()  # without a GPU, importing cupy or creating the context fails first
+    records = [r for r in caplog.records if r.name == "linumpy.gpu.warm_up"]
+    assert records and all(r.levelno == logging.DEBUG for r in records)
+    assert "GPU warm-up stopped" in records[0].getMessage()
+
+
+@pytest.mark.gpu
+def test_the_first_read_takes_the_staging_the_warm_up_page_locked(tmp_path, monkeypatch) -> None:
+    from linumpy.gpu import pinned_buffers
+    from linumpy.io import read_volume, save_omezarr
+
+    monkeypatch.setattr(pinned_buffers, "_idle", {})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    warm_up._warm_up()
+    staged = {key: list(entries) for key, entries in pinned_buffers._idle.items()}
+    assert staged and all(role == "staging" for role, _ in staged)
+    buffers = {id(entry[1]) for entries in staged.values() for entry in entries}
+
+    volume = np.random.default_rng(0).integers(0, 4000, (64, 128, 128), dtype=np.uint16)
+    path = tmp_path / "volume.ome.zarr"
+    save_omezarr(volume, path, voxel_size=(1, 1, 1))
+    moved = pinned_buffers.moved()
+    np.testing.assert_array_equal(read_volume(path, gpu=True).get(), volume)
+    assert pinned_buffers.moved() > moved, "the read staged nothing through pinned memory"
+    after = {id(e[1]) for entries in pinned_buffers._idle.values() for e in entries}
+    assert after == buffers, "the read page-locked buffers of its own"
