@@ -174,24 +174,25 @@ _IDLE_PER_SLOT = 8  # sets kept for reads that run at once (e.g. dask's threads)
 _IDLE_BYTES = 4 * 2**30  # and at most this much idle pinned memory in all
 
 
-def prestage(role: str, slots: int, nbytes: int) -> None:
-    """Page-lock a buffer of ``nbytes`` for each of the first ``slots`` slots of ``role`` that has
-    none idle, for the next :class:`PinnedLease` to take (ahead of a process's first read).
+def prestage(role: str, slots: int, nbytes: int, count: int = 1) -> None:
+    """Page-lock buffers of ``nbytes`` so that each of the first ``slots`` slots of ``role`` has
+    ``count`` idle, for the next leases to take (ahead of a process's first reads).
 
     Examples
     --------
-    >>> prestage("staging", 4, 64 * 2**20)  # doctest: +SKIP
+    >>> prestage("staging", 4, 64 * 2**20, count=2)  # doctest: +SKIP
     """
     import cupy
 
     for slot in range(slots):
         with _lease_lock:
-            if _idle.get((role, slot)):
-                continue
-        memory = cupy.cuda.PinnedMemory(max(nbytes, 1))
-        view = np.frombuffer(cupy.cuda.PinnedMemoryPointer(memory, 0), dtype=np.uint8, count=nbytes)
-        with _lease_lock:
-            _idle.setdefault((role, slot), []).append((memory, view))
+            missing = count - len(_idle.get((role, slot), []))
+        for _ in range(missing):
+            memory = cupy.cuda.PinnedMemory(max(nbytes, 1))
+            pointer = cupy.cuda.PinnedMemoryPointer(memory, 0)
+            view = np.frombuffer(pointer, dtype=np.uint8, count=nbytes)
+            with _lease_lock:
+                _idle.setdefault((role, slot), []).append((memory, view))
 
 
 class PinnedLease:

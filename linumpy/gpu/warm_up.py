@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 __all__ = ["warm_up_in_background"]
 
@@ -41,15 +42,19 @@ def warm_up_in_background() -> threading.Thread | None:
 
 
 def _warm_up() -> None:
+    started = time.perf_counter()
     try:
         import cupy
 
         cupy.empty(1)  # the first allocation creates the CUDA context
         cupy.cuda.runtime.deviceSynchronize()
         _load_libraries_and_kernels()
+        _nvcomp_round_trip()
         _page_lock_staging()
     except Exception as exc:  # the read that follows reports what is wrong
         logger.debug("GPU warm-up stopped: %s", exc)
+        return
+    logger.debug("GPU warm-up done in %.2f s", time.perf_counter() - started)
 
 
 def _load_libraries_and_kernels() -> None:
@@ -70,10 +75,48 @@ def _load_libraries_and_kernels() -> None:
     plane.astype(cupy.float32).sum(axis=0)
 
 
+def _nvcomp_round_trip() -> None:
+    """Encode, check and decode one small frame: CUDA loads nvCOMP's kernels at their first
+    launch, and the first read or write would wait for it."""
+    import cupy
+    import numpy as np
+
+    from linumpy.gpu import nvcomp
+    from linumpy.gpu.crc_device import crc32c_device
+
+    nbytes = 1 << 16
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        data = cupy.arange(nbytes // 4, dtype=cupy.uint32)
+        frame = cupy.empty(nvcomp.max_encoded_size(nbytes), dtype=cupy.uint8)
+        pending = nvcomp.encode(
+            np.array([data.data.ptr]), np.array([nbytes]), np.array([frame.data.ptr]), stream=stream
+        )
+        stream.synchronize()
+        pending.check()
+        size = int(pending.sizes()[0])
+        table = cupy.asarray(np.array([frame.data.ptr, size], dtype=np.int64))
+        crc = cupy.empty(1, dtype=cupy.uint32)
+        address = int(table.data.ptr)
+        crc32c_device(address, address + 8, 1, int(crc.data.ptr), largest=size, stream=stream)
+        out = cupy.empty(nbytes, dtype=cupy.uint8)
+        pending = nvcomp.decode(
+            np.array([frame.data.ptr]),
+            np.array([size]),
+            np.array([out.data.ptr]),
+            np.array([nbytes]),
+            stream=stream,
+        )
+        stream.synchronize()
+        pending.check()
+
+
 def _page_lock_staging() -> None:
     from linumpy import settings
     from linumpy.gpu.pinned_buffers import pinned_allowance, prestage
+    from linumpy.parallel.block_sizes import DEFAULT_GPU_THREADS
 
     current = settings.get()
     slots = max(2, current.gpu_streams)  # as the GPU back end's staging slots
-    prestage("staging", slots, pinned_allowance(current.pinned_bytes) // slots)
+    # a job's reads run on DEFAULT_GPU_THREADS threads at once, each with staging of its own
+    prestage("staging", slots, pinned_allowance(current.pinned_bytes) // slots, DEFAULT_GPU_THREADS)
