@@ -26,7 +26,7 @@ from linumpy.io.engine.memory import available_memory, check_host_memory
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.mosaic.stitch import Blending, parse_blending, stitch_region, tiles_in_region
 from linumpy.mosaic.transform import TileTransform
-from linumpy.parallel import TASK_SHARE, Cluster
+from linumpy.parallel import GPU_READ_TASK_BYTES, TASK_SHARE, Cluster
 
 __all__ = [
     "REUSE_TASK_BYTES",
@@ -468,7 +468,9 @@ def projection_lazy(
     # GPU reads that decode on the host decode a chunk per thread: the CPU's many small tasks
     gpu_tasks = gpu and not host_decoded(array)
     total = cost(plane)
-    budget = cluster.task_bytes(cost(unit), "the projection", total=total, gpu=gpu_tasks)
+    budget = cluster.task_bytes(
+        cost(unit), "the projection", total=total, gpu=gpu_tasks, gpu_task_bytes=GPU_READ_TASK_BYTES
+    )
     block = grow_block(unit, plane, 0, budget, cost=cost)
     blocks = aligned_chunks(_whole(plane), block)
     io_threads = None

@@ -26,6 +26,11 @@ DEFAULT_TASK_BYTES = 128 * 2**20
 #: ... of one GPU task, and the smallest a GPU job's blocks are cut to: a GPU read or encode
 #: costs a fixed latency per call (nvCOMP's), which small blocks pay over and over.
 DEFAULT_GPU_TASK_BYTES = 2**30
+#: ... of a GPU task that only reads and reduces its block (the projection): each GPU read pays
+#: a fixed cost (its first group's fetch, its last group's decode), and 1 GiB reads projected
+#: an 8 GiB volume in 0.61-0.74 s against 1.10-1.13 s with 512 MiB ones (docs/gpu_guide.md,
+#: "Measurements behind the GPU defaults": GPU blocks per task).
+GPU_READ_TASK_BYTES = 2 * 2**30
 #: Local threads of a GPU job when none are asked for: threads share one device, and more of
 #: them only queue on it (docs/gpu_guide.md, "Measurements behind the GPU defaults": GPU
 #: threads).
@@ -86,11 +91,19 @@ def parse_size(value: str | int) -> int:
     return size
 
 
-def split_bytes(budget: int, minimum: int, total: int, slots: int, *, gpu: bool = False) -> int:
+def split_bytes(
+    budget: int,
+    minimum: int,
+    total: int,
+    slots: int,
+    *,
+    gpu: bool = False,
+    gpu_task_bytes: int = DEFAULT_GPU_TASK_BYTES,
+) -> int:
     """``budget`` lowered so that a job of ``total`` bytes makes about ``BLOCKS_PER_SLOT``
     (GPU: ``GPU_BLOCKS_PER_SLOT``) blocks per task that runs at once (``slots``, with
-    ``SPLIT_SLACK``), but not below ``SPLIT_FLOOR_BYTES`` (GPU:
-    ``DEFAULT_GPU_TASK_BYTES``) nor ``minimum``.
+    ``SPLIT_SLACK``), but not below ``SPLIT_FLOOR_BYTES`` (GPU: ``gpu_task_bytes``) nor
+    ``minimum``.
 
     Examples
     --------
@@ -100,7 +113,7 @@ def split_bytes(budget: int, minimum: int, total: int, slots: int, *, gpu: bool 
     >>> split_bytes(2**40, 2**20, 2**20, slots=2)  # never below the floor: 64 MiB
     67108864
     """
-    floor = DEFAULT_GPU_TASK_BYTES if gpu else SPLIT_FLOOR_BYTES
+    floor = gpu_task_bytes if gpu else SPLIT_FLOOR_BYTES
     per_slot = GPU_BLOCKS_PER_SLOT if gpu else BLOCKS_PER_SLOT
     share = max(floor, int(total * SPLIT_SLACK) // (per_slot * slots))
     return max(minimum, min(budget, share))

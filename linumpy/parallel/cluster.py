@@ -94,7 +94,13 @@ class Cluster:
         return max(1, len(self.client.scheduler_info().get("workers", {}))) * self.threads
 
     def task_bytes(
-        self, minimum: int, what: str = "this job", *, total: int | None = None, gpu: bool = False
+        self,
+        minimum: int,
+        what: str = "this job",
+        *,
+        total: int | None = None,
+        gpu: bool = False,
+        gpu_task_bytes: int = block_sizes.DEFAULT_GPU_TASK_BYTES,
     ) -> int:
         """The working set one task may use, by the policy of :mod:`linumpy.parallel.block_sizes`:
         ``TASK_SHARE`` of the memory limit, shared by a worker's threads, and no more than
@@ -103,7 +109,7 @@ class Cluster:
         GPU task's also within ``GPU_DEVICE_SHARE`` of its device's memory (:meth:`device_bytes`).
 
         With the local threaded scheduler, fewer threads run when the limit cannot hold
-        ``minimum`` bytes per thread. A ``gpu`` job uses ``DEFAULT_GPU_TASK_BYTES`` (as the
+        ``minimum`` bytes per thread. A ``gpu`` job uses ``gpu_task_bytes`` (as the
         default and as the floor of the split) and, on local threads not set by the caller,
         ``DEFAULT_GPU_THREADS`` threads.
 
@@ -142,10 +148,10 @@ class Cluster:
         self.threads = self.max_threads
         if gpu and self.client is None and not self._threads_given:
             self.threads = min(self.max_threads, block_sizes.DEFAULT_GPU_THREADS)
-        default = block_sizes.DEFAULT_GPU_TASK_BYTES if gpu else None
+        default = gpu_task_bytes if gpu else None
         budget = self._limit_bytes(minimum, what, default)
         if total is not None:
-            budget = self.split_bytes(budget, minimum, total, gpu=gpu)
+            budget = self.split_bytes(budget, minimum, total, gpu=gpu, gpu_task_bytes=default)
         if gpu and (device := self.device_bytes()):
             share = int(device * block_sizes.GPU_DEVICE_SHARE)
             budget = max(minimum, min(budget, share // self.threads))
@@ -164,11 +170,22 @@ class Cluster:
             self._device_bytes = device_memory() or 0
         return self._device_bytes or None
 
-    def split_bytes(self, budget: int, minimum: int, total: int, *, gpu: bool = False) -> int:
+    def split_bytes(
+        self,
+        budget: int,
+        minimum: int,
+        total: int,
+        *,
+        gpu: bool = False,
+        gpu_task_bytes: int | None = None,
+    ) -> int:
         """``budget`` lowered so that a job of ``total`` bytes makes a few blocks per
         :attr:`slots` (:func:`~linumpy.parallel.block_sizes.split_bytes`): :meth:`task_bytes`
         with ``total``."""
-        return block_sizes.split_bytes(budget, minimum, total, self.slots, gpu=gpu)
+        floor = gpu_task_bytes or block_sizes.DEFAULT_GPU_TASK_BYTES
+        return block_sizes.split_bytes(
+            budget, minimum, total, self.slots, gpu=gpu, gpu_task_bytes=floor
+        )
 
     def _limit_bytes(self, minimum: int, what: str, default: int | None) -> int:
         budget, self.threads = block_sizes.limit_bytes(
