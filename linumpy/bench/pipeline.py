@@ -5,9 +5,10 @@ layout and with one chunk per tile (as other tools write mosaics); ``linum-estim
 ``linum-stitch-3d`` and ``linum-aip`` then run on each, every run a separate process
 (``python -m linumpy.scripts.X ... -v``: start-up, imports and the CUDA context included), page
 cache warm. Each command's ``-v`` table (:mod:`linumpy.phases`) gives its phases. The GPU runs
-use their own cupy kernel cache (``CUPY_CACHE_DIR``), empty before a command's first GPU run: that
-run is what a fresh machine pays and is reported apart; the next runs load the kernels it
-compiled. ``read_volume`` of each mosaic, CPU and GPU, in this process, is the read ceiling.
+use their own kernel caches (cupy's ``CUPY_CACHE_DIR``, and linumpy's cubins under
+``XDG_CACHE_HOME``), empty before a command's first GPU run: that run is what a fresh machine
+pays and is reported apart; the next runs load the kernels it compiled. ``read_volume`` of each
+mosaic, CPU and GPU, in this process, is the read ceiling.
 
 :func:`run_pipeline_benchmark` runs it (what it runs and records:
 :mod:`linumpy.bench.pipeline_records`); :mod:`linumpy.bench.pipeline_report` prints the table and
@@ -157,6 +158,12 @@ def _files_in(folder: str | None) -> int:
     return sum(len(names) for _, _, names in os.walk(folder))
 
 
+def _linumpy_kernels(env: dict[str, str]) -> str | None:
+    """linumpy's cubin cache (:mod:`linumpy.gpu.kernel_cache`) under ``env``'s cache home."""
+    home = env.get("XDG_CACHE_HOME")
+    return os.path.join(home, "linumpy", "kernels") if home else None
+
+
 def _run_command(
     command: str,
     label: str,
@@ -175,8 +182,8 @@ def _run_command(
     argv += ["-f", "-v", *(["--use-gpu"] if gpu else [])]
     device = "gpu" if gpu else "cpu"
     log = logs / f"{label.replace(' ', '_').replace(',', '')}-{command}-{device}-{run}.log"
-    cache = env.get("CUPY_CACHE_DIR")
-    cached = _files_in(cache)
+    caches = [env.get("CUPY_CACHE_DIR"), _linumpy_kernels(env)]
+    cached = sum(_files_in(cache) for cache in caches)
     # every run writes a new output, as a first run does: replacing one costs its removal
     # (0.5 s for a stitched mosaic), which only the runs after the first would pay
     for item in out.iterdir():
@@ -191,8 +198,8 @@ def _run_command(
     log.write_text(f"$ {' '.join(argv)}\n{stdout}\n{stderr}")
     table = parse_table(stderr)
     counts = dict(table.counts or {}) if table else {}
-    if gpu and cache:  # kernels the run added to cupy's on-disk cache: what it compiled
-        counts[KERNELS_CACHED] = _files_in(cache) - cached
+    if gpu and caches[0]:  # kernels the run added to the on-disk caches: what it compiled
+        counts[KERNELS_CACHED] = sum(_files_in(cache) for cache in caches) - cached
     error = "" if code == 0 else (stderr.strip().splitlines() or ["failed"])[-1][:300]
     return CommandRun(
         command,
@@ -315,7 +322,11 @@ def run_pipeline_benchmark(
                 result.reads.append(_read_ceiling(path, label, spec.nbytes, on_gpu))
             outs = {}
             for command in (c for c in spec.commands if c in config.commands):
-                env = {**os.environ, "CUPY_CACHE_DIR": str(cache / command)}
+                env = {
+                    **os.environ,
+                    "CUPY_CACHE_DIR": str(cache / command),
+                    "XDG_CACHE_HOME": str(cache / f"{command}-home"),
+                }
                 for on_gpu in (False, True) if gpu else (False,):
                     out = data / f"out-{command}-{'gpu' if on_gpu else 'cpu'}"
                     out.mkdir(exist_ok=True)
@@ -342,7 +353,11 @@ def run_pipeline_benchmark(
                             + ("" if done.ok else f" FAILED: {done.error}")
                         )
                     if "first" in runs and config.prepare_kernels:
-                        fresh = {**env, "CUPY_CACHE_DIR": str(cache / f"{command}-prepared")}
+                        fresh = {
+                            **env,
+                            "CUPY_CACHE_DIR": str(cache / f"{command}-prepared"),
+                            "XDG_CACHE_HOME": str(cache / f"{command}-prepared-home"),
+                        }
                         result.runs += _prepared_runs(
                             command, label, path, out, env=fresh, logs=logs, timeout=config.timeout
                         )

@@ -380,22 +380,6 @@ def _subpixel(
         if np.abs(residual).max() < 0.5 / upsample:
             break
     return fraction
-    # Coarse iterations at 1/10 pixel, then at 1/upsample: phase_cross_correlation's upsampled
-    # region is 1.5 * upsample_factor samples per axis, ten times less work at 10 than at 100.
-    factor = min(_COARSE_UPSAMPLE, upsample)
-    for _ in range(_SUBPIXEL_ITERATIONS):
-        shifted = (
-            ndimage.shift(block, tuple(fraction), order=3, mode="nearest")
-            if fraction.any()
-            else block
-        )
-        residual, _ = phase_correlation(fixed, shifted[inner][crop], upsample=factor, band=band)
-        fraction += residual
-        if np.abs(residual).max() < 0.5 / factor:
-            if factor == upsample:
-                break
-            factor = upsample
-    return fraction
 
 
 @phases.recorded("registration")
