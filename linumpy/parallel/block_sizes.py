@@ -29,7 +29,7 @@ DEFAULT_GPU_TASK_BYTES = 2**30
 #: ... of a GPU task that only reads and reduces its block (the projection): each GPU read pays
 #: a fixed cost (its first group's fetch, its last group's decode), and 1 GiB reads projected
 #: an 8 GiB volume in 0.61-0.74 s against 1.10-1.13 s with 512 MiB ones (docs/gpu_guide.md,
-#: "Measurements behind the GPU defaults": GPU blocks per task).
+#: "Measurements behind the GPU defaults": GPU read tasks).
 GPU_READ_TASK_BYTES = 2 * 2**30
 #: Local threads of a GPU job when none are asked for: threads share one device, and more of
 #: them only queue on it (docs/gpu_guide.md, "Measurements behind the GPU defaults": GPU
