@@ -633,3 +633,28 @@ def test_run_raises_naming_a_corrupt_chunk(tmp_path: Path, layout: str, damage: 
     region = (slice(0, 8),)
     out, _, _ = _run(plan_read(array, region))
     assert out.tobytes() == data[region].tobytes()
+
+
+@pytest.mark.parametrize("fill_value", [0, 7])
+def test_chunks_not_stored_read_as_the_fill_value_into_new_and_given_outputs(
+    tmp_path: Path, fill_value: int
+) -> None:
+    """A new output of fill value 0 starts zeroed and is not filled; one the caller gives (here
+    holding other values) is filled wherever no chunk is stored."""
+    array = zarr.create_array(
+        tmp_path / "a.zarr", shape=(8, 16, 16), chunks=(4, 8, 8), dtype="uint16",
+        fill_value=fill_value,
+    )  # fmt: skip
+    data = np.full(array.shape, fill_value, dtype=np.uint16)
+    data[:4, :8, :8] = np.arange(256, dtype=np.uint16).reshape(4, 8, 8) + 100
+    array[:4, :8, :8] = data[:4, :8, :8]  # one chunk of eight stored
+    plan = plan_read(array)
+    new, _, _ = _run(plan)
+    np.testing.assert_array_equal(new, data)
+    given = np.full(array.shape, 9999, dtype=np.uint16)
+    backend = CpuBackend(plan, threads=2, out=given)
+    try:
+        run(plan, backend, reader="pread", threads=2, group_bytes=backend.group_bytes)
+    finally:
+        backend.close()
+    np.testing.assert_array_equal(given, data)
