@@ -32,6 +32,7 @@ def test_a_second_preparation_compiles_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))  # linumpy's cubins, empty
     first = _prepare()
     assert first.returncode == 0, first.stderr
     assert "kernels:" in first.stdout
