@@ -141,11 +141,14 @@ show([data[data.shape[0] // 3] for data, _ in levels], [f"level {i}, plane Z/3" 
 #
 # - **start-up and imports**: the interpreter, numpy, zarr, dask (and cupy, nvCOMP), paid by every
 #   process;
-# - **CUDA context**: created once per process on the GPU;
+# - **CUDA context**: created once per process on the GPU (what is left of it once the imports
+#   are done);
 # - **kernel compilation**: cupy compiles each kernel with NVRTC the first time a machine needs it
-#   and keeps it on disk (`~/.cupy/kernel_cache`, or `CUPY_CACHE_DIR`); later processes load it.
-#   The benchmark gives the GPU runs a kernel cache of their own, empty before each command's first
-#   GPU run: that run, what a fresh machine pays, is reported apart from the next;
+#   and keeps it on disk (`~/.cupy/kernel_cache`, or `CUPY_CACHE_DIR`), linumpy its own kernels
+#   with `cuda.core` (`~/.cache/linumpy/kernels`); later processes load them. The benchmark gives
+#   the GPU runs kernel caches of their own, empty before each command's first GPU run: that run,
+#   what a fresh machine pays, is reported apart from the next. A `--use-gpu` command creates its
+#   CUDA context and loads these kernels in a thread while its modules import;
 # - **metadata**, **level 0** (the stitched or projected image), **pyramid**, **final swap** (the
 #   new image moved into place), **registration** and **projection** for the layout estimate, and
 #   **other**.
