@@ -184,7 +184,7 @@ class Settings:
         version, and the folder's entry after (see the writing guide); off for scratch data.
     metadata_cache
         Whether OME-NGFF attributes that ome-zarr-models found valid are remembered on disk
-        (:func:`linumpy.io.metadata.validated_marker`), so later processes reading the same
+        (:func:`linumpy.io.ngff_validation.validated_marker`), so later processes reading the same
         image skip importing the validator.
     remote_timeout
         Seconds a remote store (HTTP, S3, GCS) may take to connect or to send the next bytes of

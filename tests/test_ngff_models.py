@@ -216,7 +216,7 @@ def test_images_that_differ_only_in_name_are_validated_once(
 ) -> None:
     """Every output a pipeline writes has its own name: the record of one image's valid
     attributes covers another's that differ only there, but not one that differs elsewhere."""
-    from linumpy.io import metadata
+    from linumpy.io import ngff_validation as metadata
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     seen: list[str] = []
@@ -241,7 +241,7 @@ def test_valid_metadata_is_remembered_on_disk(tmp_path: Path, monkeypatch) -> No
     """A valid image's attributes are recorded under the cache folder, and a record is trusted:
     attributes with a record are not validated again (here, hand-broken ones given a record)."""
     from linumpy import settings
-    from linumpy.io import metadata
+    from linumpy.io import ngff_validation as metadata
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     metadata._model_error.cache_clear()

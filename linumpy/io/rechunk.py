@@ -33,8 +33,8 @@ from linumpy.io.metadata import (
     axes_from_ngff,
     check_chunk_count,
     parse_ngff_version,
-    validate_image_attrs,
 )
+from linumpy.io.ngff_validation import validate_image_attrs
 from linumpy.io.staging import recover_staging, staged
 from linumpy.io.validate import RegularFileStore
 from linumpy.io.writer import zstd_compressors

@@ -35,8 +35,8 @@ from linumpy.io.metadata import (
     parse_block,
     parse_ngff_version,
     parse_voxel_size,
-    validate_image_attrs,
 )
+from linumpy.io.ngff_validation import validate_image_attrs
 from linumpy.io.staging import StagedWrite, flushed_on_commit, recover_staging
 from linumpy.io.stores import UrlPath, is_url, open_store, parse_source
 

@@ -1,0 +1,197 @@
+"""OME-NGFF image attributes checked against ome-zarr-models, once per distinct attributes.
+
+The models are those of the version the attributes declare (0.4 or 0.5). ome-zarr-models and
+pydantic are imported on first use, and a valid text is recorded on disk
+(:func:`validated_marker`), so that the processes after the first skip the import.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from linumpy.errors import LinumpyError
+
+if TYPE_CHECKING:
+    from linumpy.io.metadata import NgffVersion
+
+__all__ = ["TYPES_BY_NAME", "validate_image_attrs", "validated_marker"]
+
+#: The type an axis of each of these names has when its metadata gives none.
+TYPES_BY_NAME = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
+
+
+def validate_image_attrs(
+    attrs: Mapping[str, Any], zarr_format: int, source: str | os.PathLike[str]
+) -> NgffVersion | None:
+    """Validate an image group's attributes with ome-zarr-models (NGFF 0.4 or 0.5).
+
+    The model is the one of the version the attributes declare: 0.5 for zarr v3 attributes
+    holding ``"ome": {"version": "0.5"}``, 0.4 for zarr v2 ``multiscales`` declaring version 0.4
+    or none. Older versions (0.1 to 0.3), which ome-zarr-models does not model, are left to
+    linumpy's own parser and not validated. Axes without a ``type`` (optional in the
+    specification, required by the models' axis rules) get the type their name implies
+    (``t``, ``c``, ``z``, ``y``, ``x``) before validation, as linumpy has always read them.
+
+    Parameters
+    ----------
+    attrs
+        The group's attributes (``zarr.json``'s ``attributes`` or ``.zattrs``).
+    zarr_format
+        2 or 3.
+    source
+        The file the attributes come from, named in the error.
+
+    Returns
+    -------
+    str or None
+        The NGFF version validated, None when the attributes declare a version not validated.
+
+    Raises
+    ------
+    LinumpyError
+        When the models reject the attributes: the message names ``source`` and the first error.
+
+    Examples
+    --------
+    >>> axes = [{"name": n, "type": "space", "unit": "micrometer"} for n in "yx"]
+    >>> dataset = {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]}
+    >>> attrs = {"ome": {"version": "0.5", "multiscales": [{"axes": axes, "datasets": [dataset]}]}}
+    >>> validate_image_attrs(attrs, 3, "image.ome.zarr/zarr.json")
+    '0.5'
+    >>> dataset["coordinateTransformations"][0]["scale"] = [1, 1, 1]
+    >>> validate_image_attrs(attrs, 3, "image.ome.zarr/zarr.json")
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: image.ome.zarr/zarr.json: invalid OME-NGFF 0.5 metadata \
+(multiscales.0: The length of axes does not match the dimensionality of the scale transform in \
+datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has dimensionality 3)
+    """
+    version: NgffVersion | None = None
+    if zarr_format == 3:
+        ome = attrs.get("ome")
+        if isinstance(ome, Mapping) and ome.get("version") == "0.5":
+            version, data = "0.5", ome
+    else:
+        multiscales = attrs.get("multiscales")
+        first = multiscales[0] if isinstance(multiscales, list) and multiscales else {}
+        if not isinstance(first, Mapping) or first.get("version", "0.4") == "0.4":
+            version, data = "0.4", attrs
+    if version is None:
+        return None
+    data = {**data, "multiscales": _for_validation(data.get("multiscales"))}
+    error = _model_error(version, json.dumps(data, sort_keys=True))
+    if error is not None:
+        raise LinumpyError(f"{os.fspath(source)}: invalid OME-NGFF {version} metadata ({error})")
+    return version
+
+
+def validated_marker(version: NgffVersion, text: str) -> Path | None:
+    """The file whose presence records that ome-zarr-models found the image attributes ``text``
+    valid, under ``$XDG_CACHE_HOME/linumpy`` (``~/.cache/linumpy``); None when the
+    ``metadata_cache`` setting is off or ome-zarr-models is not installed.
+
+    Its name is a SHA-256 of the attributes, their NGFF version and the validator's version, so
+    a new ome-zarr-models validates everything again; only valid attributes are recorded.
+
+    Examples
+    --------
+    >>> from linumpy import settings
+    >>> with settings.set(metadata_cache=False):
+    ...     validated_marker("0.5", "{}") is None
+    True
+    """
+    import hashlib
+    from importlib import metadata
+
+    from linumpy import settings
+
+    if not settings.get().metadata_cache:
+        return None
+    try:
+        validator = metadata.version("ome-zarr-models")
+    except metadata.PackageNotFoundError:
+        return None
+    key = hashlib.sha256(f"{validator}\0{version}\0{text}".encode()).hexdigest()
+    return settings.cache_dir("ngff-valid") / key[:2] / key
+
+
+@functools.lru_cache(maxsize=256)
+def _model_error(version: NgffVersion, text: str) -> str | None:
+    """What ome-zarr-models finds wrong with the image attributes ``text`` (JSON), None if
+    nothing. Cached in the process (validating takes about 2 ms, and every read of an image
+    opens it again) and, for valid attributes, on disk (:func:`validated_marker`): importing
+    ome-zarr-models and pydantic costs each process 0.35-0.7 s, more than most runs' work."""
+    marker = validated_marker(version, text)
+    if marker is not None and marker.is_file():
+        return None
+    error = _validate(version, text)
+    if error is None and marker is not None:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:  # a read-only or full cache: validate again next time
+            pass
+    return error
+
+
+def _validate(version: NgffVersion, text: str) -> str | None:
+    """ome-zarr-models' verdict on ``text``: None, or its first error."""
+    # imported on first use: ome-zarr-models (pydantic) adds about 0.35 s to an import of linumpy
+    import pydantic
+
+    if version == "0.5":
+        from ome_zarr_models.v05.image import ImageAttrs
+    else:
+        from ome_zarr_models.v04.image import ImageAttrs  # type: ignore[assignment]
+    try:
+        ImageAttrs.model_validate_json(text)
+    except pydantic.ValidationError as exc:
+        return _first_error(exc)
+    except (IndexError, KeyError, TypeError) as exc:
+        # ome-zarr-models 1.8 raises IndexError, not a ValidationError, for levels whose scales
+        # differ in length
+        return f"ome-zarr-models failed with {type(exc).__name__}: {exc}"
+    return None
+
+
+# Stands for every multiscale's name in the text validated: any string is a valid name, and
+# with the name in it every newly named output would be validated (and ome-zarr-models imported)
+# again instead of matching the record of an earlier one.
+_ANY_NAME = "image"
+
+
+def _for_validation(multiscales: Any) -> Any:
+    """``multiscales`` as validated: a type for every axis named t, c, z, y or x that has none,
+    and every string name replaced by one stand-in (a name's text has no rule to break)."""
+    if not isinstance(multiscales, list):
+        return multiscales
+    result = []
+    for multiscale in multiscales:
+        if isinstance(multiscale, Mapping) and isinstance(multiscale.get("axes"), list):
+            axes = [
+                {**axis, "type": TYPES_BY_NAME[axis["name"]]}
+                if isinstance(axis, Mapping)
+                and axis.get("type") is None
+                and axis.get("name") in TYPES_BY_NAME
+                else axis
+                for axis in multiscale["axes"]
+            ]
+            multiscale = {**multiscale, "axes": axes}
+        if isinstance(multiscale, Mapping) and isinstance(multiscale.get("name"), str):
+            multiscale = {**multiscale, "name": _ANY_NAME}
+        result.append(multiscale)
+    return result
+
+
+def _first_error(exc: Any) -> str:
+    """The first error of a pydantic ValidationError (where: what), and how many more there are."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    more = f"; {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+    return f"{where}: {message}{more}"
