@@ -61,3 +61,31 @@ def test_the_first_read_takes_the_staging_the_warm_up_page_locked(tmp_path, monk
     assert pinned_buffers.moved() > moved, "the read staged nothing through pinned memory"
     after = {id(e[1]) for entries in pinned_buffers._idle.values() for e in entries}
     assert after == buffers, "the read page-locked buffers of its own"
+
+
+@pytest.mark.parametrize("use_gpu", [True, False])
+def test_a_command_line_run_warms_the_gpu_up_only_with_use_gpu(tmp_path, use_gpu: bool) -> None:
+    """The hook in the scripts' argument parsing: ``-vv`` shows the warm-up's end (stopped
+    without a GPU; on a GPU host done, unless the command ended first), and nothing of it
+    without ``--use-gpu``."""
+    import subprocess
+
+    from conftest import gpu_missing_reason
+
+    from linumpy.bench.pipeline import _script_argv
+    from linumpy.mosaic.demo import make_demo_data
+
+    mosaic = tmp_path / "mosaic.ome.zarr"
+    make_demo_data(mosaic, grid_shape=(2, 2), tile_shape=(8, 32, 32))
+    argv = [*_script_argv("linum_aip"), str(mosaic), str(tmp_path / "aip.ome.zarr"), "-vv"]
+    done = subprocess.run(
+        argv + (["--use-gpu"] if use_gpu else []), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "GPU warm-up" in line]
+    if not use_gpu:
+        assert said == []
+    elif gpu_missing_reason() is not None:
+        assert len(said) == 1 and "GPU warm-up stopped" in said[0], done.stderr
+    else:
+        assert len(said) <= 1 and all("GPU warm-up done in" in line for line in said), done.stderr
