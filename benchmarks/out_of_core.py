@@ -43,7 +43,7 @@ def make_mosaic(path: Path, volume_bytes: int, tile: int, grid: int, depth_chunk
     import numpy as np
 
     from linumpy.io import OmeZarrWriter
-    from linumpy.mosaic.pipeline import write_linumpy_attrs
+    from linumpy.mosaic.attrs import write_linumpy_attrs
     from linumpy.mosaic.transform import TileTransform
 
     plane = (grid * tile) ** 2 * 2

@@ -58,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     output = cli.check_output(parser, args.output, args.overwrite, kind="file")
     with cli.fail_on_errors(parser):
         from linumpy.io import open_array
-        from linumpy.mosaic.pipeline import estimate_transform_omezarr, read_linumpy_attrs
+        from linumpy.mosaic.attrs import read_linumpy_attrs
+        from linumpy.mosaic.pipeline import estimate_transform_omezarr
         from linumpy.mosaic.transform import TileTransform
 
         open_array(args.input)  # malformed metadata: an error naming its file, before any work

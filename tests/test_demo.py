@@ -9,8 +9,8 @@ import zarr
 from linumpy.errors import LinumpyError
 from linumpy.io import read_omezarr
 from linumpy.io.layout import tile_layout
+from linumpy.mosaic.attrs import read_linumpy_attrs
 from linumpy.mosaic.demo import generate_demo_mosaic, make_demo_data, read_demo_truth
-from linumpy.mosaic.pipeline import read_linumpy_attrs
 
 SMALL = {"grid_shape": (4, 5), "tile_shape": (16, 64, 64)}
 

@@ -11,12 +11,12 @@ from scipy import ndimage
 
 from linumpy.errors import LinumpyError
 from linumpy.io import downsample_mean, read_omezarr, read_volume, save_omezarr
+from linumpy.mosaic.attrs import mosaic_tile_shape
 from linumpy.mosaic.demo import generate_demo_mosaic, make_demo_data
 from linumpy.mosaic.pipeline import (
     average_intensity_projection,
     convert_to_omezarr,
     estimate_transform_omezarr,
-    mosaic_tile_shape,
     stitch_omezarr,
 )
 from linumpy.mosaic.registration import (

@@ -17,8 +17,8 @@ from linumpy.errors import LinumpyError
 from linumpy.io import open_array, read_axes, read_omezarr, read_volume, save_omezarr
 from linumpy.io.layout import inner_chunks, slab_shards, tile_layout
 from linumpy.io.rechunk import convert_attrs, rechunk
+from linumpy.mosaic.attrs import read_linumpy_attrs, write_linumpy_attrs
 from linumpy.mosaic.demo import make_demo_data
-from linumpy.mosaic.pipeline import read_linumpy_attrs, write_linumpy_attrs
 from linumpy.parallel import Cluster
 from linumpy.scripts import linum_rechunk
 

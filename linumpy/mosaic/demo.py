@@ -328,7 +328,7 @@ def make_demo_data(
     ((2, 16, 16), (8, 16, 16))
     """
     from linumpy.io.omezarr import OmeZarrWriter
-    from linumpy.mosaic.pipeline import write_linumpy_attrs
+    from linumpy.mosaic.attrs import write_linumpy_attrs
 
     demo = generate_demo_mosaic(
         grid_shape=grid_shape,
@@ -405,7 +405,7 @@ def read_demo_truth(path: str | os.PathLike[str]) -> TileTransform:
     >>> truth.grid_shape, truth.tile_shape, truth == demo.transform
     ((2, 2), (16, 16), True)
     """
-    from linumpy.mosaic.pipeline import read_linumpy_attrs
+    from linumpy.mosaic.attrs import read_linumpy_attrs
 
     truth = read_linumpy_attrs(path).get("demo", {}).get("transform")
     if truth is None:

@@ -1,0 +1,97 @@
+"""linumpy's own attributes of an OME-Zarr image (under ``"linumpy"``): a mosaic grid's tile and
+grid shapes, a demo's ground truth; and the tile shape of a mosaic grid.
+
+Light to import (zarr, no dask): the demo writer and readers of the attributes need no more.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import zarr
+
+from linumpy.io import open_array
+from linumpy.io.lazy import storage_unit
+from linumpy.mosaic.transform import parse_tile_shape
+
+__all__ = ["ATTRS_KEY", "mosaic_tile_shape", "read_linumpy_attrs", "write_linumpy_attrs"]
+
+#: Key of an OME-Zarr image's group attributes under which linumpy keeps its own metadata:
+#: ``{"mosaic": {"tile_shape": [h, w], "grid_shape": [rows, cols]}, "demo": {...}, ...}``.
+ATTRS_KEY = "linumpy"
+
+
+def read_linumpy_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``linumpy`` attributes of an OME-Zarr image (empty for a plain array or none).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.mosaic.demo import make_demo_data
+    >>> from linumpy.mosaic.attrs import read_linumpy_attrs
+    >>> path = tempfile.mkdtemp() + "/mosaic.ome.zarr"
+    >>> _ = make_demo_data(path, grid_shape=(2, 3), tile_shape=(8, 64, 64))
+    >>> attrs = read_linumpy_attrs(path)
+    >>> sorted(attrs), attrs["mosaic"]
+    (['demo', 'mosaic'], {'tile_shape': [64, 64], 'grid_shape': [2, 3]})
+    """
+    from linumpy.io.stores import open_store, parse_source
+
+    node = zarr.open(store=open_store(parse_source(path)), mode="r")  # paths stay paths
+    if isinstance(node, zarr.Array):
+        return {}
+    return dict(node.attrs.get(ATTRS_KEY, {}))
+
+
+def write_linumpy_attrs(path: str | os.PathLike[str], values: dict[str, Any]) -> None:
+    """Merge ``values`` into the ``linumpy`` attributes of the OME-Zarr image at ``path``.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> from linumpy.mosaic.attrs import read_linumpy_attrs, write_linumpy_attrs
+    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
+    >>> save_omezarr(np.zeros((2, 6, 4), np.uint16), path, voxel_size=(1.0, 1.0, 1.0))
+    >>> read_linumpy_attrs(path)
+    {}
+    >>> write_linumpy_attrs(path, {"mosaic": {"tile_shape": [3, 2], "grid_shape": [2, 2]}})
+    >>> write_linumpy_attrs(path, {"note": "acquired on Monday"})
+    >>> read_linumpy_attrs(path)
+    {'mosaic': {'tile_shape': [3, 2], 'grid_shape': [2, 2]}, 'note': 'acquired on Monday'}
+    """
+    group = zarr.open_group(store=zarr.storage.LocalStore(path), mode="r+")
+    group.attrs[ATTRS_KEY] = {**dict(group.attrs.get(ATTRS_KEY, {})), **values}
+
+
+def mosaic_tile_shape(
+    path: str | os.PathLike[str], tile_shape: Sequence[int] | None = None
+) -> tuple[int, int]:
+    """The ``(tile_h, tile_w)`` of a mosaic grid image.
+
+    Taken from ``tile_shape`` when given, else from the image's ``linumpy.mosaic`` attributes,
+    else from its shard shape, else its chunk shape (a mosaic grid stores one tile per shard,
+    or per chunk).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> from linumpy.mosaic.attrs import mosaic_tile_shape, write_linumpy_attrs
+    >>> path = tempfile.mkdtemp() + "/grid.ome.zarr"
+    >>> save_omezarr(np.zeros((2, 16, 24), np.uint16), path, voxel_size=(1.0, 1.0, 1.0),
+    ...              chunks=(2, 8, 8), shards=None)  # one chunk per tile, no attributes
+    >>> mosaic_tile_shape(path)
+    (8, 8)
+    >>> write_linumpy_attrs(path, {"mosaic": {"tile_shape": [8, 12]}})
+    >>> mosaic_tile_shape(path), mosaic_tile_shape(path, (4, 6))
+    ((8, 12), (4, 6))
+    """
+    if tile_shape is not None:
+        return parse_tile_shape(tile_shape)
+    stored = read_linumpy_attrs(path).get("mosaic", {}).get("tile_shape")
+    if stored is not None:
+        return parse_tile_shape(stored)
+    return parse_tile_shape(storage_unit(open_array(path))[-2:])
