@@ -148,10 +148,11 @@ class Cluster:
         self.threads = self.max_threads
         if gpu and self.client is None and not self._threads_given:
             self.threads = min(self.max_threads, block_sizes.DEFAULT_GPU_THREADS)
-        default = gpu_task_bytes if gpu else None
-        budget = self._limit_bytes(minimum, what, default)
+        budget = self._limit_bytes(minimum, what, gpu_task_bytes if gpu else None)
         if total is not None:
-            budget = self.split_bytes(budget, minimum, total, gpu=gpu, gpu_task_bytes=default)
+            budget = self.split_bytes(
+                budget, minimum, total, gpu=gpu, gpu_task_bytes=gpu_task_bytes
+            )
         if gpu and (device := self.device_bytes()):
             share = int(device * block_sizes.GPU_DEVICE_SHARE)
             budget = max(minimum, min(budget, share // self.threads))
@@ -177,14 +178,13 @@ class Cluster:
         total: int,
         *,
         gpu: bool = False,
-        gpu_task_bytes: int | None = None,
+        gpu_task_bytes: int = block_sizes.DEFAULT_GPU_TASK_BYTES,
     ) -> int:
         """``budget`` lowered so that a job of ``total`` bytes makes a few blocks per
         :attr:`slots` (:func:`~linumpy.parallel.block_sizes.split_bytes`): :meth:`task_bytes`
         with ``total``."""
-        floor = gpu_task_bytes or block_sizes.DEFAULT_GPU_TASK_BYTES
         return block_sizes.split_bytes(
-            budget, minimum, total, self.slots, gpu=gpu, gpu_task_bytes=floor
+            budget, minimum, total, self.slots, gpu=gpu, gpu_task_bytes=gpu_task_bytes
         )
 
     def _limit_bytes(self, minimum: int, what: str, default: int | None) -> int:

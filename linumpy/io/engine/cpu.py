@@ -190,9 +190,14 @@ class CpuBackend:
 
         def work(first: int, last: int) -> None:
             for i in chosen[first:last]:
-                self.out[self._out_selection(i)] = self.plan.fill_value
+                self._fill_entry(i)
 
         return [self._pool.submit(work, a, b) for a, b in batches(len(chosen), self.threads)]
+
+    def _fill_entry(self, entry: int) -> None:
+        """Set one chunk's part of the output to the fill value (a zeroed output holds it)."""
+        if not self._zeroed:
+            self.out[self._out_selection(entry)] = self.plan.fill_value
 
     def _scratch(self) -> tuple[np.ndarray, int, np.ndarray]:
         """This thread's decode buffer: bytes, their address, the chunk-shaped view."""
@@ -362,7 +367,7 @@ class CpuBackend:
                     entry = entries[k]
                     frame = chunks.read(entry, shards)
                     if frame is None:
-                        self.out[self._out_selection(entry)] = plan.fill_value
+                        self._fill_entry(entry)
                         sizes[k] = -1
                         continue
                     self.decode_entry(entry, frame, checked=False, run=True)
