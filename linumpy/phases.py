@@ -13,7 +13,7 @@ mark costs one test of a global. While one runs:
   started (from the process's start time in ``/proc/self/stat`` on Linux), make the
   ``start-up and imports`` row;
 - with :func:`gpu_started`, the CUDA context's creation is timed apart, and so is every kernel
-  compilation by cupy's NVRTC compiler (any thread: linumpy's kernels, cupy's own and cuCIM's);
+  compilation by cupy's NVRTC compiler (any thread: linumpy's kernels and cupy's own);
   kernels found in cupy's on-disk cache (``CUPY_CACHE_DIR``, by default ``~/.cupy/kernel_cache``)
   are loaded, not compiled, and do not count.
 

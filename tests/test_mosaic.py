@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -213,6 +213,28 @@ def test_phase_correlation_equals_skimage_on_shifted_demo_tiles(demo, shift) -> 
     np.testing.assert_allclose(ours, theirs, atol=0.1)
     np.testing.assert_allclose(ours, shift, atol=0.15)
     assert peak > 0.5
+
+
+def test_phase_correlation_peak_is_skimages_invariant_error_of_the_spectra(demo) -> None:
+    """The peak phase_correlation returns is sqrt(1 - error^2) of scikit-image's
+    phase_cross_correlation on the same whitened spectra, and so is its shift."""
+    from skimage.registration import phase_cross_correlation
+
+    from linumpy.mosaic.registration import DEFAULT_BAND, _whitened_spectrum
+
+    tile, moved, _ = _shifted_demo_tiles(demo, (-4.45, 0.2))
+    for fixed in (moved, np.random.default_rng(1).random(tile.shape), np.zeros(tile.shape)):
+        ours, peak = phase_correlation(fixed, tile)
+        spectra = [_whitened_spectrum(image, DEFAULT_BAND) for image in (fixed, tile)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the flat image: "Could not determine RMS error"
+            theirs, error, _ = phase_cross_correlation(
+                *spectra, upsample_factor=100, space="fourier", normalization=None
+            )
+        expected = np.sqrt(max(0.0, 1 - error**2)) if np.isfinite(error) else 0.0
+        assert peak == pytest.approx(expected, abs=1e-9)
+        if expected > 0.3:  # a peak to find: the same one
+            np.testing.assert_allclose(ours, theirs, atol=0.011)
 
 
 @pytest.mark.parametrize("displacement", [(1.35, 50.6), (49.8, -2.25)])
@@ -459,19 +481,10 @@ def test_gpu_file_pipeline_matches_cpu(tmp_path, demo, demo_path) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_registration_runs_on_cucim_and_matches_the_cpu(demo) -> None:
+def test_gpu_registration_matches_the_cpu_on_the_device(demo) -> None:
     import cupy
 
-    from linumpy.mosaic.registration import CUCIM_INSTALL_HINT, _backend
-
-    try:
-        import cucim.skimage.registration  # noqa: F401
-    except ImportError as exc:
-        pytest.fail(
-            f"cuCIM is not importable ({exc}); it comes with the GPU extras: {CUCIM_INSTALL_HINT}"
-        )
     tile, moved, circular = _shifted_demo_tiles(demo, (1.3, -2.6))
-    assert _backend(cupy.asarray(tile))[0] is cupy
     for fixed in (circular, moved):
         cpu_shift, cpu_peak = phase_correlation(fixed, tile)
         gpu_shift, gpu_peak = phase_correlation(cupy.asarray(fixed), cupy.asarray(tile))
@@ -484,26 +497,16 @@ def test_gpu_registration_runs_on_cucim_and_matches_the_cpu(demo) -> None:
     np.testing.assert_allclose(gpu_pair[0], cpu_pair[0], atol=0.011)
     np.testing.assert_allclose(cpu_pair[0], [0, 40], atol=0.011)
     assert gpu_pair[1] == pytest.approx(cpu_pair[1], abs=1e-6)
-
-
-@pytest.mark.gpu
-def test_gpu_registration_without_cucim_runs_on_the_cpu_with_a_warning(demo, monkeypatch) -> None:
-    import cupy
-
-    from linumpy.mosaic import registration
-
-    for name in ("cucim", "cucim.skimage", "cucim.skimage.registration"):
-        monkeypatch.setitem(sys.modules, name, None)  # `import cucim...` raises ImportError
-    registration._cucim_phase_cross_correlation.cache_clear()
-    tile, moved, _ = _shifted_demo_tiles(demo, (1.3, -2.6))
-    try:
-        with pytest.warns(RuntimeWarning, match=r"cuCIM is not usable.*gpu-cu13"):
-            shift, peak = phase_correlation(cupy.asarray(moved), cupy.asarray(tile))
-        aip = cupy.asarray(demo.mosaic.mean(axis=0))
-        transform, _ = estimate_transform(aip, (64, 64))  # warned once already: runs quietly
-    finally:
-        registration._cucim_phase_cross_correlation.cache_clear()
-    expected = phase_correlation(moved, tile)
-    np.testing.assert_array_equal(shift, expected[0])
-    assert peak == expected[1]
-    assert transform.max_position_error(demo.transform) < 0.5
+    aip = demo.mosaic.mean(axis=0)
+    cpu_transform, cpu_pairs = estimate_transform(aip, (64, 64))
+    gpu_transform, gpu_pairs = estimate_transform(cupy.asarray(aip), (64, 64))
+    # pairs without tissue to correlate have near-equal peaks, which rounding may reorder: the
+    # fit leaves them out, and the pairs it keeps agree
+    kept = [i for i, pair in enumerate(cpu_pairs) if pair.score >= 0.3]
+    assert len(kept) >= len(cpu_pairs) // 2
+    np.testing.assert_allclose(
+        [gpu_pairs[i].displacement for i in kept],
+        [cpu_pairs[i].displacement for i in kept],
+        atol=0.011,
+    )
+    assert gpu_transform.max_position_error(demo.transform) < 0.5

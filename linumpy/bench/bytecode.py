@@ -15,8 +15,8 @@ import sys
 
 __all__ = ["compile_sources"]
 
-_SOURCES = ("linumpy", "zarr", "numcodecs", "dask", "distributed", "skimage", "scipy", "cupy")
-_SOURCES += ("cupyx", "nvidia", "kvikio", "cucim", "dask_cuda", "tifffile", "ome_zarr_models")
+_SOURCES = ("linumpy", "zarr", "numcodecs", "dask", "distributed", "scipy", "cupy")
+_SOURCES += ("cupyx", "nvidia", "kvikio", "dask_cuda", "tifffile", "ome_zarr_models")
 
 
 # Imported in a child process whose every module without bytecode is then compiled: the
@@ -39,7 +39,7 @@ _SWEEP = (
 _SWEPT = (
     "linumpy.mosaic.pipeline", "linumpy.mosaic.registration", "linumpy.gpu.backend",
     "linumpy.gpu.zarr_io", "linumpy.gpu.encode", "linumpy.parallel", "cupyx.scipy.ndimage",
-    "cucim.skimage.registration", "skimage.registration", "distributed", "dask_cuda", "PIL.Image",
+    "distributed", "dask_cuda", "PIL.Image",
 )  # fmt: skip
 
 

@@ -28,7 +28,7 @@ def run_info() -> dict[str, str]:
 
     program = Path(sys.argv[0]).stem.replace("_", "-")  # linum-benchmark-pipeline, run with -m too
     info = {"linumpy": __version__, "command": shlex.join([program, *sys.argv[1:]])}
-    for name in ("dask", "scikit-image", "cucim-cu13", "cucim-cu12"):
+    for name in ("dask", "scipy"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             info[name] = importlib.metadata.version(name)
     root = Path(__file__).resolve().parents[2]

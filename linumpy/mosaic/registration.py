@@ -1,28 +1,26 @@
 """Tile layout estimation: phase correlation of overlapping tile pairs and a robust affine fit.
 
-Phase correlation is ``phase_cross_correlation`` of scikit-image (numpy arrays) or cuCIM (cupy
-arrays; cuCIM comes with the ``gpu-cu12``/``gpu-cu13`` extras). linumpy adds what it lacks for
-overlapping tiles: a band-pass on whitened spectra, several peaks each tried with its wrap-around
-candidates (by direction and overlap, scored by normalized cross-correlation), the iterative
-refinement on the overlaps with a last-decimal step of its own (cheaper than scikit-image's at
-1/100 pixel; figures in the quickstart), and the robust fit. Without cuCIM, cupy input is copied
-to the host and registered with scikit-image, with a warning naming the extra (the 2D
-projections registered are small next to the volumes they come from).
+The phase correlation runs on numpy or cupy arrays alike (``--use-gpu``: cupy's FFTs and
+``cupyx.scipy.ndimage``): whitened spectra with a band-pass, several peaks each tried with its
+wrap-around candidates (by direction and overlap, scored by normalized cross-correlation), and an
+iterative refinement on the overlaps whose sub-pixel steps are the matrix-multiply DFT of
+scikit-image's ``phase_cross_correlation`` at 1/10 pixel, then a last-decimal step of its own
+(cheaper than scikit-image's at 1/100 pixel; figures in the quickstart), and the robust fit. A
+pair's refinement is a few dozen small array operations, so it calls no library function that
+computes more than it uses: on the GPU every operation is a kernel launch.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import warnings
-from collections.abc import Callable, Sequence
-from types import ModuleType
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from linumpy import phases
-from linumpy._numpy_or_cupy import array_module, ndimage_module, to_numpy
+from linumpy._numpy_or_cupy import array_module, ndimage_module
 from linumpy.errors import LinumpyError
 from linumpy.mosaic.transform import (
     PairMeasurement,
@@ -32,7 +30,6 @@ from linumpy.mosaic.transform import (
 )
 
 __all__ = [
-    "CUCIM_INSTALL_HINT",
     "PairMeasurement",
     "estimate_transform",
     "fit_transform",
@@ -48,37 +45,11 @@ _SUBPIXEL_ITERATIONS = 8
 _COARSE_UPSAMPLE = 10
 _RESAMPLE_MARGIN = 8
 _RESAMPLE_STEP = 32
-#: How to get cuCIM (the GPU registration) into a linumpy environment.
-CUCIM_INSTALL_HINT = "pip install -e '.[gpu-cu13]' (or '.[gpu-cu12]') in a linumpy checkout"
 
 
-@functools.cache
-def _cucim_phase_cross_correlation() -> Callable[..., Any] | None:
-    """cuCIM's ``phase_cross_correlation``, or None (warning once) when cuCIM cannot be imported."""
-    try:
-        from cucim.skimage.registration import phase_cross_correlation
-    except ImportError as exc:
-        warnings.warn(
-            f"cuCIM is not usable ({exc}): tile registration runs on the CPU with scikit-image; "
-            f"for the GPU, {CUCIM_INSTALL_HINT}",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return None
-    return phase_cross_correlation
-
-
-def _backend(*arrays: Any) -> tuple[ModuleType, Callable[..., Any], list[Any]]:
-    """The array module, the ``phase_cross_correlation`` to use, and ``arrays`` where they will
-    be registered: cupy arrays stay on the GPU when cuCIM is importable, else go to the host."""
-    if array_module(arrays[0]) is not np:
-        gpu_function = _cucim_phase_cross_correlation()
-        if gpu_function is not None:
-            return array_module(arrays[0]), gpu_function, list(arrays)
-        arrays = tuple(to_numpy(array) for array in arrays)
-    from skimage.registration import phase_cross_correlation
-
-    return np, phase_cross_correlation, list(arrays)
+def _device(xp: Any) -> int | None:
+    """The current GPU's number for cupy, None for numpy (keys of the caches below)."""
+    return None if xp is np else xp.cuda.Device().id
 
 
 @functools.lru_cache(maxsize=32)
@@ -102,8 +73,7 @@ def _whitened_spectrum(image: Any, band: tuple[float, float]) -> Any:
     zero at the mean): the product of two such spectra is the band-limited phase correlation."""
     xp = array_module(image)
     spectrum = xp.fft.fft2(image.astype(xp.float64, copy=False))
-    device = None if xp is np else xp.cuda.Device().id
-    spectrum *= _band_amplitude(tuple(image.shape), band, device) / xp.maximum(
+    spectrum *= _band_amplitude(tuple(image.shape), band, _device(xp)) / xp.maximum(
         xp.abs(spectrum), 1e-12
     )
     return spectrum
@@ -138,9 +108,9 @@ def phase_correlation(
 ) -> tuple[np.ndarray, float]:
     """Translation between two equally shaped 2D images by band-limited phase correlation.
 
-    The images' spectra are whitened and band-passed here; the correlation peak and its sub-pixel
-    refinement (the matrix-multiply DFT of Guizar-Sicairos et al., Opt. Lett. 33, 2008) are
-    ``phase_cross_correlation`` of scikit-image (numpy input) or cuCIM (cupy input).
+    The images' spectra are whitened and band-passed; the correlation peak is refined to sub-pixel
+    precision by the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett. 33, 2008), the
+    method of scikit-image's ``phase_cross_correlation``, on the host or on the GPU.
 
     Parameters
     ----------
@@ -172,52 +142,78 @@ def phase_correlation(
     (array([ 3., -5.]), 1.0)
     """
     _check_pair(fixed, moving)
-    _, _, (fixed, moving) = _backend(fixed, moving)
-    shift, error = _cross_correlate(
-        _whitened_spectrum(fixed, band), _whitened_spectrum(moving, band), upsample
+    xp = array_module(fixed)
+    fixed_spectrum = _whitened_spectrum(fixed, band)
+    moving_spectrum = _whitened_spectrum(xp.asarray(moving), band)
+    product = fixed_spectrum * moving_spectrum.conj()
+    shift = _refined_shift(product, upsample)
+    # |correlation at the shift| over the spectra's norms: scikit-image's invariant error is
+    # sqrt(1 - peak^2) (Fienup, 1997)
+    powers = [(xp.abs(spectrum) ** 2).sum() for spectrum in (fixed_spectrum, moving_spectrum)]
+    norm = math.sqrt(float(powers[0] * powers[1]))
+    value = float(xp.abs(_dft_surface(product, shift[:1], shift[1:]))[0, 0])
+    return shift, value / norm if norm > 0 else 0.0
+
+
+@functools.lru_cache(maxsize=64)
+def _frequencies(n: int, device: int | None) -> Any:
+    """``fftfreq(n)`` on the host or, when ``device`` is not None, on that GPU (asked for at
+    every step of every pair's refinement, so kept)."""
+    if device is None:
+        return np.fft.fftfreq(n)
+    import cupy
+
+    with cupy.cuda.Device(device):
+        return cupy.fft.fftfreq(n)
+
+
+def _dft_surface(product: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
+    """The inverse DFT of ``product`` (unnormalized) at the positions ``rows`` x ``cols``, in
+    pixels and fractions of pixels: the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett.
+    33, 2008)."""
+    xp = array_module(product)
+    row_kernel, col_kernel = (
+        xp.exp(2j * np.pi * xp.asarray(positions)[:, None] * _frequencies(n, _device(xp))[None, :])
+        for positions, n in zip((rows, cols), product.shape, strict=True)
     )
-    # For spectra of unit mean power, the invariant error is sqrt(1 - |peak|^2) (Fienup, 1997).
-    peak = math.sqrt(max(0.0, 1.0 - error * error)) if math.isfinite(error) else 0.0
-    return shift, peak
+    return row_kernel @ product @ col_kernel.T
 
 
-def _cross_correlate(fixed: Any, moving: Any, upsample: int) -> tuple[np.ndarray, float]:
-    """``phase_cross_correlation`` (scikit-image or cuCIM) of two whitened spectra: the shift
-    and the invariant error."""
-    _, cross_correlation, _ = _backend(fixed)
-    with warnings.catch_warnings():
-        # A flat image (a tile without tissue) has no spectrum: its peak is reported as 0.
-        warnings.filterwarnings("ignore", "Could not determine RMS error", UserWarning)
-        shift, error, _ = cross_correlation(
-            fixed, moving, upsample_factor=upsample, space="fourier", normalization=None
-        )
-    return np.array([float(value) for value in shift]), float(error)
+def _dft_peak(
+    product: Any, center: np.ndarray, upsample: int, half_width: int, magnitude: bool
+) -> np.ndarray:
+    """Position of the highest sample, of its magnitude or of its real part, of the inverse DFT
+    of ``product`` on the grid of ``1 / upsample`` pixel within ``half_width`` samples of
+    ``center``."""
+    xp = array_module(product)
+    offsets = np.arange(-half_width, half_width + 1) / upsample
+    surface = _dft_surface(product, center[0] + offsets, center[1] + offsets)
+    surface = xp.abs(surface) if magnitude else surface.real
+    index = np.unravel_index(int(surface.argmax()), surface.shape)
+    return center + (np.array(index, dtype=np.float64) - half_width) / upsample
 
 
-def _refined_shift(fixed: Any, moving: Any, upsample: int) -> np.ndarray:
-    """Shift between two whitened spectra to ``1 / upsample`` pixel: ``phase_cross_correlation``
-    to 1/10 pixel, then the inverse DFT of their product within 1/10 pixel of it, in
-    ``1 / upsample`` steps (21 x 21 samples at 100; the matrix-multiply DFT of Guizar-Sicairos et
-    al., Opt. Lett. 33, 2008).
+def _refined_shift(product: Any, upsample: int) -> np.ndarray:
+    """Shift to ``1 / upsample`` pixel from the product of two whitened spectra (the first times
+    the second's conjugate): the integer peak of their correlation, then the inverse DFT within
+    0.7 pixel of it in 1/10 pixel steps (the 15 x 15 samples of scikit-image's
+    ``phase_cross_correlation`` at 10) and within 1/10 pixel of that in ``1 / upsample`` steps
+    (21 x 21 samples at 100).
 
     scikit-image's refinement samples 1.5 pixels at ``1 / upsample``, 150 x 150 samples at 100:
     called for every iteration of every pair, that made the layout estimate slower, and its
     matrix products are large enough to start BLAS threads, which on a busy machine cost more.
     """
+    xp = array_module(product)
+    shape = np.array(product.shape)
+    index = np.array(np.unravel_index(int(xp.abs(xp.fft.ifft2(product)).argmax()), product.shape))
+    shift = np.where(index > shape // 2, index - shape, index).astype(np.float64)
     coarse = min(_COARSE_UPSAMPLE, upsample)
-    shift, _ = _cross_correlate(fixed, moving, coarse)
-    if coarse == upsample:
-        return shift
-    xp = array_module(fixed)
-    half_width = math.ceil(upsample / coarse)
-    offsets = xp.arange(-half_width, half_width + 1, dtype=xp.float64) / upsample
-    kernels = [
-        xp.exp(2j * np.pi * (float(shift[axis]) + offsets)[:, None] * xp.fft.fftfreq(n)[None, :])
-        for axis, n in enumerate(fixed.shape)
-    ]
-    surface = (kernels[0] @ (fixed * moving.conj()) @ kernels[1].T).real
-    index = np.unravel_index(int(surface.argmax()), surface.shape)
-    return shift + (np.array(index, dtype=np.float64) - half_width) / upsample
+    if coarse > 1:
+        shift = _dft_peak(product, shift, coarse, math.ceil(1.5 * coarse) // 2, magnitude=True)
+    if coarse < upsample:
+        shift = _dft_peak(product, shift, upsample, math.ceil(upsample / coarse), magnitude=False)
+    return shift
 
 
 def _overlap_views(a: Any, b: Any, displacement: Sequence[int]) -> tuple[Any, Any]:
@@ -288,11 +284,11 @@ def measure_pair(
     (array([ 0., 48.]), 1.0)
     """
     _check_pair(a, b)
-    xp, _, (a, b) = _backend(a, b)
+    xp = array_module(a)
     a = a.astype(xp.float64)
-    b = b.astype(xp.float64)
+    b = xp.asarray(b).astype(xp.float64)
     shape = np.array(a.shape)
-    # scikit-image and cuCIM return only the highest peak; a background tile's vignetting or a
+    # phase_cross_correlation returns only the highest peak; a background tile's vignetting or a
     # repeated structure can outrank the true one, so the candidates come from several.
     product = _whitened_spectrum(a, band) * _whitened_spectrum(b, band).conj()
     correlation = xp.fft.ifft2(product).real
@@ -375,7 +371,7 @@ def _subpixel(
             else block
         )
         moving_spectrum = _whitened_spectrum(shifted[inner][crop], band)
-        residual = _refined_shift(fixed_spectrum, moving_spectrum, upsample)
+        residual = _refined_shift(fixed_spectrum * moving_spectrum.conj(), upsample)
         fraction += residual
         if np.abs(residual).max() < 0.5 / upsample:
             break
@@ -429,7 +425,6 @@ def estimate_transform(
     from tqdm import tqdm
 
     h, w = parse_tile_shape(tile_shape)
-    _, _, (aip_grid,) = _backend(aip_grid)  # to the host once when cuCIM is missing
     if aip_grid.ndim != 2 or aip_grid.shape[0] % h or aip_grid.shape[1] % w:
         raise LinumpyError(
             f"a mosaic grid projection of shape {aip_grid.shape} is not a grid of {h}x{w} tiles"
