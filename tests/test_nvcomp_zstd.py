@@ -672,10 +672,11 @@ def test_prepared_and_raw_chunks_decode_in_one_call(
 def test_xxh64_kernel_matches_zstd_checksums(cp: object) -> None:
     import cupy
 
-    from linumpy.gpu._xxhash import xxh64_batch
+    from linumpy.gpu._xxhash import TILED_BYTES, xxh64_batch
 
     rng = np.random.default_rng(12)
-    sizes = [0, 1, 3, 4, 7, 8, 31, 32, 33, 63, 64, 100, 4096, 100_003, 4 * 2**20 + 5]
+    sizes = [0, 1, 3, 4, 7, 8, 31, 32, 33, 63, 64, 100, 4096, 100_003, 8192 + 40]
+    sizes += [TILED_BYTES - 1, TILED_BYTES + 7, 4 * 2**20 + 5]
     pieces = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
     offsets, total = _layout(sizes)
     host = np.zeros(total, dtype=np.uint8)
@@ -688,6 +689,13 @@ def test_xxh64_kernel_matches_zstd_checksums(cp: object) -> None:
         frame = Zstd(level=1, checksum=True).encode(piece)
         assert int(digest) & 0xFFFFFFFF == zstd.inspect_chunk(frame, key="x").checksum
     assert int(hashes[0]) == 0xEF46DB3751D8E999  # XXH64 of no bytes, seed 0
+    # below TILED_BYTES the other kernel hashes them: the same digests
+    small = [i for i, n in enumerate(sizes) if n < TILED_BYTES]
+    alone = xxh64_batch(
+        cupy.asarray(host), [offsets[i] for i in small], [sizes[i] for i in small], stream=stream
+    )
+    stream.synchronize()
+    np.testing.assert_array_equal(alone.get(), hashes.get()[small])
     with pytest.raises(ValueError, match="multiple of 8"):
         xxh64_batch(cupy.asarray(host), [4], [8], stream=stream)
 

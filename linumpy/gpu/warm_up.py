@@ -69,7 +69,8 @@ def _load_libraries_and_kernels() -> None:
     for word in (2, 4):  # uint16 volumes and float32 images
         _scatter_kernel(3, word, False)
     _guard_kernel()
-    xxh64_kernel()
+    xxh64_kernel("xxh64_lanes")
+    xxh64_kernel("xxh64_tiled")
     # cupy's own kernels: its first of a kind runs NVRTC once for its compiler options
     plane = cupy.zeros((2, 2), dtype=cupy.uint16)
     plane.astype(cupy.float32).sum(axis=0)
