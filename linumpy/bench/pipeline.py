@@ -53,6 +53,29 @@ def gpu_reason() -> str | None:
     return gpu_unavailable_reason()
 
 
+def run_labels(command: str, on_gpu: bool, first_done: set[str]) -> list[str]:
+    """The runs of ``command`` on a mosaic, in order; the last (``"warm"``) is the one reported.
+
+    On the GPU, a command's first run (``"first"``, its kernel caches empty, reported apart) or,
+    on every later mosaic, one that compiles the kernels its shapes need (``"mosaic first"``:
+    cupy compiles some kernels per array shape) comes before it. ``first_done`` holds the
+    commands that had their first run, and gains ``command``.
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import run_labels
+    >>> done = set()
+    >>> run_labels("aip", True, done), run_labels("aip", True, done), run_labels("aip", False, done)
+    (['first', 'warm'], ['mosaic first', 'warm'], ['warm'])
+    """
+    if not on_gpu:
+        return ["warm"]
+    if command in first_done:
+        return ["mosaic first", "warm"]
+    first_done.add(command)
+    return ["first", "warm"]
+
+
 def _describe_layout(path: Path, tile: tuple[int, int, int]) -> tuple[str, dict[str, Any]]:
     from linumpy.io import open_array
 
@@ -331,10 +354,7 @@ def run_pipeline_benchmark(
                     out = data / f"out-{command}-{'gpu' if on_gpu else 'cpu'}"
                     out.mkdir(exist_ok=True)
                     outs[command, on_gpu] = out
-                    runs = ["warm"]
-                    if on_gpu and command not in first_done:
-                        runs.insert(0, "first")
-                        first_done.add(command)
+                    runs = run_labels(command, on_gpu, first_done)
                     for run in runs:
                         done = _run_command(
                             command,

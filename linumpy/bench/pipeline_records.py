@@ -139,7 +139,9 @@ class PipelineConfig:
 class CommandRun:
     """One command run: its wall time (process start to exit) and its ``-v`` phases.
 
-    ``run`` is ``"first"`` for a command's first GPU run (empty kernel cache), else ``"warm"``.
+    ``run`` is ``"first"`` for a command's first GPU run (empty kernel cache), ``"mosaic first"``
+    for its first GPU run on each later mosaic (the kernels of that mosaic's shapes compiled),
+    else ``"warm"`` (:func:`linumpy.bench.pipeline.run_labels`).
 
     Examples
     --------
