@@ -262,6 +262,36 @@ def test_measure_pair_equals_skimage_on_demo_overlaps(demo, displacement) -> Non
     np.testing.assert_allclose(coarse + residual, measured, atol=0.35)
 
 
+def test_registration_in_threads_equals_one_thread(demo) -> None:
+    aip = demo.mosaic.mean(axis=0)
+    _, alone = estimate_transform(aip, (64, 64), threads=1)
+    _, threaded = estimate_transform(aip, (64, 64), threads=3)
+    assert threaded == alone
+
+
+def test_an_interrupted_registration_cancels_the_pairs_not_begun() -> None:
+    import threading
+    import time
+
+    from linumpy.mosaic.registration import _in_threads
+
+    started = []
+    lock = threading.Lock()
+
+    def measure(item: int) -> int:
+        with lock:
+            started.append(item)
+        if item == 2:
+            raise KeyboardInterrupt
+        time.sleep(0.01)
+        return item
+
+    with pytest.raises(KeyboardInterrupt):
+        _in_threads(measure, list(range(200)), 2, lambda: None)
+    assert 2 in started and len(started) < 50
+    assert _in_threads(measure, [0, 1, 3], 2, lambda: None) == [0, 1, 3]
+
+
 @pytest.mark.parametrize(("start", "stop", "size"), [(0, 13, 64), (51, 64, 64), (3, 125, 128)])
 def test_resample_span_covers_the_overlap_with_a_margin(start, stop, size) -> None:
     from linumpy.mosaic.registration import _RESAMPLE_MARGIN, _RESAMPLE_STEP, _resample_span

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from linumpy.mosaic.transform import (
     fit_transform,
     parse_tile_shape,
 )
+from linumpy.settings import available_cpus
 
 __all__ = [
     "PairMeasurement",
@@ -312,6 +314,36 @@ def measure_pair(
     return coarse + _subpixel(a, b, coarse, upsample, band), score
 
 
+def _in_threads(
+    function: Callable[[Any], PairMeasurement],
+    items: Sequence[Any],
+    threads: int,
+    done: Callable[[], Any],
+) -> list[PairMeasurement]:
+    """``function`` of every item, in order, from a pool of ``threads`` (or this thread alone);
+    ``done`` after each.
+
+    BLAS is held to one thread meanwhile: the refinement's small matrix products would start
+    BLAS threads of their own in every pool thread. An interruption cancels the items not begun.
+    """
+    threads = min(threads, len(items))
+    if threads < 2:
+        return [_then(function(item), done) for item in items]
+    from threadpoolctl import threadpool_limits
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="linumpy-registration")
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return [_then(result, done) for result in pool.map(function, items)]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _then(result: PairMeasurement, done: Callable[[], Any]) -> PairMeasurement:
+    done()
+    return result
+
+
 def _fft_length(n: int) -> int:
     """``n`` rounded down to a multiple of 16 when that keeps more than 7/8 of it."""
     return n if n < 128 else n // 16 * 16
@@ -387,8 +419,12 @@ def estimate_transform(
     min_overlap: float = 0.05,
     upsample: int = 100,
     progress: bool = False,
+    threads: int | None = None,
 ) -> tuple[TileTransform, list[PairMeasurement]]:
     """Estimate the tile layout of a mosaic grid from its 2D projection.
+
+    On the CPU the pairs are registered in ``threads`` threads (numpy's FFTs and scipy's
+    resampling release the GIL), with one BLAS thread each; on the GPU one after another.
 
     Parameters
     ----------
@@ -401,6 +437,8 @@ def estimate_transform(
         See :func:`fit_transform` and :func:`measure_pair`.
     progress
         Show a progress bar over the tile pairs.
+    threads
+        Pairs registered at once on the CPU; the CPUs available to the process by default.
 
     Returns
     -------
@@ -441,12 +479,18 @@ def estimate_transform(
     def tile(index: tuple[int, int]) -> Any:
         return aip_grid[index[0] * h : (index[0] + 1) * h, index[1] * w : (index[1] + 1) * w]
 
-    measurements = []
-    for first, second in tqdm(pairs, desc="tile pairs", unit="pair", disable=not progress):
+    def measure(pair: tuple[tuple[int, int], tuple[int, int]]) -> PairMeasurement:
+        first, second = pair
         axis = 0 if second[0] != first[0] else 1
         displacement, score = measure_pair(
             tile(first), tile(second), min_overlap=min_overlap, upsample=upsample, axis=axis
         )
-        measurements.append(PairMeasurement(first, second, tuple(displacement.tolist()), score))
+        return PairMeasurement(first, second, tuple(displacement.tolist()), score)
+
+    threads = available_cpus() if threads is None else threads
+    if array_module(aip_grid) is not np:
+        threads = 1  # cupy's calls hold the GIL between short kernels: no gain in threads
+    with tqdm(total=len(pairs), desc="tile pairs", unit="pair", disable=not progress) as bar:
+        measurements = _in_threads(measure, pairs, threads, bar.update)
     transform = fit_transform(measurements, (h, w), grid_shape, min_score=min_score)
     return transform, measurements
