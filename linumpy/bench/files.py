@@ -20,6 +20,7 @@ import zarr
 from zarr.storage import LocalStore
 
 from linumpy.errors import BenchInputError
+from linumpy.settings import available_cpus
 
 __all__ = [
     "BenchInputError",
@@ -37,18 +38,6 @@ __all__ = [
 ALIGN = 4096
 #: Shard index entry of an inner chunk that is not stored.
 _MISSING = 2**64 - 1
-
-
-def available_cpus() -> int:
-    """The number of CPUs this process may run on.
-
-    Examples
-    --------
-    >>> from linumpy.bench import available_cpus
-    >>> available_cpus() >= 1
-    True
-    """
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def array_directory(array: zarr.Array) -> Path:

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from dask.utils import format_bytes
@@ -12,12 +11,9 @@ from dask.utils import format_bytes
 from linumpy.parallel import block_sizes
 from linumpy.parallel.gpu_devices import device_memory
 from linumpy.parallel.progress import compute_with_bar
+from linumpy.settings import available_cpus
 
 __all__ = ["Cluster"]
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class Cluster:
@@ -68,7 +64,7 @@ class Cluster:
         self._device_bytes = device_bytes
         self._threads_given = threads is not None
         if threads is None:
-            threads = _cpu_count() if client is None else _worker_threads(client)
+            threads = available_cpus() if client is None else _worker_threads(client)
         self.max_threads = max(1, int(threads))
         #: Tasks one worker runs at once in the current job (local threads: at most
         #: ``max_threads``, fewer when the memory limit needs it).
