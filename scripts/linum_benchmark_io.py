@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from linumpy import settings
 from linumpy.bench import BenchConfig, BenchResult, Layout, run_benchmark
 from linumpy.bench.report import (
     bar_chart,
@@ -198,7 +199,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> BenchC
     return BenchConfig(
         shape=shape,
         dtype=dtype.name,
-        zstd_level=args.zstd_level,
+        zstd_level=settings.get().zstd_level if args.zstd_level is None else args.zstd_level,
         layouts=_layouts(args, len(shape)),
         input=args.input,
         gpu=gpu,

@@ -34,6 +34,7 @@ GOOD = {
     "nvcomp_batch_size": ("64", 64),
     "nvcomp_concurrency": ("48", 48),
     "write_checksum": ("off", False),
+    "zstd_level": ("7", 7),
     "durable": ("0", False),
     "metadata_cache": ("off", False),
     "chunk_bytes": ("512", 512 * 1024),
@@ -57,6 +58,7 @@ BAD = {
     "nvcomp_batch_size": ["0", "1e3"],
     "nvcomp_concurrency": ["-5", "many"],
     "write_checksum": ["maybe", "2", ""],
+    "zstd_level": ["0", "23", "-1", "fast", ""],
     "durable": ["sometimes", ""],
     "metadata_cache": ["maybe"],
     "chunk_bytes": ["0", "1MiB", "-4"],
@@ -81,6 +83,7 @@ BAD_VALUES = {
     "nvcomp_batch_size": [0, False],
     "nvcomp_concurrency": [0, 3.0],
     "write_checksum": [1, "yes", None],
+    "zstd_level": [0, 23, 2.0, True, "3"],
     "durable": [0, "no"],
     "metadata_cache": [1, "yes"],
     "chunk_bytes": [0, 1.5, "1024"],
@@ -117,6 +120,7 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
     assert defaults.gpu_chunk_bytes == 16 * MIB
     assert (defaults.nvcomp_batch_size, defaults.nvcomp_concurrency) == (1024, 32)
     assert defaults.write_checksum is True
+    assert defaults.zstd_level == 2
     assert Settings.from_env() == defaults == settings.get()
 
 

@@ -502,3 +502,30 @@ def test_gpu_written_checksums_read_back_by_the_cpu_and_zarr(tmp_path: Path, sha
         # input is undefined (on the H200 it faulted); libzstd rejects it (GPU guide).
         with pytest.raises(ChunkDecodeError):
             read_volume(path, gpu=True, settings={"gpu_cpu_share": 1})
+
+
+@pytest.mark.parametrize("ngff_version", ["0.5", "0.4"])
+def test_writers_compress_at_the_zstd_level_setting(tmp_path: Path, ngff_version: str) -> None:
+    volume = np.arange(4 * 8 * 8, dtype=np.uint16).reshape(4, 8, 8)
+
+    def stored_level(path: Path) -> int:
+        array = zarr.open_group(path, mode="r")["0"]
+        codec = array.compressors[0]
+        return codec.level
+
+    save_omezarr(volume, tmp_path / "a.ome.zarr", voxel_size=(1, 1, 1), ngff_version=ngff_version)
+    assert stored_level(tmp_path / "a.ome.zarr") == 2
+    with settings.set(zstd_level=7):
+        save_omezarr(
+            volume, tmp_path / "b.ome.zarr", voxel_size=(1, 1, 1), ngff_version=ngff_version
+        )
+        save_omezarr(
+            volume,
+            tmp_path / "c.ome.zarr",
+            voxel_size=(1, 1, 1),
+            ngff_version=ngff_version,
+            level=4,
+        )
+    assert stored_level(tmp_path / "b.ome.zarr") == 7
+    assert stored_level(tmp_path / "c.ome.zarr") == 4
+    np.testing.assert_array_equal(read_volume(tmp_path / "b.ome.zarr"), volume)

@@ -20,13 +20,11 @@ import zarr
 from zarr.storage import LocalStore
 
 from linumpy.errors import BenchInputError
-from linumpy.settings import available_cpus
 
 __all__ = [
     "BenchInputError",
     "StoredFiles",
     "array_directory",
-    "available_cpus",
     "drop_page_cache",
     "in_threads",
     "read_files",

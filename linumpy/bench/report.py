@@ -94,7 +94,7 @@ def header(result: BenchResult) -> list[str]:
     >>> from linumpy.bench.report import header
     >>> result = BenchResult(BenchConfig(gpu=False), {"cpus": "2"}, (8, 8, 8), "uint16")
     >>> header(result)[0]
-    'Volume (8, 8, 8) uint16 (0.0 MiB), zstd level 3.'
+    'Volume (8, 8, 8) uint16 (0.0 MiB), zstd level 2.'
     """
     config = result.config
     lines = [

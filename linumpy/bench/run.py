@@ -23,11 +23,12 @@ from linumpy.bench.ceilings import (
     gpu_ceilings,
     host_buffer,
 )
-from linumpy.bench.files import BenchInputError, array_directory, available_cpus, stored_files
+from linumpy.bench.files import BenchInputError, array_directory, stored_files
 from linumpy.bench.rows import Layout, cpu_read_rows, gpu_read_rows, write_rows
 from linumpy.bench.timing import Row, Timer
 from linumpy.bench.volume import oct_volume
 from linumpy.io import open_array, read_volume
+from linumpy.settings import DEFAULT_ZSTD_LEVEL, available_cpus
 
 __all__ = ["BenchConfig", "BenchResult", "run_benchmark"]
 
@@ -47,7 +48,8 @@ class BenchConfig:
     Attributes
     ----------
     shape, dtype, zstd_level
-        The generated volume and its compression (ignored with ``input``).
+        The generated volume and its compression, by default at the level linumpy writes at
+        (ignored with ``input``).
     layouts
         The layouts to write the volume in and measure (ignored with ``input``).
     input
@@ -80,7 +82,7 @@ class BenchConfig:
 
     shape: tuple[int, ...] = (512, 1024, 1024)
     dtype: str = "uint16"
-    zstd_level: int = 3
+    zstd_level: int = DEFAULT_ZSTD_LEVEL
     layouts: tuple[Layout, ...] = _DEFAULT_LAYOUTS
     input: Path | None = None
     gpu: bool = True

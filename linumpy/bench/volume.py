@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy.bench.files import available_cpus
+from linumpy.settings import available_cpus
 
 __all__ = ["oct_volume"]
 

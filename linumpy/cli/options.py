@@ -10,6 +10,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from linumpy.settings import DEFAULT_ZSTD_LEVEL, ZSTD_LEVELS
+
 __all__ = [
     "ZSTD_LEVELS",
     "add_layout_args",
@@ -21,7 +23,6 @@ __all__ = [
 ]
 
 #: The zstd compression levels the scripts accept (zstd's fast negative levels are left out).
-ZSTD_LEVELS = (1, 22)
 
 
 def number(
@@ -83,8 +84,9 @@ def positive_int(text: str) -> int:
     return _positive_int(text)
 
 
-def add_zstd_level_arg(parser: argparse.ArgumentParser, default: int = 3) -> None:
-    """Add ``--zstd-level`` (1 to 22), with ``--level``, its old name, kept as an alias.
+def add_zstd_level_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--zstd-level`` (1 to 22), with ``--level``, its old name, kept as an alias; without
+    it, None: the writers' ``zstd_level`` setting (``LINUMPY_ZSTD_LEVEL``, 2 by default).
 
     Examples
     --------
@@ -94,7 +96,7 @@ def add_zstd_level_arg(parser: argparse.ArgumentParser, default: int = 3) -> Non
     >>> add_zstd_level_arg(parser)
     >>> for argv in ([], ["--zstd-level", "9"], ["--level", "5"]):
     ...     print(parser.parse_args(argv).zstd_level)
-    3
+    None
     9
     5
     """
@@ -103,9 +105,10 @@ def add_zstd_level_arg(parser: argparse.ArgumentParser, default: int = 3) -> Non
         "--level",
         dest="zstd_level",
         type=number(int, *ZSTD_LEVELS),
-        default=default,
+        default=None,
         metavar="N",
-        help="zstd compression level, 1 to 22 (--level: its old name, deprecated) [%(default)s].",
+        help=f"zstd compression level, 1 to 22 (--level: its old name, deprecated) "
+        f"[{DEFAULT_ZSTD_LEVEL}, or LINUMPY_ZSTD_LEVEL].",
     )
 
 

@@ -204,7 +204,7 @@ def rechunk(
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
     ngff_version: NgffVersion = "0.5",
-    level: int = 3,
+    level: int | None = None,
     checksum: bool | None = None,
     gpu: bool = False,
     overwrite: bool = False,
@@ -284,6 +284,7 @@ def rechunk(
         raise LinumpyError(f"{source}: not a zarr array or group ({exc})") from None
     cluster = cluster or Cluster()
     checksum = settings.get().write_checksum if checksum is None else bool(checksum)
+    level = settings.get().zstd_level if level is None else level
     zarr_format = 3 if version == "0.5" else 2
     written: dict[str, Any] = {}
     nbytes = 0

@@ -31,7 +31,7 @@ def save_omezarr(
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
     n_levels: int = 1,
-    level: int = 3,
+    level: int | None = None,
     overwrite: bool = False,
     ngff_version: NgffVersion = "0.5",
     unit: str = "micrometer",

@@ -182,7 +182,7 @@ class OmeZarrWriter:
         chunks: Sequence[int] | None = None,
         shards: ShardsArg = "auto",
         n_levels: int = 1,
-        level: int = 3,
+        level: int | None = None,
         overwrite: bool = False,
         ngff_version: NgffVersion = "0.5",
         unit: str = "micrometer",
@@ -208,6 +208,7 @@ class OmeZarrWriter:
         self.voxel_size = parse_voxel_size(voxel_size, len(self.shape))
         self.axes = make_axes(len(self.shape), axes, unit)
         self.checksum = settings.get().write_checksum if checksum is None else bool(checksum)
+        level = settings.get().zstd_level if level is None else level
         space = [i for i, axis in enumerate(self.axes) if axis.type == "space"]
         auto_shards = isinstance(shards, str)
         chunks, shards = default_layout(

@@ -165,7 +165,7 @@ def convert_to_omezarr(
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
     n_levels: int = 1,
-    level: int = 3,
+    level: int | None = None,
     ngff_version: NgffVersion = "0.5",
     gpu: bool = False,
     overwrite: bool = False,

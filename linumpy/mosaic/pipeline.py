@@ -340,7 +340,7 @@ def stitch_omezarr(
     n_levels: int = 3,
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
-    level: int = 3,
+    level: int | None = None,
     slab_depth: int | None = None,
     overwrite: bool = False,
     progress: bool = False,
