@@ -41,10 +41,10 @@ from linumpy.io.engine.fetch import (
     MERGE_GAP,
     align_up,
     chunk_sizes,
-    kvikio_unusable_reason,
     layout_group,
     read_group,
 )
+from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason
 from linumpy.io.engine.keys import chunk_keys
 from linumpy.io.engine.plan import ReadPlan, plan_read
 from linumpy.io.engine.run import Fetched, Stats, make_groups, run

@@ -33,7 +33,7 @@ GPU_LIBRARIES = ("cupy", "cupyx", "nvidia", "kvikio", "cucim", "dask_cuda", "rmm
 #: probe that says whether the GPU path can run and the report of the versions in use.
 LIBRARY_HOMES = {
     "nvidia": {"linumpy.gpu.nvcomp", "linumpy.gpu.availability", "linumpy.gpu.zarr_context"},
-    "kvikio": {"linumpy.io.engine.fetch", "linumpy.gpu.zarr_context"},
+    "kvikio": {"linumpy.io.engine.fetch_kvikio", "linumpy.gpu.zarr_context"},
 }
 #: The one module of the engine that reaches the GPU: write_array hands cupy data to nvCOMP.
 ENGINE_GPU_ENTRY = "linumpy.io.engine.write"

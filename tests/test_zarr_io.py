@@ -40,7 +40,8 @@ from linumpy.gpu.zarr_io import (
 )
 from linumpy.io import read_volume
 from linumpy.io.engine.codecs.zstd import FRAME_GPU, check_frames
-from linumpy.io.engine.fetch import ALIGN, align_up, chunk_sizes, kvikio_unusable_reason
+from linumpy.io.engine.fetch import ALIGN, align_up, chunk_sizes
+from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason
 from linumpy.io.engine.plan import plan_read
 from linumpy.settings import Settings
 

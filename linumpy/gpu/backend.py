@@ -39,7 +39,8 @@ from linumpy.gpu.read_checks import ReadChecks
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
 from linumpy.io.engine.codecs import zstd
 from linumpy.io.engine.codecs.zstd import FRAME_CHECKSUM, FRAME_NEEDS_CHECK
-from linumpy.io.engine.fetch import ALIGN, align_up, kvikio_unusable_reason, use_kvikio_threads
+from linumpy.io.engine.fetch import ALIGN, align_up
+from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason, use_kvikio_threads
 from linumpy.io.engine.plan import ReadPlan
 from linumpy.io.engine.run import Fetched, Group
 from linumpy.settings import Settings

@@ -15,7 +15,7 @@ import zarr
 
 from linumpy.errors import GPUUnavailableError
 from linumpy.gpu.availability import gpu_unavailable_reason, require_gpu
-from linumpy.io.engine.fetch import kvikio_unusable_reason
+from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason
 from linumpy.io.engine.memory import format_size
 
 __all__ = ["describe_gpu", "gpu_zarr_context"]

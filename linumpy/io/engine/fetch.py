@@ -5,7 +5,7 @@ groups of chunks read into one host buffer. A group's chunks are sorted by file 
 adjacent byte ranges of one file are merged into one read (the inner chunks of a shard are stored
 back to back, so a whole shard is one ``preadv``); each chunk's offset in the buffer follows. Two
 readers fill a buffer: a thread pool of ``os.preadv`` calls, or kvikio's ``CuFile.pread`` (its C++
-thread pool, no GIL) where kvikio can read files here.
+thread pool, no GIL) where kvikio can read files here (:mod:`linumpy.io.engine.fetch_kvikio`).
 
 Nothing here imports cupy or kvikio before a read asks for kvikio.
 """
@@ -15,11 +15,8 @@ from __future__ import annotations
 import functools
 import os
 import stat
-import tempfile
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, wait
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +24,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine.crc import crc32c as crc32c_of
+from linumpy.io.engine.fetch_kvikio import read_runs_kvikio
 
 __all__ = [
     "ALIGN",
@@ -34,11 +32,9 @@ __all__ = [
     "align_up",
     "chunk_sizes",
     "read_chunk_file",
-    "kvikio_unusable_reason",
     "layout_group",
     "read_group",
     "read_shard_index",
-    "use_kvikio_threads",
 ]
 
 #: Alignment of every run of chunks in staging buffers.
@@ -47,8 +43,6 @@ ALIGN = 16
 MERGE_GAP = 4096
 #: Smallest piece a long run is cut into for the ``pread`` reader's threads.
 PIECE_BYTES = 4 * 1024 * 1024
-#: Files kept open at once by the kvikio reader (unsharded arrays have one file per chunk).
-_KVIKIO_OPEN_FILES = 256
 EMPTY_INNER_CHUNK = 2**64 - 1
 SHARD_INDEX_ENTRY = np.dtype("<u8")
 
@@ -385,42 +379,6 @@ def _pread_runs(
             os.close(fd)
 
 
-def _kvikio_runs(
-    runs: Sequence[tuple[str, int, int, int, int]], buffer: np.ndarray, keys: Any
-) -> None:
-    import kvikio
-
-    for first_run in range(0, len(runs), _KVIKIO_OPEN_FILES):
-        window = runs[first_run : first_run + _KVIKIO_OPEN_FILES]
-        files: dict[str, Any] = {}
-        pending = []
-        waited = 0
-        try:
-            for run_path, start, nbytes, at, first in window:
-                handle = files.get(run_path)
-                if handle is None:
-                    try:
-                        handle = files[run_path] = kvikio.CuFile(run_path, "r")
-                    except (FileNotFoundError, RuntimeError) as exc:
-                        raise ChunkDecodeError(keys(first), f"cannot open: {exc}") from None
-                future = handle.pread(buffer[at : at + nbytes], nbytes, start)
-                pending.append((first, start, nbytes, future))
-            for first, start, nbytes, future in pending:
-                waited += 1  # a future can be waited for once, even when that raises
-                got = future.get()
-                if got != nbytes:
-                    raise ChunkDecodeError(
-                        keys(first), f"file ends after {got} of {nbytes} bytes at offset {start}"
-                    )
-        finally:
-            # Reads still in flight write into ``buffer``: let them finish before leaving.
-            for _, _, _, future in pending[waited:]:
-                with suppress(Exception):
-                    future.get()
-            for handle in files.values():
-                handle.close()
-
-
 def read_group(
     buffer: np.ndarray,
     layout: Layout,
@@ -463,7 +421,7 @@ def read_group(
     """
     runs = layout.runs
     if reader == "kvikio":
-        _kvikio_runs(runs, buffer, keys)
+        read_runs_kvikio(runs, buffer, keys)
         return
     if pool is not None and threads > 1:
         runs = _split_runs(runs, max(PIECE_BYTES, layout.nbytes // (4 * threads)))
@@ -482,56 +440,3 @@ def read_group(
     wait(futures)  # every part ends before an error leaves: they all write into ``buffer``
     for future in futures:
         future.result()
-
-
-@functools.cache
-def kvikio_unusable_reason() -> str | None:
-    """Say why kvikio cannot read files here, or None after a real ``CuFile.pread`` worked.
-
-    kvikio imports on machines without a GPU driver and only fails when it reads, so a small
-    temporary file is read once per process before kvikio is chosen.
-
-    Examples
-    --------
-    >>> reason = kvikio_unusable_reason()
-    >>> reason is None or isinstance(reason, str)
-    True
-    """
-    try:
-        import kvikio
-    except ImportError as exc:
-        return f"kvikio is not installed ({exc})"
-    payload = bytes(range(256)) * 16
-    try:
-        with tempfile.NamedTemporaryFile() as probe:
-            probe.write(payload)
-            probe.flush()
-            target = np.zeros(len(payload), dtype=np.uint8)
-            with kvikio.CuFile(probe.name, "r") as handle:
-                got = handle.pread(target, len(payload), 0).get()
-    except Exception as exc:  # kvikio raises RuntimeError and others when CUDA/cuFile is missing
-        return f"kvikio cannot read files here ({type(exc).__name__}: {exc})"
-    if got != len(payload) or target.tobytes() != payload:
-        return "kvikio's probe read returned wrong bytes"
-    return None
-
-
-_kvikio_threads_lock = threading.Lock()
-
-
-def use_kvikio_threads(threads: int) -> None:
-    """Give kvikio's thread pool ``threads`` threads (its default of 1 is several times slower).
-
-    An explicit ``KVIKIO_NTHREADS`` in the environment is the user's choice and is left alone.
-
-    Examples
-    --------
-    >>> use_kvikio_threads(16)  # doctest: +SKIP
-    """
-    if "KVIKIO_NTHREADS" in os.environ:
-        return
-    import kvikio.defaults
-
-    with _kvikio_threads_lock:
-        if kvikio.defaults.get("num_threads") != threads:
-            kvikio.defaults.set("num_threads", threads)
