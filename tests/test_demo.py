@@ -95,7 +95,7 @@ def test_large_grids_are_generated_in_slabs_of_planes(monkeypatch) -> None:
     from linumpy.mosaic import demo as demo_module
 
     whole = generate_demo_mosaic(grid_shape=(2, 2), tile_shape=(20, 32, 32), seed=4)
-    monkeypatch.setattr(demo_module, "SLAB_VOXELS", 3 * 60 * 60)  # a few planes per slab
+    monkeypatch.setattr(demo_module, "HOST_SLAB_VOXELS", 3 * 60 * 60)  # a few planes per slab
     slabs = generate_demo_mosaic(grid_shape=(2, 2), tile_shape=(20, 32, 32), seed=4)
     assert np.array_equal(slabs.tissue, whole.tissue)
     assert np.array_equal(slabs.tissue_fraction, whole.tissue_fraction)
@@ -171,3 +171,26 @@ def test_generation_on_the_gpu() -> None:
     assert demo.transform == cpu.transform  # the layout does not depend on the array module
     gpu_mean = float(demo.mosaic.mean())
     assert abs(gpu_mean - float(cpu.mosaic.mean())) < 0.1 * float(cpu.mosaic.mean())
+
+
+def test_a_grid_is_made_in_memory_bounded_by_its_slabs(monkeypatch) -> None:
+    """The host's slabs bound the temporaries: a grid made a few planes at a time, its tissue
+    not kept, peaks at a fraction of the memory of one made in one slab with its tissue."""
+    import tracemalloc
+
+    from linumpy.mosaic import demo as demo_module
+
+    def peak(**options) -> int:
+        tracemalloc.start()
+        try:
+            generate_demo_mosaic(grid_shape=(2, 2), tile_shape=(40, 64, 64), seed=2, **options)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    whole = peak()
+    monkeypatch.setattr(demo_module, "HOST_SLAB_VOXELS", 4 * 120 * 120)
+    slabs = peak(keep_tissue=False)
+    mosaic_bytes = 40 * 128 * 128 * 2
+    assert slabs < whole / 3, (slabs, whole)
+    assert slabs < 6 * mosaic_bytes, (slabs, mosaic_bytes)

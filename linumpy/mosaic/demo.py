@@ -42,7 +42,8 @@ class DemoMosaic:
     tissue
         ``(Z, H, W)`` float32 noise-free tissue intensity the tiles were cut from, in the
         coordinates of the stitched image (tile ``(r, c)`` starts at
-        ``transform.positions()[r, c]``).
+        ``transform.positions()[r, c]``); None where it was not kept (``keep_tissue``, and
+        :func:`make_demo_data`, for which it would be the largest array).
     transform
         The true tile layout.
     tissue_fraction
@@ -80,9 +81,12 @@ def _true_transform(
     return TileTransform(matrix.tolist(), (0.0, 0.0), tile_shape, grid_shape).normalized()
 
 
-#: Voxels of the tissue volume generated at once: larger grids are generated in slabs of
-#: planes (each of a few float32 temporaries this large), so an 8 GiB grid fits a GPU.
+#: Voxels of the tissue volume generated at once on the GPU: larger grids are generated in slabs
+#: of planes (each of a few float32 temporaries this large), so an 8 GiB grid fits a GPU.
 SLAB_VOXELS = 2**30
+#: The same on the host, where the temporaries of a slab of SLAB_VOXELS took 15.5 GB to make a
+#: 0.71 GiB grid: slabs of 128 MiB temporaries.
+HOST_SLAB_VOXELS = 2**25
 
 
 def _coarse_field(
@@ -192,6 +196,7 @@ def generate_demo_mosaic(
     rotation_deg: float = 1.5,
     seed: int = 0,
     xp: ModuleType = np,
+    keep_tissue: bool = True,
 ) -> DemoMosaic:
     """Generate a synthetic serial-OCT mosaic grid in memory.
 
@@ -209,6 +214,9 @@ def generate_demo_mosaic(
         Seed of every random choice: the same seed gives the same data.
     xp
         ``numpy`` (default) or ``cupy`` (generation on the GPU; the random draws then differ).
+    keep_tissue
+        Keep the noise-free tissue volume (:attr:`DemoMosaic.tissue`), about 1.5 times the
+        grid's bytes in float32; without it, the grid is made in less memory.
 
     Returns
     -------
@@ -235,7 +243,7 @@ def generate_demo_mosaic(
     positions = transform.positions()
     extent = np.ceil(positions.reshape(-1, 2).max(axis=0)).astype(int) + (h + 2, w + 2)
     model = _tissue(rng, (depth, int(extent[0]), int(extent[1])), xp)
-    tissue = xp.empty(model.shape, dtype=xp.float32)
+    tissue = xp.empty(model.shape, dtype=xp.float32) if keep_tissue else None
     mask = model.mask
 
     noise = xp.random.default_rng(seed)
@@ -245,10 +253,13 @@ def generate_demo_mosaic(
     vignetting = 1.0 - 0.12 * (yy**2 + xx**2)
     mosaic = xp.empty((depth, rows * h, cols * w), dtype=xp.uint16)
     tissue_fraction = np.zeros((rows, cols))
-    step = max(1, SLAB_VOXELS // int(extent[0] * extent[1]))
+    slab_voxels = HOST_SLAB_VOXELS if xp is np else SLAB_VOXELS
+    step = max(1, slab_voxels // int(extent[0] * extent[1]))
     for first in range(0, depth, step):
         last = min(depth, first + step)
-        slab = tissue[first:last] = model.planes(first, last, xp)
+        slab = model.planes(first, last, xp)
+        if tissue is not None:
+            tissue[first:last] = slab
         # Speckle: exponentially distributed intensity with a grain of about the optical
         # resolution (a few pixels), fixed by the tissue itself, so overlapping tiles see the
         # same speckle.
@@ -310,7 +321,7 @@ def make_demo_data(
     Returns
     -------
     DemoMosaic
-        What was written.
+        What was written (its ``tissue`` not kept: None).
 
     Examples
     --------
@@ -337,6 +348,7 @@ def make_demo_data(
         rotation_deg=rotation_deg,
         seed=seed,
         xp=xp,
+        keep_tissue=False,
     )
     chunks, shards = _demo_layout(demo.mosaic.shape, tile_shape, chunks, shards)
     writer = OmeZarrWriter(
