@@ -27,6 +27,7 @@ def test_the_commands_run_as_processes_and_their_phases_are_read(tmp_path: Path)
         ("estimate", "cpu", "warm"),
         ("stitch", "cpu", "warm"),
         ("aip", "cpu", "warm"),
+        ("job", "cpu", "warm"),
     ]
     for run in result.runs:
         assert run.ok, run.error
@@ -36,6 +37,7 @@ def test_the_commands_run_as_processes_and_their_phases_are_read(tmp_path: Path)
     stitch = result.runs[1]
     assert {"metadata", "level 0", "pyramid", "final swap", "other"} <= set(stitch.phases)
     assert "registration" in result.runs[0].phases
+    assert {"registration", "level 0", "pyramid"} <= set(result.runs[3].phases)
     (mosaic,) = result.mosaics
     assert mosaic["chunks"] == list(scaled(MOSAICS["6x6"], 0.05).tile) and not mosaic["shards"]
     assert result.reads[0].device == "cpu" and result.reads[0].gbps > 0
@@ -69,3 +71,10 @@ def test_the_command_skips_the_gpu_half_without_a_gpu(tmp_path: Path) -> None:
     assert (out / "benchmark_pipeline.png").stat().st_size > 1000
     again = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     assert again.returncode == 2 and "use -f" in again.stderr
+
+
+def test_the_command_line_offers_every_command_timed() -> None:
+    from linumpy.bench.pipeline_records import COMMANDS
+    from linumpy.scripts.linum_benchmark_pipeline import _COMMANDS
+
+    assert tuple(COMMANDS) == _COMMANDS

@@ -27,6 +27,7 @@ SCRIPTS = [
     "linum_stitch_3d",
     "linum_stitch_2d",
     "linum_convert_to_omezarr",
+    "linum_mosaic_pipeline",
 ]
 SMALL = ["--grid", "4", "5", "--tile-shape", "16", "64", "64"]
 
@@ -141,6 +142,33 @@ def test_small_pipeline_outputs(small) -> None:
         *(-(-n // 2) for n in stitched.shape[1:]),
     )
     _no_leftovers(small)
+
+
+def test_the_job_in_one_process_writes_what_the_commands_write(small, tmp_path, capsys) -> None:
+    out = tmp_path / "job"
+    run_script("linum_mosaic_pipeline", small / "mosaic.ome.zarr", out, "--n-levels", "2", "--png")
+    printed = capsys.readouterr().out
+    assert f"{out / 'stitched.ome.zarr'}: stitched 20 tiles" in printed
+    assert TileTransform.load(out / "transform.json") == TileTransform.load(small / "t.json")
+    for level in (0, 1):
+        np.testing.assert_array_equal(
+            read_omezarr(out / "stitched.ome.zarr", level)[0][...],
+            read_omezarr(small / "stitched.ome.zarr", level)[0][...],
+        )
+    stitched = read_volume(out / "stitched.ome.zarr")
+    np.testing.assert_allclose(
+        read_volume(out / "stitched_aip.ome.zarr"), stitched.mean(axis=0), rtol=1e-5, atol=1e-4
+    )
+    with Image.open(out / "stitched_aip.png") as png:
+        assert png.size == stitched.shape[:0:-1]
+    _no_leftovers(out)
+    error = run_failing("linum_mosaic_pipeline", capsys, small / "mosaic.ome.zarr", out)
+    assert "transform.json" in error and "-f" in error
+    run_script("linum_mosaic_pipeline", small / "mosaic.ome.zarr", out, "-f")
+    error = run_failing(
+        "linum_mosaic_pipeline", capsys, small / "mosaic_aip.ome.zarr", tmp_path / "two-d"
+    )
+    assert "3D mosaic grid" in error and "2D" in error
 
 
 @pytest.mark.parametrize(

@@ -172,6 +172,8 @@ def _command_args(command: str, path: Path, out: Path) -> list[str]:
         return [str(path), str(out / "transform.json")]
     if command == "stitch":
         return [str(path), str(truth), str(out / "stitched.ome.zarr")]
+    if command == "job":
+        return [str(path), str(out / "job")]
     return [str(path), str(out / "aip.ome.zarr")]
 
 

@@ -29,6 +29,8 @@ COMMANDS = {
     "estimate": ("linum-estimate-transform", "linum_estimate_transform"),
     "stitch": ("linum-stitch-3d", "linum_stitch_3d"),
     "aip": ("linum-aip", "linum_aip"),
+    # the estimate, the stitch and the projection of the stitched image in one process
+    "job": ("linum-mosaic-pipeline", "linum_mosaic_pipeline"),
 }
 #: The layouts each mosaic is written in: linumpy's default, and one zstd chunk per tile.
 LAYOUTS = ("default", "tile")

@@ -1,0 +1,162 @@
+"""A mosaic grid's whole job in one process: its tile layout, the 3-D stitch and its projection.
+
+The steps of ``linum-estimate-transform``, ``linum-stitch-3d`` and ``linum-aip``, one after the
+other: each separate command pays Python's start-up and imports and, on the GPU, the CUDA
+context, kernel loading and staging buffers, which one process pays once. Each output is written
+in a staging folder beside it and moved into place once complete
+(:func:`linumpy.io.staging.staged`), so an interrupted job leaves the outputs it finished and the
+previous versions of the others.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from linumpy.io.layout import ShardsArg
+from linumpy.io.reader import read_volume
+from linumpy.io.staging import staged
+from linumpy.mosaic.pipeline import (
+    estimate_transform_omezarr,
+    projection_omezarr,
+    save_png,
+    stitch_omezarr,
+)
+from linumpy.mosaic.stitch import Blending
+from linumpy.mosaic.transform import PairMeasurement, TileTransform
+from linumpy.parallel import Cluster
+
+__all__ = ["JobOutputs", "JobResult", "run_mosaic_job"]
+
+
+@dataclass(frozen=True)
+class JobOutputs:
+    """Where a mosaic job writes: the tile transform (JSON), the stitched image, its projection
+    and, optionally, an 8-bit PNG preview of the projection.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.job import JobOutputs
+    >>> outputs = JobOutputs.in_folder("out", png=True)
+    >>> [path.name for path in outputs.paths()]
+    ['transform.json', 'stitched.ome.zarr', 'stitched_aip.ome.zarr', 'stitched_aip.png']
+    """
+
+    transform: Path
+    stitched: Path
+    projection: Path
+    png: Path | None = None
+
+    @classmethod
+    def in_folder(cls, folder: str | os.PathLike[str], *, png: bool = False) -> JobOutputs:
+        """The outputs' usual names in ``folder`` (those of ``make demo``)."""
+        folder = Path(folder)
+        return cls(
+            folder / "transform.json",
+            folder / "stitched.ome.zarr",
+            folder / "stitched_aip.ome.zarr",
+            folder / "stitched_aip.png" if png else None,
+        )
+
+    def paths(self) -> list[Path]:
+        """Every output path, in the order they are written."""
+        return [self.transform, self.stitched, self.projection, *([self.png] if self.png else [])]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a mosaic job found and wrote: its outputs, the tile layout and the pairs it was fitted
+    to, and the projection's shape.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.job import JobOutputs, JobResult
+    >>> from linumpy.mosaic.transform import TileTransform
+    >>> layout = TileTransform(((60.0, 0.0), (0.0, 60.0)), (0.0, 0.0), (64, 64), (1, 2))
+    >>> JobResult(JobOutputs.in_folder("out"), layout, [], (64, 124)).projection_shape
+    (64, 124)
+    """
+
+    outputs: JobOutputs
+    transform: TileTransform
+    pairs: list[PairMeasurement]
+    projection_shape: tuple[int, ...]
+
+
+def run_mosaic_job(
+    source: str | os.PathLike[str],
+    outputs: JobOutputs,
+    *,
+    gpu: bool = False,
+    tile_shape: tuple[int, int] | None = None,
+    min_score: float = 0.3,
+    blending: Blending = "linear",
+    n_levels: int = 3,
+    chunks: tuple[int, ...] | None = None,
+    shards: ShardsArg = "auto",
+    level: int | None = None,
+    progress: bool = False,
+    cluster: Cluster | None = None,
+) -> JobResult:
+    """Estimate a 3-D mosaic grid's tile layout, stitch it and project the stitched image.
+
+    Parameters
+    ----------
+    source
+        3-D mosaic grid OME-Zarr image.
+    outputs
+        Where to write (existing outputs are replaced).
+    gpu
+        Run every step on the GPU.
+    tile_shape, min_score
+        As for :func:`linumpy.mosaic.pipeline.estimate_transform_omezarr`.
+    blending, n_levels, chunks, shards, level
+        As for :func:`linumpy.mosaic.pipeline.stitch_omezarr` (the stitched image).
+    progress
+        Show progress bars.
+    cluster
+        Where the stitch and the projection run; local threads by default.
+
+    Returns
+    -------
+    JobResult
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
+    >>> from linumpy.mosaic.job import JobOutputs, run_mosaic_job
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 3), tile_shape=(8, 64, 64))
+    >>> result = run_mosaic_job(folder + "/grid.ome.zarr", JobOutputs.in_folder(folder))
+    >>> result.transform.max_position_error(read_demo_truth(folder + "/grid.ome.zarr")) < 0.5
+    True
+    >>> result.projection_shape == read_volume(result.outputs.projection).shape
+    True
+    """
+    transform, pairs = estimate_transform_omezarr(
+        source, tile_shape=tile_shape, gpu=gpu, progress=progress, min_score=min_score
+    )
+    with staged(outputs.transform) as partial:
+        transform.save(partial)
+    common: dict[str, Any] = {"gpu": gpu, "progress": progress, "cluster": cluster}
+    with staged(outputs.stitched) as partial:
+        stitch_omezarr(
+            source,
+            partial,
+            transform,
+            blending=blending,
+            n_levels=n_levels,
+            chunks=chunks,
+            shards=shards,
+            level=level,
+            **common,
+        )
+    with staged(outputs.projection) as partial:
+        shape = projection_omezarr(outputs.stitched, partial, **common)
+        if outputs.png is not None:  # before the projection moves into place, as linum-aip
+            with staged(outputs.png) as partial_png:
+                save_png(read_volume(partial), partial_png)
+    return JobResult(outputs, transform, pairs, shape)

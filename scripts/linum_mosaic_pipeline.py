@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Run a mosaic grid's whole job in one process: its tile layout, the 3D stitch, the projection.
+
+The steps of linum-estimate-transform, linum-stitch-3d and linum-aip (on the stitched image), one
+after the other, into OUTPUT_DIR: transform.json, stitched.ome.zarr and stitched_aip.ome.zarr
+(and, with --png, stitched_aip.png). One process pays Python's start-up and imports, and with
+--use-gpu the CUDA context, kernels and staging buffers, once instead of three times. Each
+output is moved into place once complete: an interrupted run leaves the outputs it finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from linumpy import cli
+from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
+from linumpy.cli.options import (
+    add_layout_args,
+    add_zstd_level_arg,
+    layout_shards,
+    number,
+    positive_int,
+)
+
+
+def _build_arg_parser() -> cli.LinumArgumentParser:
+    parser = cli.build_parser(__doc__, prog="linum-mosaic-pipeline")
+    parser.add_argument("input", help="3D mosaic grid OME-Zarr image.")
+    parser.add_argument("output_dir", help="Folder of the outputs (created if missing).")
+    parser.add_argument(
+        "--tile-shape",
+        nargs=2,
+        type=positive_int,
+        metavar=("H", "W"),
+        help="Tile height and width in pixels (default: from the image).",
+    )
+    parser.add_argument(
+        "--min-score",
+        type=number(float, 0, 1),
+        default=0.3,
+        help="Smallest overlap correlation of a pair that is used [%(default)s].",
+    )
+    parser.add_argument(
+        "--blending",
+        choices=("none", "average", "linear"),
+        default="linear",
+        help="How overlapping tiles are combined [%(default)s].",
+    )
+    parser.add_argument(
+        "--n-levels",
+        type=positive_int,
+        default=3,
+        help="Pyramid levels of the stitched image [%(default)s].",
+    )
+    add_layout_args(
+        parser,
+        chunks_help="(Inner) chunk shape of the stitched image (default: about 1 MiB each).",
+        shards_help="Shard shape of the stitched image, a multiple of the chunks (default: "
+        "slabs of whole planes).",
+    )
+    add_zstd_level_arg(parser)
+    parser.add_argument(
+        "--png", action="store_true", help="Also write stitched_aip.png, an 8-bit preview."
+    )
+    cli.add_overwrite_arg(parser)
+    cli.add_verbose_arg(parser)
+    cli.add_gpu_arg(parser, "Read, register, stitch and encode")
+    add_cluster_args(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run ``linum-mosaic-pipeline`` with ``argv`` (the command line by default).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from linumpy.scripts.linum_mosaic_pipeline import main
+    >>> from linumpy.mosaic.demo import make_demo_data
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 3), tile_shape=(8, 64, 64))
+    >>> main([folder + "/grid.ome.zarr", folder + "/out"])  # doctest: +ELLIPSIS
+    /.../out/transform.json: matrix [...] from ... of 7 tile pairs
+    /.../out/stitched.ome.zarr: stitched 6 tiles (linear blending)
+    /.../out/stitched_aip.ome.zarr: projection (...) float32
+    """
+    parser = _build_arg_parser()
+    args = cli.parse_args(parser, argv)
+    cli.check_input(parser, args.input)
+    with cli.fail_on_errors(parser):
+        from linumpy.io import open_array
+        from linumpy.mosaic.job import JobOutputs, run_mosaic_job
+
+        outputs = JobOutputs.in_folder(args.output_dir, png=args.png)
+        try:
+            outputs.transform.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"{args.output_dir}: cannot create the output folder ({exc.strerror})")
+        for path, kind in zip(outputs.paths(), ("file", "directory", "directory", "file")):
+            cli.check_output(parser, path, args.overwrite, kind=kind)
+        ndim = open_array(args.input).ndim  # malformed metadata: an error naming its file first
+        if ndim != 3:
+            parser.error(f"{args.input}: a 3D mosaic grid is needed, this one is {ndim}D")
+        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
+        with cluster_from_args(args) as cluster:
+            result = run_mosaic_job(
+                args.input,
+                outputs,
+                gpu=gpu,
+                tile_shape=args.tile_shape,
+                min_score=args.min_score,
+                blending=args.blending,
+                n_levels=args.n_levels,
+                chunks=args.chunks,
+                shards=layout_shards(args),
+                level=args.zstd_level,
+                progress=True,
+                cluster=cluster,
+            )
+    used = sum(pair.score >= args.min_score for pair in result.pairs)
+    matrix = ", ".join(f"[{a:.3f}, {b:.3f}]" for a, b in result.transform.matrix)
+    print(f"{outputs.transform}: matrix [{matrix}] from {used} of {len(result.pairs)} tile pairs")
+    print(
+        f"{outputs.stitched}: stitched {result.transform.n_tiles} tiles ({args.blending} blending)"
+    )
+    preview = f", preview {outputs.png}" if outputs.png else ""
+    print(f"{outputs.projection}: projection {result.projection_shape} float32{preview}")
+
+
+if __name__ == "__main__":
+    main()
