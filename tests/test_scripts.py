@@ -395,6 +395,20 @@ def test_no_gpu_imports_and_no_cuda_context_without_the_flag(tmp_path) -> None:
 
 
 @pytest.mark.gpu
+def test_the_job_on_the_gpu_matches_the_commands_on_the_cpu(tmp_path, small) -> None:
+    run_script(
+        "linum_mosaic_pipeline", small / "mosaic.ome.zarr", tmp_path, "--n-levels", "2", "--use-gpu"
+    )
+    gpu_transform = TileTransform.load(tmp_path / "transform.json")
+    assert gpu_transform.max_position_error(TileTransform.load(small / "t.json")) < 0.05
+    stitched = read_volume(tmp_path / "stitched.ome.zarr")  # from the GPU's own layout
+    assert stitched.shape == read_volume(small / "stitched.ome.zarr").shape
+    np.testing.assert_allclose(
+        read_volume(tmp_path / "stitched_aip.ome.zarr"), stitched.mean(axis=0), rtol=1e-5
+    )
+
+
+@pytest.mark.gpu
 def test_gpu_runs_match_cpu(tmp_path, small, capsys) -> None:
     mosaic = small / "mosaic.ome.zarr"
     run_script("linum_aip", mosaic, tmp_path / "aip.ome.zarr", "--use-gpu")
