@@ -91,32 +91,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         from linumpy.io import open_array
         from linumpy.mosaic.job import JobOutputs, run_mosaic_job
 
-        outputs = JobOutputs.in_folder(args.output_dir, png=args.png)
-        try:
-            outputs.transform.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            parser.error(f"{args.output_dir}: cannot create the output folder ({exc.strerror})")
-        for path, kind in zip(outputs.paths(), ("file", "directory", "directory", "file")):
-            cli.check_output(parser, path, args.overwrite, kind=kind)
         ndim = open_array(args.input).ndim  # malformed metadata: an error naming its file first
         if ndim != 3:
             parser.error(f"{args.input}: a 3D mosaic grid is needed, this one is {ndim}D")
-        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
-        with cluster_from_args(args) as cluster:
-            result = run_mosaic_job(
-                args.input,
-                outputs,
-                gpu=gpu,
-                tile_shape=args.tile_shape,
-                min_score=args.min_score,
-                blending=args.blending,
-                n_levels=args.n_levels,
-                chunks=args.chunks,
-                shards=layout_shards(args),
-                level=args.zstd_level,
-                progress=True,
-                cluster=cluster,
-            )
+        with cli.output_folder(parser, args.output_dir) as folder:
+            outputs = JobOutputs.in_folder(folder, png=args.png)
+            for path, kind in zip(outputs.paths(), ("file", "directory", "directory", "file")):
+                cli.check_output(parser, path, args.overwrite, kind=kind)
+            gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
+            with cluster_from_args(args) as cluster:
+                result = run_mosaic_job(
+                    args.input,
+                    outputs,
+                    gpu=gpu,
+                    tile_shape=args.tile_shape,
+                    min_score=args.min_score,
+                    blending=args.blending,
+                    n_levels=args.n_levels,
+                    chunks=args.chunks,
+                    shards=layout_shards(args),
+                    level=args.zstd_level,
+                    progress=True,
+                    cluster=cluster,
+                )
     used = sum(pair.score >= args.min_score for pair in result.pairs)
     matrix = ", ".join(f"[{a:.3f}, {b:.3f}]" for a, b in result.transform.matrix)
     print(f"{outputs.transform}: matrix [{matrix}] from {used} of {len(result.pairs)} tile pairs")

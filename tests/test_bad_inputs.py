@@ -54,6 +54,7 @@ def _argv(name: str, source: Path, data: Path, out: Path) -> list[str]:
         "linum-benchmark-io": [str(out / "bench"), "--input", str(source), *TINY_BENCH],
         "linum-gpu-info": [str(source)],
         "linum-make-demo-data": [str(out / "grid.ome.zarr"), "--grid", "2", "2"],
+        "linum-mosaic-pipeline": [str(source), str(out / "job")],
     }[name]
 
 
@@ -712,6 +713,7 @@ def _named_argv(name: str, source: Path, transform: Path, out: Path, c: str) -> 
         "linum-rechunk": ([source, image], image),
         "linum-benchmark-io": ([out / f"b{c}", "--input", source, *TINY_BENCH], out / f"b{c}"),
         "linum-gpu-info": ([source], source),
+        "linum-mosaic-pipeline": ([source, out / f"j{c}ob"], out / f"j{c}ob" / "stitched.ome.zarr"),
         "linum-make-demo-data": (
             [image, "--grid", "2", "2", "--tile-shape", "8", "32", "32"],
             image,

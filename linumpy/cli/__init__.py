@@ -34,7 +34,7 @@ from linumpy.cli.parser import (
     build_parser,
     resolve_gpu,
 )
-from linumpy.cli.paths import check_input, check_output, output_path
+from linumpy.cli.paths import check_input, check_output, output_folder, output_path
 from linumpy.cli.run import fail_on_errors, parse_args, setup_logging
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "build_parser",
     "check_input",
     "check_output",
+    "output_folder",
     "fail_on_errors",
     "output_path",
     "parse_args",

@@ -14,7 +14,7 @@ from typing import Literal
 
 from linumpy.errors import LinumpyError
 
-__all__ = ["check_input", "check_output", "output_path"]
+__all__ = ["check_input", "check_output", "output_folder", "output_path"]
 
 # The inputs each parser's script checked, so that its outputs can be compared with them.
 _INPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
@@ -61,6 +61,66 @@ def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -
         parser.error(f"input {os.fspath(path)!r} does not exist")
     _INPUTS.setdefault(parser, []).append(path)
     return path
+
+
+@contextmanager
+def output_folder(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Create the folder ``path`` that a script writes its outputs into (and its parents) and
+    yield it, or exit with a one-line error when it is an input of the script or inside one, is
+    a file, or cannot be created. A folder this call created is removed again when the block
+    fails (an exit included) and leaves it empty. Its outputs are checked one by one with
+    :func:`check_output`.
+
+    Examples
+    --------
+    >>> import contextlib, sys, tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.cli import build_parser, check_input, output_folder
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with output_folder(parser, folder / "out" / "job") as job:
+    ...     job.is_dir()
+    True
+    >>> try:
+    ...     with output_folder(parser, folder / "new"):
+    ...         raise RuntimeError("failed")
+    ... except RuntimeError:
+    ...     (folder / "new").exists()
+    False
+    >>> source = check_input(parser, folder / "out")
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         with output_folder(parser, folder / "out" / "job"):
+    ...             pass
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
+    linum-demo: error: output '.../job' is inside the input '.../out'; write to another path
+    exit status 2
+    """
+    path = Path(path)
+    for other in _INPUTS.get(parser, []):
+        overlap = _overlap(path, other)
+        if overlap in ("is", "is inside"):
+            parser.error(
+                f"output {os.fspath(path)!r} {overlap} the input {os.fspath(other)!r}; "
+                "write to another path"
+            )
+    if path.exists() and not path.is_dir():
+        parser.error(f"output {os.fspath(path)!r} is a file; it is not replaced by a directory")
+    missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"cannot create {os.fspath(path)!r}: {exc.strerror}")
+    try:
+        yield path
+    except BaseException:
+        for folder in missing:  # innermost first; one still holding something stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def _overlap(output: Path, source: Path) -> str | None:
