@@ -13,26 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
-from linumpy.cli.options import number, positive_int
+from linumpy.cli.options import add_registration_args
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:
     parser = cli.build_parser(__doc__, prog="linum-estimate-transform")
     parser.add_argument("input", help="Mosaic grid OME-Zarr image (3D, or its 2D projection).")
     parser.add_argument("output", help="JSON file to write the tile transform to.")
-    parser.add_argument(
-        "--tile-shape",
-        nargs=2,
-        type=positive_int,
-        metavar=("H", "W"),
-        help="Tile height and width in pixels (default: from the image).",
-    )
-    parser.add_argument(
-        "--min-score",
-        type=number(float, 0, 1),
-        default=0.3,
-        help="Smallest overlap correlation of a pair that is used [%(default)s].",
-    )
+    add_registration_args(parser)
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser)
@@ -60,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from linumpy.io import open_array
         from linumpy.mosaic.attrs import read_linumpy_attrs
         from linumpy.mosaic.pipeline import estimate_transform_omezarr
-        from linumpy.mosaic.transform import TileTransform
+        from linumpy.mosaic.transform import TileTransform, describe_fit
 
         open_array(args.input)  # malformed metadata: an error naming its file, before any work
 
@@ -74,12 +62,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         with cli.output_path(output) as partial:
             transform.save(partial)
         truth = read_linumpy_attrs(args.input).get("demo", {}).get("transform")
-    used = sum(pair.score >= args.min_score for pair in pairs)
-    matrix = ", ".join(f"[{a:.3f}, {b:.3f}]" for a, b in transform.matrix)
-    print(
-        f"{output}: matrix [{matrix}], offset [{transform.offset[0]:.3f}, "
-        f"{transform.offset[1]:.3f}] from {used} of {len(pairs)} tile pairs"
-    )
+    print(f"{output}: {describe_fit(transform, pairs, args.min_score)}")
     if truth is not None:
         error = transform.max_position_error(TileTransform.from_dict(truth))
         print(f"largest tile position error against the demo's ground truth: {error:.3f} px")

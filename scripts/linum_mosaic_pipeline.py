@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from linumpy import cli
 from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
 from linumpy.cli.options import (
+    add_blending_args,
     add_layout_args,
+    add_registration_args,
     add_zstd_level_arg,
     layout_shards,
-    number,
-    positive_int,
 )
 
 
@@ -27,31 +27,8 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser = cli.build_parser(__doc__, prog="linum-mosaic-pipeline")
     parser.add_argument("input", help="3D mosaic grid OME-Zarr image.")
     parser.add_argument("output_dir", help="Folder of the outputs (created if missing).")
-    parser.add_argument(
-        "--tile-shape",
-        nargs=2,
-        type=positive_int,
-        metavar=("H", "W"),
-        help="Tile height and width in pixels (default: from the image).",
-    )
-    parser.add_argument(
-        "--min-score",
-        type=number(float, 0, 1),
-        default=0.3,
-        help="Smallest overlap correlation of a pair that is used [%(default)s].",
-    )
-    parser.add_argument(
-        "--blending",
-        choices=("none", "average", "linear"),
-        default="linear",
-        help="How overlapping tiles are combined [%(default)s].",
-    )
-    parser.add_argument(
-        "--n-levels",
-        type=positive_int,
-        default=3,
-        help="Pyramid levels of the stitched image [%(default)s].",
-    )
+    add_registration_args(parser)
+    add_blending_args(parser, "the stitched image")
     add_layout_args(
         parser,
         chunks_help="(Inner) chunk shape of the stitched image (default: about 1 MiB each).",
@@ -80,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 3), tile_shape=(8, 64, 64))
     >>> main([folder + "/grid.ome.zarr", folder + "/out"])  # doctest: +ELLIPSIS
-    /.../out/transform.json: matrix [...] from ... of 7 tile pairs
+    /.../out/transform.json: matrix [...], offset [...] from ... of 7 tile pairs
     /.../out/stitched.ome.zarr: stitched 6 tiles (linear blending)
     /.../out/stitched_aip.ome.zarr: projection (...) float32
     """
@@ -90,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with cli.fail_on_errors(parser):
         from linumpy.io import open_array
         from linumpy.mosaic.job import JobOutputs, run_mosaic_job
+        from linumpy.mosaic.transform import describe_fit
 
         ndim = open_array(args.input).ndim  # malformed metadata: an error naming its file first
         if ndim != 3:
@@ -114,9 +92,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     progress=True,
                     cluster=cluster,
                 )
-    used = sum(pair.score >= args.min_score for pair in result.pairs)
-    matrix = ", ".join(f"[{a:.3f}, {b:.3f}]" for a, b in result.transform.matrix)
-    print(f"{outputs.transform}: matrix [{matrix}] from {used} of {len(result.pairs)} tile pairs")
+    print(f"{outputs.transform}: {describe_fit(result.transform, result.pairs, args.min_score)}")
     print(
         f"{outputs.stitched}: stitched {result.transform.n_tiles} tiles ({args.blending} blending)"
     )

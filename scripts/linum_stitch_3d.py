@@ -19,7 +19,12 @@ from collections.abc import Sequence
 
 from linumpy import cli
 from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
-from linumpy.cli.options import add_layout_args, add_zstd_level_arg, layout_shards, positive_int
+from linumpy.cli.options import (
+    add_blending_args,
+    add_layout_args,
+    add_zstd_level_arg,
+    layout_shards,
+)
 
 #: Dimensionality of the mosaic grid this script stitches.
 NDIM = 3
@@ -30,18 +35,7 @@ def _build_arg_parser(ndim: int = NDIM, doc: str | None = __doc__) -> cli.LinumA
     parser.add_argument("input", help=f"{ndim}D mosaic grid OME-Zarr image.")
     parser.add_argument("transform", help="Tile transform JSON (linum-estimate-transform).")
     parser.add_argument("output", help="Stitched OME-Zarr image to create.")
-    parser.add_argument(
-        "--blending",
-        choices=("none", "average", "linear"),
-        default="linear",
-        help="How overlapping tiles are combined [%(default)s].",
-    )
-    parser.add_argument(
-        "--n-levels",
-        type=positive_int,
-        default=3,
-        help="Pyramid levels of the output [%(default)s].",
-    )
+    add_blending_args(parser)
     add_layout_args(
         parser,
         chunks_help="(Inner) chunk shape of the output (default: about 1 MiB each).",

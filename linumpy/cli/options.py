@@ -14,7 +14,9 @@ from linumpy.settings import DEFAULT_ZSTD_LEVEL, ZSTD_LEVELS
 
 __all__ = [
     "ZSTD_LEVELS",
+    "add_blending_args",
     "add_layout_args",
+    "add_registration_args",
     "add_zstd_level_arg",
     "layout_shards",
     "number",
@@ -109,6 +111,61 @@ def add_zstd_level_arg(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"zstd compression level, 1 to 22 (--level: its old name, deprecated) "
         f"[{DEFAULT_ZSTD_LEVEL}, or LINUMPY_ZSTD_LEVEL].",
+    )
+
+
+def add_registration_args(parser: argparse.ArgumentParser) -> None:
+    """Add the tile registration's ``--tile-shape H W`` and ``--min-score``.
+
+    Examples
+    --------
+    >>> from linumpy.cli import build_parser
+    >>> from linumpy.cli.options import add_registration_args
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> add_registration_args(parser)
+    >>> args = parser.parse_args(["--tile-shape", "64", "96"])
+    >>> args.tile_shape, args.min_score
+    ([64, 96], 0.3)
+    """
+    parser.add_argument(
+        "--tile-shape",
+        nargs=2,
+        type=positive_int,
+        metavar=("H", "W"),
+        help="Tile height and width in pixels (default: from the image).",
+    )
+    parser.add_argument(
+        "--min-score",
+        type=number(float, 0, 1),
+        default=0.3,
+        help="Smallest overlap correlation of a pair that is used [%(default)s].",
+    )
+
+
+def add_blending_args(parser: argparse.ArgumentParser, image: str = "the output") -> None:
+    """Add the stitch's ``--blending`` and ``--n-levels`` (the pyramid of ``image``).
+
+    Examples
+    --------
+    >>> from linumpy.cli import build_parser
+    >>> from linumpy.cli.options import add_blending_args
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> add_blending_args(parser)
+    >>> args = parser.parse_args(["--blending", "average"])
+    >>> args.blending, args.n_levels
+    ('average', 3)
+    """
+    parser.add_argument(
+        "--blending",
+        choices=("none", "average", "linear"),
+        default="linear",
+        help="How overlapping tiles are combined [%(default)s].",
+    )
+    parser.add_argument(
+        "--n-levels",
+        type=positive_int,
+        default=3,
+        help=f"Pyramid levels of {image} [%(default)s].",
     )
 
 

@@ -17,6 +17,7 @@ from linumpy.errors import LinumpyError
 __all__ = [
     "PairMeasurement",
     "TileTransform",
+    "describe_fit",
     "fit_transform",
     "parse_grid_shape",
     "parse_tile_shape",
@@ -300,6 +301,25 @@ def _robust_mean(values: np.ndarray, weights: np.ndarray, tolerance: float) -> n
     median = np.median(values, axis=0)
     inliers = np.linalg.norm(values - median, axis=1) <= tolerance
     return np.average(values[inliers], axis=0, weights=weights[inliers])
+
+
+def describe_fit(
+    transform: TileTransform, pairs: Sequence[PairMeasurement], min_score: float
+) -> str:
+    """One line on a fitted layout: its matrix, its offset and the pairs it was fitted to.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.transform import PairMeasurement, TileTransform, describe_fit
+    >>> layout = TileTransform(((60.0, 0.0), (0.0, 60.0)), (0.0, 0.0), (64, 64), (1, 2))
+    >>> pairs = [PairMeasurement((0, 0), (0, 1), (0.0, 60.0), 0.9)]
+    >>> describe_fit(layout, pairs, 0.3)
+    'matrix [[60.000, 0.000], [0.000, 60.000]], offset [0.000, 0.000] from 1 of 1 tile pairs'
+    """
+    used = sum(pair.score >= min_score for pair in pairs)
+    matrix = ", ".join(f"[{a:.3f}, {b:.3f}]" for a, b in transform.matrix)
+    offset = ", ".join(f"{value:.3f}" for value in transform.offset)
+    return f"matrix [{matrix}], offset [{offset}] from {used} of {len(pairs)} tile pairs"
 
 
 def fit_transform(
