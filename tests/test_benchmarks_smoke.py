@@ -224,3 +224,16 @@ def test_layout_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
         *("--json", str(figures), "--dir", str(tmp_path / "work")),
     )
     assert json.loads(figures.read_text())
+
+
+def test_registration_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    figures = tmp_path / "registration.json"
+    _run(
+        sys.executable,
+        str(BENCHMARKS / "registration.py"),
+        *("--grid", "3x3:64", "--threads", "1", "2", "--repeats", "1", "--cpu"),
+        *("--json", str(figures)),
+    )
+    rows = json.loads(figures.read_text())
+    assert [row["mode"] for row in rows] == ["CPU, 1 threads", "CPU, 2 threads"]
+    assert all(row["pairs"] == 12 and row["max_difference_px"] <= 0.011 for row in rows)

@@ -220,12 +220,12 @@ def test_phase_correlation_peak_is_skimages_invariant_error_of_the_spectra(demo)
     phase_cross_correlation on the same whitened spectra, and so is its shift."""
     from skimage.registration import phase_cross_correlation
 
-    from linumpy.mosaic.registration import DEFAULT_BAND, _whitened_spectrum
+    from linumpy.mosaic.phase_correlation import DEFAULT_BAND, whitened_spectrum
 
     tile, moved, _ = _shifted_demo_tiles(demo, (-4.45, 0.2))
     for fixed in (moved, np.random.default_rng(1).random(tile.shape), np.zeros(tile.shape)):
         ours, peak = phase_correlation(fixed, tile)
-        spectra = [_whitened_spectrum(image, DEFAULT_BAND) for image in (fixed, tile)]
+        spectra = [whitened_spectrum(image, DEFAULT_BAND) for image in (fixed, tile)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the flat image: "Could not determine RMS error"
             theirs, error, _ = phase_cross_correlation(
@@ -267,6 +267,25 @@ def test_registration_in_threads_equals_one_thread(demo) -> None:
     _, alone = estimate_transform(aip, (64, 64), threads=1)
     _, threaded = estimate_transform(aip, (64, 64), threads=3)
     assert threaded == alone
+
+
+def test_registration_threads_follow_the_tile_size(demo, caplog) -> None:
+    from linumpy.mosaic.registration import registers_on_host, registration_threads
+
+    assert [registration_threads((n, n), 16) for n in (64, 128, 256, 512, 1024)] == [
+        1,
+        1,
+        4,
+        16,
+        16,
+    ]
+    assert registration_threads((512, 512), 2) == 2
+    # the GPU registers large tiles on a host of few threads, the host the rest
+    assert not registers_on_host((512, 512), 4) and registers_on_host((512, 512), 8)
+    assert registers_on_host((256, 256), 2) and not registers_on_host((256, 256), 1)
+    with caplog.at_level("INFO", logger="linumpy.mosaic.registration"):
+        estimate_transform(demo.mosaic.mean(axis=0), (64, 64))
+    assert "registering 31 tile pairs on the host in 1 thread(s)" in caplog.text
 
 
 def test_an_interrupted_registration_cancels_the_pairs_not_begun() -> None:
@@ -491,8 +510,10 @@ def test_gpu_stitch_and_registration_match_cpu(demo) -> None:
         np.testing.assert_allclose(gpu.get(), cpu, rtol=1e-5, atol=1e-5)
     aip = demo.mosaic.mean(axis=0)
     cpu_transform, _ = estimate_transform(aip, (64, 64))
-    gpu_transform, _ = estimate_transform(cupy.asarray(aip), (64, 64))
+    gpu_transform, _ = estimate_transform(cupy.asarray(aip), (64, 64), on_host=False)
     assert gpu_transform.max_position_error(cpu_transform) < 0.05
+    host_transform, _ = estimate_transform(cupy.asarray(aip), (64, 64))  # small tiles: on the host
+    assert host_transform.max_position_error(cpu_transform) == 0
     np.testing.assert_allclose(
         downsample_mean(cupy.asarray(cpu)).get(), downsample_mean(cpu), rtol=1e-6
     )
@@ -529,7 +550,7 @@ def test_gpu_registration_matches_the_cpu_on_the_device(demo) -> None:
     assert gpu_pair[1] == pytest.approx(cpu_pair[1], abs=1e-6)
     aip = demo.mosaic.mean(axis=0)
     cpu_transform, cpu_pairs = estimate_transform(aip, (64, 64))
-    gpu_transform, gpu_pairs = estimate_transform(cupy.asarray(aip), (64, 64))
+    gpu_transform, gpu_pairs = estimate_transform(cupy.asarray(aip), (64, 64), on_host=False)
     # pairs without tissue to correlate have near-equal peaks, which rounding may reorder: the
     # fit leaves them out, and the pairs it keeps agree
     kept = [i for i, pair in enumerate(cpu_pairs) if pair.score >= 0.3]

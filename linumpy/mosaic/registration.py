@@ -1,18 +1,17 @@
 """Tile layout estimation: phase correlation of overlapping tile pairs and a robust affine fit.
 
-The phase correlation runs on numpy or cupy arrays alike (``--use-gpu``: cupy's FFTs and
-``cupyx.scipy.ndimage``): whitened spectra with a band-pass, several peaks each tried with its
-wrap-around candidates (by direction and overlap, scored by normalized cross-correlation), and an
-iterative refinement on the overlaps whose sub-pixel steps are the matrix-multiply DFT of
-scikit-image's ``phase_cross_correlation`` at 1/10 pixel, then a last-decimal step of its own
-(cheaper than scikit-image's at 1/100 pixel; figures in the quickstart), and the robust fit. A
-pair's refinement is a few dozen small array operations, so it calls no library function that
-computes more than it uses: on the GPU every operation is a kernel launch.
+Each pair runs on numpy or cupy arrays alike (``--use-gpu``: cupy's FFTs and
+``cupyx.scipy.ndimage``): the band-limited phase correlation of
+:mod:`linumpy.mosaic.phase_correlation`, several peaks each tried with its wrap-around
+candidates (by direction and overlap, scored by normalized cross-correlation), and an iterative
+refinement on the overlaps; then the robust fit. The CPU registers pairs in threads; a cupy
+projection is registered on the host when its threads are faster than the GPU's one pair at a
+time (:func:`registers_on_host`).
 """
 
 from __future__ import annotations
 
-import functools
+import logging
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +20,15 @@ from typing import Any
 import numpy as np
 
 from linumpy import phases
-from linumpy._numpy_or_cupy import array_module, ndimage_module
+from linumpy._numpy_or_cupy import array_module, ndimage_module, to_numpy
 from linumpy.errors import LinumpyError
+from linumpy.mosaic.phase_correlation import (
+    DEFAULT_BAND,
+    check_pair,
+    phase_correlation,
+    refined_shift,
+    whitened_spectrum,
+)
 from linumpy.mosaic.transform import (
     PairMeasurement,
     TileTransform,
@@ -31,54 +37,31 @@ from linumpy.mosaic.transform import (
 )
 from linumpy.settings import available_cpus
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
+    "DEFAULT_BAND",
     "PairMeasurement",
     "estimate_transform",
     "fit_transform",
     "measure_pair",
     "phase_correlation",
+    "registration_threads",
+    "registers_on_host",
 ]
 
-
-#: Default pass band of the phase correlation, in cycles per pixel: below it, illumination and
-#: vignetting; above it, detector noise that no two acquisitions share.
-DEFAULT_BAND = (0.01, 0.25)
 _SUBPIXEL_ITERATIONS = 8
-_COARSE_UPSAMPLE = 10
 _RESAMPLE_MARGIN = 8
 _RESAMPLE_STEP = 32
-
-
-def _device(xp: Any) -> int | None:
-    """The current GPU's number for cupy, None for numpy (keys of the caches below)."""
-    return None if xp is np else xp.cuda.Device().id
-
-
-@functools.lru_cache(maxsize=32)
-def _band_amplitude(shape: tuple[int, int], band: tuple[float, float], device: int | None) -> Any:
-    """Square root of the band-pass weight, of unit mean (so that a pure circular shift
-    correlates to 1), on the host or, when ``device`` is not None, on that GPU."""
-    radius2 = np.fft.fftfreq(shape[0])[:, None] ** 2 + np.fft.fftfreq(shape[1])[None, :] ** 2
-    weight = np.exp(-radius2 / band[1] ** 2) * -np.expm1(-radius2 / band[0] ** 2)
-    amplitude = np.sqrt(weight / weight.mean())
-    if device is None:
-        return amplitude
-    import cupy
-
-    with cupy.cuda.Device(device):
-        return cupy.asarray(amplitude)
-
-
-def _whitened_spectrum(image: Any, band: tuple[float, float]) -> Any:
-    """Spectrum of ``image`` with unit magnitude, times the square root of the band-pass weight
-    (a Gaussian low-pass of width ``band[1]`` times a Gaussian high-pass of width ``band[0]``,
-    zero at the mean): the product of two such spectra is the band-limited phase correlation."""
-    xp = array_module(image)
-    spectrum = xp.fft.fft2(image.astype(xp.float64, copy=False))
-    spectrum *= _band_amplitude(tuple(image.shape), band, _device(xp)) / xp.maximum(
-        xp.abs(spectrum), 1e-12
-    )
-    return spectrum
+#: Tile pixels per registration thread on the CPU: a pair's Python steps hold the GIL, so small
+#: tiles gain from few threads only (H200 host, 16 cores: 256 x 256 px tiles 1.12 s in 4 threads,
+#: 1.39-1.69 s in 8-16; 512 x 512 px 0.87 s in 16, 1.54 s in 4).
+PIXELS_PER_THREAD = 128 * 128
+#: A cupy projection is registered on the host when each of its threads has at most this many
+#: tile pixels: a GPU pair is about 20 ms of short kernels whatever the tile size (1.22 s for 60
+#: pairs of 512 x 512 px, 2.31 s for 112 of 256 x 256), while the host's time scales with the
+#: pixels per thread (docs/quickstart.md, "Tile registration").
+HOST_PIXELS_PER_THREAD = 128 * 256
 
 
 def _top_peaks(correlation: Any, count: int) -> list[np.ndarray]:
@@ -94,128 +77,6 @@ def _top_peaks(correlation: Any, count: int) -> list[np.ndarray]:
         cols = xp.arange(index[1] - 2, index[1] + 3) % shape[1]
         surface[rows[:, None], cols[None, :]] = -xp.inf
     return peaks
-
-
-def _check_pair(fixed: Any, moving: Any) -> None:
-    if fixed.shape != moving.shape or fixed.ndim != 2:
-        raise LinumpyError(f"need two 2D images of one shape, got {fixed.shape} and {moving.shape}")
-
-
-def phase_correlation(
-    fixed: Any,
-    moving: Any,
-    *,
-    upsample: int = 100,
-    band: tuple[float, float] = DEFAULT_BAND,
-) -> tuple[np.ndarray, float]:
-    """Translation between two equally shaped 2D images by band-limited phase correlation.
-
-    The images' spectra are whitened and band-passed; the correlation peak is refined to sub-pixel
-    precision by the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett. 33, 2008), the
-    method of scikit-image's ``phase_cross_correlation``, on the host or on the GPU.
-
-    Parameters
-    ----------
-    fixed, moving
-        2D images (numpy or cupy).
-    upsample
-        Sub-pixel precision is ``1 / upsample`` pixel.
-    band
-        ``(low, high)`` pass band in cycles per pixel: the normalized cross-power spectrum is
-        weighted by a Gaussian low-pass of width ``high`` times a Gaussian high-pass of width
-        ``low``.
-
-    Returns
-    -------
-    shift
-        ``(dy, dx)`` such that ``fixed[y, x] ~ moving[y - dy, x - dx]``, each in ``(-n/2, n/2]``
-        (the correlation is circular).
-    peak
-        Magnitude of the correlation peak (about 1 for a pure circular shift, near 0 for
-        unrelated images, 0 when an image is flat).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.mosaic.registration import phase_correlation
-    >>> image = np.random.default_rng(0).random((64, 64))
-    >>> shift, peak = phase_correlation(np.roll(image, (3, -5), axis=(0, 1)), image)
-    >>> shift.round(2), round(peak, 2)
-    (array([ 3., -5.]), 1.0)
-    """
-    _check_pair(fixed, moving)
-    xp = array_module(fixed)
-    fixed_spectrum = _whitened_spectrum(fixed, band)
-    moving_spectrum = _whitened_spectrum(xp.asarray(moving), band)
-    product = fixed_spectrum * moving_spectrum.conj()
-    shift = _refined_shift(product, upsample)
-    # |correlation at the shift| over the spectra's norms: scikit-image's invariant error is
-    # sqrt(1 - peak^2) (Fienup, 1997)
-    powers = [(xp.abs(spectrum) ** 2).sum() for spectrum in (fixed_spectrum, moving_spectrum)]
-    norm = math.sqrt(float(powers[0] * powers[1]))
-    value = float(xp.abs(_dft_surface(product, shift[:1], shift[1:]))[0, 0])
-    return shift, value / norm if norm > 0 else 0.0
-
-
-@functools.lru_cache(maxsize=64)
-def _frequencies(n: int, device: int | None) -> Any:
-    """``fftfreq(n)`` on the host or, when ``device`` is not None, on that GPU (asked for at
-    every step of every pair's refinement, so kept)."""
-    if device is None:
-        return np.fft.fftfreq(n)
-    import cupy
-
-    with cupy.cuda.Device(device):
-        return cupy.fft.fftfreq(n)
-
-
-def _dft_surface(product: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
-    """The inverse DFT of ``product`` (unnormalized) at the positions ``rows`` x ``cols``, in
-    pixels and fractions of pixels: the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett.
-    33, 2008)."""
-    xp = array_module(product)
-    row_kernel, col_kernel = (
-        xp.exp(2j * np.pi * xp.asarray(positions)[:, None] * _frequencies(n, _device(xp))[None, :])
-        for positions, n in zip((rows, cols), product.shape, strict=True)
-    )
-    return row_kernel @ product @ col_kernel.T
-
-
-def _dft_peak(
-    product: Any, center: np.ndarray, upsample: int, half_width: int, magnitude: bool
-) -> np.ndarray:
-    """Position of the highest sample, of its magnitude or of its real part, of the inverse DFT
-    of ``product`` on the grid of ``1 / upsample`` pixel within ``half_width`` samples of
-    ``center``."""
-    xp = array_module(product)
-    offsets = np.arange(-half_width, half_width + 1) / upsample
-    surface = _dft_surface(product, center[0] + offsets, center[1] + offsets)
-    surface = xp.abs(surface) if magnitude else surface.real
-    index = np.unravel_index(int(surface.argmax()), surface.shape)
-    return center + (np.array(index, dtype=np.float64) - half_width) / upsample
-
-
-def _refined_shift(product: Any, upsample: int) -> np.ndarray:
-    """Shift to ``1 / upsample`` pixel from the product of two whitened spectra (the first times
-    the second's conjugate): the integer peak of their correlation, then the inverse DFT within
-    0.7 pixel of it in 1/10 pixel steps (the 15 x 15 samples of scikit-image's
-    ``phase_cross_correlation`` at 10) and within 1/10 pixel of that in ``1 / upsample`` steps
-    (21 x 21 samples at 100).
-
-    scikit-image's refinement samples 1.5 pixels at ``1 / upsample``, 150 x 150 samples at 100:
-    called for every iteration of every pair, that made the layout estimate slower, and its
-    matrix products are large enough to start BLAS threads, which on a busy machine cost more.
-    """
-    xp = array_module(product)
-    shape = np.array(product.shape)
-    index = np.array(np.unravel_index(int(xp.abs(xp.fft.ifft2(product)).argmax()), product.shape))
-    shift = np.where(index > shape // 2, index - shape, index).astype(np.float64)
-    coarse = min(_COARSE_UPSAMPLE, upsample)
-    if coarse > 1:
-        shift = _dft_peak(product, shift, coarse, math.ceil(1.5 * coarse) // 2, magnitude=True)
-    if coarse < upsample:
-        shift = _dft_peak(product, shift, upsample, math.ceil(upsample / coarse), magnitude=False)
-    return shift
 
 
 def _overlap_views(a: Any, b: Any, displacement: Sequence[int]) -> tuple[Any, Any]:
@@ -285,14 +146,14 @@ def measure_pair(
     >>> displacement.round(2), round(score, 2)
     (array([ 0., 48.]), 1.0)
     """
-    _check_pair(a, b)
+    check_pair(a, b)
     xp = array_module(a)
     a = a.astype(xp.float64)
     b = xp.asarray(b).astype(xp.float64)
     shape = np.array(a.shape)
     # phase_cross_correlation returns only the highest peak; a background tile's vignetting or a
     # repeated structure can outrank the true one, so the candidates come from several.
-    product = _whitened_spectrum(a, band) * _whitened_spectrum(b, band).conj()
+    product = whitened_spectrum(a, band) * whitened_spectrum(b, band).conj()
     correlation = xp.fft.ifft2(product).real
     best: tuple[float, np.ndarray] | None = None
     for peak in _top_peaks(correlation, n_peaks):
@@ -395,15 +256,15 @@ def _subpixel(
     fraction = np.zeros(2)
     if min(fixed.shape) < 4:
         return fraction
-    fixed_spectrum = _whitened_spectrum(fixed, band)
+    fixed_spectrum = whitened_spectrum(fixed, band)
     for _ in range(_SUBPIXEL_ITERATIONS):
         shifted = (
             ndimage.shift(block, tuple(fraction), order=3, mode="nearest")
             if fraction.any()
             else block
         )
-        moving_spectrum = _whitened_spectrum(shifted[inner][crop], band)
-        residual = _refined_shift(fixed_spectrum * moving_spectrum.conj(), upsample)
+        moving_spectrum = whitened_spectrum(shifted[inner][crop], band)
+        residual = refined_shift(fixed_spectrum * moving_spectrum.conj(), upsample)
         fraction += residual
         if np.abs(residual).max() < 0.5 / upsample:
             break
@@ -420,11 +281,14 @@ def estimate_transform(
     upsample: int = 100,
     progress: bool = False,
     threads: int | None = None,
+    on_host: bool | None = None,
 ) -> tuple[TileTransform, list[PairMeasurement]]:
     """Estimate the tile layout of a mosaic grid from its 2D projection.
 
     On the CPU the pairs are registered in ``threads`` threads (numpy's FFTs and scipy's
-    resampling release the GIL), with one BLAS thread each; on the GPU one after another.
+    resampling release the GIL), with one BLAS thread each; on the GPU one after another. A cupy
+    projection is registered where that is faster (see :func:`registers_on_host`) unless
+    ``on_host`` says where.
 
     Parameters
     ----------
@@ -438,7 +302,11 @@ def estimate_transform(
     progress
         Show a progress bar over the tile pairs.
     threads
-        Pairs registered at once on the CPU; the CPUs available to the process by default.
+        Pairs registered at once on the CPU; by default :func:`registration_threads` of the
+        CPUs available to the process.
+    on_host
+        For a cupy projection: True registers its pairs on the host, False on its GPU; None
+        (the default) chooses with :func:`registers_on_host`. The results agree to 0.01 px.
 
     Returns
     -------
@@ -487,10 +355,44 @@ def estimate_transform(
         )
         return PairMeasurement(first, second, tuple(displacement.tolist()), score)
 
-    threads = available_cpus() if threads is None else threads
+    if threads is None:
+        threads = registration_threads((h, w), available_cpus())
     if array_module(aip_grid) is not np:
-        threads = 1  # cupy's calls hold the GIL between short kernels: no gain in threads
+        if registers_on_host((h, w), threads) if on_host is None else on_host:
+            aip_grid = to_numpy(aip_grid)
+        else:
+            threads = 1  # cupy's calls hold the GIL between short kernels: no gain in threads
+    where = "the host" if array_module(aip_grid) is np else "the GPU"
+    logger.info("registering %d tile pairs on %s in %d thread(s)", len(pairs), where, threads)
     with tqdm(total=len(pairs), desc="tile pairs", unit="pair", disable=not progress) as bar:
         measurements = _in_threads(measure, pairs, threads, bar.update)
     transform = fit_transform(measurements, (h, w), grid_shape, min_score=min_score)
     return transform, measurements
+
+
+def registration_threads(tile_shape: Sequence[int], cpus: int) -> int:
+    """Threads that register a mosaic's pairs on the CPU: one per :data:`PIXELS_PER_THREAD` of
+    a tile, at most ``cpus``.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.registration import registration_threads
+    >>> registration_threads((256, 256), 16), registration_threads((512, 512), 16)
+    (4, 16)
+    """
+    h, w = parse_tile_shape(tile_shape)
+    return max(1, min(cpus, math.ceil(h * w / PIXELS_PER_THREAD)))
+
+
+def registers_on_host(tile_shape: Sequence[int], threads: int) -> bool:
+    """Whether a cupy projection's pairs register faster on the host's ``threads`` than on the
+    GPU: when each thread has at most :data:`HOST_PIXELS_PER_THREAD` tile pixels.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.registration import registers_on_host
+    >>> registers_on_host((512, 512), 16), registers_on_host((512, 512), 4)
+    (True, False)
+    """
+    h, w = parse_tile_shape(tile_shape)
+    return h * w <= HOST_PIXELS_PER_THREAD * max(threads, 1)
