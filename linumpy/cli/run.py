@@ -139,6 +139,10 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
         _PHASES[parser] = [None, 0, argv is None]
     if argv is None and _VERBOSE[parser] == 0:
         sys.excepthook = _interrupted_hook(parser.prog, sys.excepthook)
+    if argv is None:
+        from linumpy.cli.lean_imports import lean_dask_array
+
+        lean_dask_array()  # before the warm-up thread starts importing
     if argv is None and _runs_on_this_gpu(args):
         from linumpy.gpu.warm_up import warm_up_in_background
 

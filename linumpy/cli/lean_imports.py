@@ -1,0 +1,85 @@
+"""A command's ``dask.array`` imported without the optional modules it would load and never use.
+
+``dask.array`` imports xarray (and pandas with it), ``scipy.sparse``, ``scipy.fftpack`` and
+``cupyx.scipy.sparse`` when they are installed, to recognise their arrays (``dask.array.core``,
+``dask.array.chunk_types``, ``dask.array.fft``); each import is optional there, skipped when it
+fails. The ``linum-*``
+commands never hand dask such arrays, and these imports were about 0.6 s of every command's
+start-up on the 2-core development machine (``import dask.array`` 1.04-1.15 s, without them
+0.48-0.62 s). :func:`lean_dask_array` makes them fail while ``dask.array`` itself is imported,
+then makes them importable again: a command that later imports xarray or scipy.sparse gets them.
+Only a command's own process does this (:func:`linumpy.cli.parse_args` with ``argv`` None), never
+a library user's.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+__all__ = ["SKIPPED_BY_COMMANDS", "lean_dask_array"]
+
+#: The optional imports of ``dask.array`` that a command skips.
+SKIPPED_BY_COMMANDS = ("xarray", "scipy.sparse", "scipy.fftpack", "cupyx.scipy.sparse")
+
+
+class _Hiding(importlib.abc.Loader):
+    """Executes a module with ``hidden`` modules unimportable (``None`` in ``sys.modules``);
+    again as usual when that raises ImportError."""
+
+    def __init__(self, loader: importlib.abc.Loader, hidden: Sequence[str]) -> None:
+        self._loader, self._hidden = loader, hidden
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        hidden = [name for name in self._hidden if name not in sys.modules]
+        for name in hidden:
+            sys.modules[name] = None  # type: ignore[assignment]  # import then raises ImportError
+        try:
+            self._loader.exec_module(module)
+            return
+        except ImportError:
+            pass  # a dask that needs one of them: import it the usual way below
+        finally:
+            for name in hidden:
+                if name in sys.modules and sys.modules[name] is None:
+                    del sys.modules[name]
+        self._loader.exec_module(module)
+
+
+class _LeanFinder(importlib.abc.MetaPathFinder):
+    """Finds ``dask.array`` once, with a loader that hides :data:`SKIPPED_BY_COMMANDS`."""
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name != "dask.array":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Hiding(spec.loader, SKIPPED_BY_COMMANDS)
+        return spec
+
+
+def lean_dask_array() -> None:
+    """Import ``dask.array``, when this process first does, without :data:`SKIPPED_BY_COMMANDS`.
+
+    Nothing happens when ``dask.array`` is already imported or the hook is already in place.
+
+    Examples
+    --------
+    >>> import sys
+    >>> from linumpy.cli.lean_imports import lean_dask_array
+    >>> lean_dask_array()  # in a new process, before dask.array is imported
+    >>> sum(isinstance(finder, _LeanFinder) for finder in sys.meta_path) <= 1
+    True
+    """
+    if "dask.array" in sys.modules or any(isinstance(f, _LeanFinder) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _LeanFinder())
