@@ -3,19 +3,21 @@
 ``dask.array`` imports xarray (and pandas with it), ``scipy.sparse``, ``scipy.fftpack`` and
 ``cupyx.scipy.sparse`` when they are installed, to recognise their arrays (``dask.array.core``,
 ``dask.array.chunk_types``, ``dask.array.fft``); each import is optional there, skipped when it
-fails. The ``linum-*``
-commands never hand dask such arrays, and these imports were about 0.6 s of every command's
-start-up on the 2-core development machine (``import dask.array`` 1.04-1.15 s, without them
-0.48-0.62 s). :func:`lean_dask_array` makes them fail while ``dask.array`` itself is imported,
-then makes them importable again: a command that later imports xarray or scipy.sparse gets them.
-Only a command's own process does this (:func:`linumpy.cli.parse_args` with ``argv`` None), never
-a library user's.
+fails. The ``linum-*`` commands never hand dask such arrays, and these imports were about 0.6 s
+of every command's start-up on the 2-core development machine (``import dask.array`` 1.04-1.15 s,
+without them 0.48-0.62 s). :func:`lean_dask_array` makes them fail while ``dask.array`` itself is
+imported, then makes them importable again: a command that later imports xarray or scipy.sparse
+gets them. Only a command's own process does this (:func:`linumpy.cli.parse_args` with ``argv``
+None), never a library user's; cupy, which ``dask.array`` also imports, is imported first, with
+nothing hidden.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -37,6 +39,7 @@ class _Hiding(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
+        _import_cupy()
         hidden = [name for name in self._hidden if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # type: ignore[assignment]  # import then raises ImportError
@@ -50,6 +53,15 @@ class _Hiding(importlib.abc.Loader):
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]
         self._loader.exec_module(module)
+
+
+def _import_cupy() -> None:
+    """Import cupy, where it is installed, before anything is hidden: ``dask.array`` imports it
+    anyway, and cupy (or a GPU command's warm-up thread importing it meanwhile) must see every
+    module it imports."""
+    if "cupy" in sys.modules or importlib.util.find_spec("cupy") is not None:
+        with contextlib.suppress(ImportError):  # dask.array skips such a cupy too
+            import cupy  # noqa: F401
 
 
 class _LeanFinder(importlib.abc.MetaPathFinder):
