@@ -54,13 +54,11 @@ _SUBPIXEL_ITERATIONS = 8
 _RESAMPLE_MARGIN = 8
 _RESAMPLE_STEP = 32
 #: Tile pixels per registration thread on the CPU: a pair's Python steps hold the GIL, so small
-#: tiles gain from few threads only (H200 host, 16 cores: 256 x 256 px tiles 1.12 s in 4 threads,
-#: 1.39-1.69 s in 8-16; 512 x 512 px 0.87 s in 16, 1.54 s in 4).
+#: tiles gain from a few threads only (measured in docs/quickstart.md, "Tile registration").
 PIXELS_PER_THREAD = 128 * 128
 #: A cupy projection is registered on the host when each of its threads has at most this many
-#: tile pixels: a GPU pair is about 20 ms of short kernels whatever the tile size (1.22 s for 60
-#: pairs of 512 x 512 px, 2.31 s for 112 of 256 x 256), while the host's time scales with the
-#: pixels per thread (docs/quickstart.md, "Tile registration").
+#: tile pixels: a GPU pair is a few dozen short kernels, about as long whatever the tile size,
+#: while the host's time scales with the pixels per thread (same measurements).
 HOST_PIXELS_PER_THREAD = 128 * 256
 
 
