@@ -199,10 +199,12 @@ if pipeline_chart(result, chart):
 # Its table and chart land in `pipeline_out/` with each command's log; the phases column shows
 # where a GPU run still waits (start-up, level 0 or the pyramid).
 #
-# On the host with one H200 and 16 CPU cores (2026-12-01, [Benchmarks](../benchmarks.md)), the
-# full-size 6 x 6 mosaic in the default layout took, CPU / GPU: `linum-estimate-transform`
-# 10.46 / 5.18 s (2.0x), `linum-stitch-3d` 8.48 / 5.41 s (1.6x), `linum-aip` 3.52 / 2.76 s
-# (1.3x); 1.2-2.1 s of every command was start-up and imports, on either device.
+# On the host with one H200 and 16 CPU cores (2026-12-01, [Benchmarks](../benchmarks.md), runs G
+# and H), the full-size 6 x 6 mosaic in the default layout took, CPU / GPU:
+# `linum-estimate-transform` 4.12 / 3.70 s (1.1x; the registration runs on the host's threads
+# either way, the GPU computes the projection), `linum-stitch-3d` 7.33 / 5.11 s (1.4x), `linum-aip`
+# 3.51 / 2.37 s (1.5x), `linum-mosaic-pipeline` (all three in one process) 10.38 / 7.09 s (1.5x);
+# 1.8-2.5 s of every command was start-up and imports, on either device.
 
 # %%
 import shutil
