@@ -67,15 +67,21 @@ def _import_cupy() -> None:
 class _LeanFinder(importlib.abc.MetaPathFinder):
     """Finds ``dask.array`` once, with a loader that hides :data:`SKIPPED_BY_COMMANDS`."""
 
+    used = False
+
     def find_spec(
         self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if name != "dask.array":
+        if name != "dask.array" or self.used:
             return None
-        sys.meta_path.remove(self)
+        self.used = True
         spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Hiding(spec.loader, SKIPPED_BY_COMMANDS)
+        if spec is None or spec.loader is None:
+            return None  # found by another finder, imported as usual
+        # Removed only with a spec in hand: the import system stops looking then, so taking
+        # this finder out of the list it iterates skips none of the others.
+        sys.meta_path.remove(self)
+        spec.loader = _Hiding(spec.loader, SKIPPED_BY_COMMANDS)
         return spec
 
 
