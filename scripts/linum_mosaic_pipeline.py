@@ -19,7 +19,7 @@ from linumpy.cli.options import (
     add_layout_args,
     add_registration_args,
     add_zstd_level_arg,
-    layout_shards,
+    stitch_options,
 )
 
 
@@ -84,13 +84,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     gpu=gpu,
                     tile_shape=args.tile_shape,
                     min_score=args.min_score,
-                    blending=args.blending,
-                    n_levels=args.n_levels,
-                    chunks=args.chunks,
-                    shards=layout_shards(args),
-                    level=args.zstd_level,
                     progress=True,
                     cluster=cluster,
+                    **stitch_options(args),
                 )
     print(f"{outputs.transform}: {describe_fit(result.transform, result.pairs, args.min_score)}")
     print(

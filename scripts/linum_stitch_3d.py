@@ -23,7 +23,7 @@ from linumpy.cli.options import (
     add_blending_args,
     add_layout_args,
     add_zstd_level_arg,
-    layout_shards,
+    stitch_options,
 )
 
 #: Dimensionality of the mosaic grid this script stitches.
@@ -86,14 +86,10 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
                 args.input,
                 partial,
                 transform,
-                blending=args.blending,
                 gpu=gpu,
-                n_levels=args.n_levels,
-                chunks=args.chunks,
-                shards=layout_shards(args),
-                level=args.zstd_level,
                 progress=True,
                 cluster=cluster,
+                **stitch_options(args),
             )
     print(f"{output}: stitched {transform.n_tiles} tiles ({args.blending} blending)")
 

@@ -22,6 +22,7 @@ __all__ = [
     "number",
     "png_name",
     "positive_int",
+    "stitch_options",
 ]
 
 #: The zstd compression levels the scripts accept (zstd's fast negative levels are left out).
@@ -205,6 +206,27 @@ def layout_shards(args: argparse.Namespace) -> list[int] | str | None:
     'auto'
     """
     return None if args.no_shards else args.shards or "auto"
+
+
+def stitch_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The stitch's keyword arguments (``stitch_omezarr``, ``run_mosaic_job``) from the options
+    of :func:`add_blending_args`, :func:`add_layout_args` and :func:`add_zstd_level_arg`.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> args = argparse.Namespace(blending="linear", n_levels=3, chunks=None, shards=None,
+    ...                           no_shards=True, zstd_level=None)
+    >>> stitch_options(args)["shards"] is None
+    True
+    """
+    return {
+        "blending": args.blending,
+        "n_levels": args.n_levels,
+        "chunks": args.chunks,
+        "shards": layout_shards(args),
+        "level": args.zstd_level,
+    }
 
 
 def png_name(text: str) -> str:
