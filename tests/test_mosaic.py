@@ -313,7 +313,7 @@ def test_an_interrupted_registration_cancels_the_pairs_not_begun() -> None:
 
 @pytest.mark.parametrize(("start", "stop", "size"), [(0, 13, 64), (51, 64, 64), (3, 125, 128)])
 def test_resample_span_covers_the_overlap_with_a_margin(start, stop, size) -> None:
-    from linumpy.mosaic.registration import _RESAMPLE_MARGIN, _RESAMPLE_STEP, _resample_span
+    from linumpy.mosaic.pair_geometry import _RESAMPLE_MARGIN, _RESAMPLE_STEP, _resample_span
 
     span, inner = _resample_span(start, stop, size)
     length = span.stop - span.start

@@ -18,6 +18,7 @@ import numpy as np
 
 from linumpy._numpy_or_cupy import array_module
 from linumpy.errors import LinumpyError
+from linumpy.mosaic.pair_geometry import wrapped_peak
 
 __all__ = ["DEFAULT_BAND", "phase_correlation"]
 
@@ -48,12 +49,13 @@ def _band_amplitude(shape: tuple[int, int], band: tuple[float, float], device: i
 
 
 def whitened_spectrum(image: Any, band: tuple[float, float]) -> Any:
-    """Spectrum of ``image`` with unit magnitude, times the square root of the band-pass weight
-    (a Gaussian low-pass of width ``band[1]`` times a Gaussian high-pass of width ``band[0]``,
-    zero at the mean): the product of two such spectra is the band-limited phase correlation."""
+    """Spectrum of ``image`` (or of each image of a stack) with unit magnitude, times the square
+    root of the band-pass weight (a Gaussian low-pass of width ``band[1]`` times a Gaussian
+    high-pass of width ``band[0]``, zero at the mean): the product of two such spectra is the
+    band-limited phase correlation."""
     xp = array_module(image)
     spectrum = xp.fft.fft2(image.astype(xp.float64, copy=False))
-    spectrum *= _band_amplitude(tuple(image.shape), band, _device(xp)) / xp.maximum(
+    spectrum *= _band_amplitude(tuple(image.shape[-2:]), band, _device(xp)) / xp.maximum(
         xp.abs(spectrum), 1e-12
     )
     return spectrum
@@ -116,7 +118,7 @@ def phase_correlation(
     # sqrt(1 - peak^2) (Fienup, 1997)
     powers = [(xp.abs(spectrum) ** 2).sum() for spectrum in (fixed_spectrum, moving_spectrum)]
     norm = math.sqrt(float(powers[0] * powers[1]))
-    value = float(xp.abs(_dft_surface(product, shift[:1], shift[1:]))[0, 0])
+    value = float(xp.abs(_dft_surface(product[None], shift[None, :1], shift[None, 1:]))[0, 0, 0])
     return shift, value / norm if norm > 0 else 0.0
 
 
@@ -133,49 +135,64 @@ def _frequencies(n: int, device: int | None) -> Any:
 
 
 def _dft_surface(product: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
-    """The inverse DFT of ``product`` (unnormalized) at the positions ``rows`` x ``cols``, in
-    pixels and fractions of pixels: the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett.
-    33, 2008)."""
+    """The inverse DFT of each of a stack of products ``(n, h, w)`` (unnormalized) at the
+    positions ``rows[i]`` x ``cols[i]`` (arrays ``(n, r)`` and ``(n, c)``), in pixels and
+    fractions of pixels: the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett. 33, 2008).
+    """
     xp = array_module(product)
     row_kernel, col_kernel = (
-        xp.exp(2j * np.pi * xp.asarray(positions)[:, None] * _frequencies(n, _device(xp))[None, :])
-        for positions, n in zip((rows, cols), product.shape, strict=True)
+        xp.exp(2j * np.pi * xp.asarray(positions)[:, :, None] * _frequencies(n, _device(xp)))
+        for positions, n in zip((rows, cols), product.shape[-2:], strict=True)
     )
-    return row_kernel @ product @ col_kernel.T
+    return row_kernel @ product @ col_kernel.transpose(0, 2, 1)
 
 
-def _dft_peak(
-    product: Any, center: np.ndarray, upsample: int, half_width: int, magnitude: bool
+def _argmax_each(surfaces: Any) -> np.ndarray:
+    """Index ``(i, j)`` of the highest sample of each of a stack of 2D surfaces, as ``(n, 2)``."""
+    xp = array_module(surfaces)
+    flat = xp.asarray(surfaces.reshape(len(surfaces), -1).argmax(axis=1)).tolist()
+    return np.array(np.unravel_index(flat, surfaces.shape[1:]), dtype=np.int64).T.reshape(-1, 2)
+
+
+def _dft_peaks(
+    product: Any, centers: np.ndarray, upsample: int, half_width: int, magnitude: bool
 ) -> np.ndarray:
     """Position of the highest sample, of its magnitude or of its real part, of the inverse DFT
-    of ``product`` on the grid of ``1 / upsample`` pixel within ``half_width`` samples of
-    ``center``."""
+    of each of a stack of products on the grid of ``1 / upsample`` pixel within ``half_width``
+    samples of its ``centers`` row."""
     xp = array_module(product)
     offsets = np.arange(-half_width, half_width + 1) / upsample
-    surface = _dft_surface(product, center[0] + offsets, center[1] + offsets)
+    surface = _dft_surface(product, centers[:, :1] + offsets[None], centers[:, 1:] + offsets[None])
     surface = xp.abs(surface) if magnitude else surface.real
-    index = np.unravel_index(int(surface.argmax()), surface.shape)
-    return center + (np.array(index, dtype=np.float64) - half_width) / upsample
+    return centers + (_argmax_each(surface) - half_width) / upsample
 
 
 def refined_shift(product: Any, upsample: int) -> np.ndarray:
     """Shift to ``1 / upsample`` pixel from the product of two whitened spectra (the first times
-    the second's conjugate): the integer peak of their correlation, then the inverse DFT within
-    0.7 pixel of it in 1/10 pixel steps (the 15 x 15 samples of scikit-image's
-    ``phase_cross_correlation`` at 10) and within 1/10 pixel of that in ``1 / upsample`` steps
-    (21 x 21 samples at 100).
+    the second's conjugate): :func:`refined_shifts` of one product."""
+    return refined_shifts(product[None], upsample)[0]
+
+
+def refined_shifts(products: Any, upsample: int) -> np.ndarray:
+    """Shifts to ``1 / upsample`` pixel, ``(n, 2)``, from a stack of ``n`` products of two
+    whitened spectra (each the first times the second's conjugate): the integer peak of each
+    correlation, then the inverse DFT within 0.7 pixel of it in 1/10 pixel steps (the 15 x 15
+    samples of scikit-image's ``phase_cross_correlation`` at 10) and within 1/10 pixel of that in
+    ``1 / upsample`` steps (21 x 21 samples at 100).
 
     scikit-image's refinement samples 1.5 pixels at ``1 / upsample``, 150 x 150 samples at 100:
     called for every iteration of every pair, that made the layout estimate slower, and its
     matrix products are large enough to start BLAS threads, which on a busy machine cost more.
     """
-    xp = array_module(product)
-    shape = np.array(product.shape)
-    index = np.array(np.unravel_index(int(xp.abs(xp.fft.ifft2(product)).argmax()), product.shape))
-    shift = np.where(index > shape // 2, index - shape, index).astype(np.float64)
+    xp = array_module(products)
+    shape = products.shape[-2:]
+    index = _argmax_each(xp.abs(xp.fft.ifft2(products)))
+    shifts = wrapped_peak(index, shape)
     coarse = min(_COARSE_UPSAMPLE, upsample)
     if coarse > 1:
-        shift = _dft_peak(product, shift, coarse, math.ceil(1.5 * coarse) // 2, magnitude=True)
+        shifts = _dft_peaks(products, shifts, coarse, math.ceil(1.5 * coarse) // 2, magnitude=True)
     if coarse < upsample:
-        shift = _dft_peak(product, shift, upsample, math.ceil(upsample / coarse), magnitude=False)
-    return shift
+        shifts = _dft_peaks(
+            products, shifts, upsample, math.ceil(upsample / coarse), magnitude=False
+        )
+    return shifts

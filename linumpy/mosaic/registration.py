@@ -22,6 +22,15 @@ import numpy as np
 from linumpy import phases
 from linumpy._numpy_or_cupy import array_module, ndimage_module, to_numpy
 from linumpy.errors import LinumpyError
+from linumpy.mosaic.batched_registration import register_pairs
+from linumpy.mosaic.pair_geometry import (
+    SUBPIXEL_ITERATIONS,
+    candidate_displacements,
+    overlap_ncc,
+    overlap_views,
+    subpixel_parts,
+    wrapped_peak,
+)
 from linumpy.mosaic.phase_correlation import (
     DEFAULT_BAND,
     check_pair,
@@ -50,9 +59,6 @@ __all__ = [
     "registers_on_host",
 ]
 
-_SUBPIXEL_ITERATIONS = 8
-_RESAMPLE_MARGIN = 8
-_RESAMPLE_STEP = 32
 #: Tile pixels per registration thread on the CPU: a pair's Python steps hold the GIL, so small
 #: tiles gain from a few threads only (measured in docs/quickstart.md, "Tile registration").
 PIXELS_PER_THREAD = 128 * 128
@@ -70,29 +76,11 @@ def _top_peaks(correlation: Any, count: int) -> list[np.ndarray]:
     peaks = []
     for _ in range(count):
         index = np.array(np.unravel_index(int(surface.argmax()), surface.shape))
-        peaks.append(np.where(index > shape // 2, index - shape, index).astype(np.float64))
+        peaks.append(wrapped_peak(index, shape))
         rows = xp.arange(index[0] - 2, index[0] + 3) % shape[0]
         cols = xp.arange(index[1] - 2, index[1] + 3) % shape[1]
         surface[rows[:, None], cols[None, :]] = -xp.inf
     return peaks
-
-
-def _overlap_views(a: Any, b: Any, displacement: Sequence[int]) -> tuple[Any, Any]:
-    """The parts of tiles ``a`` and ``b`` that see the same place when ``b`` sits at
-    ``displacement`` (integer pixels) from ``a``."""
-    dy, dx = (int(d) for d in displacement)
-    h, w = a.shape
-    view_a = a[max(dy, 0) : h + min(dy, 0), max(dx, 0) : w + min(dx, 0)]
-    view_b = b[max(-dy, 0) : h + min(-dy, 0), max(-dx, 0) : w + min(-dx, 0)]
-    return view_a, view_b
-
-
-def _ncc(a: Any, b: Any) -> float:
-    xp = array_module(a)
-    a = a - a.mean()
-    b = b - b.mean()
-    norm = float(xp.sqrt((a * a).sum() * (b * b).sum()))
-    return float((a * b).sum()) / norm if norm > 0 else 0.0
 
 
 def measure_pair(
@@ -148,25 +136,16 @@ def measure_pair(
     xp = array_module(a)
     a = a.astype(xp.float64)
     b = xp.asarray(b).astype(xp.float64)
-    shape = np.array(a.shape)
     # phase_cross_correlation returns only the highest peak; a background tile's vignetting or a
     # repeated structure can outrank the true one, so the candidates come from several.
     product = whitened_spectrum(a, band) * whitened_spectrum(b, band).conj()
     correlation = xp.fft.ifft2(product).real
     best: tuple[float, np.ndarray] | None = None
     for peak in _top_peaks(correlation, n_peaks):
-        # b[y, x] ~ a[y + d, x + d]: the circular shift is d modulo the tile size.
-        base = np.mod(peak, shape).astype(int)
-        for dy in (base[0], base[0] - shape[0]):
-            for dx in (base[1], base[1] - shape[1]):
-                area = (shape[0] - abs(dy)) * (shape[1] - abs(dx))
-                if area < min_overlap * shape.prod():
-                    continue
-                if axis is not None and abs((dy, dx)[axis]) < abs((dy, dx)[1 - axis]):
-                    continue
-                score = _ncc(*_overlap_views(a, b, (dy, dx)))
-                if best is None or score > best[0]:
-                    best = (score, np.array([dy, dx]))
+        for displacement in candidate_displacements(peak, a.shape, min_overlap, axis):
+            score = overlap_ncc(*overlap_views(a, b, displacement))
+            if best is None or score > best[0]:
+                best = (score, np.array(displacement))
     if best is None:
         return np.zeros(2), 0.0
     score, coarse = best
@@ -203,31 +182,6 @@ def _then(result: PairMeasurement, done: Callable[[], Any]) -> PairMeasurement:
     return result
 
 
-def _fft_length(n: int) -> int:
-    """``n`` rounded down to a multiple of 16 when that keeps more than 7/8 of it."""
-    return n if n < 128 else n // 16 * 16
-
-
-def _resample_span(start: int, stop: int, size: int) -> tuple[slice, slice]:
-    """The span of a tile's axis to resample for its overlap ``start:stop``, and the overlap
-    within that span.
-
-    The span has a margin of at least ``_RESAMPLE_MARGIN`` pixels where the tile has them (the
-    cubic spline prefilter's influence falls by 0.27 per pixel, so the overlap is resampled as
-    if the whole tile were) and a length that is a multiple of ``_RESAMPLE_STEP`` or the whole
-    axis: cupyx.scipy.ndimage compiles its shift kernel for each output shape, so pairs of
-    slightly different overlaps share a few shapes, hence a few compiled kernels.
-    """
-    begin, end = max(start - _RESAMPLE_MARGIN, 0), min(stop + _RESAMPLE_MARGIN, size)
-    length = -(-(end - begin) // _RESAMPLE_STEP) * _RESAMPLE_STEP
-    if length >= size:
-        begin, end = 0, size
-    else:
-        end = min(begin + length, size)
-        begin = end - length
-    return slice(begin, end), slice(start - begin, stop - begin)
-
-
 def _subpixel(
     a: Any, b: Any, coarse: np.ndarray, upsample: int, band: tuple[float, float]
 ) -> np.ndarray:
@@ -237,31 +191,20 @@ def _subpixel(
     zero shift), so ``b`` is resampled by the current estimate and the residual measured again
     until it vanishes: the estimate converges to the shift itself.
     """
-    xp = array_module(a)
-    ndimage = ndimage_module(xp)
-    view_a, _ = _overlap_views(a, b, coarse)
-    dy, dx = (int(d) for d in coarse)
-    (ys, y_inner), (xs, x_inner) = (
-        _resample_span(max(-d, 0), n + min(-d, 0), n)
-        for d, n in ((dy, b.shape[0]), (dx, b.shape[1]))
-    )
-    block, inner = b[ys, xs], (y_inner, x_inner)
-    # Leave out the border, where resampling extrapolates when the overlap reaches b's edge, and
-    # trim long sides to a multiple of 16 pixels: pairs then share a few FFT shapes (the GPU's
-    # cuFFT plans stay in cupy's plan cache of 16).
-    crop = tuple(slice(2, 2 + _fft_length(n - 4)) for n in view_a.shape)
-    fixed = view_a[crop]
+    ndimage = ndimage_module(array_module(a))
     fraction = np.zeros(2)
-    if min(fixed.shape) < 4:
+    parts = subpixel_parts(a.shape, coarse)
+    if parts is None:
         return fraction
-    fixed_spectrum = whitened_spectrum(fixed, band)
-    for _ in range(_SUBPIXEL_ITERATIONS):
+    block = b[parts.block]
+    fixed_spectrum = whitened_spectrum(a[parts.fixed], band)
+    for _ in range(SUBPIXEL_ITERATIONS):
         shifted = (
             ndimage.shift(block, tuple(fraction), order=3, mode="nearest")
             if fraction.any()
             else block
         )
-        moving_spectrum = whitened_spectrum(shifted[inner][crop], band)
+        moving_spectrum = whitened_spectrum(shifted[parts.moving], band)
         residual = refined_shift(fixed_spectrum * moving_spectrum.conj(), upsample)
         fraction += residual
         if np.abs(residual).max() < 0.5 / upsample:
@@ -284,7 +227,8 @@ def estimate_transform(
     """Estimate the tile layout of a mosaic grid from its 2D projection.
 
     On the CPU the pairs are registered in ``threads`` threads (numpy's FFTs and scipy's
-    resampling release the GIL), with one BLAS thread each; on the GPU one after another. A cupy
+    resampling release the GIL), with one BLAS thread each; on the GPU all at once
+    (:func:`linumpy.mosaic.batched_registration.register_pairs`). A cupy
     projection is registered where that is faster (see :func:`registers_on_host`) unless
     ``on_host`` says where.
 
@@ -355,17 +299,50 @@ def estimate_transform(
 
     if threads is None:
         threads = registration_threads((h, w), available_cpus())
-    if array_module(aip_grid) is not np:
-        if registers_on_host((h, w), threads) if on_host is None else on_host:
-            aip_grid = to_numpy(aip_grid)
-        else:
-            threads = 1  # cupy's calls hold the GIL between short kernels: no gain in threads
-    where = "the host" if array_module(aip_grid) is np else "the GPU"
-    logger.info("registering %d tile pairs on %s in %d thread(s)", len(pairs), where, threads)
+    placed = registers_on_host((h, w), threads) if on_host is None else on_host
+    if array_module(aip_grid) is not np and placed:
+        aip_grid = to_numpy(aip_grid)
     with tqdm(total=len(pairs), desc="tile pairs", unit="pair", disable=not progress) as bar:
-        measurements = _in_threads(measure, pairs, threads, bar.update)
+        if array_module(aip_grid) is np:
+            logger.info(
+                "registering %d tile pairs on the host in %d thread(s)", len(pairs), threads
+            )
+            measurements = _in_threads(measure, pairs, threads, bar.update)
+        else:
+            logger.info("registering %d tile pairs on the GPU, all at once", len(pairs))
+            measurements = _on_gpu(aip_grid, (h, w), grid_shape, pairs, min_overlap, upsample, bar)
     transform = fit_transform(measurements, (h, w), grid_shape, min_score=min_score)
     return transform, measurements
+
+
+def _on_gpu(
+    aip_grid: Any,
+    tile_shape: tuple[int, int],
+    grid_shape: tuple[int, int],
+    pairs: list[tuple[tuple[int, int], tuple[int, int]]],
+    min_overlap: float,
+    upsample: int,
+    bar: Any,
+) -> list[PairMeasurement]:
+    """Every pair of a cupy projection measured at once (:func:`register_pairs`)."""
+    (h, w), (rows, cols) = tile_shape, grid_shape
+    tiles = aip_grid.reshape(rows, h, cols, w).transpose(0, 2, 1, 3).reshape(rows * cols, h, w)
+    tiles = tiles.astype(array_module(aip_grid).float64)
+    indices = np.array([[r * cols + c for r, c in pair] for pair in pairs], dtype=np.int64)
+    axes = [0 if second[0] != first[0] else 1 for first, second in pairs]
+    found = register_pairs(
+        tiles,
+        indices.reshape(-1, 2),
+        axes,
+        min_overlap=min_overlap,
+        upsample=upsample,
+        band=DEFAULT_BAND,
+        done=bar.update,
+    )
+    return [
+        PairMeasurement(first, second, tuple(displacement.tolist()), score)
+        for (first, second), (displacement, score) in zip(pairs, found, strict=True)
+    ]
 
 
 def registration_threads(tile_shape: Sequence[int], cpus: int) -> int:
