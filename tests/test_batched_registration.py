@@ -16,16 +16,16 @@ TILE = 64
 
 @pytest.fixture(scope="module")
 def tiles() -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The float64 tiles of a 3 x 4 demo grid's projection, its pairs and their axes."""
-    demo = generate_demo_mosaic(grid_shape=(3, 4), tile_shape=(8, TILE, TILE))
+    """The float64 tiles of a 4 x 5 demo grid's projection, its pairs and their axes."""
+    demo = generate_demo_mosaic(grid_shape=(4, 5), tile_shape=(16, TILE, TILE))
     aip = demo.mosaic.mean(axis=0)
-    stack = aip.reshape(3, TILE, 4, TILE).transpose(0, 2, 1, 3).reshape(12, TILE, TILE)
+    stack = aip.reshape(4, TILE, 5, TILE).transpose(0, 2, 1, 3).reshape(20, TILE, TILE)
     pairs, axes = [], []
-    for row in range(3):
-        for col in range(4):
+    for row in range(4):
+        for col in range(5):
             for dr, dc, axis in ((0, 1, 1), (1, 0, 0)):
-                if row + dr < 3 and col + dc < 4:
-                    pairs.append((row * 4 + col, (row + dr) * 4 + col + dc))
+                if row + dr < 4 and col + dc < 5:
+                    pairs.append((row * 5 + col, (row + dr) * 5 + col + dc))
                     axes.append(axis)
     return stack.astype(np.float64), np.array(pairs), axes
 
@@ -111,8 +111,8 @@ def test_the_overlap_kernel_scores_as_the_host(tiles) -> None:
     candidates = [
         (int(a), int(b), int(dy), int(dx))
         for a, b, dy, dx in zip(
-            rng.integers(0, 12, 40),
-            rng.integers(0, 12, 40),
+            rng.integers(0, 20, 40),
+            rng.integers(0, 20, 40),
             rng.integers(-TILE + 1, TILE, 40),
             rng.integers(-TILE + 1, TILE, 40),
             strict=True,

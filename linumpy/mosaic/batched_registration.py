@@ -248,19 +248,15 @@ def _subpixel_group(
     fixed_spectra = whitened_spectrum(fixed, band)
     fractions = np.zeros((len(members), 2))
     active = np.arange(len(members))
-    for _ in range(SUBPIXEL_ITERATIONS):
-        shifted = xp.stack(
-            [
-                (
-                    ndimage.shift(blocks[i], tuple(fractions[i]), order=3, mode="nearest")
-                    if fractions[i].any()
-                    else blocks[i]
-                )[moving]
-                for i in active
-            ]
-        )
-        products = fixed_spectra[xp.asarray(active)] * whitened_spectrum(shifted, band).conj()
-        residual = refined_shifts(products, upsample)
+    shifted = [block[moving] for block in blocks]
+    for iteration in range(SUBPIXEL_ITERATIONS):
+        for i in active if iteration else ():
+            shifted[i] = ndimage.shift(blocks[i], tuple(fractions[i]), order=3, mode="nearest")
+            shifted[i] = shifted[i][moving]
+        # every member is correlated at each step, converged or not: a stack of one size keeps
+        # one cuFFT plan for the whole refinement (a plan per size would cost more than the FFTs)
+        products = fixed_spectra * whitened_spectrum(xp.stack(shifted), band).conj()
+        residual = refined_shifts(products, upsample)[active]
         fractions[active] += residual
         active = active[np.abs(residual).max(axis=1) >= 0.5 / upsample]
         if not active.size:
