@@ -125,3 +125,21 @@ def test_the_overlap_kernel_scores_as_the_host(tiles) -> None:
     np.testing.assert_allclose(scores, expected, atol=1e-9)
     # a flat overlap has no correlation to score
     assert batched_registration._overlap_scores(cupy.asarray(flat), [(0, 1, 3, -2)])[0] == 0.0
+
+
+def test_pairs_below_the_fit_score_keep_their_integer_displacement(tiles) -> None:
+    stack, pairs, axes = tiles
+    refined = _register(stack, pairs, axes)
+    together = _register(stack, pairs, axes, refine_from=0.5)
+    alone = _one_at_a_time(stack, pairs, axes, refine_from=0.5)
+    low = [i for i, (_, score) in enumerate(refined) if score < 0.5]
+    assert low and len(low) < len(pairs)
+    for i, ((displacement, score), (expected, expected_score)) in enumerate(
+        zip(together, alone, strict=True)
+    ):
+        np.testing.assert_array_equal(displacement, expected)
+        assert score == expected_score == refined[i][1]
+        if i in low:  # the best candidate's integer displacement (refining may wander far off)
+            np.testing.assert_array_equal(displacement, np.round(displacement))
+        else:
+            np.testing.assert_array_equal(displacement, refined[i][0])

@@ -107,6 +107,7 @@ def register_pairs(
     upsample: int,
     band: tuple[float, float],
     n_peaks: int = 4,
+    refine_from: float | None = None,
     done: Callable[[int], Any] | None = None,
 ) -> list[tuple[np.ndarray, float]]:
     """Displacement and score of each pair of a stack of tiles, as ``measure_pair`` gives them.
@@ -120,7 +121,7 @@ def register_pairs(
         ``(p, 2)`` integer array: for each pair the index of tile ``a`` and of tile ``b``.
     axes
         For each pair the axis its displacement is mostly along (0 or 1), or None.
-    min_overlap, upsample, band, n_peaks
+    min_overlap, upsample, band, n_peaks, refine_from
         See :func:`linumpy.mosaic.registration.measure_pair`.
     done
         Called with a count of pairs whenever that many more are measured.
@@ -152,6 +153,8 @@ def register_pairs(
     for owner, position in best.items():
         coarse = np.array(candidates[position][2:], dtype=np.float64)
         results[owner] = (coarse, float(scores[position]))
+        if refine_from is not None and scores[position] < refine_from:
+            continue
         parts = subpixel_parts(shape, coarse)
         if parts is not None:
             groups.setdefault(parts.key, []).append((owner, coarse, parts))

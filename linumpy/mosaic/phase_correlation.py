@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from linumpy._numpy_or_cupy import array_module
+from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.errors import LinumpyError
-from linumpy.mosaic.pair_geometry import wrapped_peak
 
 __all__ = ["DEFAULT_BAND", "phase_correlation"]
 
@@ -147,22 +146,21 @@ def _dft_surface(product: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
     return row_kernel @ product @ col_kernel.transpose(0, 2, 1)
 
 
-def _argmax_each(surfaces: Any) -> np.ndarray:
-    """Index ``(i, j)`` of the highest sample of each of a stack of 2D surfaces, as ``(n, 2)``."""
+def _argmax_each(surfaces: Any) -> Any:
+    """Index ``(i, j)`` of the highest sample of each of a stack of 2D surfaces, as ``(n, 2)``
+    (on the surfaces' device: the refinement waits for the GPU once, at its end)."""
     xp = array_module(surfaces)
-    flat = xp.asarray(surfaces.reshape(len(surfaces), -1).argmax(axis=1)).tolist()
-    return np.array(np.unravel_index(flat, surfaces.shape[1:]), dtype=np.int64).T.reshape(-1, 2)
+    flat = surfaces.reshape(len(surfaces), -1).argmax(axis=1)
+    return xp.stack((flat // surfaces.shape[2], flat % surfaces.shape[2]), axis=1)
 
 
-def _dft_peaks(
-    product: Any, centers: np.ndarray, upsample: int, half_width: int, magnitude: bool
-) -> np.ndarray:
+def _dft_peaks(product: Any, centers: Any, upsample: int, half_width: int, magnitude: bool) -> Any:
     """Position of the highest sample, of its magnitude or of its real part, of the inverse DFT
     of each of a stack of products on the grid of ``1 / upsample`` pixel within ``half_width``
     samples of its ``centers`` row."""
     xp = array_module(product)
-    offsets = np.arange(-half_width, half_width + 1) / upsample
-    surface = _dft_surface(product, centers[:, :1] + offsets[None], centers[:, 1:] + offsets[None])
+    offsets = xp.arange(-half_width, half_width + 1, dtype=xp.float64) / upsample
+    surface = _dft_surface(product, centers[:, :1] + offsets, centers[:, 1:] + offsets)
     surface = xp.abs(surface) if magnitude else surface.real
     return centers + (_argmax_each(surface) - half_width) / upsample
 
@@ -185,9 +183,9 @@ def refined_shifts(products: Any, upsample: int) -> np.ndarray:
     matrix products are large enough to start BLAS threads, which on a busy machine cost more.
     """
     xp = array_module(products)
-    shape = products.shape[-2:]
     index = _argmax_each(xp.abs(xp.fft.ifft2(products)))
-    shifts = wrapped_peak(index, shape)
+    shape = xp.asarray(products.shape[-2:])
+    shifts = xp.where(index > shape // 2, index - shape, index).astype(xp.float64)
     coarse = min(_COARSE_UPSAMPLE, upsample)
     if coarse > 1:
         shifts = _dft_peaks(products, shifts, coarse, math.ceil(1.5 * coarse) // 2, magnitude=True)
@@ -195,4 +193,4 @@ def refined_shifts(products: Any, upsample: int) -> np.ndarray:
         shifts = _dft_peaks(
             products, shifts, upsample, math.ceil(upsample / coarse), magnitude=False
         )
-    return shifts
+    return to_numpy(shifts)

@@ -92,6 +92,7 @@ def measure_pair(
     band: tuple[float, float] = DEFAULT_BAND,
     n_peaks: int = 4,
     axis: int | None = None,
+    refine_from: float | None = None,
 ) -> tuple[np.ndarray, float]:
     """Displacement of tile ``b`` relative to tile ``a`` from their overlapping content.
 
@@ -112,6 +113,10 @@ def measure_pair(
     axis
         0 when ``b`` is the next tile down, 1 when it is the next tile right: the displacement must
         then be mostly along that axis. None accepts any direction.
+    refine_from
+        A pair whose overlap scores below this keeps its integer displacement (the layout fit
+        leaves such pairs out, so :func:`estimate_transform` passes its ``min_score``); None
+        refines every pair.
 
     Returns
     -------
@@ -149,6 +154,8 @@ def measure_pair(
     if best is None:
         return np.zeros(2), 0.0
     score, coarse = best
+    if refine_from is not None and score < refine_from:
+        return coarse.astype(np.float64), score
     return coarse + _subpixel(a, b, coarse, upsample, band), score
 
 
@@ -293,7 +300,12 @@ def estimate_transform(
         first, second = pair
         axis = 0 if second[0] != first[0] else 1
         displacement, score = measure_pair(
-            tile(first), tile(second), min_overlap=min_overlap, upsample=upsample, axis=axis
+            tile(first),
+            tile(second),
+            min_overlap=min_overlap,
+            upsample=upsample,
+            axis=axis,
+            refine_from=min_score,
         )
         return PairMeasurement(first, second, tuple(displacement.tolist()), score)
 
@@ -310,7 +322,8 @@ def estimate_transform(
             measurements = _in_threads(measure, pairs, threads, bar.update)
         else:
             logger.info("registering %d tile pairs on the GPU, all at once", len(pairs))
-            measurements = _on_gpu(aip_grid, (h, w), grid_shape, pairs, min_overlap, upsample, bar)
+            options = {"min_overlap": min_overlap, "upsample": upsample, "refine_from": min_score}
+            measurements = _on_gpu(aip_grid, (h, w), grid_shape, pairs, bar, **options)
     transform = fit_transform(measurements, (h, w), grid_shape, min_score=min_score)
     return transform, measurements
 
@@ -320,9 +333,8 @@ def _on_gpu(
     tile_shape: tuple[int, int],
     grid_shape: tuple[int, int],
     pairs: list[tuple[tuple[int, int], tuple[int, int]]],
-    min_overlap: float,
-    upsample: int,
     bar: Any,
+    **options: Any,
 ) -> list[PairMeasurement]:
     """Every pair of a cupy projection measured at once (:func:`register_pairs`)."""
     (h, w), (rows, cols) = tile_shape, grid_shape
@@ -334,10 +346,9 @@ def _on_gpu(
         tiles,
         indices.reshape(-1, 2),
         axes,
-        min_overlap=min_overlap,
-        upsample=upsample,
         band=DEFAULT_BAND,
         done=bar.update,
+        **options,
     )
     return [
         PairMeasurement(first, second, tuple(displacement.tolist()), score)
