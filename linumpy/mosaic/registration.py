@@ -1,12 +1,11 @@
 """Tile layout estimation: phase correlation of overlapping tile pairs and a robust affine fit.
 
-Each pair runs on numpy or cupy arrays alike (``--use-gpu``: cupy's FFTs and
-``cupyx.scipy.ndimage``): the band-limited phase correlation of
-:mod:`linumpy.mosaic.phase_correlation`, several peaks each tried with its wrap-around
-candidates (by direction and overlap, scored by normalized cross-correlation), and an iterative
-refinement on the overlaps; then the robust fit. The CPU registers pairs in threads; a cupy
-projection is registered on the host when its threads are faster than the GPU's one pair at a
-time (:func:`registers_on_host`).
+Each pair: the band-limited phase correlation of :mod:`linumpy.mosaic.phase_correlation`,
+several peaks each tried with its wrap-around candidates (by direction and overlap, scored by
+normalized cross-correlation), and an iterative refinement on the overlaps; then the robust fit.
+The CPU registers pairs in threads, one pair at a time each (:func:`measure_pair`, on numpy or
+cupy arrays alike); a cupy projection (``--use-gpu``) has all its pairs registered at once on
+its GPU (:mod:`linumpy.mosaic.batched_registration`).
 """
 
 from __future__ import annotations
@@ -56,16 +55,11 @@ __all__ = [
     "measure_pair",
     "phase_correlation",
     "registration_threads",
-    "registers_on_host",
 ]
 
 #: Tile pixels per registration thread on the CPU: a pair's Python steps hold the GIL, so small
 #: tiles gain from a few threads only (measured in docs/quickstart.md, "Tile registration").
 PIXELS_PER_THREAD = 128 * 128
-#: A cupy projection is registered on the host when each of its threads has at most this many
-#: tile pixels: a GPU pair is a few dozen short kernels, about as long whatever the tile size,
-#: while the host's time scales with the pixels per thread (same measurements).
-HOST_PIXELS_PER_THREAD = 128 * 256
 
 
 def _top_peaks(correlation: Any, count: int) -> list[np.ndarray]:
@@ -229,15 +223,15 @@ def estimate_transform(
     upsample: int = 100,
     progress: bool = False,
     threads: int | None = None,
-    on_host: bool | None = None,
+    on_host: bool = False,
 ) -> tuple[TileTransform, list[PairMeasurement]]:
     """Estimate the tile layout of a mosaic grid from its 2D projection.
 
     On the CPU the pairs are registered in ``threads`` threads (numpy's FFTs and scipy's
     resampling release the GIL), with one BLAS thread each; on the GPU all at once
-    (:func:`linumpy.mosaic.batched_registration.register_pairs`). A cupy
-    projection is registered where that is faster (see :func:`registers_on_host`) unless
-    ``on_host`` says where.
+    (:func:`linumpy.mosaic.batched_registration.register_pairs`), which is faster than the host's
+    threads (figures in the GPU guide). Pairs whose overlap scores below ``min_score`` are not
+    refined to sub-pixel precision: the fit leaves them out.
 
     Parameters
     ----------
@@ -254,8 +248,8 @@ def estimate_transform(
         Pairs registered at once on the CPU; by default :func:`registration_threads` of the
         CPUs available to the process.
     on_host
-        For a cupy projection: True registers its pairs on the host, False on its GPU; None
-        (the default) chooses with :func:`registers_on_host`. The results agree to 0.01 px.
+        For a cupy projection: True registers its pairs on the host, in ``threads`` threads,
+        instead of on its GPU. The results agree to 0.01 px.
 
     Returns
     -------
@@ -311,8 +305,7 @@ def estimate_transform(
 
     if threads is None:
         threads = registration_threads((h, w), available_cpus())
-    placed = registers_on_host((h, w), threads) if on_host is None else on_host
-    if array_module(aip_grid) is not np and placed:
+    if on_host and array_module(aip_grid) is not np:
         aip_grid = to_numpy(aip_grid)
     with tqdm(total=len(pairs), desc="tile pairs", unit="pair", disable=not progress) as bar:
         if array_module(aip_grid) is np:
@@ -368,17 +361,3 @@ def registration_threads(tile_shape: Sequence[int], cpus: int) -> int:
     """
     h, w = parse_tile_shape(tile_shape)
     return max(1, min(cpus, math.ceil(h * w / PIXELS_PER_THREAD)))
-
-
-def registers_on_host(tile_shape: Sequence[int], threads: int) -> bool:
-    """Whether a cupy projection's pairs register faster on the host's ``threads`` than on the
-    GPU: when each thread has at most :data:`HOST_PIXELS_PER_THREAD` tile pixels.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.registration import registers_on_host
-    >>> registers_on_host((512, 512), 16), registers_on_host((512, 512), 4)
-    (True, False)
-    """
-    h, w = parse_tile_shape(tile_shape)
-    return h * w <= HOST_PIXELS_PER_THREAD * max(threads, 1)
