@@ -200,11 +200,11 @@ if pipeline_chart(result, chart):
 # where a GPU run still waits (start-up, level 0 or the pyramid).
 #
 # On the host with one H200 and 16 CPU cores (2026-12-01, [Benchmarks](../benchmarks.md), runs G
-# and H), the full-size 6 x 6 mosaic in the default layout took, CPU / GPU:
-# `linum-estimate-transform` 4.12 / 3.70 s (1.1x; the registration runs on the host's threads
-# either way, the GPU computes the projection), `linum-stitch-3d` 7.33 / 5.11 s (1.4x), `linum-aip`
-# 3.51 / 2.37 s (1.5x), `linum-mosaic-pipeline` (all three in one process) 10.38 / 7.09 s (1.5x);
-# 1.8-2.5 s of every command was start-up and imports, on either device.
+# and I), the full-size 6 x 6 mosaic in the default layout took, CPU / GPU:
+# `linum-estimate-transform` 4.31 / 2.50 s (1.7x; the GPU registers all tile pairs at once),
+# `linum-stitch-3d` 7.33 / 5.11 s (1.4x), `linum-aip` 3.51 / 2.37 s (1.5x),
+# `linum-mosaic-pipeline` (all three in one process) 12.35 / 6.12 s (2.0x); 1.5-2.5 s of every
+# command was start-up and imports, on either device.
 
 # %%
 import shutil

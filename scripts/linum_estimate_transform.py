@@ -7,8 +7,8 @@ pair of adjacent tiles is registered on the projection along z; pairs whose over
 correlate (no tissue) are ignored. The result, an affine map from tile index (row, col) to the
 tile's pixel position (2x2 matrix + offset), is saved as JSON for linum-stitch-3d/2d.
 
-With --use-gpu the projection runs on the GPU and the pairs are registered where that is faster:
-on the host's threads unless the tiles are large for the CPUs there (-v says where).
+With --use-gpu the projection runs on the GPU and its pairs are registered there, all at once
+(-v says so). Pairs scoring below --min-score keep their integer displacement.
 """
 
 from __future__ import annotations

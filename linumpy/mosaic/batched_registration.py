@@ -132,6 +132,22 @@ def register_pairs(
         For each pair ``(displacement, score)``: ``b``'s top-left corner relative to ``a``'s, in
         pixels, and the normalized cross-correlation of the overlap there (``(0, 0)`` and 0 when
         no candidate overlaps enough).
+
+    Examples
+    --------
+    Two 64 x 64 tiles of one scene, the second 48 pixels right of the first (numpy here; a cupy
+    stack runs on its GPU):
+
+    >>> import numpy as np
+    >>> from linumpy.mosaic.batched_registration import register_pairs
+    >>> from linumpy.mosaic.registration import DEFAULT_BAND
+    >>> scene = np.random.default_rng(0).random((64, 112))
+    >>> tiles = np.stack([scene[:, :64], scene[:, 48:]])
+    >>> [(displacement, score)] = register_pairs(
+    ...     tiles, np.array([[0, 1]]), [1], min_overlap=0.05, upsample=100, band=DEFAULT_BAND
+    ... )
+    >>> displacement.round(2), round(score, 2)
+    (array([ 0., 48.]), 1.0)
     """
     shape = tiles.shape[1:]
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)

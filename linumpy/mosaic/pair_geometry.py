@@ -16,6 +16,8 @@ import numpy as np
 
 from linumpy._numpy_or_cupy import array_module
 
+__all__ = ["candidate_displacements", "overlap_views"]
+
 #: At most this many resample-and-correlate steps refine a pair's sub-pixel displacement.
 SUBPIXEL_ITERATIONS = 8
 _RESAMPLE_MARGIN = 8
@@ -37,6 +39,16 @@ def candidate_displacements(
     ``b[y, x] ~ a[y + d, x + d]`` makes the circular shift ``d`` modulo the tile size, so each
     axis has two candidates; those whose overlap is below ``min_overlap`` of the tile's area, or
     (with ``axis``) not mostly along ``axis``, are left out.
+
+    Examples
+    --------
+    A peak 12 pixels left of the origin in 64 x 64 tiles: ``b`` 52 pixels right of ``a`` (or 12
+    left), and, at the same row, nothing else for a right neighbour:
+
+    >>> import numpy as np
+    >>> from linumpy.mosaic.pair_geometry import candidate_displacements
+    >>> candidate_displacements(np.array([0.0, -12.0]), (64, 64), 0.05, axis=1)
+    [(0, 52), (0, -12)]
     """
     h, w = (int(n) for n in shape)
     base = np.mod(peak, (h, w)).astype(int)
@@ -62,7 +74,17 @@ def overlap_slices(shape: Sequence[int], displacement: Sequence[int]) -> tuple[t
 
 def overlap_views(a: Any, b: Any, displacement: Sequence[int]) -> tuple[Any, Any]:
     """The parts of tiles ``a`` and ``b`` that see the same place when ``b`` sits at
-    ``displacement`` (integer pixels) from ``a``."""
+    ``displacement`` (integer pixels) from ``a``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linumpy.mosaic.pair_geometry import overlap_views
+    >>> scene = np.arange(8 * 12).reshape(8, 12)
+    >>> in_a, in_b = overlap_views(scene[:, :8], scene[:, 4:], (0, 4))
+    >>> in_a.shape, bool((in_a == in_b).all())
+    ((8, 4), True)
+    """
     in_a, in_b = overlap_slices(a.shape, displacement)
     return a[in_a], b[in_b]
 
