@@ -172,3 +172,27 @@ def test_volume_on_the_gpu_has_the_same_bytes() -> None:
     volume = oct_volume((64, 128, 128), xp=cupy)
     assert isinstance(volume, cupy.ndarray) and volume.dtype == np.uint16
     assert np.array_equal(cupy.asnumpy(volume), oct_volume((64, 128, 128)))
+
+
+def test_checksum_pairs_are_also_read_in_turn_and_then_removed(tmp_path: Path) -> None:
+    from linumpy.bench.report import checksum_table, reads_by_layout
+    from linumpy.bench.rows import INTERLEAVED_READ
+
+    layouts = (
+        Layout.cubic(16, 3),
+        Layout.cubic(16, 3, checksum=True),
+        Layout.cubic(8, 3, checksum=True),  # no layout without checksums to pair with
+    )
+    config = BenchConfig(
+        shape=(16, 32, 32), layouts=layouts, gpu=False, warmup=0, repeats=2, workdir=tmp_path
+    )
+    result = run_benchmark(config, progress=False)
+    in_turn = [row for row in result.rows if row.name == INTERLEAVED_READ]
+    assert [(row.layout, row.runs, row.matches) for row in in_turn] == [
+        ("16^3", 2, True),
+        ("16^3, checksums", 2, True),
+    ]
+    costs = checksum_table(result.rows)
+    assert f"| 16^3 | {INTERLEAVED_READ} |" in costs and "| 8^3 |" not in costs
+    assert INTERLEAVED_READ not in reads_by_layout(result.rows)
+    assert not list(tmp_path.glob("layout-*"))  # the pair kept for its partner, then removed

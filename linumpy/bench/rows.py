@@ -26,13 +26,25 @@ from linumpy.bench.files import drop_page_cache
 from linumpy.bench.timing import Row, Timer
 from linumpy.io import read_volume
 
-__all__ = ["Layout", "cpu_read_rows", "gpu_read_rows", "write_rows", "write_volume"]
+__all__ = [
+    "Layout",
+    "cpu_read_rows",
+    "gpu_read_rows",
+    "interleaved_read_rows",
+    "write_rows",
+    "write_volume",
+]
 
 ZARRS_PIPELINE = "zarrs.ZarrsCodecPipeline"
 #: Names of checksummed layouts end with this (:meth:`Layout.cubic`).
 CHECKSUM_SUFFIX = ", checksums"
 #: A row of a checksummed layout only: the same path with the crc32c checked on the CPU.
 CPU_CHECK_SUFFIX = ", crc32c on the CPU"
+#: The CPU reads of a layout with and without checksums, timed in turn
+#: (:func:`interleaved_read_rows`).
+INTERLEAVED_READ = "linumpy read_volume (CPU), with and without checksums in turn"
+#: Their ``op``: they are left out of the tables and charts of reads, which they repeat.
+INTERLEAVED_OP = "read in turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +148,7 @@ def cpu_read_rows(
     ('linumpy read_volume (CPU)', True)
     """
     nbytes = volume.nbytes
-
-    def same(result: Any) -> bool:
-        return isinstance(result, np.ndarray) and np.array_equal(result, volume)
-
+    same = functools.partial(_equals, volume)
     measure = functools.partial(timer.measure, layout, kind="cpu", op="read", nbytes=nbytes)
     rows = [
         measure(name="linumpy read_volume (CPU)", run=lambda: read_volume(path), check=same),
@@ -170,6 +179,45 @@ def cpu_read_rows(
             )
         )
     return rows
+
+
+def _equals(volume: np.ndarray, result: Any) -> bool:
+    return isinstance(result, np.ndarray) and np.array_equal(result, volume)
+
+
+def interleaved_read_rows(
+    timer: Timer,
+    plain: tuple[str, Path],
+    checked: tuple[str, Path],
+    volume: np.ndarray,
+) -> list[Row]:
+    """Time the CPU reads of a layout without checksums and of the same with them in turn
+    (:meth:`Timer.measure_interleaved`): a row for each, named :data:`INTERLEAVED_READ` (``op``
+    :data:`INTERLEAVED_OP`), whose ratio is the checksums' cost even on a machine whose speed
+    drifts between rows.
+
+    ``plain`` and ``checked`` are each a layout's name and its array's path.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from pathlib import Path
+    >>> from linumpy.bench import Layout, Timer, oct_volume, write_volume
+    >>> from linumpy.bench.rows import interleaved_read_rows
+    >>> volume, root = oct_volume((16, 16, 16)), Path(tempfile.mkdtemp())
+    >>> for name, checksum in (("a", False), ("b", True)):
+    ...     write_volume(root / name, volume, Layout.cubic(8, 3),
+    ...                  zarr.codecs.ZstdCodec(checksum=checksum))
+    >>> rows = interleaved_read_rows(Timer(warmup=0, repeats=2), ("8^3", root / "a"),
+    ...                              ("8^3, checksums", root / "b"), volume)
+    >>> [(row.layout, row.runs, row.matches) for row in rows]
+    [('8^3', 2, True), ('8^3, checksums', 2, True)]
+    """
+    cases = [(name, functools.partial(read_volume, path)) for name, path in (plain, checked)]
+    same = functools.partial(_equals, volume)
+    return timer.measure_interleaved(
+        cases, INTERLEAVED_READ, "cpu", INTERLEAVED_OP, nbytes=volume.nbytes, check=same
+    )
 
 
 def _report_note(row: Row) -> None:

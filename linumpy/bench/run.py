@@ -24,7 +24,14 @@ from linumpy.bench.ceilings import (
     host_buffer,
 )
 from linumpy.bench.files import BenchInputError, array_directory, stored_files
-from linumpy.bench.rows import Layout, cpu_read_rows, gpu_read_rows, write_rows
+from linumpy.bench.rows import (
+    CHECKSUM_SUFFIX,
+    Layout,
+    cpu_read_rows,
+    gpu_read_rows,
+    interleaved_read_rows,
+    write_rows,
+)
 from linumpy.bench.timing import Row, Timer
 from linumpy.bench.volume import oct_volume
 from linumpy.io import open_array, read_volume
@@ -232,8 +239,9 @@ def run_benchmark(
     called with the result so far after each layout (to save partial results, say).
 
     For each layout: the writes (which leave the array read next), the ceilings, the CPU reads,
-    and, with ``config.gpu``, the GPU reads. A row that fails is recorded with its error and the
-    run goes on.
+    and, with ``config.gpu``, the GPU reads; after a checksummed layout whose layout without
+    checksums was measured too, the CPU reads of the two in turn (:func:`interleaved_read_rows`).
+    A row that fails is recorded with its error and the run goes on.
 
     Raises
     ------
@@ -273,6 +281,9 @@ def run_benchmark(
         device_volume = cupy.asarray(volume) if config.gpu else None
         result = BenchResult(config, machine_info(config.gpu), volume.shape, str(volume.dtype))
         result.rows = timer.rows  # the same list: rows show up as they are measured
+        names = {layout.name for layout, _ in plan}
+        # a layout without checksums waits, kept, for the same layout with them
+        waiting: dict[str, Path] = {}
         for layout, path in tqdm(
             plan, desc="layouts", disable=None if progress is None else not progress
         ):
@@ -300,8 +311,16 @@ def run_benchmark(
                     cold=config.cold,
                     checksum=layout.checksum,
                 )
+            plain = layout.name.removesuffix(CHECKSUM_SUFFIX)
+            done = [path]
+            if layout.checksum and plain in waiting:
+                done.append(waiting.pop(plain))
+                interleaved_read_rows(timer, (plain, done[1]), (layout.name, path), volume)
+            elif not layout.checksum and layout.name + CHECKSUM_SUFFIX in names:
+                waiting[layout.name], done = path, []
             if config.input is None and not config.keep:
-                shutil.rmtree(path, ignore_errors=True)
+                for folder in done:
+                    shutil.rmtree(folder, ignore_errors=True)
             if on_layout is not None:
                 on_layout(result)
     return result

@@ -6,7 +6,7 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -31,7 +31,8 @@ class Row:
     kind
         ``"cpu"``, ``"gpu"`` or ``"ceiling"``.
     op
-        ``"read"`` or ``"write"``; a ceiling's ``op`` names the ceiling (``"decode-cpu"``,
+        ``"read"``, ``"write"`` or ``"read in turn"`` (reads timed in turn with another
+        layout's, for the ratio of the two); a ceiling's ``op`` names the ceiling (``"decode-cpu"``,
         ``"decode-gpu"``, ``"file-read"``, ``"file-read-cold"``, ``"copy"``, ``"file-write"``).
     gbps
         10^9 bytes of decompressed volume per second (0 when it failed or was skipped).
@@ -154,12 +155,72 @@ class Timer:
                     times.append(elapsed)
         except Exception as exc:  # a failing path is a result too: record it and go on
             logger.debug("%s / %s failed", layout, name, exc_info=True)
-            row.note = f"failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-            row.matches = None
-            self.rows.append(row)
-            return row
-        row.seconds = statistics.median(times)
-        row.runs = len(times)
-        row.gbps = nbytes / 1e9 / row.seconds if row.seconds > 0 else float("inf")
+            _failed(row, exc)
+        else:
+            _timed(row, times, nbytes)
         self.rows.append(row)
         return row
+
+    def measure_interleaved(
+        self,
+        cases: Sequence[tuple[str, Callable[[], Any]]],
+        name: str,
+        kind: Kind,
+        op: str,
+        *,
+        nbytes: int,
+        check: Callable[[Any], bool] | None = None,
+    ) -> list[Row]:
+        """Time the runs of several cases in turn, one of each per round, and record a row per
+        case (named by its layout) of ``nbytes / median time``.
+
+        A machine whose speed drifts (a shared or busy host) then slows every case alike, so
+        their ratio holds where rows timed one after another do not. Rounds stop once their
+        timed runs took ``budget`` seconds per case (at least one timed round).
+
+        Examples
+        --------
+        >>> from linumpy.bench import Timer
+        >>> timer = Timer(warmup=0, repeats=3, budget=1.0)
+        >>> cases = [("a", lambda: sum(range(1000))), ("b", lambda: sum(range(2000)))]
+        >>> [(row.layout, row.runs) for row in timer.measure_interleaved(cases, "sum", "cpu",
+        ...                                                               "read", nbytes=8000)]
+        [('a', 3), ('b', 3)]
+        """
+        rows = [Row(layout, name, kind, op) for layout, _ in cases]
+        times: list[list[float]] = [[] for _ in cases]
+        try:
+            for i in range(self.warmup + self.repeats):
+                if i > self.warmup and sum(map(sum, times)) > self.budget * len(cases):
+                    break
+                for (_, run), row, spent in zip(cases, rows, times, strict=True):
+                    self.sync()
+                    start = time.perf_counter()
+                    result = run()
+                    self.sync()
+                    elapsed = time.perf_counter() - start
+                    if check is not None and row.matches is None:
+                        row.matches = bool(check(result))
+                    del result
+                    if i >= self.warmup:
+                        spent.append(elapsed)
+        except Exception as exc:  # as measure: a failing path is recorded, the run goes on
+            logger.debug("%s failed", name, exc_info=True)
+            for row in rows:
+                _failed(row, exc)
+        else:
+            for row, spent in zip(rows, times, strict=True):
+                _timed(row, spent, nbytes)
+        self.rows.extend(rows)
+        return rows
+
+
+def _failed(row: Row, exc: Exception) -> None:
+    row.note = f"failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+    row.matches = None
+
+
+def _timed(row: Row, times: list[float], nbytes: int) -> None:
+    row.seconds = statistics.median(times)
+    row.runs = len(times)
+    row.gbps = nbytes / 1e9 / row.seconds if row.seconds > 0 else float("inf")
