@@ -143,3 +143,7 @@ def test_pairs_below_the_fit_score_keep_their_integer_displacement(tiles) -> Non
             np.testing.assert_array_equal(displacement, np.round(displacement))
         else:
             np.testing.assert_array_equal(displacement, refined[i][0])
+
+
+def test_no_pairs_measure_nothing(tiles) -> None:
+    assert _register(tiles[0][:1], np.zeros((0, 2), dtype=int), []) == []

@@ -151,6 +151,8 @@ def register_pairs(
     """
     shape = tiles.shape[1:]
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if not len(pairs):
+        return []
     peaks = _peaks(tiles, pairs, band, n_peaks)
     candidates: list[tuple[int, int, int, int]] = []
     owners: list[int] = []
