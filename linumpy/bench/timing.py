@@ -143,14 +143,7 @@ class Timer:
                     # every write starts with no dirty pages of the runs and rows before it,
                     # which the kernel would otherwise throttle it to write back
                     os.sync()
-                self.sync()
-                start = time.perf_counter()
-                result = run()
-                self.sync()
-                elapsed = time.perf_counter() - start
-                if check is not None and row.matches is None:
-                    row.matches = bool(check(result))
-                del result
+                elapsed = self._run(run, row, check)
                 if i >= warmup:
                     times.append(elapsed)
         except Exception as exc:  # a failing path is a result too: record it and go on
@@ -194,14 +187,7 @@ class Timer:
                 if i > self.warmup and sum(map(sum, times)) > self.budget * len(cases):
                     break
                 for (_, run), row, spent in zip(cases, rows, times, strict=True):
-                    self.sync()
-                    start = time.perf_counter()
-                    result = run()
-                    self.sync()
-                    elapsed = time.perf_counter() - start
-                    if check is not None and row.matches is None:
-                        row.matches = bool(check(result))
-                    del result
+                    elapsed = self._run(run, row, check)
                     if i >= self.warmup:
                         spent.append(elapsed)
         except Exception as exc:  # as measure: a failing path is recorded, the run goes on
@@ -213,6 +199,20 @@ class Timer:
                 _timed(row, spent, nbytes)
         self.rows.extend(rows)
         return rows
+
+    def _run(self, run: Callable[[], Any], row: Row, check: Callable[[Any], bool] | None) -> float:
+        """Seconds of one run (synchronised); its result checked when ``row`` has no verdict.
+
+        The result is dropped before the next run starts, so that runs do not hold two at once.
+        """
+        self.sync()
+        start = time.perf_counter()
+        result = run()
+        self.sync()
+        elapsed = time.perf_counter() - start
+        if check is not None and row.matches is None:
+            row.matches = bool(check(result))
+        return elapsed
 
 
 def _failed(row: Row, exc: Exception) -> None:
