@@ -179,7 +179,9 @@ def register_pairs(
     if done is not None:
         done(len(pairs) - sum(len(members) for members in groups.values()))
     for members in groups.values():
-        fractions = _subpixel_group(tiles, pairs, members, upsample, band)
+        fixed = [tiles[pairs[owner, 0]][parts.fixed] for owner, _, parts in members]
+        blocks = [tiles[pairs[owner, 1]][parts.block] for owner, _, parts in members]
+        fractions = refine_subpixel(fixed, blocks, members[0][2].moving, upsample, band)
         for (owner, coarse, _), fraction in zip(members, fractions, strict=True):
             results[owner] = (coarse + fraction, results[owner][1])
         if done is not None:
@@ -201,22 +203,21 @@ def _peaks(tiles: Any, pairs: np.ndarray, band: tuple[float, float], count: int)
         inverse = xp.asarray(inverse.reshape(-1, 2))
         products = spectra[inverse[:, 0]] * spectra[inverse[:, 1]].conj()
         del spectra
-        surface = xp.ascontiguousarray(xp.fft.ifft2(products).real).reshape(len(batch), -1)
+        found.append(top_peaks(xp.fft.ifft2(products).real, count))
         del products
-        found.append(_top_peaks_each(surface, (h, w), count))
-    flat = np.concatenate(found)
-    indices = np.stack(np.unravel_index(flat, (h, w)), axis=-1)
-    return wrapped_peak(indices, (h, w))
+    return np.concatenate(found)
 
 
-def _top_peaks_each(surface: Any, shape: tuple[int, int], count: int) -> np.ndarray:
-    """Flat positions ``(p, count)`` of the highest sample of each row of ``surface`` (a stack
-    of flattened correlations, overwritten), each time after blanking 5 x 5 samples (circularly)
-    around the ones found before."""
-    xp = array_module(surface)
-    h, w = shape
+def top_peaks(correlations: Any, count: int) -> np.ndarray:
+    """The ``count`` highest local peaks of each of a stack of circular correlations ``(p, h,
+    w)``, highest first, as shifts in ``(-n/2, n/2]``: ``(p, count, 2)``. Each peak is the
+    highest sample once 5 x 5 samples (circularly) around the ones found before are left out;
+    the host is waited for once."""
+    xp = array_module(correlations)
+    n, h, w = correlations.shape
+    surface = correlations.copy().reshape(n, -1)
     offsets = xp.arange(-2, 3)
-    rows = xp.arange(len(surface))[:, None, None]
+    rows = xp.arange(n)[:, None, None]
     found = []
     for _ in range(count):
         flat = surface.argmax(axis=1)
@@ -224,7 +225,8 @@ def _top_peaks_each(surface: Any, shape: tuple[int, int], count: int) -> np.ndar
         ys = (flat // w)[:, None] + offsets
         xs = (flat % w)[:, None] + offsets
         surface[rows, (ys % h)[:, :, None] * w + (xs % w)[:, None, :]] = -xp.inf
-    return to_numpy(xp.stack(found, axis=1))
+    flat = to_numpy(xp.stack(found, axis=1))
+    return wrapped_peak(np.stack(np.unravel_index(flat, (h, w)), axis=-1), (h, w))
 
 
 def _overlap_scores(tiles: Any, candidates: list[tuple[int, int, int, int]]) -> np.ndarray:
@@ -252,29 +254,33 @@ def _overlap_scores(tiles: Any, candidates: list[tuple[int, int, int, int]]) -> 
     return np.divide(ab, norm, out=np.zeros_like(ab), where=norm > 0)
 
 
-def _subpixel_group(
-    tiles: Any,
-    pairs: np.ndarray,
-    members: list[tuple[int, np.ndarray, SubpixelParts]],
+def refine_subpixel(
+    fixed: Sequence[Any],
+    blocks: Sequence[Any],
+    moving: tuple[slice, slice],
     upsample: int,
     band: tuple[float, float],
 ) -> np.ndarray:
-    """The sub-pixel part ``(g, 2)`` of the displacement of each member pair (whose parts share
-    one shape), refined as :func:`linumpy.mosaic.registration.measure_pair` refines one."""
-    xp = array_module(tiles)
+    """The sub-pixel part ``(g, 2)`` of the displacement of each of ``g`` pairs whose parts
+    (:class:`~linumpy.mosaic.pair_geometry.SubpixelParts`) share one shape: its ``fixed`` part
+    of tile ``a``, its ``block`` of tile ``b``, and ``moving``, the block's part matching
+    ``fixed``.
+
+    Phase correlation of two crops underestimates a sub-pixel shift (the crops' edges correlate at
+    zero shift), so each block is resampled by its current estimate and the residual measured
+    again until it vanishes: the estimate converges to the shift itself.
+    """
+    xp = array_module(fixed[0])
     ndimage = ndimage_module(xp)
-    fixed = xp.stack([tiles[pairs[owner, 0]][parts.fixed] for owner, _, parts in members])
-    blocks = [tiles[pairs[owner, 1]][parts.block] for owner, _, parts in members]
-    moving = members[0][2].moving
-    fixed_spectra = whitened_spectrum(fixed, band)
-    fractions = np.zeros((len(members), 2))
-    active = np.arange(len(members))
+    fixed_spectra = whitened_spectrum(xp.stack(list(fixed)), band)
+    fractions = np.zeros((len(blocks), 2))
+    active = np.arange(len(blocks))
     shifted = [block[moving] for block in blocks]
     for iteration in range(SUBPIXEL_ITERATIONS):
         for i in active if iteration else ():
             shifted[i] = ndimage.shift(blocks[i], tuple(fractions[i]), order=3, mode="nearest")
             shifted[i] = shifted[i][moving]
-        # every member is correlated at each step, converged or not: a stack of one size keeps
+        # every pair is correlated at each step, converged or not: a stack of one size keeps
         # one cuFFT plan for the whole refinement (a plan per size would cost more than the FFTs)
         products = fixed_spectra * whitened_spectrum(xp.stack(shifted), band).conj()
         residual = refined_shifts(products, upsample)[active]

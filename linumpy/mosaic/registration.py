@@ -19,22 +19,19 @@ from typing import Any
 import numpy as np
 
 from linumpy import phases
-from linumpy._numpy_or_cupy import array_module, ndimage_module, to_numpy
+from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.errors import LinumpyError
-from linumpy.mosaic.batched_registration import register_pairs
+from linumpy.mosaic.batched_registration import refine_subpixel, register_pairs, top_peaks
 from linumpy.mosaic.pair_geometry import (
-    SUBPIXEL_ITERATIONS,
     candidate_displacements,
     overlap_ncc,
     overlap_views,
     subpixel_parts,
-    wrapped_peak,
 )
 from linumpy.mosaic.phase_correlation import (
     DEFAULT_BAND,
     check_pair,
     phase_correlation,
-    refined_shift,
     whitened_spectrum,
 )
 from linumpy.mosaic.transform import (
@@ -60,21 +57,6 @@ __all__ = [
 #: Tile pixels per registration thread on the CPU: a pair's Python steps hold the GIL, so small
 #: tiles gain from a few threads only (measured in docs/quickstart.md, "Tile registration").
 PIXELS_PER_THREAD = 128 * 128
-
-
-def _top_peaks(correlation: Any, count: int) -> list[np.ndarray]:
-    """Integer positions of the ``count`` highest local peaks, highest first, in ``(-n/2, n/2]``."""
-    xp = array_module(correlation)
-    surface = correlation.copy()
-    shape = np.array(surface.shape)
-    peaks = []
-    for _ in range(count):
-        index = np.array(np.unravel_index(int(surface.argmax()), surface.shape))
-        peaks.append(wrapped_peak(index, shape))
-        rows = xp.arange(index[0] - 2, index[0] + 3) % shape[0]
-        cols = xp.arange(index[1] - 2, index[1] + 3) % shape[1]
-        surface[rows[:, None], cols[None, :]] = -xp.inf
-    return peaks
 
 
 def measure_pair(
@@ -140,7 +122,7 @@ def measure_pair(
     product = whitened_spectrum(a, band) * whitened_spectrum(b, band).conj()
     correlation = xp.fft.ifft2(product).real
     best: tuple[float, np.ndarray] | None = None
-    for peak in _top_peaks(correlation, n_peaks):
+    for peak in top_peaks(correlation[None], n_peaks)[0]:
         for displacement in candidate_displacements(peak, a.shape, min_overlap, axis):
             score = overlap_ncc(*overlap_views(a, b, displacement))
             if best is None or score > best[0]:
@@ -148,9 +130,11 @@ def measure_pair(
     if best is None:
         return np.zeros(2), 0.0
     score, coarse = best
-    if refine_from is not None and score < refine_from:
+    parts = subpixel_parts(a.shape, coarse)
+    if parts is None or (refine_from is not None and score < refine_from):
         return coarse.astype(np.float64), score
-    return coarse + _subpixel(a, b, coarse, upsample, band), score
+    fraction = refine_subpixel([a[parts.fixed]], [b[parts.block]], parts.moving, upsample, band)
+    return coarse + fraction[0], score
 
 
 def _in_threads(
@@ -181,36 +165,6 @@ def _in_threads(
 def _then(result: PairMeasurement, done: Callable[[], Any]) -> PairMeasurement:
     done()
     return result
-
-
-def _subpixel(
-    a: Any, b: Any, coarse: np.ndarray, upsample: int, band: tuple[float, float]
-) -> np.ndarray:
-    """Sub-pixel part of the displacement of ``b`` relative to ``a`` near the integer ``coarse``.
-
-    Phase correlation of two crops underestimates a sub-pixel shift (the crops' edges correlate at
-    zero shift), so ``b`` is resampled by the current estimate and the residual measured again
-    until it vanishes: the estimate converges to the shift itself.
-    """
-    ndimage = ndimage_module(array_module(a))
-    fraction = np.zeros(2)
-    parts = subpixel_parts(a.shape, coarse)
-    if parts is None:
-        return fraction
-    block = b[parts.block]
-    fixed_spectrum = whitened_spectrum(a[parts.fixed], band)
-    for _ in range(SUBPIXEL_ITERATIONS):
-        shifted = (
-            ndimage.shift(block, tuple(fraction), order=3, mode="nearest")
-            if fraction.any()
-            else block
-        )
-        moving_spectrum = whitened_spectrum(shifted[parts.moving], band)
-        residual = refined_shift(fixed_spectrum * moving_spectrum.conj(), upsample)
-        fraction += residual
-        if np.abs(residual).max() < 0.5 / upsample:
-            break
-    return fraction
 
 
 @phases.recorded("registration")
