@@ -24,10 +24,12 @@ _RESAMPLE_MARGIN = 8
 _RESAMPLE_STEP = 32
 
 
-def wrapped_peak(index: Sequence[int], shape: Sequence[int]) -> np.ndarray:
-    """A circular correlation's peak at ``index`` as a shift in ``(-n/2, n/2]`` per axis."""
-    index, shape = np.asarray(index), np.asarray(shape)
-    return np.where(index > shape // 2, index - shape, index).astype(np.float64)
+def wrapped_peak(index: Any, shape: Sequence[int]) -> Any:
+    """A circular correlation's peak at ``index`` (the last axis; numpy or cupy) as a shift in
+    ``(-n/2, n/2]`` per axis."""
+    xp = array_module(index)
+    index, shape = xp.asarray(index), xp.asarray(shape)
+    return xp.where(index > shape // 2, index - shape, index).astype(xp.float64)
 
 
 def candidate_displacements(

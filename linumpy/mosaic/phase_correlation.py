@@ -18,6 +18,7 @@ import numpy as np
 
 from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.errors import LinumpyError
+from linumpy.mosaic.pair_geometry import wrapped_peak
 
 __all__ = ["DEFAULT_BAND", "phase_correlation"]
 
@@ -183,9 +184,7 @@ def refined_shifts(products: Any, upsample: int) -> np.ndarray:
     matrix products are large enough to start BLAS threads, which on a busy machine cost more.
     """
     xp = array_module(products)
-    index = _argmax_each(xp.abs(xp.fft.ifft2(products)))
-    shape = xp.asarray(products.shape[-2:])
-    shifts = xp.where(index > shape // 2, index - shape, index).astype(xp.float64)
+    shifts = wrapped_peak(_argmax_each(xp.abs(xp.fft.ifft2(products))), products.shape[-2:])
     coarse = min(_COARSE_UPSAMPLE, upsample)
     if coarse > 1:
         shifts = _dft_peaks(products, shifts, coarse, math.ceil(1.5 * coarse) // 2, magnitude=True)
