@@ -11,7 +11,8 @@ from zarr_layouts import CHUNKS, REGIONS, SHAPE, make_array, sample_data, zarr_r
 
 from linumpy.errors import ChunkDecodeError
 from linumpy.io import read_volume
-from linumpy.io.engine.crc import crc32c, strip_crc32c, strip_crc32c_many
+from linumpy.io.engine import crc as crc_module
+from linumpy.io.engine.crc import crc32c, google_crc32c_of, strip_crc32c, strip_crc32c_many
 from linumpy.io.engine.fetch import chunk_sizes
 from linumpy.io.engine.plan import plan_read
 
@@ -128,4 +129,28 @@ def test_the_run_loop_strips_and_checks_crc32c(tmp_path: Path, layout: str) -> N
     path, key, _ = _victim(tmp_path, layout)
     with pytest.raises(ChunkDecodeError, match="crc32c checksum mismatch") as info:
         read(path)
+    assert info.value.key == key
+
+
+def test_google_crc32c_fallback_takes_every_buffer_the_readers_pass() -> None:
+    from crc32c import crc32c as reference
+
+    raw = bytes(range(256)) * 300
+    buffers = [raw, bytearray(raw), memoryview(bytearray(raw))[7:-3], np.frombuffer(raw, "<u2")]
+    for data in buffers:
+        assert google_crc32c_of(data) == reference(bytes(memoryview(data).cast("B")))
+
+
+@pytest.mark.parametrize("layout", CRC_LAYOUTS)
+def test_checksummed_reads_with_the_google_crc32c_fallback(
+    tmp_path: Path, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an environment without the crc32c package checks with google_crc32c, on the same views
+    monkeypatch.setattr(crc_module, "_CRC32C", google_crc32c_of)
+    data = sample_data(SHAPE, "uint16")
+    make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS, crc32c=True, checksum=True)
+    np.testing.assert_array_equal(read_volume(tmp_path / "a.zarr"), data)
+    path, key, _ = _victim(tmp_path / "b", layout)
+    with pytest.raises(ChunkDecodeError, match="crc32c checksum mismatch") as info:
+        read_volume(path)
     assert info.value.key == key

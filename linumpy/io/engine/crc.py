@@ -13,6 +13,7 @@ reading threads check in parallel; ``google_crc32c`` (a dependency of zarr) is t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -20,11 +21,14 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "CRC32C_BYTES",
     "crc32c",
     "crc32c_bodies",
     "crc32c_matches",
+    "google_crc32c_of",
     "strip_crc32c",
     "strip_crc32c_many",
 ]
@@ -33,11 +37,28 @@ __all__ = [
 CRC32C_BYTES = 4
 
 
+def google_crc32c_of(data: np.ndarray | bytes | bytearray | memoryview) -> int:
+    """The crc32c of ``data`` by ``google_crc32c``, the fallback when ``crc32c`` is missing.
+
+    ``google_crc32c.value`` refuses memoryviews (it wants a read-only buffer); a numpy view of
+    the same bytes passes without a copy.
+
+    Examples
+    --------
+    >>> hex(google_crc32c_of(memoryview(bytearray(b"123456789"))))
+    '0xe3069283'
+    """
+    from google_crc32c import value
+
+    return int(value(np.frombuffer(data, dtype=np.uint8)))
+
+
 def _implementation() -> Callable[[np.ndarray], int]:
     try:
         from crc32c import crc32c as compute  # releases the GIL on large buffers
-    except ImportError:  # pragma: no cover - crc32c is a dependency
-        from google_crc32c import value as compute
+    except ImportError:  # crc32c is a dependency, but an environment may lack it
+        logger.warning("the crc32c package is missing: checksums are computed by google_crc32c")
+        return google_crc32c_of
     return compute
 
 
