@@ -80,3 +80,19 @@ def test_a_module_that_needs_a_hidden_one_is_executed_again_as_usual(tmp_path) -
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("lean_helper", None)
+
+
+def test_aligning_dask_blocks_to_storage_never_imports_distributed() -> None:
+    # dask's rechunk imports distributed (0.2-0.4 s) to look for a client unless told the method
+    out = _python(
+        """
+        import sys
+        import dask, dask.array as da
+        from linumpy.io.dask_write import align_blocks
+        x = align_blocks(da.ones((100, 30), chunks=(25, 30)), (16, 16))
+        # linumpy computes local graphs with the threaded get (dask's default looks for a client)
+        total = int(x.sum().compute(scheduler=dask.threaded.get))
+        print(x.chunks[0], total, "distributed" in sys.modules)
+        """
+    )
+    assert out == "(32, 32, 32, 4) 3000 False"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,7 +97,9 @@ def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
     ):
         return data
     block = tuple(max(1, round(max(chunks) / u)) * u for chunks, u in zip(data.chunks, unit))
-    return data.rechunk(block)
+    # dask imports distributed (0.2-0.4 s) to look for a client unless told the method; without
+    # distributed loaded there is none, and dask would choose "tasks" itself
+    return data.rechunk(block, method=None if "distributed" in sys.modules else "tasks")
 
 
 def block_write_threads(n_blocks: int) -> int:
