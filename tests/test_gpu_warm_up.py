@@ -64,15 +64,11 @@ def test_the_first_read_takes_the_staging_the_warm_up_page_locked(tmp_path, monk
 
 
 @pytest.mark.gpu
-def test_the_warm_up_leaves_the_first_blocks_no_imports_or_probes() -> None:
+def test_the_warm_up_leaves_the_first_blocks_no_cupyx_import() -> None:
     import sys
 
-    from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason
-
-    kvikio_unusable_reason.cache_clear()
     warm_up._warm_up()
     assert "cupyx" in sys.modules
-    assert kvikio_unusable_reason.cache_info().currsize == 1, "kvikio's probe was left to a read"
 
 
 @pytest.mark.parametrize("use_gpu", [True, False])

@@ -51,7 +51,7 @@ def _warm_up() -> None:
         _load_libraries_and_kernels()
         _nvcomp_round_trip()
         _page_lock_staging()
-        _first_writes_and_reads()
+        _first_blocks()
     except Exception as exc:  # the read that follows reports what is wrong
         logger.debug("GPU warm-up stopped: %s", exc)
         return
@@ -113,23 +113,19 @@ def _nvcomp_round_trip() -> None:
         pending.check()
 
 
-def _first_writes_and_reads() -> None:
+def _first_blocks() -> None:
     """What a command's first blocks would otherwise pay on their critical path (0.1-0.5 s of a
     stitch's level 0 on the H200 host, from a sampling profile): cupyx, which cupy imports at
     the first use of some of its operations; the kernels of the writer's empty-chunk test, loaded
-    from cupy's cache; kvikio's import and its one probe read per process."""
+    from cupy's cache. (kvikio's probe read stays with the first read, in the thread that reads.)"""
     import cupy
     import cupyx  # noqa: F401
 
-    from linumpy import settings
-    from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason
     from linumpy.io.engine.write_files import empty_rows
 
     for dtype in (cupy.uint16, cupy.float32):  # uint16 volumes and float32 images
         empty_rows(cupy, cupy.zeros((2, 4), dtype=dtype), 0)
     cupy.cuda.get_current_stream().synchronize()
-    if settings.get().fetch != "pread":
-        kvikio_unusable_reason()
 
 
 def _page_lock_staging() -> None:
