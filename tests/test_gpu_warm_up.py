@@ -63,14 +63,6 @@ def test_the_first_read_takes_the_staging_the_warm_up_page_locked(tmp_path, monk
     assert after == buffers, "the read page-locked buffers of its own"
 
 
-@pytest.mark.gpu
-def test_the_warm_up_leaves_the_first_blocks_no_cupyx_import() -> None:
-    import sys
-
-    warm_up._warm_up()
-    assert "cupyx" in sys.modules
-
-
 @pytest.mark.parametrize("use_gpu", [True, False])
 def test_a_command_line_run_warms_the_gpu_up_only_with_use_gpu(tmp_path, use_gpu: bool) -> None:
     """The hook in the scripts' argument parsing: ``-vv`` shows the warm-up's end (stopped

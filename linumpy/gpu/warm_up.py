@@ -10,6 +10,11 @@ for the GPU; whatever it has not finished when the read starts, the read does it
 
 Nothing here is needed for correctness: each step is what the first read would do, any failure
 is logged at debug level and left for the read to report.
+
+It imports no ``cupyx``: cupy loads it lazily (an ``importlib.util.LazyLoader`` module), and an
+``import cupyx`` here deadlocked with a block thread's first use of ``cupyx.scipy`` (each held
+the lock the other waited for: the lazy module's and a submodule's import lock; H200 host,
+2026-12-02), although it would have saved a stitch's first block 0.15-0.5 s.
 """
 
 from __future__ import annotations
@@ -51,7 +56,6 @@ def _warm_up() -> None:
         _load_libraries_and_kernels()
         _nvcomp_round_trip()
         _page_lock_staging()
-        _first_blocks()
     except Exception as exc:  # the read that follows reports what is wrong
         logger.debug("GPU warm-up stopped: %s", exc)
         return
@@ -111,21 +115,6 @@ def _nvcomp_round_trip() -> None:
         )
         stream.synchronize()
         pending.check()
-
-
-def _first_blocks() -> None:
-    """What a command's first blocks would otherwise pay on their critical path (0.1-0.5 s of a
-    stitch's level 0 on the H200 host, from a sampling profile): cupyx, which cupy imports at
-    the first use of some of its operations; the kernels of the writer's empty-chunk test, loaded
-    from cupy's cache. (kvikio's probe read stays with the first read, in the thread that reads.)"""
-    import cupy
-    import cupyx  # noqa: F401
-
-    from linumpy.io.engine.write_files import empty_rows
-
-    for dtype in (cupy.uint16, cupy.float32):  # uint16 volumes and float32 images
-        empty_rows(cupy, cupy.zeros((2, 4), dtype=dtype), 0)
-    cupy.cuda.get_current_stream().synchronize()
 
 
 def _page_lock_staging() -> None:
