@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from linumpy.bench.pipeline import run_pipeline_benchmark
+from linumpy.bench.pipeline import run_pipeline_benchmark, run_with_timeout
 from linumpy.bench.pipeline_records import MOSAICS, PipelineConfig, scaled
 from linumpy.bench.pipeline_report import pipeline_table, write_pipeline_json
 
@@ -78,3 +78,31 @@ def test_the_command_line_offers_every_command_timed() -> None:
     from linumpy.scripts.linum_benchmark_pipeline import _COMMANDS
 
     assert tuple(COMMANDS) == _COMMANDS
+
+
+def test_a_command_past_its_timeout_is_killed_after_printing_its_threads_stacks() -> None:
+    """A ``linum-*`` command (its arguments parsed by :func:`linumpy.cli.parse_args`) prints its
+    threads' stacks on SIGUSR1; the benchmark asks for them before it kills a command that ran
+    past its timeout, so the log says where it hung."""
+    child = (
+        "import sys, threading, time\n"
+        "from linumpy.cli import build_parser, parse_args\n"
+        "sys.argv = ['linum-demo']\n"
+        "parse_args(build_parser('Demo.', prog='linum-demo'), None)\n"
+        "def waiting_in_a_thread():\n"
+        "    time.sleep(60)\n"
+        "threading.Thread(target=waiting_in_a_thread, daemon=True).start()\n"
+        "print('started', flush=True)\n"
+        "def waiting_here():\n"
+        "    time.sleep(60)\n"
+        "waiting_here()\n"
+    )
+    code, stdout, stderr = run_with_timeout([sys.executable, "-c", child], None, 5)
+    assert code == -9 and stdout == "started\n"
+    assert "waiting_here" in stderr and "waiting_in_a_thread" in stderr, stderr
+    assert stderr.rstrip().endswith("timed out after 5 s")
+
+
+def test_a_command_that_ends_in_time_keeps_its_status_and_output() -> None:
+    child = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    assert run_with_timeout([sys.executable, "-c", child], None, 60) == (3, "out\n", "err\n")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -41,7 +42,7 @@ from linumpy.bench.pipeline_records import (
 
 # PipelineConfig and PipelineResult import from here too, with run_pipeline_benchmark (as the
 # script and the notebook do); they are documented in pipeline_records.
-__all__ = ["run_pipeline_benchmark"]
+__all__ = ["STACKS_GRACE_S", "run_pipeline_benchmark", "run_with_timeout"]
 
 
 def gpu_reason() -> str | None:
@@ -189,6 +190,42 @@ def _linumpy_kernels(env: dict[str, str]) -> str | None:
     return os.path.join(home, "linumpy", "kernels") if home else None
 
 
+#: Seconds a command past its timeout has to print its threads' stacks before it is killed.
+STACKS_GRACE_S = 2.0
+
+
+def run_with_timeout(
+    argv: list[str], env: dict[str, str] | None, timeout: float
+) -> tuple[int, str, str]:
+    """Run ``argv``; return its exit status, stdout and stderr.
+
+    Past ``timeout`` seconds the command is sent SIGUSR1 (``linum-*`` commands then print every
+    thread's stack to stderr), given :data:`STACKS_GRACE_S` seconds, then killed: its status is
+    -9 and its stderr ends with ``timed out after ... s``.
+
+    Examples
+    --------
+    >>> import sys
+    >>> run_with_timeout([sys.executable, "-c", "print('done')"], None, 60)
+    (0, 'done\\n', '')
+    """
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+            return process.returncode, stdout, stderr
+        except subprocess.TimeoutExpired:
+            if hasattr(signal, "SIGUSR1"):
+                process.send_signal(signal.SIGUSR1)
+            try:
+                stdout, stderr = process.communicate(timeout=STACKS_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                stdout, stderr = process.communicate()
+        return -9, stdout, f"{stderr}\ntimed out after {timeout:g} s"
+
+
 def _run_command(
     command: str,
     label: str,
@@ -214,11 +251,7 @@ def _run_command(
     for item in out.iterdir():
         shutil.rmtree(item) if item.is_dir() else item.unlink()
     start = time.perf_counter()
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
-        code, stdout, stderr = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, stdout, stderr = -9, str(exc.stdout or ""), f"{exc.stderr or ''}\ntimed out"
+    code, stdout, stderr = run_with_timeout(argv, env, timeout)
     seconds = time.perf_counter() - start
     log.write_text(f"$ {' '.join(argv)}\n{stdout}\n{stderr}")
     table = parse_table(stderr)

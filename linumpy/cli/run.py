@@ -5,6 +5,7 @@ went (:mod:`linumpy.phases`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import traceback
@@ -140,6 +141,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     if argv is None and _VERBOSE[parser] == 0:
         sys.excepthook = _interrupted_hook(parser.prog, sys.excepthook)
     if argv is None:
+        _stacks_on_sigusr1()
         from linumpy.cli.lean_imports import lean_dask_array
 
         lean_dask_array()  # before the warm-up thread starts importing
@@ -148,6 +150,22 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
 
         warm_up_in_background()  # the CUDA context, kernels and staging, while modules import
     return args
+
+
+def _stacks_on_sigusr1() -> None:
+    """Make ``kill -USR1 PID`` print every thread's stack to stderr; the command goes on.
+
+    For a command that seems stuck (a stalled remote store, a hung device call): the stacks say
+    where each thread waits. Where the system has no SIGUSR1 or stderr is not a file, nothing is
+    set up.
+    """
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):
+        # stderr may have no file descriptor (an embedding program's) or be None
+        with contextlib.suppress(AttributeError, OSError, ValueError, RuntimeError):
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _runs_on_this_gpu(args: argparse.Namespace) -> bool:
