@@ -106,3 +106,19 @@ def test_a_command_past_its_timeout_is_killed_after_printing_its_threads_stacks(
 def test_a_command_that_ends_in_time_keeps_its_status_and_output() -> None:
     child = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
     assert run_with_timeout([sys.executable, "-c", child], None, 60) == (3, "out\n", "err\n")
+
+
+def test_a_failed_first_gpu_run_gives_no_ratio_and_its_next_run_is_not_called_warm() -> None:
+    from linumpy.bench.pipeline_records import KERNELS_CACHED, CommandRun, PipelineResult
+
+    result = PipelineResult(PipelineConfig(), {"date": "2026-12-02"})
+    result.runs = [
+        CommandRun("estimate", "6x6", "cpu", "warm", 3.39, {"registration": 0.78}),
+        CommandRun("estimate", "6x6", "gpu", "first", 60.0, {}, {}, -9, "timed out"),
+        CommandRun("estimate", "6x6", "gpu", "warm", 15.51, {}, {KERNELS_CACHED: 67}),
+    ]
+    table = pipeline_table(result).splitlines()
+    command_row = next(line for line in table if line.startswith("| linum-estimate-transform"))
+    assert "0.2x (not warm: 67 kernels compiled)" in command_row
+    first_row = [line for line in table if line.startswith("| linum-estimate-transform")][1]
+    assert first_row.split(" | ")[2:5] == ["failed", "15.51", "-"]
