@@ -78,8 +78,8 @@ def pipeline_table(result: PipelineResult) -> str:
     for cpu, gpu in _pairs(result):
         both = gpu is not None and cpu.ok and gpu.ok and gpu.seconds > 0
         speedup = f"{cpu.seconds / gpu.seconds:.1f}x" if both else "-"
-        compiled = gpu.counts.get(KERNELS_CACHED, 0) if gpu is not None else 0
-        if both and compiled:  # a first run that failed left its kernels to this one
+        # a first run that failed left its kernels to this one
+        if both and (compiled := gpu.counts.get(KERNELS_CACHED, 0)):
             speedup += f" (not warm: {compiled} kernels compiled)"
         lines.append(
             f"| {COMMANDS[cpu.command][0]} | {cpu.mosaic} | {_seconds(cpu)} | {_seconds(gpu)} | "
