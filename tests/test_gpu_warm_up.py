@@ -89,3 +89,26 @@ def test_a_command_line_run_warms_the_gpu_up_only_with_use_gpu(tmp_path, use_gpu
         assert len(said) == 1 and "GPU warm-up stopped" in said[0], done.stderr
     else:
         assert len(said) <= 1 and all("GPU warm-up done in" in line for line in said), done.stderr
+
+
+@pytest.mark.parametrize("use_gpu", [pytest.param(True, marks=pytest.mark.gpu), False])
+def test_a_gpu_command_has_cupyx_loaded_whole_before_its_threads_start(use_gpu: bool) -> None:
+    """cupy's lazy ``cupyx`` is executed by the command's argument parsing (a thread loading it
+    while another imports one of its submodules deadlocks); a CPU command never loads it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from linumpy.cli import build_parser, parse_args\n"
+        "from linumpy.cli.parser import add_gpu_arg\n"
+        "parser = build_parser('Demo.', prog='linum-demo')\n"
+        "add_gpu_arg(parser)\n"
+        f"sys.argv = ['linum-demo'{", '--use-gpu'" if use_gpu else ''}]\n"
+        "parse_args(parser, None)\n"
+        "module = sys.modules.get('cupyx')\n"
+        "print('absent' if module is None else type(module).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("module" if use_gpu else "absent"), done.stdout

@@ -10,6 +10,7 @@ import importlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError
@@ -17,7 +18,45 @@ from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError
 if TYPE_CHECKING:
     import cupy
 
-__all__ = ["codec_stream", "gpu_unavailable_reason", "require_gpu", "worker_streams"]
+__all__ = [
+    "codec_stream",
+    "gpu_unavailable_reason",
+    "load_cupy",
+    "require_gpu",
+    "worker_streams",
+]
+
+_cupyx_lock = threading.Lock()
+_cupyx_loaded = threading.Event()
+
+
+def load_cupy() -> ModuleType:
+    """Import cupy and load ``cupyx`` whole, once per process, one thread at a time.
+
+    cupy registers ``cupyx`` as a lazy module (``importlib.util.LazyLoader``) and imports its
+    submodules at the first use of some operations. When one thread loads the lazy module while
+    another imports one of its submodules, each can hold the lock the other waits for: a GPU
+    stitch's warm-up and a block thread hung so on the H200 host (2026-12-02). Called before a
+    command or a read starts its threads, this leaves them an ordinary module.
+
+    Raises
+    ------
+    ImportError
+        When cupy (or its ``cupyx``) cannot be imported.
+
+    Examples
+    --------
+    >>> cupy = load_cupy()  # doctest: +SKIP
+    """
+    import cupy
+
+    if not _cupyx_loaded.is_set():
+        with _cupyx_lock:
+            if not _cupyx_loaded.is_set():
+                import cupyx  # noqa: F401  # importing the lazy module executes it
+
+                _cupyx_loaded.set()
+    return cupy
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -35,7 +74,7 @@ def gpu_unavailable_reason() -> str | None:
     "cupy is not installed (No module named 'cupy')"
     """
     try:
-        import cupy
+        cupy = load_cupy()
     except ImportError as exc:
         return f"cupy is not installed ({exc})"
     try:

@@ -11,10 +11,11 @@ for the GPU; whatever it has not finished when the read starts, the read does it
 Nothing here is needed for correctness: each step is what the first read would do, any failure
 is logged at debug level and left for the read to report.
 
-It imports no ``cupyx``: cupy loads it lazily (an ``importlib.util.LazyLoader`` module), and an
-``import cupyx`` here deadlocked with a block thread's first use of ``cupyx.scipy`` (each held
-the lock the other waited for: the lazy module's and a submodule's import lock; H200 host,
-2026-12-02), although it would have saved a stitch's first block 0.15-0.5 s.
+A command imports cupy, with its lazy ``cupyx`` loaded whole
+(:func:`~linumpy.gpu.availability.load_cupy`), before it starts this thread: once the command's
+threads run, one importing a ``cupyx`` submodule while another loads the lazy module can each
+hold the lock the other waits for (the warm-up and a block thread hung so on the H200 host,
+2026-12-02), and a stitch's first block no longer loads ``cupyx`` itself (0.15-0.5 s).
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def warm_up_in_background() -> threading.Thread | None:
 def _warm_up() -> None:
     started = time.perf_counter()
     try:
-        import cupy
+        from linumpy.gpu.availability import load_cupy
 
+        cupy = load_cupy()
         cupy.empty(1)  # the first allocation creates the CUDA context
         cupy.cuda.runtime.deviceSynchronize()
         _load_libraries_and_kernels()
