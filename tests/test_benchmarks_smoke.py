@@ -237,3 +237,22 @@ def test_registration_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     rows = json.loads(figures.read_text())
     assert [row["mode"] for row in rows] == ["CPU, 1 threads", "CPU, 2 threads"]
     assert all(row["pairs"] == 12 and row["max_difference_px"] <= 0.011 for row in rows)
+
+
+@pytest.mark.gpu
+def test_small_writes_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    figures = tmp_path / "small_writes.json"
+    _run(
+        sys.executable,
+        str(BENCHMARKS / "gpu_small_writes.py"),
+        str(tmp_path / "work"),
+        *("--mib", "1", "--writers", "1", "2", "--repeats", "1", "--json", str(figures)),
+    )
+    rows = json.loads(figures.read_text())["rows"]
+    assert [(row["writers"], row["path"]) for row in rows] == [
+        (1, "GPU (nvCOMP)"),
+        (1, "host (libzstd)"),
+        (2, "GPU (nvCOMP)"),
+        (2, "host (libzstd)"),
+    ]
+    assert all(row["seconds"] > 0 for row in rows)
