@@ -33,7 +33,35 @@ from linumpy.io.engine.write_files import (
 )
 from linumpy.io.engine.write_plan import check_data, plan_write
 
-__all__ = ["WriteReport", "assemble_file", "empty_rows", "write_array", "write_file"]
+__all__ = [
+    "WriteReport",
+    "assemble_file",
+    "empty_rows",
+    "gpu_encode_min_bytes",
+    "write_array",
+    "write_file",
+]
+
+
+#: The default of ``gpu_encode_min_bytes`` per I/O thread: on 16 threads the host encoded
+#: blocks of up to 33 MiB faster than nvCOMP and nvCOMP those of 64 MiB and more
+#: (``benchmarks/gpu_small_writes.py``, docs/gpu_guide.md).
+GPU_ENCODE_MIN_BYTES_PER_THREAD = 3 * settings_module.MIB
+
+
+def gpu_encode_min_bytes(config: settings_module.Settings) -> int:
+    """The smallest device array the GPU encodes: ``gpu_encode_min_bytes``, or by default
+    :data:`GPU_ENCODE_MIN_BYTES_PER_THREAD` per ``io_threads`` (the host's libzstd threads).
+
+    Examples
+    --------
+    >>> from linumpy import settings
+    >>> gpu_encode_min_bytes(settings.resolve({"io_threads": 16})) // settings.MIB
+    48
+    >>> gpu_encode_min_bytes(settings.resolve({"gpu_encode_min_bytes": 1}))
+    1
+    """
+    return config.gpu_encode_min_bytes or GPU_ENCODE_MIN_BYTES_PER_THREAD * config.io_threads
 
 
 def write_array(
@@ -90,9 +118,7 @@ def write_array(
     if array_module(data) is not np:
         from linumpy.gpu.encode import gpu_encode_unusable_reason, write_gpu
 
-        small = int(data.nbytes) < (
-            config.gpu_encode_min_bytes or 16 * settings_module.MIB * config.io_threads
-        )
+        small = int(data.nbytes) < gpu_encode_min_bytes(config)
         if not small and gpu_encode_unusable_reason(plan) is None:
             report = write_gpu(plan, data, config)
             report.seconds = time.perf_counter() - started
