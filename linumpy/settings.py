@@ -18,7 +18,7 @@ field                     environment variable            default
 ``gpu_read_order``        ``LINUMPY_GPU_READ_ORDER``      ``auto`` (``size`` for chunks >= 1 MiB)
 ``gpu_chunk_bytes``       ``LINUMPY_GPU_CHUNK_MIB``       16 MiB: larger chunks decode on the CPU
 ``gpu_crc32c``            ``LINUMPY_GPU_CRC32C``          ``auto``: on the GPU where nvCOMP can
-``gpu_encode_min_bytes``  ``LINUMPY_GPU_ENCODE_MIN_MIB``  0: 3 MiB per I/O thread (smaller on CPU)
+``gpu_encode_min_bytes``  ``LINUMPY_GPU_ENCODE_MIN_MIB``  0: 2 MiB per I/O thread, >= 16 MiB
 ``nvcomp_batch_size``     ``LINUMPY_NVCOMP_BATCH_SIZE``   1024 chunks per codec call in zarr
 ``nvcomp_concurrency``    ``LINUMPY_NVCOMP_CONCURRENCY``  32 (zarr's ``async.concurrency``)
 ``write_checksum``        ``LINUMPY_ZSTD_CHECKSUM``       true: written zstd frames carry checksums
@@ -182,9 +182,9 @@ class Settings:
     gpu_encode_min_bytes
         Writes of device arrays smaller than this are encoded by libzstd threads on the CPU
         after one download: an nvCOMP write has a fixed cost (about 30 ms for a block of a few
-        MiB on an H200), more than the CPU takes for a small block. 0 (the default) means 3 MiB
-        per ``io_threads`` (48 MiB on 16 threads, where the host was faster up to 33 MiB and
-        nvCOMP from 64 MiB).
+        MiB on an H200), more than the CPU takes for a small block. 0 (the default) means 2 MiB
+        per ``io_threads`` and at least 16 MiB (32 MiB on 16 threads, where the host was faster
+        up to 16 MiB, as fast at 33 MiB, and nvCOMP from 64 MiB).
     nvcomp_batch_size
         Chunks per codec call in zarr's pipeline under
         :func:`linumpy.gpu.nvcomp_zstd.gpu_zstd_config`.

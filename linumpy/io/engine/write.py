@@ -44,24 +44,32 @@ __all__ = [
 
 
 #: The default of ``gpu_encode_min_bytes`` per I/O thread: on 16 threads the host encoded
-#: blocks of up to 33 MiB faster than nvCOMP and nvCOMP those of 64 MiB and more
+#: blocks of up to 16 MiB faster than nvCOMP, blocks of 33 MiB about as fast, and nvCOMP those
+#: of 64 MiB and more; a GPU stitch gained only once its 44 MiB blocks went to nvCOMP too
 #: (``benchmarks/gpu_small_writes.py``, docs/gpu_guide.md).
-GPU_ENCODE_MIN_BYTES_PER_THREAD = 3 * settings_module.MIB
+GPU_ENCODE_MIN_BYTES_PER_THREAD = 2 * settings_module.MIB
+#: ...and at least this much: on fewer threads the host is slower, but a block of a few MiB
+#: still costs nvCOMP about 30 ms, several times what the host takes.
+GPU_ENCODE_MIN_BYTES_FLOOR = 16 * settings_module.MIB
 
 
 def gpu_encode_min_bytes(config: settings_module.Settings) -> int:
     """The smallest device array the GPU encodes: ``gpu_encode_min_bytes``, or by default
-    :data:`GPU_ENCODE_MIN_BYTES_PER_THREAD` per ``io_threads`` (the host's libzstd threads).
+    :data:`GPU_ENCODE_MIN_BYTES_PER_THREAD` per ``io_threads`` (the host's libzstd threads),
+    at least :data:`GPU_ENCODE_MIN_BYTES_FLOOR`.
 
     Examples
     --------
     >>> from linumpy import settings
     >>> gpu_encode_min_bytes(settings.resolve({"io_threads": 16})) // settings.MIB
-    48
+    32
+    >>> gpu_encode_min_bytes(settings.resolve({"io_threads": 2})) // settings.MIB
+    16
     >>> gpu_encode_min_bytes(settings.resolve({"gpu_encode_min_bytes": 1}))
     1
     """
-    return config.gpu_encode_min_bytes or GPU_ENCODE_MIN_BYTES_PER_THREAD * config.io_threads
+    default = max(GPU_ENCODE_MIN_BYTES_FLOOR, GPU_ENCODE_MIN_BYTES_PER_THREAD * config.io_threads)
+    return config.gpu_encode_min_bytes or default
 
 
 def write_array(
