@@ -112,3 +112,35 @@ def test_a_gpu_command_has_cupyx_loaded_whole_before_its_threads_start(use_gpu: 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ("module" if use_gpu else "absent"), done.stdout
+
+
+def test_the_cuda_context_is_created_ahead_without_cupy() -> None:
+    """Where a CUDA driver and device are, the primary context of device 0 is active once the
+    thread ends, with cupy still not imported; elsewhere the thread says so at debug level."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ctypes, logging, sys\n"
+        "logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='%(message)s')\n"
+        "from linumpy.gpu.warm_up import create_context_in_background\n"
+        "create_context_in_background().join()\n"
+        "assert create_context_in_background() is None\n"
+        "print('cupy imported' if 'cupy' in sys.modules else 'no cupy')\n"
+        "try:\n"
+        "    driver = ctypes.CDLL('libcuda.so.1')\n"
+        "except OSError:\n"
+        "    sys.exit(0)\n"
+        "flags, active = ctypes.c_uint(), ctypes.c_int()\n"
+        "status = driver.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active))\n"
+        "print('active' if status == 0 and active.value else 'inactive')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == "no cupy", done.stdout
+    if lines[0].startswith("CUDA context created ahead in"):
+        assert lines[-1] == "active", done.stdout
+    else:
+        assert lines[0].startswith("CUDA context not created ahead:"), done.stdout
+        assert lines[-1] != "active", done.stdout

@@ -147,9 +147,11 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
         lean_dask_array()  # before the warm-up thread starts importing
     if argv is None and _runs_on_this_gpu(args):
         from linumpy.gpu.availability import load_cupy
-        from linumpy.gpu.warm_up import warm_up_in_background
+        from linumpy.gpu.warm_up import create_context_in_background, warm_up_in_background
 
-        # cupy and its lazy cupyx loaded before any other thread starts (load_cupy says why)
+        create_context_in_background()  # through the driver, while cupy loads
+        # cupy and its lazy cupyx loaded before any thread that uses cupy starts (load_cupy says
+        # why)
         with contextlib.suppress(ImportError):  # resolve_gpu reports a missing cupy
             load_cupy()
         warm_up_in_background()  # the CUDA context, kernels and staging, while modules import

@@ -16,6 +16,12 @@ A command imports cupy, with its lazy ``cupyx`` loaded whole
 threads run, one importing a ``cupyx`` submodule while another loads the lazy module can each
 hold the lock the other waits for (the warm-up and a block thread hung so on the H200 host,
 2026-12-02), and a stitch's first block no longer loads ``cupyx`` itself (0.15-0.5 s).
+Loading cupy takes 0.4-0.5 s of the main thread, so the CUDA context is created before it, by
+:func:`create_context_in_background`: the device's primary context, retained through the driver
+library with :mod:`ctypes` (its calls leave the interpreter free), which cupy's runtime then
+finds in place. The warm-up page-locks the staging before it loads libraries and kernels: a
+command's first metadata reads wait for the driver while it locks pages (0.2-0.3 s for the
+default staging), and it is locked by the time they come.
 """
 
 from __future__ import annotations
@@ -24,11 +30,65 @@ import logging
 import threading
 import time
 
-__all__ = ["warm_up_in_background"]
+__all__ = ["create_context_in_background", "warm_up_in_background"]
 
 logger = logging.getLogger(__name__)
 
 _started = threading.Event()
+_context_started = threading.Event()
+
+#: The CUDA driver library, by platform: ``sys.platform`` prefix and file name.
+_DRIVER_LIBRARIES = (("win", "nvcuda.dll"), ("", "libcuda.so.1"))
+
+
+def create_context_in_background() -> threading.Thread | None:
+    """Start creating the current device's CUDA context in a daemon thread, without cupy
+    (once per process); None when it was already started.
+
+    The thread initialises the CUDA driver and retains the primary context of device 0, the
+    device cupy uses by default (``CUDA_VISIBLE_DEVICES`` numbers it); any failure is logged at
+    debug level and left for cupy to report.
+
+    Examples
+    --------
+    >>> from linumpy.gpu.warm_up import create_context_in_background
+    >>> thread = create_context_in_background()  # doctest: +SKIP
+    """
+    if _context_started.is_set():
+        return None
+    _context_started.set()
+    thread = threading.Thread(target=_retain_primary_context, name="linumpy-cuda-context")
+    thread.daemon = True
+    thread.start()
+    return thread
+
+
+def _retain_primary_context() -> None:
+    import ctypes
+    import sys
+
+    started = time.perf_counter()
+    name = next(lib for prefix, lib in _DRIVER_LIBRARIES if sys.platform.startswith(prefix))
+    try:
+        driver = ctypes.CDLL(name)
+    except OSError as exc:
+        logger.debug("CUDA context not created ahead: %s", exc)
+        return
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    steps = (
+        ("cuInit", lambda: driver.cuInit(0)),
+        ("cuDeviceGet", lambda: driver.cuDeviceGet(ctypes.byref(device), 0)),
+        (
+            "cuDevicePrimaryCtxRetain",
+            lambda: driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
+        ),
+    )
+    for step, call in steps:
+        status = call()
+        if status != 0:  # CUDA_SUCCESS
+            logger.debug("CUDA context not created ahead: %s returned %d", step, status)
+            return
+    logger.debug("CUDA context created ahead in %.2f s", time.perf_counter() - started)
 
 
 def warm_up_in_background() -> threading.Thread | None:
@@ -53,11 +113,11 @@ def _warm_up() -> None:
         from linumpy.gpu.availability import load_cupy
 
         cupy = load_cupy()
-        cupy.empty(1)  # the first allocation creates the CUDA context
+        cupy.empty(1)  # the first allocation creates the CUDA context, or finds it created
         cupy.cuda.runtime.deviceSynchronize()
+        _page_lock_staging()
         _load_libraries_and_kernels()
         _nvcomp_round_trip()
-        _page_lock_staging()
     except Exception as exc:  # the read that follows reports what is wrong
         logger.debug("GPU warm-up stopped: %s", exc)
         return
