@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 __all__ = ["create_context_in_background", "warm_up_in_background"]
 
@@ -54,11 +55,17 @@ def create_context_in_background() -> threading.Thread | None:
     >>> from linumpy.gpu.warm_up import create_context_in_background
     >>> thread = create_context_in_background()  # doctest: +SKIP
     """
-    if _context_started.is_set():
+    return _start_once(_context_started, _retain_primary_context, "linumpy-cuda-context")
+
+
+def _start_once(
+    flag: threading.Event, target: Callable[[], None], name: str
+) -> threading.Thread | None:
+    """``target`` in a new daemon thread, unless ``flag`` says it was started already."""
+    if flag.is_set():
         return None
-    _context_started.set()
-    thread = threading.Thread(target=_retain_primary_context, name="linumpy-cuda-context")
-    thread.daemon = True
+    flag.set()
+    thread = threading.Thread(target=target, name=name, daemon=True)
     thread.start()
     return thread
 
@@ -99,12 +106,7 @@ def warm_up_in_background() -> threading.Thread | None:
     >>> from linumpy.gpu.warm_up import warm_up_in_background
     >>> thread = warm_up_in_background()  # doctest: +SKIP
     """
-    if _started.is_set():
-        return None
-    _started.set()
-    thread = threading.Thread(target=_warm_up, name="linumpy-gpu-warm-up", daemon=True)
-    thread.start()
-    return thread
+    return _start_once(_started, _warm_up, "linumpy-gpu-warm-up")
 
 
 def _warm_up() -> None:
