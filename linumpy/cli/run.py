@@ -150,8 +150,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
         from linumpy.gpu.warm_up import create_context_in_background, warm_up_in_background
 
         create_context_in_background()  # through the driver, while cupy loads
-        # cupy and its lazy cupyx loaded before any thread that uses cupy starts (load_cupy says
-        # why)
+        # cupy and cupyx loaded before any thread using cupy starts (load_cupy says why)
         with contextlib.suppress(ImportError):  # resolve_gpu reports a missing cupy
             load_cupy()
         warm_up_in_background()  # the CUDA context, kernels and staging, while modules import
