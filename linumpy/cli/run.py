@@ -153,7 +153,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
         # cupy and cupyx loaded before any thread using cupy starts (load_cupy says why)
         with contextlib.suppress(ImportError):  # resolve_gpu reports a missing cupy
             load_cupy()
-        warm_up_in_background()  # the CUDA context, kernels and staging, while modules import
+        warm_up_in_background()  # the staging, nvCOMP and the kernels, while modules import
     return args
 
 

@@ -1,4 +1,4 @@
-"""A GPU command's first-use costs, paid in a background thread while its modules import.
+"""A GPU command's first-use costs, paid in background threads while its modules import.
 
 A ``linum-*`` command run with ``--use-gpu`` spends a second or more importing Python modules
 (dask, zarr, linumpy) before its first read, and then, on the critical path of that read, creates
