@@ -7,6 +7,7 @@ none outlives its block.
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.error
 import urllib.request
@@ -16,9 +17,10 @@ import numpy as np
 import pytest
 
 from linumpy import settings
-from linumpy.errors import RemotePermissionError, SettingsError
+from linumpy.errors import ChunkDecodeError, RemotePermissionError, SettingsError
 from linumpy.io import open_array, read_volume
 from linumpy.io.engine import fetch_remote
+from linumpy.io.engine.cpu_files import RemoteChunkReads
 from linumpy.io.engine.fetch import chunk_sizes
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.remote_server import serve_directory
@@ -176,3 +178,57 @@ def test_abandoned_read_ahead_gives_its_requests_back_when_idle(
             time.sleep(0.05)
     assert not fetch_remote._reads
     assert ahead.held == 0 and all(f is None for f in ahead.futures)
+
+
+@pytest.mark.parametrize("layout", ["v3-sharded", "v3"])
+def test_threads_hold_at_most_the_budget_beyond_their_batches(tmp_path: Path, layout: str) -> None:
+    data = sample_data((64, 64, 64), "uint16")
+    make_array(tmp_path / "a.zarr", layout, data, chunks=(16, 16, 16), crc32c=True)
+    budget = 40_000
+    with serve_directory(tmp_path) as url, settings.set(remote_ahead_bytes=budget):
+        plan = plan_read(open_array(f"{url}/a.zarr"))
+        order = fetch_remote.read_order(plan)
+        reads = RemoteChunkReads(plan, order)
+        held, batches, frames = [], np.array_split(order, 8), {}
+        for batch in batches:
+            reads.begin(batch.tolist())
+            for e in batch.tolist():
+                found = reads.read(e, None)
+                if found is not None:  # None: a chunk object not stored (background)
+                    frames[e] = bytes(found[2])
+            held.append(reads.ahead.held)
+            reads.end(batch.tolist())
+        reads.close()
+    largest = max(
+        int(reads.ahead.cost[np.unique(reads.ahead.requests.request[b])].sum()) for b in batches
+    )
+    assert max(held) <= budget + largest
+    assert reads.ahead.done and reads.ahead.held == 0
+    local = plan_read(open_array(tmp_path / "a.zarr"))
+    assert len(frames) >= len(order) // 2  # the background third is not stored
+    for e, frame in frames.items():  # each frame as stored, less its crc32c
+        raw = Path(local.files[local.file_index[e]]).read_bytes()
+        start = int(local.offsets[e]) if layout == "v3-sharded" else 0
+        size = int(local.nbytes[e]) if layout == "v3-sharded" else len(raw)
+        assert frame == raw[start : start + size - 4]
+
+
+@pytest.mark.parametrize("layout", ["v3-sharded", "v3"])
+def test_corrupt_remote_chunk_is_named_and_the_next_read_is_right(
+    tmp_path: Path, layout: str
+) -> None:
+    data = sample_data((64, 64, 64), "uint16")
+    make_array(tmp_path / "a.zarr", layout, data, chunks=(16, 16, 16), crc32c=True)
+    plan = plan_read(open_array(tmp_path / "a.zarr"))
+    first_planes = plan.bounds()[0][:, 0] == 0
+    entry = next(e for e in fetch_remote.read_order(plan).tolist() if first_planes[e])
+    path = Path(plan.files[plan.file_index[entry]])
+    raw = bytearray(path.read_bytes())
+    raw[int(plan.offsets[entry]) + int(chunk_sizes(plan)[entry]) // 2] ^= 0x10
+    path.write_bytes(bytes(raw))
+    with serve_directory(tmp_path) as url, settings.set(io_threads=4):
+        remote = plan_read(open_array(f"{url}/a.zarr"))
+        with pytest.raises(ChunkDecodeError, match=re.escape(remote.key(entry))):
+            read_volume(f"{url}/a.zarr")
+        region = (slice(32, 64),)  # chunks of the second half only
+        np.testing.assert_array_equal(read_volume(f"{url}/a.zarr", region=region), data[region])

@@ -101,11 +101,6 @@ class HostDecodeBackend(CpuBackend):
         for stream in self._streams:
             stream.synchronize()
 
-    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, float]:
-        """The CPU back end's groups (remote reads), all counted as decoded by libzstd."""
-        max_compressed, max_total, min_groups, _ = super().group_bytes(sizes)
-        return max_compressed, max_total, min_groups, 1.0
-
     def read_files(self) -> Stats:
         """Read, decode and copy up every chunk (see :meth:`CpuBackend.read_files`), then wait
         for the threads' streams."""

@@ -1,8 +1,9 @@
 """The CPU back end: threads read their chunks, libzstd decodes them, numpy scatters them.
 
-With the ``pread`` reader each thread reads its own chunks, from chunk files or from shards, and
-decodes them at once (:meth:`CpuBackend.read_files`); with ``kvikio`` the engine's run loop reads
-groups of chunks and the back end decodes each group's frames in its thread pool.
+With the ``pread`` reader each thread reads its own chunks, from chunk files, from shards or
+from a remote store's responses, and decodes them at once (:meth:`CpuBackend.read_files`); with
+``kvikio`` the engine's run loop reads groups of chunks and the back end decodes each group's
+frames in its thread pool.
 A chunk whose destination in the output is one contiguous block is decoded straight into it;
 others are decoded into a per-thread scratch buffer and copied by the same thread (numpy copies
 release the GIL); when a thread reads them, whole chunks side by side along the last axis a run
@@ -27,7 +28,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError, LinumpyError
 from linumpy.io.engine.codecs.zstd import FRAME_NEEDS_CHECK
-from linumpy.io.engine.cpu_files import ChunkReads, OpenShards
+from linumpy.io.engine.cpu_files import ChunkReads, OpenShards, RemoteChunkReads
 from linumpy.io.engine.cpu_layout import (
     Run,
     batches,
@@ -36,6 +37,7 @@ from linumpy.io.engine.cpu_layout import (
     tapering_batches,
 )
 from linumpy.io.engine.fetch import ALIGN
+from linumpy.io.engine.fetch_remote import read_order
 from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
 from linumpy.io.engine.read import execute, output_nbytes
@@ -329,39 +331,45 @@ class CpuBackend:
         ]
 
     def reads_files(self, reader: str) -> bool:
-        """Whether :meth:`read_files` reads the plan: local files read with ``pread`` (the
-        run loop fetches remote chunks and reads with kvikio), or an empty output."""
-        plan = self.plan
-        return (reader == "pread" and plan.remote is None) or math.prod(plan.shape) == 0
+        """Whether :meth:`read_files` reads the plan: with ``pread`` (also a remote plan's
+        chunks, from the read ahead's responses), or an empty output; with kvikio the run loop
+        reads."""
+        return reader == "pread" or math.prod(self.plan.shape) == 0
 
     def usage(self) -> dict[str, int]:
         """Nothing to report beyond the output: see :func:`_check_scratch` for the buffers."""
         return {}
 
     def read_files(self) -> Stats:
-        """Read a plan's chunks in batches per task, from chunk files or from shards: fetch,
-        check, decode and scatter each chunk in the same thread, while its bytes are in cache.
+        """Read a plan's chunks in batches per task, from chunk files, shards or a remote
+        store's responses: fetch, check, decode and scatter each chunk in the same thread, while
+        its bytes are in cache.
 
         A worker that reads its own chunks overlaps reading with the other workers' decoding,
         without a group barrier, staging buffers, a producer thread or frame checks (libzstd
         checks the frames it decodes), and its batches of consecutive chunks form runs. A batch
         keeps the shards it reads from open. This is faster than the run loop when the same
         threads read and decode (docs/architecture.md, "Measurements behind the defaults":
-        threads read their own chunks).
+        threads read their own chunks). Remote chunks are taken in the read ahead's order (by
+        object and offset), which fetches them
+        (:class:`~linumpy.io.engine.cpu_files.RemoteChunkReads`).
         """
         plan = self.plan
         if math.prod(plan.shape) == 0:
             return Stats()
-        # In the output's order, also for shards: a batch then writes long rows of the output
-        # (docs/architecture.md, "Measurements behind the defaults": shards in the output's
-        # order), and a shard's inner chunks along x, stored one after the other, are still read
-        # in turn.
-        entries = np.flatnonzero(plan.stored).tolist()
-        sharded = plan.chunks_per_shard is not None
+        remote = plan.remote is not None
+        # Local chunks in the output's order, also for shards: a batch then writes long rows of
+        # the output (docs/architecture.md, "Measurements behind the defaults": shards in the
+        # output's order), and a shard's inner chunks along x, stored one after the other, are
+        # still read in turn. Remote ones in the order their requests are made.
+        order = read_order(plan) if remote else np.flatnonzero(plan.stored)
+        entries = order.tolist()
+        sharded = plan.chunks_per_shard is not None and not remote
         sizes = [0] * len(entries)
-        chunks = ChunkReads(plan)
+        chunks = RemoteChunkReads(plan, order) if remote else ChunkReads(plan)
 
         def work(first: int, last: int) -> None:
+            chunks.begin(entries[first:last])
             with OpenShards(plan.files) if sharded else nullcontext() as shards:
                 for k in range(first, last):
                     entry = entries[k]
@@ -373,15 +381,19 @@ class CpuBackend:
                     self.decode_entry(entry, frame, checked=False, run=True)
                     sizes[k] = frame[1]
             self.flush_run()
+            chunks.end(entries[first:last])
 
-        fills = self._fill_tasks(np.flatnonzero(~plan.stored))
-        if self.threads == 1 or len(entries) < 2:
-            work(0, len(entries))
-        else:
-            tasks = tapering_batches(len(entries), self.threads)
-            fills += [self._pool.submit(work, a, b) for a, b in tasks]
-        for future in fills:
-            future.result()
+        try:
+            fills = self._fill_tasks(np.flatnonzero(~plan.stored))
+            if self.threads == 1 or len(entries) < 2:
+                work(0, len(entries))
+            else:
+                tasks = tapering_batches(len(entries), self.threads)
+                fills += [self._pool.submit(work, a, b) for a, b in tasks]
+            for future in fills:
+                future.result()
+        finally:
+            chunks.close()
         found = [n for n in sizes if n >= 0]
         return Stats(
             n_reads=len(found),
@@ -439,9 +451,9 @@ class CpuRead:
         return out
 
     def choose_reader(self, plan: ReadPlan, settings: Any) -> tuple[str, str]:
-        """``pread``: threads read their own local chunks; the run loop fetches remote ones."""
+        """``pread``: threads read their own chunks (remote ones from the read ahead)."""
         local = plan.remote is None
-        return "pread", "threads read their own chunks" if local else "remote: the run loop"
+        return "pread", "threads read their own chunks" + ("" if local else ", fetched ahead")
 
     def open(self, plan: ReadPlan, settings: Any, reader: str, out: Any) -> CpuBackend:
         """Check the threads' buffers against host memory; allocate the output."""

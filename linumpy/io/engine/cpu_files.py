@@ -3,7 +3,9 @@
 Chunk files are read with :func:`~linumpy.io.engine.fetch.read_chunk_file` (one open per chunk,
 each file read once; a missing file is a chunk not stored). The inner chunks of shards are read
 from files that a thread keeps open for its batch of chunks (:class:`OpenShards`): one
-``preadv`` per chunk, no open and close.
+``preadv`` per chunk, no open and close. The chunks of a remote plan come from the engine's
+read ahead (:class:`RemoteChunkReads`): each thread decodes its chunks from the responses'
+own buffers, as they arrive, with no copy into staging and no hand-over between threads.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_matches, strip_crc32c
 from linumpy.io.engine.fetch import ALIGN, open_chunk_file, read_chunk_file, read_exactly
 from linumpy.io.engine.plan import ReadPlan
 
-__all__ = ["ChunkReads", "OpenShards"]
+__all__ = ["ChunkReads", "OpenShards", "RemoteChunkReads"]
 
 
 class ChunkReads:
@@ -72,6 +74,15 @@ class ChunkReads:
                 strip_crc32c(data, key)  # raises, saying what is wrong
             data = data[: nbytes - CRC32C_BYTES]
         return local.read_address, len(data), data  # data starts the buffer
+
+    def begin(self, entries: Sequence[int]) -> None:
+        """Nothing to start ahead of a batch of local chunks (see :class:`RemoteChunkReads`)."""
+
+    def end(self, entries: Sequence[int]) -> None:
+        """Nothing to let go after a batch of local chunks."""
+
+    def close(self) -> None:
+        """Nothing to stop."""
 
     def _buffer(self, nbytes: int) -> np.ndarray:
         """This thread's read buffer, grown to hold ``nbytes``."""
@@ -164,3 +175,93 @@ class OpenShards:
         fds, self._fds = self._fds, {}
         for fd in fds.values():
             os.close(fd)
+
+
+class RemoteChunkReads:
+    """A remote plan's chunks, as :class:`ChunkReads` gives local ones, from the responses of
+    the engine's read ahead (:class:`~linumpy.io.engine.fetch_remote.ReadAhead`, in ``order``).
+
+    A thread calls :meth:`begin` with its batch of chunks (their requests start, whatever the
+    read ahead's budget), :meth:`read` for each (waiting for its response, checking its crc32c,
+    giving the chunk's bytes where they arrived) and :meth:`end` once it decoded them (a
+    response goes once every chunk it holds was decoded). :meth:`close` stops the requests.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io import open_array
+    >>> from linumpy.io.engine.fetch_remote import read_order
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> from linumpy.io.remote_server import serve_directory
+    >>> root = tempfile.mkdtemp()
+    >>> zarr.create_array(root + "/b.zarr", shape=(4, 8), chunks=(2, 4), shards=(2, 8),
+    ...                   dtype="int16")[...] = 5
+    >>> with serve_directory(root) as url:
+    ...     plan = plan_read(open_array(url + "/b.zarr"))
+    ...     reads = RemoteChunkReads(plan, read_order(plan))
+    ...     reads.begin([0, 1])
+    ...     sizes = [reads.read(e, None)[1] for e in (0, 1)]
+    ...     reads.end([0, 1])
+    ...     reads.close()
+    >>> sizes == plan.nbytes[:2].tolist()  # the frames (these have no crc32c of their own)
+    True
+    """
+
+    def __init__(self, plan: ReadPlan, order: np.ndarray) -> None:
+        from linumpy.io.engine.fetch_remote import ReadAhead
+
+        self.plan = plan
+        self.ahead = ReadAhead(plan, order)
+        requests = self.ahead.requests
+        self._request, self._at = requests.request.tolist(), requests.at.tolist()
+        self._nbytes = plan.nbytes.tolist()
+        self._sharded = plan.chunks_per_shard is not None
+        self._local = threading.local()
+
+    def begin(self, entries: Sequence[int]) -> None:
+        """Start the requests of a thread's batch of chunks."""
+        self._local.futures = self.ahead.start(np.asarray(entries, dtype=np.int64))
+        self._local.arrived = {}
+
+    def read(self, entry: int, shards: OpenShards | None) -> tuple[int, int, Any] | None:
+        """An entry's chunk where its response holds it, its crc32c checked (``shards`` is not
+        used); None for a chunk object that does not exist.
+
+        Returns
+        -------
+        tuple or None
+            ``(address, size, frame)`` as ``CpuBackend.decode_entry`` takes it.
+
+        Raises
+        ------
+        RemoteError
+            When its request failed (after retries), naming the URL.
+        ChunkDecodeError
+            When its crc32c does not match.
+        """
+        local, request = self._local, self._request[entry]
+        found = local.arrived.get(request)
+        if found is None:
+            data = local.futures[request].result()
+            if data is None:  # a chunk object not stored
+                return None
+            array = np.frombuffer(data, dtype=np.uint8)
+            found = local.arrived[request] = (array, array.ctypes.data if array.size else 0)
+        array, address = found
+        start = self._at[entry]
+        nbytes = self._nbytes[entry] if self._sharded else array.size
+        if self.plan.crc32c:
+            view = memoryview(array)[start : start + nbytes]
+            if not crc32c_matches(view, nbytes):
+                strip_crc32c(array[start : start + nbytes], lambda: self.plan.key(entry))
+            nbytes -= CRC32C_BYTES
+        return address + start, nbytes, array[start : start + nbytes]
+
+    def end(self, entries: Sequence[int]) -> None:
+        """Let the responses of a thread's batch go, once every chunk they hold was decoded."""
+        self._local.futures = self._local.arrived = {}
+        self.ahead.release(np.asarray(entries, dtype=np.int64))
+
+    def close(self) -> None:
+        """Stop the requests in flight and drop what arrived."""
+        self.ahead.close()

@@ -20,6 +20,7 @@ reads' own, on the CPU or the GPU.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -264,6 +265,7 @@ class ReadAhead:
         self.limit = asyncio.Semaphore(client.requests)
         self.lock = threading.Lock()
         self.used = time.monotonic()
+        self.closed = False
 
     @property
     def done(self) -> bool:
@@ -296,34 +298,46 @@ class ReadAhead:
             self.futures = [None] * len(self.futures)
             self.left[:] = 0
             self.held = 0
+            self.closed = True
         self.client.cancel(futures)
+
+    def start(self, entries: np.ndarray) -> dict[int, Any]:
+        """Start the requests holding ``entries`` (whatever the budget) and top up the read
+        ahead; the future of each of those requests, by request."""
+        with self.lock:
+            self.used = time.monotonic()
+            needed = np.unique(self.requests.request[entries]).tolist()
+            if needed and needed[0] < 0:
+                raise ValueError("chunks were asked for that the read does not fetch")
+            if self.closed:  # the read failed: no more requests
+                raise concurrent.futures.CancelledError
+            self._start(needed)
+            self._top_up()
+            return {r: self.futures[r] for r in needed}
+
+    def release(self, entries: np.ndarray) -> None:
+        """Count ``entries`` handed on: a request's data go once every chunk it holds was."""
+        with self.lock:
+            used = np.bincount(self.requests.request[entries], minlength=len(self.left))
+            self.left -= used
+            for r in np.flatnonzero(used).tolist():
+                if self.left[r] <= 0 and self.futures[r] is not None:
+                    self.futures[r] = None
+                    self.held -= int(self.cost[r])
+            self._top_up()
 
     def group(
         self, entries: np.ndarray, staging: Callable[[int], np.ndarray]
     ) -> tuple[np.ndarray, Layout, np.ndarray, np.ndarray, np.ndarray]:
         """Fetch a group's chunks into ``staging(n)``: see :func:`fetch_remote_group`."""
-        with self.lock:
-            self.used = time.monotonic()
-            needed = np.unique(self.requests.request[entries])
-            if len(needed) and needed[0] < 0:
-                raise ValueError("a group asked for chunks the read does not fetch")
-            self._start(needed.tolist())
-            self._top_up()
-            futures = [self.futures[r] for r in needed.tolist()]
+        futures = self.start(entries)
         try:
-            arrived = {int(r): f.result() for r, f in zip(needed, futures)}
+            arrived = {r: f.result() for r, f in futures.items()}
         except BaseException:
             self.close()
             raise
-        with self.lock:
-            result = self._stage(entries, arrived, staging)
-            used = np.bincount(self.requests.request[entries], minlength=len(self.left))
-            self.left -= used
-            for r in needed.tolist():
-                if self.left[r] <= 0 and self.futures[r] is not None:
-                    self.futures[r] = None
-                    self.held -= int(self.cost[r])
-            self._top_up()
+        result = self._stage(entries, arrived, staging)
+        self.release(entries)
         return result
 
     def _stage(
