@@ -169,6 +169,8 @@ def test_user_mistakes_exit_2_with_one_line(
 def test_gpu_rows_and_ceilings_match_the_volume(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     linum_benchmark_io.main([str(out), *TINY, "--cold", "--fetch", "auto", "pread"])
+    from linumpy.bench.rows import INTERLEAVED_GPU_READ
+
     rows = json.loads((out / "benchmark_io.json").read_text())["rows"]
     plain = ("16^3", "sharded 16^3 in 16x48x64")
     for layout in (*plain, *(f"{name}, checksums" for name in plain)):
@@ -181,6 +183,7 @@ def test_gpu_rows_and_ceilings_match_the_volume(tmp_path: Path) -> None:
             "zarr enable_gpu() (CPU decode, copy per chunk)",
             "GPU write (nvCOMP encode in gpu_zarr_context)",
         ]
+        names.append(INTERLEAVED_GPU_READ)  # each layout of a pair, read in turn on the GPU
         if layout.endswith("checksums"):  # the crc32c checked on the GPU, and on the CPU
             names.append("read_volume(gpu=True), crc32c on the CPU")
             phases = mine["read_volume(gpu=True)"]["extra"]["phases"]

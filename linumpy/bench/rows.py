@@ -43,6 +43,8 @@ CPU_CHECK_SUFFIX = ", crc32c on the CPU"
 #: The CPU reads of a layout with and without checksums, timed in turn
 #: (:func:`interleaved_read_rows`).
 INTERLEAVED_READ = "linumpy read_volume (CPU), with and without checksums in turn"
+#: The same for the GPU reads (with a GPU).
+INTERLEAVED_GPU_READ = "read_volume(gpu=True), with and without checksums in turn"
 #: Their ``op``: they are left out of the tables and charts of reads, which they repeat.
 INTERLEAVED_OP = "read in turn"
 
@@ -190,11 +192,13 @@ def interleaved_read_rows(
     plain: tuple[str, Path],
     checked: tuple[str, Path],
     volume: np.ndarray,
+    device_volume: Any = None,
 ) -> list[Row]:
     """Time the CPU reads of a layout without checksums and of the same with them in turn
     (:meth:`Timer.measure_interleaved`): a row for each, named :data:`INTERLEAVED_READ` (``op``
     :data:`INTERLEAVED_OP`), whose ratio is the checksums' cost even on a machine whose speed
-    drifts between rows.
+    drifts between rows. With ``device_volume`` (the volume on the GPU), the GPU reads too, in
+    rows named :data:`INTERLEAVED_GPU_READ`.
 
     ``plain`` and ``checked`` are each a layout's name and its array's path.
 
@@ -213,11 +217,30 @@ def interleaved_read_rows(
     >>> [(row.layout, row.runs, row.matches) for row in rows]
     [('8^3', 2, True), ('8^3, checksums', 2, True)]
     """
-    cases = [(name, functools.partial(read_volume, path)) for name, path in (plain, checked)]
+    pair = (plain, checked)
+    cases = [(name, functools.partial(read_volume, path)) for name, path in pair]
     same = functools.partial(_equals, volume)
-    return timer.measure_interleaved(
+    rows = timer.measure_interleaved(
         cases, INTERLEAVED_READ, "cpu", INTERLEAVED_OP, nbytes=volume.nbytes, check=same
     )
+    if device_volume is not None:
+        import cupy
+
+        def on_device(result: Any) -> bool:
+            return isinstance(result, cupy.ndarray) and bool(
+                cupy.array_equal(result, device_volume)
+            )
+
+        cases = [(name, functools.partial(read_volume, path, gpu=True)) for name, path in pair]
+        rows += timer.measure_interleaved(
+            cases,
+            INTERLEAVED_GPU_READ,
+            "gpu",
+            INTERLEAVED_OP,
+            nbytes=volume.nbytes,
+            check=on_device,
+        )
+    return rows
 
 
 def _report_note(row: Row) -> None:

@@ -240,7 +240,8 @@ def run_benchmark(
 
     For each layout: the writes (which leave the array read next), the ceilings, the CPU reads,
     and, with ``config.gpu``, the GPU reads; after a checksummed layout whose layout without
-    checksums was measured too, the CPU reads of the two in turn (:func:`interleaved_read_rows`).
+    checksums was measured too, the CPU (and GPU) reads of the two in turn
+    (:func:`interleaved_read_rows`).
     A row that fails is recorded with its error and the run goes on.
 
     Raises
@@ -315,7 +316,9 @@ def run_benchmark(
             done = [path]
             if layout.checksum and plain in waiting:
                 done.append(waiting.pop(plain))
-                interleaved_read_rows(timer, (plain, done[1]), (layout.name, path), volume)
+                interleaved_read_rows(
+                    timer, (plain, done[1]), (layout.name, path), volume, device_volume
+                )
             elif not layout.checksum and layout.name + CHECKSUM_SUFFIX in names:
                 waiting[layout.name], done = path, []
             if config.input is None and not config.keep:
