@@ -14,6 +14,7 @@ from conftest import gpu_missing_reason
 from zarr_layouts import make_array, sample_data
 
 from linumpy.bench import oct_volume
+from linumpy.bench.rows import INTERLEAVED_GPU_READ
 from linumpy.io import save_omezarr
 from linumpy.scripts import linum_benchmark_io, linum_gpu_info
 
@@ -169,8 +170,6 @@ def test_user_mistakes_exit_2_with_one_line(
 def test_gpu_rows_and_ceilings_match_the_volume(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     linum_benchmark_io.main([str(out), *TINY, "--cold", "--fetch", "auto", "pread"])
-    from linumpy.bench.rows import INTERLEAVED_GPU_READ
-
     rows = json.loads((out / "benchmark_io.json").read_text())["rows"]
     plain = ("16^3", "sharded 16^3 in 16x48x64")
     for layout in (*plain, *(f"{name}, checksums" for name in plain)):

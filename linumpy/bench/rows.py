@@ -187,6 +187,12 @@ def _equals(volume: np.ndarray, result: Any) -> bool:
     return isinstance(result, np.ndarray) and np.array_equal(result, volume)
 
 
+def _equals_on_device(device_volume: Any, result: Any) -> bool:
+    import cupy
+
+    return isinstance(result, cupy.ndarray) and bool(cupy.array_equal(result, device_volume))
+
+
 def interleaved_read_rows(
     timer: Timer,
     plain: tuple[str, Path],
@@ -224,13 +230,6 @@ def interleaved_read_rows(
         cases, INTERLEAVED_READ, "cpu", INTERLEAVED_OP, nbytes=volume.nbytes, check=same
     )
     if device_volume is not None:
-        import cupy
-
-        def on_device(result: Any) -> bool:
-            return isinstance(result, cupy.ndarray) and bool(
-                cupy.array_equal(result, device_volume)
-            )
-
         cases = [(name, functools.partial(read_volume, path, gpu=True)) for name, path in pair]
         rows += timer.measure_interleaved(
             cases,
@@ -238,7 +237,7 @@ def interleaved_read_rows(
             "gpu",
             INTERLEAVED_OP,
             nbytes=volume.nbytes,
-            check=on_device,
+            check=functools.partial(_equals_on_device, device_volume),
         )
     return rows
 
@@ -288,13 +287,9 @@ def gpu_read_rows(
     >>> [row.name for row in rows]  # doctest: +SKIP
     ['read_volume(gpu=True)', 'gpu_zarr_context (nvCOMP codec in zarr)', 'zarr enable_gpu()']
     """
-    import cupy
-
     from linumpy.gpu.zarr_io import gpu_zarr_context
 
-    def same(result: Any) -> bool:
-        return isinstance(result, cupy.ndarray) and bool(cupy.array_equal(result, device_volume))
-
+    same = functools.partial(_equals_on_device, device_volume)
     nbytes = int(device_volume.nbytes)
     measure = functools.partial(timer.measure, layout, kind="gpu", op="read", nbytes=nbytes)
 

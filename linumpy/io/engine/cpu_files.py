@@ -20,6 +20,7 @@ import numpy as np
 from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_matches, strip_crc32c
 from linumpy.io.engine.fetch import ALIGN, open_chunk_file, read_chunk_file, read_exactly
+from linumpy.io.engine.fetch_remote import ReadAhead
 from linumpy.io.engine.plan import ReadPlan
 
 __all__ = ["ChunkReads", "OpenShards", "RemoteChunkReads"]
@@ -208,8 +209,6 @@ class RemoteChunkReads:
     """
 
     def __init__(self, plan: ReadPlan, order: np.ndarray) -> None:
-        from linumpy.io.engine.fetch_remote import ReadAhead
-
         self.plan = plan
         self.ahead = ReadAhead(plan, order)
         requests = self.ahead.requests
@@ -259,7 +258,7 @@ class RemoteChunkReads:
 
     def end(self, entries: Sequence[int]) -> None:
         """Let the responses of a thread's batch go, once every chunk they hold was decoded."""
-        self._local.futures = self._local.arrived = {}
+        self._local.futures, self._local.arrived = {}, {}
         self.ahead.release(np.asarray(entries, dtype=np.int64))
 
     def close(self) -> None:

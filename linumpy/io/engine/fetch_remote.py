@@ -12,9 +12,11 @@ Chunks of one object closer than :data:`REMOTE_MERGE_GAP` are fetched by one req
 request's round trip costs more than that many bytes on most links), of at most about
 :data:`REMOTE_PIECE_BYTES`, so that a whole shard usually comes in one request; unsharded
 chunks are fetched whole (their size is unknown until then, so the group's layout in the
-staging buffer is made from what arrived). Each group's chunks are then copied into the staging
-buffer the back end lends, and the validate, decode and scatter stages that follow are the local
-reads' own, on the CPU or the GPU.
+staging buffer is made from what arrived). On the GPU, each group's chunks are then copied into
+the staging buffer the back end lends, and the validate, decode and scatter stages that follow
+are the local reads' own. The CPU back end's threads instead take their batches' chunks from
+the responses themselves (:meth:`ReadAhead.start`, :meth:`ReadAhead.release`; see
+:class:`~linumpy.io.engine.cpu_files.RemoteChunkReads`).
 """
 
 from __future__ import annotations
