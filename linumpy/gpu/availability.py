@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import cupy
 
 __all__ = [
+    "after_current_stream",
     "codec_stream",
     "gpu_unavailable_reason",
     "load_cupy",
@@ -152,3 +153,25 @@ def worker_streams(count: int) -> list[cupy.cuda.Stream]:
     while len(streams) < count:
         streams.append(cupy.cuda.Stream(non_blocking=True))
     return streams[:count]
+
+
+def after_current_stream(streams: list[cupy.cuda.Stream]) -> Any:
+    """Make ``streams`` wait for the work queued so far on the calling thread's current stream;
+    return the event they wait for.
+
+    cupy's memory pool hands a block freed on a stream back to the next allocation on that
+    stream at once, while kernels queued on it may still read the block. A read that allocates
+    its output there and fills it from non-blocking streams would overwrite such a block under
+    those kernels (a GPU stitch's tiles were read into memory a block of the other dask thread
+    was still averaging), so the read's streams first wait for the current stream.
+
+    Examples
+    --------
+    >>> ready = after_current_stream(worker_streams(2))  # doctest: +SKIP
+    """
+    import cupy
+
+    ready = cupy.cuda.get_current_stream().record()
+    for stream in streams:
+        stream.wait_event(ready)
+    return ready

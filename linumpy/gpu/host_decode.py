@@ -53,20 +53,25 @@ class HostDecodeBackend(CpuBackend):
         Decoding threads (each holds one decoded chunk on the host and one on the device).
     out
         The C-contiguous cupy output of the plan's shape and dtype.
+    ready
+        A CUDA event recorded where ``out`` was allocated: the threads' streams wait for it
+        before they write (:func:`~linumpy.gpu.availability.after_current_stream`).
 
     Examples
     --------
     What :class:`~linumpy.gpu.zarr_io.GpuRead` does for such a plan:
 
-    >>> backend = HostDecodeBackend(plan, threads=16, out=cupy.empty(plan.shape, plan.dtype))
+    >>> out = cupy.empty(plan.shape, plan.dtype)  # doctest: +SKIP
+    >>> backend = HostDecodeBackend(plan, threads=16, out=out, ready=after_current_stream([]))
     ... # doctest: +SKIP
     >>> stats = backend.read_files(); backend.close()  # doctest: +SKIP
     """
 
     in_place = False
 
-    def __init__(self, plan: ReadPlan, *, threads: int, out: Any) -> None:
+    def __init__(self, plan: ReadPlan, *, threads: int, out: Any, ready: Any = None) -> None:
         super().__init__(plan, threads=threads, out=out)
+        self._ready = ready
         self._streams: list[Any] = []
         self._streams_lock = threading.Lock()
 
@@ -77,6 +82,8 @@ class HostDecodeBackend(CpuBackend):
             import cupy
 
             stream = cupy.cuda.Stream(non_blocking=True)
+            if self._ready is not None:
+                stream.wait_event(self._ready)
             with stream:
                 flat = cupy.empty(self.plan.chunk_nbytes, dtype=np.uint8)
             device = self._local.device = (stream, flat, chunk_view(flat, self.plan))
@@ -96,6 +103,13 @@ class HostDecodeBackend(CpuBackend):
                 self.out[out_sel] = view[chunk_sel]
             else:
                 self.out[self._out_selection(entry)] = view
+
+    def _fill_entry(self, entry: int) -> None:
+        """Set one chunk's part of the output to the fill value, on this thread's stream (which
+        waited for the output's allocation and is synchronized before the read returns)."""
+        stream, _, _ = self._device_chunk()
+        with stream:
+            super()._fill_entry(entry)
 
     def _synchronize_streams(self) -> None:
         for stream in self._streams:

@@ -26,7 +26,12 @@ import zarr
 
 from linumpy import settings as _settings
 from linumpy.errors import LinumpyError, UnsupportedLayoutError
-from linumpy.gpu.availability import gpu_unavailable_reason, require_gpu, worker_streams
+from linumpy.gpu.availability import (
+    after_current_stream,
+    gpu_unavailable_reason,
+    require_gpu,
+    worker_streams,
+)
 from linumpy.gpu.backend import (
     GpuBackend,
     choose_reader,
@@ -322,6 +327,7 @@ class GpuRead:
         pool_before = cupy.get_default_memory_pool().used_bytes()
         with streams[0]:
             result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
+        after_current_stream(streams)
         return GpuBackend(
             plan, settings, result, streams, pool_before=pool_before, new_output=out is None
         )
@@ -351,7 +357,7 @@ def _open_host_decode(
         f"{format_size(extra)}",
     )
     result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
-    return HostDecodeBackend(plan, threads=threads, out=result)
+    return HostDecodeBackend(plan, threads=threads, out=result, ready=after_current_stream([]))
 
 
 def _check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
