@@ -543,6 +543,40 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
     assert _staging(tmp_path) == []
 
 
+_HALF_MADE_AT_CTRL_C = """
+from linumpy.cli import build_parser, fail_on_errors, parse_args
+
+parser = build_parser("Demo.", prog="linum-demo")
+parse_args(parser, None)
+
+
+class HalfMade:  # as an event loop whose constructor the interrupt cut short
+    def __del__(self):
+        raise AttributeError("half made")
+
+
+def work():
+    half = HalfMade()
+    raise KeyboardInterrupt
+
+
+with fail_on_errors(parser):
+    work()
+"""
+
+
+def test_ctrl_c_keeps_to_one_line_when_a_half_made_object_goes(tmp_path: Path) -> None:
+    """An object the interrupt left half made reports its failing ``__del__`` at exit; after
+    Ctrl-C that report is dropped, so the run still ends with its one line."""
+    script = tmp_path / "half_made.py"
+    script.write_text(_HALF_MADE_AT_CTRL_C)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.splitlines() == ["linum-demo: interrupted"], done.stderr
+
+
 def test_verbose_reports_staging_that_cannot_be_cleaned(
     data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

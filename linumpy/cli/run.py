@@ -97,9 +97,8 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
     except KeyboardInterrupt:
         if _VERBOSE.get(parser, 0) > 0:
             traceback.print_exc(file=sys.stderr)
-        else:  # zarr's event loop, stopped mid-write, would report its pending tasks at exit
-            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+        else:
+            _quiet_after_interrupt()
         parser.exit(EXIT_INTERRUPTED, f"{parser.prog}: interrupted\n")
     finally:
         if timing is not None:
@@ -182,12 +181,25 @@ def _runs_on_this_gpu(args: argparse.Namespace) -> bool:
     )
 
 
+def _quiet_after_interrupt() -> None:
+    """Keep the exit after Ctrl-C to its one line: objects the interrupt left half made or
+    mid-task (zarr's event loop, its pending writes) would report themselves as they go."""
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+    sys.unraisablehook = _drop_unraisable
+
+
+def _drop_unraisable(unraisable: Any) -> None:
+    """An unraisablehook that prints nothing (the run already ended with ``interrupted``)."""
+
+
 def _interrupted_hook(prog: str, previous: Any) -> Any:
     """An excepthook printing ``PROG: interrupted`` for a Ctrl-C outside :func:`fail_on_errors`
     (the interpreter then ends as killed by SIGINT: status 130 in a shell)."""
 
     def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
         if issubclass(kind, KeyboardInterrupt):
+            _quiet_after_interrupt()
             print(f"{prog}: interrupted", file=sys.stderr)
         else:
             previous(kind, value, tb)
