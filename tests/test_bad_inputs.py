@@ -543,11 +543,13 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
     assert _staging(tmp_path) == []
 
 
-_HALF_MADE_AT_CTRL_C = """
+_CUT_SHORT_BY_CTRL_C = """
 from linumpy.cli import build_parser, fail_on_errors, parse_args
+from linumpy.io.staging import StagedWrite
 
 parser = build_parser("Demo.", prog="linum-demo")
-parse_args(parser, None)
+parser.add_argument("target")
+args = parse_args(parser, None)
 
 
 class HalfMade:  # as an event loop whose constructor the interrupt cut short
@@ -557,6 +559,7 @@ class HalfMade:  # as an event loop whose constructor the interrupt cut short
 
 def work():
     half = HalfMade()
+    write = StagedWrite(args.target)  # as a write interrupted before its caller could abort it
     raise KeyboardInterrupt
 
 
@@ -565,16 +568,23 @@ with fail_on_errors(parser):
 """
 
 
-def test_ctrl_c_keeps_to_one_line_when_a_half_made_object_goes(tmp_path: Path) -> None:
-    """An object the interrupt left half made reports its failing ``__del__`` at exit; after
-    Ctrl-C that report is dropped, so the run still ends with its one line."""
-    script = tmp_path / "half_made.py"
-    script.write_text(_HALF_MADE_AT_CTRL_C)
+def test_ctrl_c_keeps_to_one_line_when_what_it_cut_short_goes(tmp_path: Path) -> None:
+    """Objects the interrupt cut short go at exit: a failing ``__del__`` and a write never
+    committed. After Ctrl-C neither is reported, so the run still ends with its one line, and
+    the write's staged content is deleted."""
+    script = tmp_path / "cut_short.py"
+    script.write_text(_CUT_SHORT_BY_CTRL_C)
+    out = tmp_path / "out"
+    out.mkdir()
     done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+        [sys.executable, str(script), str(out / "result.ome.zarr")],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 130, done.stderr
     assert done.stderr.splitlines() == ["linum-demo: interrupted"], done.stderr
+    assert list(out.iterdir()) == []
 
 
 def test_verbose_reports_staging_that_cannot_be_cleaned(

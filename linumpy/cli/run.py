@@ -183,10 +183,14 @@ def _runs_on_this_gpu(args: argparse.Namespace) -> bool:
 
 def _quiet_after_interrupt() -> None:
     """Keep the exit after Ctrl-C to its one line: objects the interrupt left half made or
-    mid-task (zarr's event loop, its pending writes) would report themselves as they go."""
+    mid-task (zarr's event loop, its pending writes, a staged write) would report themselves as
+    they go."""
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
     sys.unraisablehook = _drop_unraisable
+    staging = sys.modules.get("linumpy.io.staging")  # not loaded: no write to quiet
+    if staging is not None:
+        staging.discard_quietly()
 
 
 def _drop_unraisable(unraisable: Any) -> None:

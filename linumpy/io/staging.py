@@ -75,6 +75,9 @@ _exchange_supported = sys.platform.startswith("linux")
 step_hook: Callable[[str], None] | None = None
 
 
+# Set by discard_quietly(): uncommitted writes are then deleted without a warning each.
+_quiet_discards = False
+
 # Staging folders of open writes that flush on commit: what is written inside them is flushed
 # then, so a writer working there need not flush it first (see flushed_on_commit).
 _FLUSHING: set[Path] = set()
@@ -288,9 +291,20 @@ def _hold(path: Path) -> int | None:
     return fd
 
 
+def discard_quietly() -> None:
+    """Delete the staged content of writes left uncommitted without a warning for each.
+
+    For a run stopped by Ctrl-C, which cut its writes short on purpose and has said so; a write
+    dropped uncommitted otherwise is a mistake worth its warning.
+    """
+    global _quiet_discards
+    _quiet_discards = True
+
+
 def _discard(staging: Path, lock: list[int | None]) -> None:
     if staging in ACTIVE:
-        logger.warning("%s: a write never committed; its staged content is deleted", staging)
+        if not _quiet_discards:
+            logger.warning("%s: a write never committed; its staged content is deleted", staging)
         ACTIVE.discard(staging)
         remove_tree(staging)
     if lock[0] is not None:

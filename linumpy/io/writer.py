@@ -227,6 +227,7 @@ class OmeZarrWriter:
             raise ValueError(f"n_levels must be a positive integer, got {n_levels!r}")
         check_chunk_count(self.shape, chunks, self.dtype.itemsize)
         self._staged: StagedWrite | None = None
+        self._finalized = self._committed = self._created = False
         if self._remote is not None:
             from linumpy.io.remote import holds_zarr
 
@@ -236,13 +237,11 @@ class OmeZarrWriter:
             exists = self.target.exists() or self.target.is_symlink()
         if exists and not overwrite:
             raise LinumpyError(f"{self.target} exists; pass overwrite=True to replace it")
-        if self._remote is None and (exists or always_stage):
-            self._staged = StagedWrite(self.target)
-            self.path = self._staged.path
-        else:
-            self.path = self.target
-        self._finalized = self._committed = self._created = False
-        try:
+        self.path = self.target
+        try:  # from the staging folder's creation on, an interrupt aborts the write
+            if self._remote is None and (exists or always_stage):
+                self._staged = StagedWrite(self.target)
+                self.path = self._staged.path
             self.arrays = self._create(chunks, shards, n_levels, level, fill_value)
         except BaseException:
             self.abort()
