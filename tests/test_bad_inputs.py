@@ -544,12 +544,16 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
 
 
 _CUT_SHORT_BY_CTRL_C = """
+import sys
+
 from linumpy.cli import build_parser, fail_on_errors, parse_args
 from linumpy.io.staging import StagedWrite
 
 parser = build_parser("Demo.", prog="linum-demo")
+parser.add_argument("mode", choices=["command", "main"])
 parser.add_argument("target")
-args = parse_args(parser, None)
+as_command = sys.argv[1] == "command"  # else as main(argv) called from Python
+args = parse_args(parser, None if as_command else sys.argv[1:])
 
 
 class HalfMade:  # as an event loop whose constructor the interrupt cut short
@@ -563,27 +567,50 @@ def work():
     raise KeyboardInterrupt
 
 
-with fail_on_errors(parser):
-    work()
+try:
+    with fail_on_errors(parser):
+        work()
+except SystemExit as exc:
+    if as_command:
+        raise
+    print("exit", exc.code)
 """
+
+
+def _cut_short_by_ctrl_c(
+    tmp_path: Path, mode: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run the script above as ``mode``; return its run and the folder its write was in."""
+    script = tmp_path / "cut_short.py"
+    script.write_text(_CUT_SHORT_BY_CTRL_C)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(script), mode, str(out / "result.ome.zarr")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done, out
 
 
 def test_ctrl_c_keeps_to_one_line_when_what_it_cut_short_goes(tmp_path: Path) -> None:
     """Objects the interrupt cut short go at exit: a failing ``__del__`` and a write never
     committed. After Ctrl-C neither is reported, so the run still ends with its one line, and
     the write's staged content is deleted."""
-    script = tmp_path / "cut_short.py"
-    script.write_text(_CUT_SHORT_BY_CTRL_C)
-    out = tmp_path / "out"
-    out.mkdir()
-    done = subprocess.run(
-        [sys.executable, str(script), str(out / "result.ome.zarr")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done, out = _cut_short_by_ctrl_c(tmp_path, "command")
     assert done.returncode == 130, done.stderr
     assert done.stderr.splitlines() == ["linum-demo: interrupted"], done.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_ctrl_c_in_main_called_from_python_leaves_the_process_reporting(tmp_path: Path) -> None:
+    """``main(argv)`` called from Python goes on after Ctrl-C: failed clean-ups still reach the
+    unraisable hook and a write dropped uncommitted still warns."""
+    done, out = _cut_short_by_ctrl_c(tmp_path, "main")
+    assert done.stdout == "exit 130\n", done.stderr
+    assert "AttributeError: half made" in done.stderr, done.stderr
+    assert "a write never committed" in done.stderr, done.stderr
     assert list(out.iterdir()) == []
 
 

@@ -27,6 +27,9 @@ _VERBOSE: weakref.WeakKeyDictionary[argparse.ArgumentParser, int] = weakref.Weak
 # With -v: [recorder, depth of fail_on_errors blocks, whether the start-up counts]; the recorder
 # runs from the outermost fail_on_errors block's start to its end, which prints its table.
 _PHASES: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Any]] = weakref.WeakKeyDictionary()
+# Parsers of the process's own command line: a Ctrl-C there ends the process, so what would be
+# reported on the way out may be silenced process-wide.
+_COMMAND_LINE: weakref.WeakSet[argparse.ArgumentParser] = weakref.WeakSet()
 
 
 def setup_logging(verbose: int, prog: str) -> None:
@@ -98,7 +101,7 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
         if _VERBOSE.get(parser, 0) > 0:
             traceback.print_exc(file=sys.stderr)
         else:
-            _quiet_after_interrupt()
+            _quiet_after_interrupt(exiting=parser in _COMMAND_LINE)
         parser.exit(EXIT_INTERRUPTED, f"{parser.prog}: interrupted\n")
     finally:
         if timing is not None:
@@ -140,6 +143,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     if argv is None and _VERBOSE[parser] == 0:
         sys.excepthook = _interrupted_hook(parser.prog, sys.excepthook)
     if argv is None:
+        _COMMAND_LINE.add(parser)
         _stacks_on_sigusr1()
         from linumpy.cli.lean_imports import lean_dask_array
 
@@ -181,12 +185,15 @@ def _runs_on_this_gpu(args: argparse.Namespace) -> bool:
     )
 
 
-def _quiet_after_interrupt() -> None:
+def _quiet_after_interrupt(*, exiting: bool) -> None:
     """Keep the exit after Ctrl-C to its one line: objects the interrupt left half made or
     mid-task (zarr's event loop, its pending writes, a staged write) would report themselves as
-    they go."""
+    they go. Failed clean-ups and uncommitted writes are silenced only when the process is
+    ``exiting`` (a command, not ``main(argv)`` called from Python, which goes on)."""
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+    if not exiting:
+        return
     sys.unraisablehook = _drop_unraisable
     staging = sys.modules.get("linumpy.io.staging")  # not loaded: no write to quiet
     if staging is not None:
@@ -203,7 +210,7 @@ def _interrupted_hook(prog: str, previous: Any) -> Any:
 
     def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
         if issubclass(kind, KeyboardInterrupt):
-            _quiet_after_interrupt()
+            _quiet_after_interrupt(exiting=True)
             print(f"{prog}: interrupted", file=sys.stderr)
         else:
             previous(kind, value, tb)
