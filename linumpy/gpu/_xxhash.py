@@ -3,16 +3,15 @@
 zstd's frame checksum is the low 32 bits of XXH64 of the decompressed content, and nvCOMP neither
 verifies nor writes it. XXH64 consumes its input in 32-byte stripes, one 8-byte word per lane into
 four independent accumulators, each step depending on the previous one: inside one buffer the four
-lanes are the only parallelism, and a buffer takes at least one dependent chain of its stripes
-(about 21 ns per stripe on an H200). Two kernels reach that bound in two regimes:
+lanes are the only parallelism, and a buffer takes at least one dependent chain of its stripes.
+Two kernels reach that bound in two regimes:
 
 - ``xxh64_lanes`` gives every buffer four threads (one per lane, reading 32 contiguous bytes per
   stripe together) with many loads in flight per thread: many small buffers fill the device.
 - ``xxh64_tiled`` gives every buffer a block: four warps copy it into shared memory a tile ahead
   (coalesced, many loads in flight) while four threads of its first warp hash the tile before.
-  Four threads alone kept too few bytes in flight to keep a long buffer's chain busy: 256
-  buffers of 4 MiB took 7.9 ms with ``xxh64_lanes`` and 2.8 ms with this one, while 8192 of
-  82 KB took 0.73 and 1.02 ms (H200, 2026-12-01).
+  Four threads alone keep too few bytes in flight for a long buffer's chain, so long buffers
+  go here and many short ones to ``xxh64_lanes``.
 
 Thread 0 of a buffer then merges the four accumulators, hashes the tail of fewer than 32 bytes and
 applies the final avalanche.
@@ -37,8 +36,8 @@ __all__ = ["xxh64_batch"]
 _LANES = 4
 _LANES_BLOCK = 128  # threads per block of xxh64_lanes
 _TILED_BLOCK = 160  # xxh64_tiled: one warp hashes (four of its threads), four copy
-#: Buffers from this size on are hashed by xxh64_tiled (measured crossover: between 82 KB and
-#: 512 KiB, where both kernels took 1.1-1.2 ms for 2048 buffers).
+#: Buffers from this size on are hashed by xxh64_tiled: the two kernels cross over between about
+#: 100 KB and 512 KiB.
 TILED_BYTES = 256 << 10
 
 # Every buffer must start 8-byte aligned: the kernel reads whole 8-byte words.

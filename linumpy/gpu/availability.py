@@ -36,9 +36,9 @@ def load_cupy() -> ModuleType:
 
     cupy registers ``cupyx`` as a lazy module (``importlib.util.LazyLoader``) and imports its
     submodules at the first use of some operations. When one thread loads the lazy module while
-    another imports one of its submodules, each can hold the lock the other waits for: a GPU
-    stitch's warm-up and a block thread hung so on the H200 host (2026-12-02). Called before a
-    command or a read starts its threads, this leaves them an ordinary module.
+    another imports one of its submodules, each can hold the lock the other waits for, and both
+    threads hang. Called before a command or a read starts its threads, this leaves them an
+    ordinary module.
 
     Raises
     ------

@@ -203,7 +203,7 @@ class GpuBackend:
         # nvCOMP's latency (docs/gpu_guide.md, "Measurements behind the GPU defaults": equal
         # groups).
         groups = self.slots if overlap else 1
-        # Frames too large for nvCOMP (a 48 MiB frame takes it ~0.5 s, however many run beside
+        # Frames too large for nvCOMP (it decodes one frame serially, however many run beside
         # it) all go to libzstd threads, which decode them into pinned memory for one copy.
         tail = 1.0 if self.plan.chunk_nbytes > self.max_decode_bytes else self._cpu_share
         return min(compressed, per_slot), per_slot, groups, tail
@@ -436,9 +436,8 @@ _decode_pools_lock = threading.Lock()
 def decode_pool(threads: int) -> ThreadPoolExecutor:
     """The process's libzstd threads for GPU reads' CPU decodes, ``threads`` of them.
 
-    Kept for later reads: a pool made per read started its threads, and their libzstd
-    contexts' first allocations, inside the read (1 GiB of 64^3 chunks on 32 cores: 15 ms to
-    queue the decodes of 5 % of the chunks).
+    Kept for later reads, so that no read pays for starting its threads and their libzstd
+    contexts' first allocations.
 
     Examples
     --------
@@ -468,7 +467,7 @@ def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:
     """
     chunks = max(1, plan.n_entries)
     decoded = min(settings.scratch_bytes, chunks * plan.chunk_nbytes)
-    # nvCOMP's work space grows with the decoded bytes in flight (measured through its Python
-    # API: 1568 MiB for one call of 1 GiB); 64 MiB at least.
+    # nvCOMP's work space grows with the decoded bytes in flight: allow 1.6 times them, 64 MiB
+    # at least.
     workspace = max(64 * 2**20, decoded * 8 // 5)
     return math.ceil(settings.scratch_bytes + workspace)

@@ -36,7 +36,7 @@ __all__ = [
 #: Host chunks (stored bytes under :class:`~linumpy.gpu.zarr_buffers.HostBytes`) reach the device
 #: through two pinned buffers of this size, in turn: the copy of one piece into pinned memory
 #: overlaps the upload of the other, and the pinned memory a call holds stays small (page-locking
-#: a buffer as large as a merged call, 1 GiB, once took 574 ms inside a read).
+#: is slow, so no read locks a buffer as large as a merged call).
 PIECE_BYTES = 64 * 2**20
 #: The copies into a piece run in parts of at least this many bytes on at most
 #: :data:`COPY_THREADS` threads (numpy's copies release the GIL).

@@ -1,8 +1,8 @@
 """Page-locked (pinned) host buffers of the GPU path, kept between reads and writes.
 
-Page-locking host memory is slow (a GPU stitch write once spent 1.24 s of 2.67 s in it), so
-pinned buffers outlive a read in a small cache; the pinned memory the process holds stays bounded
-by what one read asks for. By default a process's reads stage through
+Page-locking host memory is slow (it can take half of a GPU write), so pinned buffers outlive a
+read in a small cache; the pinned memory the process holds stays bounded by what one read asks
+for. By default a process's reads stage through
 :data:`FIRST_PINNED_BYTES` at first, growing to :data:`MAX_PINNED_BYTES` as they move data
 (:func:`pinned_allowance`), since a command that reads once pays for every byte it locks.
 """
@@ -31,9 +31,7 @@ __all__ = [
 ]
 
 #: Page-locked staging a process's reads start with when the ``pinned_bytes`` setting is 0 (its
-#: default). Locking costs about 0.5 s per GiB on the H200 host, while staging beyond this speeds
-#: a read by a few tens of milliseconds per GiB (docs/gpu_guide.md, "Measurements behind the GPU
-#: defaults": first reads' staging).
+#: default): locking more costs a first read more than the larger staging saves it.
 FIRST_PINNED_BYTES = 256 * 2**20
 #: The most the default staging grows to.
 MAX_PINNED_BYTES = 1024 * 2**20
@@ -199,10 +197,9 @@ class PinnedLease:
     """Page-locked buffers lent to one read, by ``(role, slot)``, for as long as it runs.
 
     A read owns what it borrows until :meth:`close`; buffers then go back to a per-slot idle
-    list that the process's next reads take from (page-locking is slow: a stitch once spent 1.24
-    s of 2.67 s in it). Reads that run at the same time get buffers of their own. A slot's
-    buffer grows when a read needs more; at most eight idle buffers per slot (reads that ran at
-    once under dask) and 4 GiB in all are kept.
+    list that the process's next reads take from (page-locking is slow). Reads that run at the
+    same time get buffers of their own. A slot's buffer grows when a read needs more; at most
+    eight idle buffers per slot (reads that ran at once under dask) and 4 GiB in all are kept.
 
     Examples
     --------

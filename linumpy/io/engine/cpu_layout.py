@@ -118,9 +118,9 @@ def tapering_batches(n: int, threads: int) -> list[tuple[int, int]]:
     chunks are handed out; then each a ``1 / (2 * threads)`` share of those left, down to one
     chunk, so that the threads finish within about a chunk of each other.
 
-    Batches of equal size end the read with the threads apart by up to a batch: 128^3 chunks on
-    2 threads (576 MiB, 18-chunk batches), the last thread finished 32-37 ms after the first
-    (6 % of the read), with these 5 ms. Tasks are handed out in order, so the large come first.
+    Batches of equal size end the read with the threads apart by up to a batch, which on a few
+    threads is a noticeable share of the read. Tasks are handed out in order, so the large come
+    first.
 
     Examples
     --------

@@ -43,13 +43,11 @@ __all__ = [
 ]
 
 
-#: The default of ``gpu_encode_min_bytes`` per I/O thread: on 16 threads the host encoded
-#: blocks of up to 16 MiB faster than nvCOMP, blocks of 33 MiB about as fast, and nvCOMP those
-#: of 64 MiB and more; a GPU stitch gained only once its 44 MiB blocks went to nvCOMP too
-#: (``benchmarks/gpu_small_writes.py``, docs/gpu_guide.md).
+#: The default of ``gpu_encode_min_bytes`` per I/O thread: below about 2 MiB per host thread
+#: the host encodes a block faster than nvCOMP (``benchmarks/gpu_small_writes.py``).
 GPU_ENCODE_MIN_BYTES_PER_THREAD = 2 * settings_module.MIB
-#: ...and at least this much: on fewer threads the host is slower, but a block of a few MiB
-#: still costs nvCOMP about 30 ms, several times what the host takes.
+#: ...and at least this much: on fewer threads the host is slower, but nvCOMP's fixed cost per
+#: call still exceeds what the host takes for a block of a few MiB.
 GPU_ENCODE_MIN_BYTES_FLOOR = 16 * settings_module.MIB
 
 
