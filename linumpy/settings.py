@@ -181,10 +181,8 @@ class Settings:
         the device where nvCOMP can, else the CPU.
     gpu_encode_min_bytes
         Writes of device arrays smaller than this are encoded by libzstd threads on the CPU
-        after one download: an nvCOMP write has a fixed cost (about 30 ms for a block of a few
-        MiB on an H200), more than the CPU takes for a small block. 0 (the default) means 2 MiB
-        per ``io_threads`` and at least 16 MiB (32 MiB on 16 threads, where the host was faster
-        up to 16 MiB, as fast at 33 MiB, and nvCOMP from 64 MiB).
+        after one download: an nvCOMP write has a fixed cost per call, more than the CPU takes
+        for a small block. 0 (the default) means 2 MiB per ``io_threads`` and at least 16 MiB.
     nvcomp_batch_size
         Chunks per codec call in zarr's pipeline under
         :func:`linumpy.gpu.nvcomp_zstd.gpu_zstd_config`.

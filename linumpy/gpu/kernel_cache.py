@@ -2,9 +2,7 @@
 
 cupy's ``RawKernel`` looks its kernels up in cupy's on-disk cache, but every process first runs
 NVRTC on an empty program for each set of compiler options (the cache key holds the compiler's
-output), and each lookup then cost 0.05-0.06 s on the H200 host: 0.24 s for a process's first
-kernel and 0.2 s for another set of options, paid on the critical path of its first read
-(docs/gpu_guide.md, "Measurements behind the GPU defaults": kernel loading). Here a kernel's
+output), a cost paid on the critical path of a process's first read. Here a kernel's
 source is compiled by ``cuda.core`` (NVIDIA's ``cuda-core`` package, in linumpy's ``gpu`` extras)
 into a cubin kept under ``$XDG_CACHE_HOME/linumpy/kernels`` (by default
 ``~/.cache/linumpy/kernels``); a later process loads that file with ``cupy.RawModule(path=...)``,

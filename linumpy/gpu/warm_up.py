@@ -2,8 +2,7 @@
 
 A ``linum-*`` command run with ``--use-gpu`` spends a second or more importing Python modules
 (dask, zarr, linumpy) before its first read, and then, on the critical path of that read, creates
-the CUDA context, loads nvCOMP and the kernels, and page-locks its staging buffers: 0.3-0.5 s on
-the H200 host (docs/gpu_guide.md, "Measurements behind the GPU defaults": first use). Those steps
+the CUDA context, loads nvCOMP and the kernels, and page-locks its staging buffers. Those steps
 wait on the driver and the disk much more than on the interpreter, so
 :func:`warm_up_in_background` runs them in a daemon thread as soon as the command's arguments ask
 for the GPU; whatever it has not finished when the read starts, the read does itself.
@@ -14,14 +13,14 @@ is logged at debug level and left for the read to report.
 A command imports cupy, with its lazy ``cupyx`` loaded whole
 (:func:`~linumpy.gpu.availability.load_cupy`), before it starts this thread: once the command's
 threads run, one importing a ``cupyx`` submodule while another loads the lazy module can each
-hold the lock the other waits for (the warm-up and a block thread hung so on the H200 host,
-2026-12-02), and a stitch's first block no longer loads ``cupyx`` itself (0.15-0.5 s).
-Loading cupy takes 0.4-0.5 s of the main thread, so the CUDA context is created before it, by
+hold the lock the other waits for, and both hang; and a stitch's first block need not load
+``cupyx`` itself. Loading cupy takes the main thread a while, so the CUDA context is created
+before it, by
 :func:`create_context_in_background`: the device's primary context, retained through the driver
 library with :mod:`ctypes` (its calls leave the interpreter free), which cupy's runtime then
 finds in place. The warm-up page-locks the staging before it loads libraries and kernels: a
-command's first metadata reads wait for the driver while it locks pages (0.2-0.3 s for the
-default staging), and it is locked by the time they come.
+command's first metadata reads wait for the driver while it locks pages, and it is locked by
+the time they come.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 A staged write (:mod:`linumpy.io.staging`) flushes its whole staging folder before it swaps the
 new version in, and the target's folder after the swap. On Linux one ``syncfs`` of the file
-system does it, measured faster than an ``fsync`` per file for every layout tried (the writing
-guide has the figures). Elsewhere, or where ``syncfs`` fails, every file and folder under the
-staging folder is flushed with ``fsync``, in threads.
+system does it, faster than an ``fsync`` per file for every layout. Elsewhere, or where
+``syncfs`` fails, every file and folder under the staging folder is flushed with ``fsync``, in
+threads.
 """
 
 from __future__ import annotations

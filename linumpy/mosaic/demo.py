@@ -84,8 +84,8 @@ def _true_transform(
 #: Voxels of the tissue volume generated at once on the GPU: larger grids are generated in slabs
 #: of planes (each of a few float32 temporaries this large), so an 8 GiB grid fits a GPU.
 SLAB_VOXELS = 2**30
-#: The same on the host, where the temporaries of a slab of SLAB_VOXELS took 15.5 GB to make a
-#: 0.71 GiB grid: slabs of 128 MiB temporaries.
+#: The same on the host, where slabs of SLAB_VOXELS would make temporaries of many times the
+#: grid's size: slabs of 128 MiB temporaries.
 HOST_SLAB_VOXELS = 2**25
 
 

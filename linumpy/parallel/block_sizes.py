@@ -27,13 +27,11 @@ DEFAULT_TASK_BYTES = 128 * 2**20
 #: costs a fixed latency per call (nvCOMP's), which small blocks pay over and over.
 DEFAULT_GPU_TASK_BYTES = 2**30
 #: ... of a GPU task that only reads and reduces its block (the projection): each GPU read pays
-#: a fixed cost (its first group's fetch, its last group's decode), and 1 GiB reads projected
-#: an 8 GiB volume in 0.61-0.74 s against 1.10-1.13 s with 512 MiB ones (docs/gpu_guide.md,
-#: "Measurements behind the GPU defaults": GPU read tasks).
+#: a fixed cost (its first group's fetch, its last group's decode), which larger tasks pay
+#: less often.
 GPU_READ_TASK_BYTES = 2 * 2**30
 #: Local threads of a GPU job when none are asked for: threads share one device, and more of
-#: them only queue on it (docs/gpu_guide.md, "Measurements behind the GPU defaults": GPU
-#: threads).
+#: them only queue on it.
 DEFAULT_GPU_THREADS = 2
 #: Blocks a job is cut into per task that can run at once (workers x threads), when its working
 #: set allows: a large memory limit must not leave one block, run by one worker, per job.

@@ -2,8 +2,8 @@
 honours ``CUDA_VISIBLE_DEVICES``: 0 devices and no size without cupy or a driver.
 
 cupy is imported only when asked, and only by GPU jobs, which import it anyway; dask-cuda's NVML
-queries gave the same answers but cost an import of dask-cuda (0.6 s on an H200 host) in every
-GPU run, with or without a dask-cuda cluster.
+queries give the same answers but would cost an import of dask-cuda in every GPU run, with or
+without a dask-cuda cluster.
 """
 
 from __future__ import annotations
