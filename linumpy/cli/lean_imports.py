@@ -3,13 +3,12 @@
 ``dask.array`` imports xarray (and pandas with it), ``scipy.sparse``, ``scipy.fftpack`` and
 ``cupyx.scipy.sparse`` when they are installed, to recognise their arrays (``dask.array.core``,
 ``dask.array.chunk_types``, ``dask.array.fft``); each import is optional there, skipped when it
-fails. The ``linum-*`` commands never hand dask such arrays, and these imports were about 0.6 s
-of every command's start-up on the 2-core development machine (``import dask.array`` 1.04-1.15 s,
-without them 0.48-0.62 s). :func:`lean_dask_array` makes them fail while ``dask.array`` itself is
-imported, then makes them importable again: a command that later imports xarray or scipy.sparse
-gets them. Only a command's own process does this (:func:`linumpy.cli.parse_args` with ``argv``
-None), never a library user's; cupy, which ``dask.array`` also imports, is imported first, with
-nothing hidden.
+fails. The ``linum-*`` commands never hand dask such arrays, and these imports would be about half
+of ``import dask.array``'s time in every command's start-up. :func:`lean_dask_array` makes them fail
+while ``dask.array`` itself is imported, then makes them importable again: a command that later
+imports xarray or scipy.sparse gets them. Only a command's own process does this
+(:func:`linumpy.cli.parse_args` with ``argv`` None), never a library user's; cupy, which
+``dask.array`` also imports, is imported first, with nothing hidden.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
     ):
         return data
     block = tuple(max(1, round(max(chunks) / u)) * u for chunks, u in zip(data.chunks, unit))
-    # dask imports distributed (0.2-0.4 s) to look for a client unless told the method; without
+    # dask imports distributed (slow) to look for a client unless told the method; without
     # distributed loaded there is none, and dask would choose "tasks" itself
     return data.rechunk(block, method=None if "distributed" in sys.modules else "tasks")
 

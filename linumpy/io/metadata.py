@@ -205,8 +205,8 @@ def image_attrs(
 ) -> dict[str, Any]:
     """The attributes of an OME-Zarr image group, as ome-zarr-models would serialise them.
 
-    Built as plain JSON (importing ome-zarr-models and pydantic costs a process 0.3-0.7 s, more
-    than a projection's work); writers check the result with :func:`validate_image_attrs`, whose
+    Built as plain JSON (importing ome-zarr-models and pydantic costs a process more than a
+    projection's work); writers check the result with :func:`validate_image_attrs`, whose
     verdict is cached, and a test compares it with the models' own output.
 
     Parameters

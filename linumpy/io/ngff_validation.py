@@ -123,9 +123,9 @@ def validated_marker(version: NgffVersion, text: str) -> Path | None:
 @functools.lru_cache(maxsize=256)
 def _model_error(version: NgffVersion, text: str) -> str | None:
     """What ome-zarr-models finds wrong with the image attributes ``text`` (JSON), None if
-    nothing. Cached in the process (validating takes about 2 ms, and every read of an image
-    opens it again) and, for valid attributes, on disk (:func:`validated_marker`): importing
-    ome-zarr-models and pydantic costs each process 0.35-0.7 s, more than most runs' work."""
+    nothing. Cached in the process (every read of an image opens it again) and, for valid
+    attributes, on disk (:func:`validated_marker`): importing ome-zarr-models and pydantic costs
+    a process more than most runs' work."""
     marker = validated_marker(version, text)
     if marker is not None and marker.is_file():
         return None
@@ -141,7 +141,7 @@ def _model_error(version: NgffVersion, text: str) -> str | None:
 
 def _validate(version: NgffVersion, text: str) -> str | None:
     """ome-zarr-models' verdict on ``text``: None, or its first error."""
-    # imported on first use: ome-zarr-models (pydantic) adds about 0.35 s to an import of linumpy
+    # imported on first use: ome-zarr-models (pydantic) would slow every import of linumpy
     import pydantic
 
     if version == "0.5":

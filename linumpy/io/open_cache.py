@@ -1,10 +1,10 @@
 """Arrays opened once per path, handed out again while their metadata files stay the same.
 
-Opening an OME-Zarr image's level with zarr (reading, parsing and validating its metadata) took
-3-4 ms on the development machine: most of a small region's read, and a cost paid by every dask
-block. An opened array is kept (the last :data:`LIMIT`) with the bytes of the metadata files it
-was opened from, and handed out again while those bytes are the same; zarr reads chunks by path
-at every read, so a read always sees the chunk files as they are now.
+Opening an OME-Zarr image's level with zarr (reading, parsing and validating its metadata) is most
+of a small region's read, and a cost paid by every dask block. An opened array is kept (the last
+:data:`LIMIT`) with the bytes of the metadata files it was opened from, and handed out again while
+those bytes are the same; zarr reads chunks by path at every read, so a read always sees the chunk
+files as they are now.
 
 An array is trusted only once two openings, with the metadata read before and after each, agree:
 metadata changed while zarr was reading it can then never pair an array with newer bytes.
