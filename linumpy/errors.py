@@ -12,9 +12,11 @@ __all__ = [
     "BenchInputError",
     "ChunkDecodeError",
     "ClusterError",
+    "ClusterLostError",
     "DeviceMemoryError",
     "GPUUnavailableError",
     "HostMemoryError",
+    "InputMismatchError",
     "LinumpyError",
     "MemoryLimitError",
     "RemoteConnectionError",
@@ -123,6 +125,32 @@ class ClusterError(LinumpyError, RuntimeError):
     ... except ClusterError as exc:
     ...     print(exc)
     gpus must be a positive number of GPUs, got 0
+    """
+
+    #: Exit status of a ``linum-*`` script that ends with this error (2: fix the command).
+    exit_status = 2
+
+
+class ClusterLostError(ClusterError):
+    """The dask scheduler, or every worker, was lost (or none joined in time); a script ends with
+    exit status 1, as for other failures of the machines rather than of the command.
+
+    Examples
+    --------
+    >>> ClusterLostError("lost the dask scheduler at 'tcp://127.0.0.1:8786'").exit_status
+    1
+    """
+
+    exit_status = 1
+
+
+class InputMismatchError(ClusterError, ValueError):
+    """A dask worker sees another file than the client at an input's path, or none.
+
+    Examples
+    --------
+    >>> issubclass(InputMismatchError, ClusterError), InputMismatchError.exit_status
+    (True, 2)
     """
 
 

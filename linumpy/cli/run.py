@@ -96,7 +96,11 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
     except (LinumpyError, OSError, ValueError) as exc:
         if _VERBOSE.get(parser, 0) > 0:
             traceback.print_exc(file=sys.stderr)
-        parser.error(str(exc) or type(exc).__name__)
+        message = str(exc) or type(exc).__name__
+        status = getattr(exc, "exit_status", 2)  # 1: a lost dask scheduler or workers
+        if status != 2:
+            parser.exit(status, f"{parser.prog}: error: {' '.join(message.split())}\n")
+        parser.error(message)
     except KeyboardInterrupt:
         if _VERBOSE.get(parser, 0) > 0:
             traceback.print_exc(file=sys.stderr)
