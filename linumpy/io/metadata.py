@@ -18,6 +18,8 @@ from linumpy.io.ngff_validation import TYPES_BY_NAME, validate_image_attrs
 
 __all__ = [
     "Axis",
+    "Coordinates",
+    "derive_coordinates",
     "check_axis_types",
     "check_chunk_count",
     "image_attrs",
@@ -67,6 +69,109 @@ class Axis(NamedTuple):
     name: str
     type: str | None = None
     unit: str | None = None
+
+
+class Coordinates(NamedTuple):
+    """Where an image's voxels lie: its axes (names, types, units), the voxel size along each
+    axis and the position of its first voxel (NGFF ``scale`` and ``translation`` of level 0, the
+    multiscale's own transformations folded in).
+
+    Parameters
+    ----------
+    axes
+        The image's axes.
+    scale
+        Voxel size along each axis, in its unit.
+    translation
+        Position of voxel 0 along each axis, in its unit; None when the image states none.
+
+    Examples
+    --------
+    >>> Coordinates(make_axes(2, "yx", unit="nanometer"), (2.0, 2.0), (100.0, 0.0)).scale
+    (2.0, 2.0)
+    """
+
+    axes: tuple[Axis, ...]
+    scale: tuple[float, ...]
+    translation: tuple[float, ...] | None = None
+
+
+def derive_coordinates(
+    source: Coordinates,
+    *,
+    keep: Sequence[int] | None = None,
+    factor: Sequence[float] | None = None,
+    origin: Sequence[float] | None = None,
+) -> Coordinates:
+    """The coordinates of an image a step derives from ``source``: every writer of a derived
+    image takes its axes, units, voxel size and position from here.
+
+    Axes and units are the source's (a unitless axis stays unitless); the voxel size is the
+    source's times ``factor``; the first voxel lies at ``origin`` in the source's voxel grid, so
+    the translation is the source's moved by ``origin`` voxels (none stays none while the
+    origin is 0).
+
+    Parameters
+    ----------
+    source
+        The input's coordinates.
+    keep
+        Indices of the source axes the output keeps, in order (a projection drops the axis it
+        sums); all by default.
+    factor
+        Voxel size of the output in voxels of the source, per kept axis (1 by default).
+    origin
+        Position of the output's voxel 0 in the source's voxel grid, per kept axis (a stitch:
+        where its output starts; 0 by default).
+
+    Returns
+    -------
+    Coordinates
+        The output's coordinates.
+
+    Examples
+    --------
+    A stitch whose output starts 3 voxels above the mosaic's first tile, of a nanometer image:
+
+    >>> source = Coordinates(make_axes(3, "zyx", unit="nanometer"), (5.0, 2.0, 2.0),
+    ...                      (0.0, 10.0, 20.0))
+    >>> out = derive_coordinates(source, origin=(0, -3, 0))
+    >>> out.axes[1].unit, out.scale, out.translation
+    ('nanometer', (5.0, 2.0, 2.0), (0.0, 4.0, 20.0))
+
+    A projection along z keeps the plane's position:
+
+    >>> derive_coordinates(source, keep=(1, 2)).translation
+    (10.0, 20.0)
+    """
+    keep = tuple(range(len(source.axes))) if keep is None else tuple(int(i) for i in keep)
+    factor = (1.0,) * len(keep) if factor is None else tuple(float(f) for f in factor)
+    origin = (0.0,) * len(keep) if origin is None else tuple(float(o) for o in origin)
+    if not len(factor) == len(origin) == len(keep):
+        raise ValueError(f"factor {factor} and origin {origin}: one value per kept axis {keep}")
+    axes = tuple(source.axes[i] for i in keep)
+    scale = tuple(source.scale[i] * f for i, f in zip(keep, factor))
+    translation = None
+    if source.translation is not None or any(origin):
+        start = source.translation or (0.0,) * len(source.axes)
+        translation = tuple(
+            start[i] + o * source.scale[i] + 0.0 for i, o in zip(keep, origin)
+        )  # + 0.0: no -0.0 in the metadata
+    return Coordinates(axes, scale, translation)
+
+
+def level_translation(
+    translation: Sequence[float], scale: Sequence[float], factor: Sequence[int]
+) -> list[float]:
+    """The translation of a pyramid level downsampled by ``factor`` (a mean of ``factor``
+    voxels): its first voxel's centre lies between the first ``factor`` voxels of level 0.
+
+    Examples
+    --------
+    >>> level_translation((0.0, 10.0), (1.0, 2.0), (1, 4))
+    [0.0, 13.0]
+    """
+    return [t + (f - 1) * s / 2 for t, s, f in zip(translation, scale, factor)]
 
 
 def parse_ngff_version(value: str) -> NgffVersion:
@@ -201,7 +306,11 @@ expected 3 space axes
 
 
 def image_attrs(
-    name: str, axes: Sequence[Axis], scales: Sequence[Sequence[float]], version: NgffVersion
+    name: str,
+    axes: Sequence[Axis],
+    scales: Sequence[Sequence[float]],
+    version: NgffVersion,
+    translations: Sequence[Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """The attributes of an OME-Zarr image group, as ome-zarr-models would serialise them.
 
@@ -219,6 +328,8 @@ def image_attrs(
         Each level's scale, level 0 first (paths ``"0"``, ``"1"``...).
     version
         ``"0.5"`` (zarr v3: under ``"ome"``) or ``"0.4"`` (zarr v2).
+    translations
+        Each level's translation, after its scale; none by default.
 
     Returns
     -------
@@ -242,7 +353,17 @@ def image_attrs(
             {
                 "path": str(level),
                 "coordinateTransformations": [
-                    {"type": "scale", "scale": [float(v) for v in scale]}
+                    {"type": "scale", "scale": [float(v) for v in scale]},
+                    *(
+                        [
+                            {
+                                "type": "translation",
+                                "translation": [float(v) for v in translations[level]],
+                            }
+                        ]
+                        if translations is not None
+                        else []
+                    ),
                 ],
             }
             for level, scale in enumerate(scales)
@@ -361,4 +482,12 @@ def scale_of(transforms: Sequence[dict[str, Any]]) -> list[float] | None:
     for transform in transforms:
         if transform.get("type") == "scale":
             return [float(v) for v in transform["scale"]]
+    return None
+
+
+def translation_of(transforms: Sequence[dict[str, Any]]) -> list[float] | None:
+    """The ``translation`` of a list of NGFF coordinate transformations, None if it has none."""
+    for transform in transforms:
+        if transform.get("type") == "translation" and "translation" in transform:
+            return [float(v) for v in transform["translation"]]
     return None

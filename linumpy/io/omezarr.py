@@ -22,10 +22,12 @@ import zarr
 from linumpy.errors import LinumpyError
 from linumpy.io.metadata import (
     Axis,
+    Coordinates,
     axes_from_ngff,
     multiscale_dataset_paths,
     multiscale_metadata,
     scale_of,
+    translation_of,
 )
 from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
 from linumpy.io.open_cache import open_once
@@ -45,6 +47,7 @@ __all__ = [
     "multiscale_dataset_paths",
     "open_array",
     "read_axes",
+    "read_coordinates",
     "read_omezarr",
 ]
 
@@ -307,6 +310,48 @@ def read_axes(
         if not axes:
             raise LinumpyError(f"{path}: the multiscales metadata has no axes")
         return axes_from_ngff(axes)
+
+
+def read_coordinates(
+    path: SourceLike, level: int = 0, *, storage_options: dict[str, Any] | None = None
+) -> Coordinates:
+    """The axes, voxel size and position of an OME-Zarr image's level, as its metadata states
+    them (the multiscale's own transformations folded in): what a step deriving an image from
+    it passes on (:func:`~linumpy.io.metadata.derive_coordinates`).
+
+    Raises
+    ------
+    LinumpyError
+        As :func:`read_omezarr` and :func:`read_axes`.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import Axis, save_omezarr
+    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
+    >>> axes = [Axis("y", "space", "nanometer"), Axis("x", "space", "nanometer")]
+    >>> save_omezarr(np.zeros((8, 8), np.uint8), path, voxel_size=(2, 2), axes=axes,
+    ...              translation=(100, -50))
+    >>> read_coordinates(path).translation
+    (100.0, -50.0)
+    """
+    axes = read_axes(path, storage_options=storage_options)
+    group = _open_node(path, storage_options)
+    path = _name(path, group)
+    array, _ = _level_array(group, path, level)  # type: ignore[arg-type]
+    with _malformed_metadata(path):
+        multiscale = multiscale_metadata(group, path)  # type: ignore[arg-type]
+        scale = _voxel_size(multiscale, path, level)
+        own = translation_of(multiscale["datasets"][level].get("coordinateTransformations", []))
+        outer = multiscale.get("coordinateTransformations") or []
+        outer_translation = translation_of(outer)
+        translation = None
+        if own is not None or outer_translation is not None:
+            outer_scale = scale_of(outer) or [1.0] * array.ndim
+            own = own or [0.0] * array.ndim
+            start = outer_translation or [0.0] * array.ndim
+            translation = tuple(t * g + o for t, g, o in zip(own, outer_scale, start, strict=True))
+    return Coordinates(axes, scale, translation)
 
 
 def _name(path: SourceLike, node: zarr.Array | zarr.Group) -> str | os.PathLike[str]:

@@ -38,6 +38,7 @@ def save_omezarr(
     axes: AxesArg = None,
     checksum: bool | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    translation: Sequence[float] | None = None,
 ) -> None:
     """Write an array as a zstd-compressed OME-Zarr multiscale image.
 
@@ -55,7 +56,7 @@ def save_omezarr(
         object stores cannot swap an image in; HTTP servers are read-only).
     voxel_size
         Size of a voxel along each axis, in its unit.
-    chunks, shards, n_levels, level, overwrite, ngff_version, unit, axes, checksum
+    chunks, shards, n_levels, level, overwrite, ngff_version, unit, axes, checksum, translation
         As for :class:`OmeZarrWriter`.
     storage_options
         Options of a remote store (see :func:`linumpy.io.remote.object_store`).
@@ -93,6 +94,7 @@ def save_omezarr(
         checksum=checksum,
         always_stage=True,
         storage_options=storage_options,
+        translation=translation,
     )
     if is_dask:
         # Out of core: whole shards (or chunks) per task, then each level from the one stored

@@ -31,6 +31,7 @@ from linumpy.io.metadata import (
     NgffVersion,
     check_chunk_count,
     image_attrs,
+    level_translation,
     make_axes,
     parse_block,
     parse_ngff_version,
@@ -40,7 +41,53 @@ from linumpy.io.ngff_validation import validate_image_attrs
 from linumpy.io.staging import StagedWrite, flushed_on_commit, recover_staging
 from linumpy.io.stores import UrlPath, is_url, open_store, parse_source
 
-__all__ = ["OmeZarrWriter", "downsample_mean", "store_block", "zstd_compressors"]
+__all__ = [
+    "ChecksummedZstd",
+    "OmeZarrWriter",
+    "downsample_mean",
+    "store_block",
+    "zstd_compressors",
+]
+
+
+class ChecksummedZstd(numcodecs.Zstd):
+    """numcodecs' zstd codec whose frames carry their content checksum while its configuration
+    (a zarr v2 ``.zarray``'s ``compressor``) names only ``id`` and ``level``.
+
+    A zstd frame flags its checksum in its own header, so every libzstd verifies it whatever the
+    metadata says; the ``checksum`` key itself is refused by tensorstore, ngff-zarr and zarr 2.18
+    with numcodecs 0.12. Registered under ``zstd`` when :mod:`linumpy.io` is imported, so that
+    zarr v2 arrays opened again (by the tasks of a write) keep writing checksummed frames.
+
+    Parameters
+    ----------
+    level
+        zstd compression level.
+    checksum
+        Write the content checksum; by default ``linumpy.settings.get().write_checksum``.
+
+    Examples
+    --------
+    >>> codec = ChecksummedZstd(3, checksum=True)
+    >>> frame = codec.encode(bytes(100))
+    >>> bool(frame[4] & 4)  # the frame header's checksum flag
+    True
+    >>> sorted(k for k, v in codec.get_config().items() if v is not None)
+    ['id', 'level']
+    """
+
+    codec_id = "zstd"
+
+    def __init__(self, level: int = 3, checksum: bool | None = None) -> None:
+        on = settings.get().write_checksum if checksum is None else bool(checksum)
+        super().__init__(level=level, checksum=on)
+
+    def get_config(self) -> dict[str, Any]:
+        # zarr-python leaves a "checksum" key out of .zarray when it is not true
+        return {"id": "zstd", "level": self.level, "checksum": None}
+
+
+numcodecs.register_codec(ChecksummedZstd)
 
 
 def zstd_compressors(zarr_format: int, level: int, checksum: bool) -> Any:
@@ -53,11 +100,11 @@ def zstd_compressors(zarr_format: int, level: int, checksum: bool) -> Any:
     --------
     >>> [type(c).__name__ for c in zstd_compressors(3, 3, True)]
     ['ZstdCodec', 'Crc32cCodec']
-    >>> zstd_compressors(2, 5, False)
-    Zstd(level=5)
+    >>> zstd_compressors(2, 5, False).get_config()["level"]
+    5
     """
     if zarr_format == 2:
-        return numcodecs.Zstd(level, checksum=checksum)
+        return ChecksummedZstd(level, checksum=checksum)
     if not checksum:
         return [zarr.codecs.ZstdCodec(level=level, checksum=False)]
     return [zarr.codecs.ZstdCodec(level=level, checksum=True), zarr.codecs.Crc32cCodec()]
@@ -87,6 +134,16 @@ def _level_factor(shape: tuple[int, ...], level: int, shrink: Sequence[bool]) ->
 
 
 AxesArg = str | Sequence[str | Axis | Mapping[str, Any]] | None
+
+
+def _parse_translation(value: Sequence[float] | None, ndim: int) -> tuple[float, ...] | None:
+    """A translation as finite floats, one per axis (None stays None), else ValueError."""
+    if value is None:
+        return None
+    values = tuple(float(v) for v in value)
+    if len(values) != ndim or not all(np.isfinite(values)):
+        raise ValueError(f"translation must hold {ndim} finite numbers, got {tuple(value)}")
+    return values
 
 
 class OmeZarrWriter:
@@ -149,6 +206,9 @@ class OmeZarrWriter:
     checksum
         Store a zstd content checksum (XXH64) in every chunk, verified on every read; by default
         ``linumpy.settings.get().write_checksum`` (True unless ``LINUMPY_ZSTD_CHECKSUM=0``).
+    translation
+        Position of the first voxel along each axis, in its unit (NGFF ``translation``); none
+        by default. Pyramid levels get theirs moved to their first voxel's centre.
     shard_bytes
         Largest shard of ``shards="auto"`` (:data:`linumpy.io.layout.SHARD_BYTES`, 128 MiB):
         writers under a memory limit pass less, so that a task holds a shard.
@@ -192,6 +252,7 @@ class OmeZarrWriter:
         always_stage: bool = False,
         storage_options: Mapping[str, Any] | None = None,
         shard_bytes: int = SHARD_BYTES,
+        translation: Sequence[float] | None = None,
     ) -> None:
         # Object stores (s3://, gs://) have no rename: an image is written there in place.
         remote = is_url(path)
@@ -207,6 +268,7 @@ class OmeZarrWriter:
         self.ngff_version = parse_ngff_version(ngff_version)
         self.voxel_size = parse_voxel_size(voxel_size, len(self.shape))
         self.axes = make_axes(len(self.shape), axes, unit)
+        self.translation = _parse_translation(translation, len(self.shape))
         self.checksum = settings.get().write_checksum if checksum is None else bool(checksum)
         level = settings.get().zstd_level if level is None else level
         space = [i for i, axis in enumerate(self.axes) if axis.type == "space"]
@@ -264,6 +326,7 @@ class OmeZarrWriter:
         shrink = [axis.type == "space" for axis in self.axes]
         arrays: list[zarr.Array] = []
         scales: list[list[float]] = []
+        translations: list[list[float]] = []
         for index, level_shape in enumerate(_level_shapes(self.shape, n_levels, shrink)):
             level_chunks = tuple(min(c, s) for c, s in zip(chunks, level_shape))
             level_shards = None
@@ -301,7 +364,16 @@ class OmeZarrWriter:
             )
             factor = _level_factor(self.shape, index, shrink)
             scales.append([v * f for v, f in zip(self.voxel_size, factor)])
-        group.attrs.update(image_attrs(self.target.name, self.axes, scales, self.ngff_version))
+            if self.translation is not None:
+                translations.append(level_translation(self.translation, self.voxel_size, factor))
+        attrs = image_attrs(
+            self.target.name,
+            self.axes,
+            scales,
+            self.ngff_version,
+            translations if self.translation is not None else None,
+        )
+        group.attrs.update(attrs)
         try:
             validate_image_attrs(group.attrs.asdict(), zarr_format, self.target)
         except LinumpyError as exc:

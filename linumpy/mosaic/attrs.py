@@ -1,5 +1,6 @@
 """linumpy's own attributes of an OME-Zarr image (under ``"linumpy"``): a mosaic grid's tile and
-grid shapes, a demo's ground truth; and the tile shape of a mosaic grid.
+grid shapes, a demo's ground truth; the tile shape of a mosaic grid; and the coordinates (axes,
+units, voxel size, position) of the images the stitch and the projection derive from an input.
 
 Light to import (zarr, no dask): the demo writer and readers of the attributes need no more.
 """
@@ -14,9 +15,18 @@ import zarr
 
 from linumpy.io import open_array
 from linumpy.io.lazy import storage_unit
-from linumpy.mosaic.transform import parse_tile_shape
+from linumpy.io.metadata import Coordinates, derive_coordinates
+from linumpy.io.omezarr import read_coordinates
+from linumpy.mosaic.transform import TileTransform, parse_tile_shape
 
-__all__ = ["ATTRS_KEY", "mosaic_tile_shape", "read_linumpy_attrs", "write_linumpy_attrs"]
+__all__ = [
+    "ATTRS_KEY",
+    "mosaic_tile_shape",
+    "projection_coordinates",
+    "read_linumpy_attrs",
+    "stitch_coordinates",
+    "write_linumpy_attrs",
+]
 
 #: Key of an OME-Zarr image's group attributes under which linumpy keeps its own metadata:
 #: ``{"mosaic": {"tile_shape": [h, w], "grid_shape": [rows, cols]}, "demo": {...}, ...}``.
@@ -95,3 +105,45 @@ def mosaic_tile_shape(
     if stored is not None:
         return parse_tile_shape(stored)
     return parse_tile_shape(storage_unit(open_array(path))[-2:])
+
+
+def stitch_coordinates(source: str | os.PathLike[str], transform: TileTransform) -> Coordinates:
+    """The coordinates of the image stitching the mosaic grid ``source`` with ``transform``
+    (normalized): the grid's axes, units and voxel size, and its translation moved to where the
+    stitched image starts (tile ``(0, 0)`` lies at its pixel position in the output).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/grid.ome.zarr"
+    >>> save_omezarr(np.zeros((2, 16, 16), np.uint8), path, voxel_size=(5, 2, 2),
+    ...              translation=(0, 100, 100))
+    >>> layout = TileTransform([[6, 0], [0, 6]], (0, 0), (8, 8), (2, 2))
+    >>> shifted = TileTransform(layout.matrix, (3, 0), (8, 8), (2, 2))
+    >>> stitch_coordinates(path, shifted).translation
+    (0.0, 94.0, 100.0)
+    """
+    coordinates = read_coordinates(source)
+    first = transform.pixel_positions()[0, 0]
+    depth = (0.0,) * (len(coordinates.axes) - 2)
+    return derive_coordinates(coordinates, origin=(*depth, -float(first[0]), -float(first[1])))
+
+
+def projection_coordinates(source: str | os.PathLike[str], axis: int) -> Coordinates:
+    """The coordinates of a projection of ``source`` along ``axis``: the other axes, their
+    units, voxel sizes and positions (the plane's).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> save_omezarr(np.zeros((2, 4, 4), np.uint8), path, voxel_size=(5, 2, 2),
+    ...              translation=(10, 20, 30))
+    >>> projection_coordinates(path, 0).translation
+    (20.0, 30.0)
+    """
+    coordinates = read_coordinates(source)
+    keep = [i for i in range(len(coordinates.axes)) if i != axis]
+    return derive_coordinates(coordinates, keep=keep)

@@ -33,7 +33,13 @@ from linumpy.io.layout import ShardsArg, inner_chunks, slab_shards, tile_layout,
 from linumpy.io.lazy import storage_unit
 from linumpy.io.levels import store_levels
 from linumpy.io.sources import open_source
-from linumpy.mosaic.attrs import mosaic_tile_shape, read_linumpy_attrs, write_linumpy_attrs
+from linumpy.mosaic.attrs import (
+    mosaic_tile_shape,
+    projection_coordinates,
+    read_linumpy_attrs,
+    stitch_coordinates,
+    write_linumpy_attrs,
+)
 from linumpy.mosaic.convert import convert_to_omezarr
 from linumpy.mosaic.out_of_core import (
     plan_stitch_block,
@@ -176,11 +182,14 @@ def projection_omezarr(
     shards: ShardsArg = "auto"
     if mosaic:
         chunks, shards = tile_layout(shape, np.float32, mosaic["tile_shape"], shard_bytes=budget)
+    coordinates = projection_coordinates(source, 0)  # the source's units and plane position
     writer = OmeZarrWriter(
         target,
         shape,
         np.float32,
-        voxel_size=voxel_size[1:],
+        voxel_size=coordinates.scale,
+        axes=coordinates.axes,
+        translation=coordinates.translation,
         chunks=chunks,
         shards=shards,
         shard_bytes=budget,
@@ -415,11 +424,14 @@ def stitch_omezarr(
     budget = shard_budget(cluster, per_byte=10 if n_levels > 1 else 4)
     if shards == "auto":
         shards = _stitch_shards(array, transform, out_shape, chunks, budget, cluster, gpu)
+    coordinates = stitch_coordinates(source, transform)  # the grid's units, the output's origin
     writer = OmeZarrWriter(
         target,
         out_shape,
         np.float32,
-        voxel_size=voxel_size,
+        voxel_size=coordinates.scale,
+        axes=coordinates.axes,
+        translation=coordinates.translation,
         chunks=chunks,
         shards=shards,
         shard_bytes=budget,
