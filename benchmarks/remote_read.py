@@ -2,7 +2,7 @@
 
 Writes an OCT-like uint16 volume (zstd level 3, no empty chunk) in two layouts, zarr v3
 chunks of 64^3 in shards, and plain 64^3 chunk files, serves the folder with
-:func:`linumpy.io.remote_server.serve_directory` on 127.0.0.1, and times reading the whole
+:func:`serve_directory` (``tests/remote_server.py``) on 127.0.0.1, and times reading the whole
 array over HTTP with:
 
 - ``linumpy``: ``read_volume(url)`` (the engine's remote fetch stage, then libzstd threads);
@@ -63,7 +63,10 @@ from linumpy.io import open_array, read_volume
 from linumpy.io.engine.fetch_remote import read_order, remote_requests
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.remote import object_store
-from linumpy.io.remote_server import serve_directory
+
+# the tests' loopback server: tests/remote_server.py, from the repository's root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.remote_server import serve_directory  # noqa: E402
 
 CHUNK = 64
 LAYOUTS = {"sharded": (CHUNK, 256, 256), "chunks": None}

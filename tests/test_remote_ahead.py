@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.remote_server import serve_directory
 
 from linumpy import settings
 from linumpy.errors import ChunkDecodeError, RemotePermissionError, SettingsError
@@ -23,7 +24,6 @@ from linumpy.io.engine import fetch_remote
 from linumpy.io.engine.cpu_files import RemoteChunkReads
 from linumpy.io.engine.fetch import chunk_sizes
 from linumpy.io.engine.plan import plan_read
-from linumpy.io.remote_server import serve_directory
 from tests.test_remote import FaultyHandler
 from tests.zarr_layouts import CHUNKS, LAYOUTS, REGIONS, SHAPE, make_array, sample_data
 

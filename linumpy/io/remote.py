@@ -306,7 +306,7 @@ def holds_zarr(store: Any, url: str) -> bool:
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.io.remote_server import serve_directory
+    >>> from tests.remote_server import serve_directory  # the tests' loopback server
     >>> with serve_directory(tempfile.mkdtemp()) as url:
     ...     holds_zarr(object_store(url), url)
     False

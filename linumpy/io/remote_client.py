@@ -80,7 +80,7 @@ class RangeClient:
     --------
     >>> import asyncio, tempfile
     >>> from linumpy.io.remote import object_store
-    >>> from linumpy.io.remote_server import serve_directory
+    >>> from tests.remote_server import serve_directory  # the tests' loopback server
     >>> folder = tempfile.mkdtemp()
     >>> _ = open(folder + "/a", "wb").write(b"0123456789")
     >>> with serve_directory(folder) as url:

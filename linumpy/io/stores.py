@@ -223,7 +223,7 @@ class MetadataOnceStore(ObjectStore):
     --------
     >>> import tempfile
     >>> from linumpy.io.remote import object_store
-    >>> from linumpy.io.remote_server import serve_directory
+    >>> from tests.remote_server import serve_directory  # the tests' loopback server
     >>> folder = tempfile.mkdtemp()
     >>> _ = zarr.create_group(folder + "/g.zarr")
     >>> with serve_directory(folder) as url:

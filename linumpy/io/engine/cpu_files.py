@@ -193,7 +193,7 @@ class RemoteChunkReads:
     >>> from linumpy.io import open_array
     >>> from linumpy.io.engine.fetch_remote import read_order
     >>> from linumpy.io.engine.plan import plan_read
-    >>> from linumpy.io.remote_server import serve_directory
+    >>> from tests.remote_server import serve_directory  # the tests' loopback server
     >>> root = tempfile.mkdtemp()
     >>> zarr.create_array(root + "/b.zarr", shape=(4, 8), chunks=(2, 4), shards=(2, 8),
     ...                   dtype="int16")[...] = 5

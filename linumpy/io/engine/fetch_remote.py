@@ -97,7 +97,7 @@ def remote_shard_indexes(
     --------
     >>> import tempfile, zarr
     >>> from linumpy.io import open_array
-    >>> from linumpy.io.remote_server import serve_directory
+    >>> from tests.remote_server import serve_directory  # the tests' loopback server
     >>> folder = tempfile.mkdtemp()
     >>> array = zarr.create_array(folder + "/a.zarr", shape=(8,), chunks=(2,), shards=(4,),
     ...                           dtype="uint8")
@@ -238,7 +238,7 @@ class ReadAhead:
     >>> import tempfile, zarr
     >>> from linumpy.io import open_array
     >>> from linumpy.io.engine.plan import plan_read
-    >>> from linumpy.io.remote_server import serve_directory
+    >>> from tests.remote_server import serve_directory  # the tests' loopback server
     >>> folder = tempfile.mkdtemp()
     >>> array = zarr.create_array(folder + "/a.zarr", shape=(8,), chunks=(2,), shards=(4,),
     ...                           dtype="uint8")

@@ -1,6 +1,8 @@
 """A static HTTP server with byte ranges, on the loopback interface: remote reads without a network.
 
-The tests and the remote-read benchmark serve a folder of zarr images with it, the way a web
+Not part of the package: the tests, the package's examples and ``benchmarks/remote_read.py``
+import it from here (``from tests.remote_server import serve_directory``, the repository's root
+on ``sys.path``). They serve a folder of zarr images with it, the way a web
 server or an object store's HTTP endpoint serves them: ``GET`` and ``HEAD`` of files,
 ``Range: bytes=a-b``, ``bytes=a-`` and ``bytes=-n`` answered with ``206 Partial Content``,
 HTTP/1.1 keep-alive, files sent with ``sendfile``. Folders are not listed (zarr reads keys, never
