@@ -20,7 +20,8 @@ from linumpy.errors import UnsupportedLayoutError
 from linumpy.gpu.encode import _finish_file
 from linumpy.io import OmeZarrWriter, read_volume, save_omezarr
 from linumpy.io.engine import write as write_module
-from linumpy.io.engine.write import empty_rows, write_array, write_file
+from linumpy.io.engine.write import write_array
+from linumpy.io.engine.write_files import empty_rows, write_file
 from linumpy.io.engine.write_plan import gather_chunks, group_boxes, group_rows, plan_write
 
 SHAPE = (37, 50, 21)  # edge chunks on every axis

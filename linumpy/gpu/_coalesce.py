@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CallMerger"]
+__all__: list[str] = []
 
 
 @dataclass(slots=True)

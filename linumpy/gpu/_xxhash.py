@@ -31,7 +31,7 @@ from linumpy.gpu.kernel_cache import raw_kernel
 if TYPE_CHECKING:
     import cupy
 
-__all__ = ["xxh64_batch"]
+__all__: list[str] = []
 
 _LANES = 4
 _LANES_BLOCK = 128  # threads per block of xxh64_lanes

@@ -18,14 +18,7 @@ from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError
 if TYPE_CHECKING:
     import cupy
 
-__all__ = [
-    "after_current_stream",
-    "codec_stream",
-    "gpu_unavailable_reason",
-    "load_cupy",
-    "require_gpu",
-    "worker_streams",
-]
+__all__: list[str] = []
 
 _cupyx_lock = threading.Lock()
 _cupyx_loaded = threading.Event()

@@ -53,15 +53,7 @@ if TYPE_CHECKING:
 
     from linumpy._compat import ArraySpec
 
-__all__ = [
-    "PreparedChunk",
-    "arrived_on_host",
-    "chunk_key",
-    "current_device",
-    "decode_items",
-    "encode_items",
-    "prepare_items",
-]
+__all__: list[str] = []
 
 logger = logging.getLogger(__name__)
 

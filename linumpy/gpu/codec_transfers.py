@@ -18,20 +18,7 @@ from linumpy.gpu.pinned_buffers import pinned_buffers, roomy
 if TYPE_CHECKING:
     import cupy
 
-__all__ = [
-    "ALIGNMENT",
-    "borrow_pinned",
-    "copied",
-    "device_pointer",
-    "host_bytes",
-    "is_on_device",
-    "layout",
-    "memcpy_async",
-    "pinned_empty",
-    "runs_of",
-    "stage_inputs",
-    "upload_host_chunks",
-]
+__all__: list[str] = []
 
 #: Host chunks (stored bytes under :class:`~linumpy.gpu.zarr_buffers.HostBytes`) reach the device
 #: through two pinned buffers of this size, in turn: the copy of one piece into pinned memory

@@ -10,7 +10,7 @@ import numpy as np
 from linumpy.errors import DeviceMemoryError
 from linumpy.io.engine.memory import format_size
 
-__all__ = ["check_free"]
+__all__: list[str] = []
 
 
 def check_free(needed: int, source: str, shape: tuple[int, ...], dtype: Any, what: str) -> None:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from linumpy.settings import Settings
 
-__all__ = ["gpu_encode_unusable_reason", "write_gpu"]
+__all__: list[str] = []
 
 _ALIGN = 8  # nvCOMP wants 4-byte aligned inputs, the XXH64 kernel 8
 

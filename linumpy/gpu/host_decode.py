@@ -22,7 +22,7 @@ from linumpy.io.engine.cpu import CpuBackend
 from linumpy.io.engine.plan import ReadPlan, chunk_view
 from linumpy.io.engine.run import Stats
 
-__all__ = ["HostDecodeBackend", "decodes_on_host"]
+__all__: list[str] = []
 
 
 def decodes_on_host(plan: ReadPlan, max_decode_bytes: int) -> bool:

@@ -30,7 +30,7 @@ from linumpy.settings import cache_dir
 if TYPE_CHECKING:
     import cupy
 
-__all__ = ["cubin_path", "raw_kernel"]
+__all__: list[str] = []
 
 logger = logging.getLogger(__name__)
 

@@ -34,16 +34,7 @@ from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 if TYPE_CHECKING:
     import cupy
 
-__all__ = [
-    "MAX_DECODE_BYTES",
-    "MAX_ENCODE_BYTES",
-    "PendingStatuses",
-    "alignments",
-    "decode",
-    "encode",
-    "library_version",
-    "max_encoded_size",
-]
+__all__: list[str] = []
 
 #: Largest chunk nvCOMP's zstd decoder takes (``nvcompZstdDecompressionMaxAllowedChunkSize``).
 MAX_DECODE_BYTES = (1 << 31) - 1

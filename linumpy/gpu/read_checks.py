@@ -28,7 +28,7 @@ from linumpy.io.engine.plan import ReadPlan
 from linumpy.io.engine.run import Fetched, Group
 from linumpy.settings import Settings
 
-__all__ = ["ReadChecks"]
+__all__: list[str] = []
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from linumpy.io.engine.plan import ReadPlan
 if TYPE_CHECKING:
     import cupy
 
-__all__ = ["Geometry", "geometry", "launch_scatter", "scatter_table"]
+__all__: list[str] = []
 
 _SCATTER_SOURCE = r"""
 typedef unsigned long long u64;

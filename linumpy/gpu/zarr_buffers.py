@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     from zarr.abc.buffer import Buffer, NDArrayLike
 
-__all__ = ["DeviceNDBuffer", "HostBytes", "host_bytes_config"]
+__all__: list[str] = []
 
 
 class HostBytes(cpu.Buffer):

@@ -18,7 +18,7 @@ from linumpy.gpu.availability import gpu_unavailable_reason, require_gpu
 from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason
 from linumpy.io.engine.memory import format_size
 
-__all__ = ["describe_gpu", "gpu_zarr_context"]
+__all__: list[str] = []
 
 
 _context_lock = threading.Lock()

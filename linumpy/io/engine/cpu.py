@@ -44,7 +44,7 @@ from linumpy.io.engine.read import execute, output_nbytes
 from linumpy.io.engine.run import Fetched, Stats
 from linumpy.settings import Settings
 
-__all__ = ["CpuBackend", "CpuRead", "check_thread_memory", "read_plan"]
+__all__: list[str] = []
 
 #: Most compressed bytes per group (three groups are in flight).
 GROUP_BYTES = 64 * 1024 * 1024

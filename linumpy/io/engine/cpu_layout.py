@@ -10,7 +10,7 @@ import numpy as np
 
 from linumpy.io.engine.plan import ReadPlan
 
-__all__ = ["Run", "batches", "contiguous_offsets", "joins", "tapering_batches"]
+__all__: list[str] = []
 
 
 def contiguous_offsets(plan: ReadPlan, start: np.ndarray, stop: np.ndarray) -> np.ndarray:

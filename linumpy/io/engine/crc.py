@@ -23,15 +23,7 @@ from linumpy.errors import ChunkDecodeError
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "CRC32C_BYTES",
-    "crc32c",
-    "crc32c_bodies",
-    "crc32c_matches",
-    "google_crc32c_of",
-    "strip_crc32c",
-    "strip_crc32c_many",
-]
+__all__: list[str] = []
 
 #: Bytes of the checksum at the end of each chunk.
 CRC32C_BYTES = 4

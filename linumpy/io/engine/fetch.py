@@ -26,16 +26,7 @@ from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine.crc import crc32c as crc32c_of
 from linumpy.io.engine.fetch_kvikio import read_runs_kvikio
 
-__all__ = [
-    "ALIGN",
-    "Layout",
-    "align_up",
-    "chunk_sizes",
-    "read_chunk_file",
-    "layout_group",
-    "read_group",
-    "read_shard_index",
-]
+__all__: list[str] = []
 
 #: Alignment of every run of chunks in staging buffers.
 ALIGN = 16

@@ -19,7 +19,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError
 
-__all__ = ["kvikio_unusable_reason", "read_runs_kvikio", "use_kvikio_threads"]
+__all__: list[str] = []
 
 #: Files kept open at once by the kvikio reader (unsharded arrays have one file per chunk).
 _OPEN_FILES = 256

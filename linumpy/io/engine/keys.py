@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EntryKeys", "chunk_keys"]
+__all__: list[str] = []
 
 
 def chunk_keys(metadata: Any, coords: np.ndarray, prefix: str = "") -> list[str]:

@@ -10,7 +10,7 @@ import os
 
 from linumpy.errors import HostMemoryError
 
-__all__ = ["available_memory", "check_host_memory", "format_size"]
+__all__: list[str] = []
 
 
 def available_memory() -> int:

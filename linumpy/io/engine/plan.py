@@ -32,14 +32,7 @@ from linumpy.io.engine.keys import chunk_keys
 from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.engine.region import Region, parse_region
 
-__all__ = [
-    "ChunkRead",
-    "ReadPlan",
-    "chunk_view",
-    "parse_region",
-    "plan_read",
-    "plan_region",
-]
+__all__: list[str] = []
 
 
 class ChunkRead(NamedTuple):

@@ -31,7 +31,7 @@ from linumpy.io.engine.region import Region, parse_region
 from linumpy.io.engine.run import Backend, Stats, run
 from linumpy.settings import Settings
 
-__all__ = ["ReadBackend", "ReadReport", "execute", "last_read_report", "read"]
+__all__: list[str] = []
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from linumpy.errors import LinumpyError
 
-__all__ = ["Region", "parse_region"]
+__all__: list[str] = []
 
 Region = tuple[slice, ...]
 

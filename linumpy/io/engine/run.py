@@ -28,7 +28,7 @@ from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, read_grou
 from linumpy.io.engine.keys import EntryKeys
 from linumpy.io.engine.plan import ReadPlan
 
-__all__ = ["Backend", "Fetched", "Group", "Stats", "make_groups", "run"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True, slots=True)

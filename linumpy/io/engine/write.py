@@ -24,23 +24,10 @@ import zarr
 from linumpy import settings as settings_module
 from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.io.engine.write_cpu import write_cpu
-from linumpy.io.engine.write_files import (
-    WriteReport,
-    assemble_file,
-    empty_rows,
-    make_directories,
-    write_file,
-)
+from linumpy.io.engine.write_files import WriteReport, make_directories
 from linumpy.io.engine.write_plan import check_data, plan_write
 
-__all__ = [
-    "WriteReport",
-    "assemble_file",
-    "empty_rows",
-    "gpu_encode_min_bytes",
-    "write_array",
-    "write_file",
-]
+__all__: list[str] = []
 
 
 #: The default of ``gpu_encode_min_bytes`` per I/O thread: below about 2 MiB per host thread

@@ -23,7 +23,7 @@ from linumpy.io.engine.write_files import (
 from linumpy.io.engine.write_plan import WritePlan
 from linumpy.settings import Settings
 
-__all__ = ["write_cpu"]
+__all__: list[str] = []
 
 
 def _encode_chunk_cpu(

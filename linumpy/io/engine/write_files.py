@@ -21,14 +21,7 @@ from linumpy.io.durable import start_writeback
 from linumpy.io.engine.crc import crc32c
 from linumpy.io.engine.write_plan import WritePlan
 
-__all__ = [
-    "FilePool",
-    "WriteReport",
-    "assemble_file",
-    "empty_rows",
-    "make_directories",
-    "write_file",
-]
+__all__: list[str] = []
 
 _EMPTY = np.uint64(2**64 - 1)
 _IOV_MAX = 1024

@@ -29,7 +29,7 @@ from linumpy.errors import UnsupportedLayoutError
 from linumpy.io.engine.codecs import parse_codecs, zstd
 from linumpy.io.engine.region import Region, parse_region
 
-__all__ = ["WriteLayout", "WritePlan", "gather_chunks", "plan_write", "write_layout"]
+__all__: list[str] = []
 
 #: Numeric kinds the engine writes (bool, integers, floats, complex).
 _KINDS = "biufc"

@@ -23,7 +23,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec
 from linumpy.errors import UnsupportedLayoutError
 from linumpy.io.engine.codecs import zstd
 
-__all__ = ["COMPRESSORS", "CodecChain", "parse_codecs", "parse_v2"]
+__all__: list[str] = []
 
 #: The compressors the engine reads and writes: one package each, asked in turn.
 COMPRESSORS: tuple[ModuleType, ...] = (zstd,)

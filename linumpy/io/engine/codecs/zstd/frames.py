@@ -17,17 +17,7 @@ import numpy as np
 
 from linumpy.errors import ChunkDecodeError
 
-__all__ = [
-    "CHECKSUM_BIT",
-    "CHECKSUM_BYTES",
-    "DESCRIPTOR_OFFSET",
-    "FRAME_CHECKSUM",
-    "FRAME_GPU",
-    "FRAME_NEEDS_CHECK",
-    "FrameInfo",
-    "check_frames",
-    "inspect_chunk",
-]
+__all__: list[str] = []
 
 # RFC 8878's constants, shared by the scalar and the vectorised walk.
 ZSTD_MAGIC = 0xFD2FB528

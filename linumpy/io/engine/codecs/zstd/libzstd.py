@@ -19,7 +19,7 @@ import ctypes.util
 import threading
 from typing import Any
 
-__all__ = ["AVAILABLE", "decode_into"]
+__all__: list[str] = []
 
 
 def _load() -> Any:
