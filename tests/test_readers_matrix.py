@@ -1,11 +1,10 @@
 """What linumpy writes, the common readers read: NGFF 0.4 and 0.5, sharded or not, checksums on and
 off, uint8, uint16 and float32, each read by zarr-python, tensorstore, zarr-python with the zarrs
-codec pipeline and ome-zarr-py (those installed), and compared with the data written.
+codec pipeline, ome-zarr-py and ngff-zarr (those installed), and compared with the data written.
 
-One known exception, the documented trade of NGFF 0.4's default: a zarr v2 array with zstd's
-content checksum stores ``"checksum": true`` in its compressor, which tensorstore refuses as an
-unknown member; the test checks that it still does (so the documentation is revisited when it
-changes) and that the same image without checksums reads.
+A zarr v2 array's zstd frames carry their content checksum (flagged in each frame's header) while
+its ``.zarray`` names only the codec's id and level: tensorstore, ngff-zarr and numcodecs 0.12
+refuse a ``checksum`` member.
 """
 
 from __future__ import annotations
@@ -64,11 +63,33 @@ def test_tensorstore_reads_it(tmp_path: Path, layout: str, checksum: bool, dtype
         "driver": "zarr" if layout == "0.4" else "zarr3",
         "kvstore": {"driver": "file", "path": str(path / "0")},
     }
-    if layout == "0.4" and checksum:
-        with pytest.raises(ValueError, match="checksum"):
-            ts.open(spec, open=True).result()
-        return
     np.testing.assert_array_equal(ts.open(spec, open=True).result().read().result(), data)
+
+
+@pytest.mark.parametrize("checksum", [True, False], ids=["checksum", "plain"])
+def test_v2_frames_keep_their_checksum(tmp_path: Path, checksum: bool) -> None:
+    import json
+
+    path, _ = _written(tmp_path, "0.4", checksum, "uint16")
+    for level in ("0", "1"):
+        compressor = json.loads((path / level / ".zarray").read_text())["compressor"]
+        assert compressor == {"id": "zstd", "level": compressor["level"]}
+        frames = [f for f in (path / level).rglob("*") if f.is_file() and f.name[0] != "."]
+        assert frames
+        for frame in frames:
+            header = frame.read_bytes()[:5]
+            assert header[:4] == bytes.fromhex("28b52ffd")  # a zstd frame
+            assert bool(header[4] & 4) is checksum  # its content checksum flag
+
+
+@pytest.mark.parametrize(("layout", "checksum", "dtype"), CASES)
+def test_ngff_zarr_reads_it(tmp_path: Path, layout: str, checksum: bool, dtype: str) -> None:
+    nz = pytest.importorskip("ngff_zarr")
+    path, data = _written(tmp_path, layout, checksum, dtype)
+    multiscales = nz.from_ngff_zarr(str(path))
+    assert len(multiscales.images) == 2
+    np.testing.assert_array_equal(np.asarray(multiscales.images[0].data), data)
+    assert multiscales.images[0].scale == {"z": 2.0, "y": 1.0, "x": 1.0}
 
 
 @pytest.mark.parametrize(("layout", "checksum", "dtype"), CASES)

@@ -21,6 +21,7 @@ from linumpy.mosaic.transform import TileTransform, parse_tile_shape
 
 __all__ = [
     "ATTRS_KEY",
+    "copy_omero",
     "mosaic_tile_shape",
     "projection_coordinates",
     "read_linumpy_attrs",
@@ -147,3 +148,63 @@ def projection_coordinates(source: str | os.PathLike[str], axis: int) -> Coordin
     coordinates = read_coordinates(source)
     keep = [i for i in range(len(coordinates.axes)) if i != axis]
     return derive_coordinates(coordinates, keep=keep)
+
+
+def _group_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A local zarr group's attributes; empty for anything else."""
+    from zarr.errors import NodeNotFoundError
+    from zarr.storage import LocalStore
+
+    try:
+        return zarr.open_group(store=LocalStore(path, read_only=True), mode="r").attrs.asdict()
+    except (OSError, ValueError, NodeNotFoundError, zarr.errors.ContainsArrayError):
+        return {}
+
+
+def copy_omero(
+    source: str | os.PathLike[str], target: str | os.PathLike[str], n_channels: int | None
+) -> bool:
+    """Copy an OME-Zarr image's ``omero`` channel metadata (names, colours, windows) onto
+    ``target``, in the place ``target``'s NGFF version keeps it; kept only when it describes
+    ``n_channels`` channels (the target's channel axis length; None: no channel axis, one).
+
+    Returns
+    -------
+    bool
+        Whether anything was copied.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io import save_omezarr
+    >>> folder = tempfile.mkdtemp()
+    >>> save_omezarr(np.zeros((2, 4, 4), np.uint8), folder + "/a", voxel_size=(1, 1, 1), axes="cyx")
+    >>> group = zarr.open_group(folder + "/a")
+    >>> channels = [{"label": "DAPI", "color": "0000FF", "active": True,
+    ...              "window": {"start": 0, "end": 255, "min": 0, "max": 255}}] * 2
+    >>> group.attrs["ome"] = {**group.attrs["ome"], "omero": {"channels": channels}}
+    >>> save_omezarr(np.zeros((2, 4, 4), np.uint8), folder + "/b", voxel_size=(1, 1, 1),
+    ...              axes="cyx", ngff_version="0.4")
+    >>> copy_omero(folder + "/a", folder + "/b", 2)
+    True
+    >>> zarr.open_group(folder + "/b").attrs["omero"]["channels"][0]["label"]
+    'DAPI'
+    """
+    from zarr.storage import LocalStore
+
+    from linumpy.io.ngff_validation import validate_image_attrs
+
+    attrs = _group_attrs(source)
+    omero = attrs.get("ome", attrs).get("omero")
+    channels = omero.get("channels") if isinstance(omero, dict) else None
+    if not isinstance(channels, list) or len(channels) != (n_channels or 1):
+        return False
+    group = zarr.open_group(store=LocalStore(target), mode="r+")
+    new = group.attrs.asdict()
+    if "ome" in new:
+        new["ome"] = {**new["ome"], "omero": omero}
+    else:
+        new["omero"] = omero
+    validate_image_attrs(new, group.metadata.zarr_format, target)
+    group.attrs.update(new)
+    return True

@@ -33,8 +33,9 @@ from linumpy.io.dask_write import (
 )
 from linumpy.io.layout import ShardsArg
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
-from linumpy.io.omezarr import NgffVersion
+from linumpy.io.omezarr import NgffVersion, read_coordinates
 from linumpy.io.sources import TIFF_SUFFIXES, SourceImage, open_image, open_tiff
+from linumpy.mosaic.attrs import copy_omero
 from linumpy.parallel import Cluster
 
 __all__ = ["Converted", "convert_to_omezarr"]
@@ -72,7 +73,7 @@ def _lazy_source(
     whole = tuple(slice(0, n) for n in image.shape)
     lazy = da.map_blocks(
         _read_file_block,
-        os.fspath(source),
+        os.path.abspath(source),  # a dask worker's working directory is its own
         series,
         image.order,
         chunks=aligned_chunks(whole, block),
@@ -84,6 +85,21 @@ def _lazy_source(
             gpu_module(gpu).asarray, meta=empty_meta(image.dtype, len(image.shape), True)
         )
     return lazy
+
+
+def _translation(
+    source: str | os.PathLike[str], image: SourceImage, sizes: Sequence[float]
+) -> tuple[float, ...] | None:
+    """An OME-Zarr input's position, in voxels of the input, at the voxel size written."""
+    if image.voxel_size_from != "the OME-Zarr input" or image.voxel_size is None:
+        return None
+    coordinates = read_coordinates(source)
+    if coordinates.translation is None:
+        return None
+    return tuple(
+        t / s * size
+        for t, s, size in zip(coordinates.translation, coordinates.scale, sizes, strict=True)
+    )
 
 
 def _voxel_size(
@@ -175,7 +191,8 @@ def convert_to_omezarr(
     """Convert a TIFF, ``.npy`` file or zarr array to a zstd OME-Zarr image, out of core.
 
     The axes and voxel size are the input's own (see :func:`open_image`: a TIFF's axes,
-    channels and RGB samples included, and its ImageJ or OME-XML voxel sizes and units).
+    channels and RGB samples included, and its ImageJ or OME-XML voxel sizes and units); an
+    OME-Zarr input's position (its translation) and channel metadata (``omero``) are kept.
     The data goes through in blocks of whole output shards (or chunks), one dask task each
     (zarr inputs are read with :func:`linumpy.io.open_volume`, ``.npy`` files through a memory
     map, TIFF series through tifffile's zarr view of their pages); each pyramid level is then
@@ -243,6 +260,7 @@ voxel_size argument)'
         )
         gpu = False
     sizes, axes, origin = _voxel_size(image, voxel_size)
+    translation = _translation(source, image, sizes)
     cluster = cluster or Cluster()
     per_element = 3 * dtype.itemsize  # the block, its copy in zarr, the encoded chunks
     writer = OmeZarrWriter(
@@ -258,6 +276,7 @@ voxel_size argument)'
         level=level,
         overwrite=overwrite,
         ngff_version=ngff_version,
+        translation=translation,
     )
     unit = storage_unit(writer.array)
     if isinstance(image.data, zarr.Array):
@@ -283,4 +302,7 @@ voxel_size argument)'
         write_pyramid(
             writer.arrays, axes=space_axes(writer), gpu=gpu, cluster=cluster, progress=progress
         )
+        if image.voxel_size_from == "the OME-Zarr input":
+            channel = [n for a, n in zip(writer.axes, shape) if a.type == "channel"]
+            copy_omero(source, writer.path, channel[0] if channel else None)
     return Converted(writer.axes, writer.voxel_size, origin)
