@@ -1,10 +1,11 @@
-"""Level 0 and level 1 of a pyramid written from the same blocks, while they are in memory.
+"""The levels of a pyramid written from the same blocks as level 0, while they are in memory.
 
 A pyramid built after level 0 reads level 0 back from storage. When a job computes level 0
 block by block (the stitch, for example), each block can be halved before it is dropped: the
-task that writes a level-0 block returns its 2x mean, and those small blocks are written into
-level 1. Level 0 is then read by no one, and on the GPU the blocks never leave the device for
-it; the levels after 1, an eighth of the data and less, are built from level 1 as before
+task that writes a level-0 block returns its 2x mean, the task that writes those halves into
+level 1 returns theirs, and so on down the pyramid, in one graph. No level is read back, the
+levels are written while level 0 still is, and on the GPU the blocks never leave the device;
+levels the blocks cannot reach are built from the last one written, as stored
 (:func:`linumpy.io.dask_write.write_pyramid`).
 """
 
@@ -69,14 +70,15 @@ def store_levels(
     progress: bool = False,
     desc: str = "write",
 ) -> list[zarr.Array]:
-    """Write ``data`` into ``arrays[0]`` and, from the same blocks, its 2x mean into
-    ``arrays[1]`` when the blocks allow it; return the levels still to fill from the last one
+    """Write ``data`` into ``arrays[0]`` and, from the same blocks, its 2x means into the next
+    levels as far as the blocks allow; return the levels still to fill from the last one
     written (for :func:`~linumpy.io.dask_write.write_pyramid`).
 
-    Level 1 is written from the blocks when there is a level 1, the cluster has no per-task
-    memory limit (halving a block needs half a block more) and every block but the last has
-    an even extent along the axes that shrink (blocks start on the level's shards, so this
-    holds for linumpy's layouts). Otherwise only level 0 is written.
+    A level is written from the blocks of the level above when the cluster has no per-task
+    memory limit (halving a block needs half a block more) and every block of the level above
+    but the last has an even extent along the axes that shrink (blocks start on the levels'
+    shards, so this holds for linumpy's layouts); the levels after the first that fails are
+    left to build from storage. With a memory limit only level 0 is written.
 
     Parameters
     ----------
@@ -94,49 +96,47 @@ def store_levels(
     Returns
     -------
     list of zarr.Array
-        ``arrays[1:]`` when level 1 was written, else ``arrays``: the pyramid still to build
-        from its first level.
+        The last level written and those after it: the pyramid still to build from its first
+        level (one level when the blocks filled them all).
 
     Examples
     --------
     >>> import dask.array as da, numpy as np, tempfile
     >>> from linumpy.io import OmeZarrWriter, downsample_mean
-    >>> from linumpy.io.dask_write import write_pyramid
-    >>> writer = OmeZarrWriter(tempfile.mkdtemp() + "/i.ome.zarr", (8, 32, 32), np.float32,
+    >>> writer = OmeZarrWriter(tempfile.mkdtemp() + "/i.ome.zarr", (8, 32, 32), np.uint16,
     ...                        voxel_size=(1, 1, 1), chunks=(4, 8, 8), n_levels=3)
-    >>> volume = np.random.default_rng(0).random((8, 32, 32), dtype=np.float32)
+    >>> volume = np.random.default_rng(0).integers(0, 4000, (8, 32, 32), dtype=np.uint16)
     >>> rest = store_levels(da.from_array(volume, chunks=(4, 16, 16)), writer.arrays)
-    >>> len(rest)  # level 1 came from the blocks: levels 1 and 2 remain, 2 to build
-    2
-    >>> write_pyramid(rest)
-    >>> bool(np.allclose(writer.arrays[2][...], downsample_mean(downsample_mean(volume))))
+    >>> len(rest)  # every level came from the blocks
+    1
+    >>> bool((writer.arrays[2][...] == downsample_mean(downsample_mean(volume))).all())
     True
     """
     cluster = cluster or Cluster()
-    target = arrays[0]
-    aligned = align_blocks(data, storage_unit(target))
-    factors = tuple(
-        2 if n > 1 and (axes is None or i in axes) else 1 for i, n in enumerate(target.shape)
-    )
-    halved = _halved_chunks(aligned.chunks, factors) if len(arrays) > 1 else None
-    expected = tuple(-(-n // f) for n, f in zip(target.shape, factors))
-    if (
-        halved is None
-        or cluster.memory_limit is not None
-        or tuple(arrays[1].shape) != expected
-        or np.dtype(arrays[1].dtype) != np.dtype(target.dtype)
-    ):
-        store_dask(data, target, cluster=cluster, progress=progress, desc=desc)
-        return list(arrays)
-    shrink = tuple(i for i, f in enumerate(factors) if f == 2)
-    level1 = aligned.map_blocks(
-        _write_and_halve,
-        array_path(target),
-        shrink,
-        block_write_threads(aligned.npartitions),
-        chunks=halved,
-        dtype=target.dtype,
-        meta=empty_meta(target.dtype, target.ndim, gpu),
-    )
-    store_dask(level1, arrays[1], cluster=cluster, progress=progress, desc=desc)
-    return list(arrays[1:])
+    current, written = data, 0
+    while written + 1 < len(arrays) and cluster.memory_limit is None:
+        target, below = arrays[written], arrays[written + 1]
+        aligned = align_blocks(current, storage_unit(target))
+        factors = tuple(
+            2 if n > 1 and (axes is None or i in axes) else 1 for i, n in enumerate(target.shape)
+        )
+        halved = _halved_chunks(aligned.chunks, factors)
+        expected = tuple(-(-n // f) for n, f in zip(target.shape, factors))
+        if (
+            halved is None
+            or tuple(below.shape) != expected
+            or np.dtype(below.dtype) != np.dtype(target.dtype)
+        ):
+            break
+        current = aligned.map_blocks(
+            _write_and_halve,
+            array_path(target),
+            tuple(i for i, f in enumerate(factors) if f == 2),
+            block_write_threads(aligned.npartitions),
+            chunks=halved,
+            dtype=target.dtype,
+            meta=empty_meta(target.dtype, target.ndim, gpu),
+        )
+        written += 1
+    store_dask(current, arrays[written], cluster=cluster, progress=progress, desc=desc)
+    return list(arrays[written:])
