@@ -202,7 +202,10 @@ class OmeZarrWriter:
     storage_options
         For an ``s3://`` or ``gs://`` path: the remote store's options (see
         :func:`linumpy.io.remote.object_store`). Such an image is written in place (object
-        stores cannot swap one in), deleted if the write fails; ``http(s)://`` is refused.
+        stores cannot swap one in): an old image's metadata is deleted first, the new chunks
+        written, the new metadata last at :meth:`commit`, so that an interrupted write never
+        reads as an image (:mod:`linumpy.io.remote_write`); deleted if the write fails;
+        ``http(s)://`` is refused.
     checksum
         Store a zstd content checksum (XXH64) in every chunk, verified on every read; by default
         ``linumpy.settings.get().write_checksum`` (True unless ``LINUMPY_ZSTD_CHECKSUM=0``).
@@ -319,7 +322,13 @@ class OmeZarrWriter:
     ) -> list[zarr.Array]:
         zarr_format = 3 if self.ngff_version == "0.5" else 2
         if self._remote is not None:  # an image there may go: overwrite was checked
-            group = zarr.open_group(store=self._remote, mode="w", zarr_format=zarr_format)
+            from linumpy.io.remote_write import MetadataLastStore, remove_image
+
+            # the old image stops being one before anything else; the new one's metadata
+            # waits for commit(), after its chunks (linumpy.io.remote_write)
+            remove_image(self._remote.store, str(self.target))
+            self._deferred = MetadataLastStore(self._remote)
+            group = zarr.open_group(store=self._deferred, mode="w", zarr_format=zarr_format)
         else:
             group = zarr.open_group(store=LocalStore(self.path), mode="w-", zarr_format=zarr_format)
         self._created = True  # from here on, abort() deletes what was written in place
@@ -407,8 +416,9 @@ class OmeZarrWriter:
 
         For callers that write every pyramid level themselves; :meth:`finalize` commits too.
         """
-        if self._remote is not None:  # written in place: nothing to move
-            pass
+        if self._remote is not None:  # written in place: the metadata last, nothing to move
+            if not self._committed:
+                self._deferred.flush()
         elif self._staged is not None and not self._committed:
             self._staged.commit()
             self.path = self.target
