@@ -23,7 +23,7 @@ from linumpy.io.engine.fetch import ALIGN, open_chunk_file, read_chunk_file, rea
 from linumpy.io.engine.fetch_remote import ReadAhead
 from linumpy.io.engine.plan import ReadPlan
 
-__all__ = ["ChunkReads", "OpenShards", "RemoteChunkReads"]
+__all__: list[str] = []
 
 
 class ChunkReads:

@@ -36,17 +36,7 @@ from linumpy.errors import ChunkDecodeError, UnsupportedLayoutError
 from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, parse_shard_index
 from linumpy.settings import available_cpus
 
-__all__ = [
-    "REMOTE_MERGE_GAP",
-    "REMOTE_PIECE_BYTES",
-    "ReadAhead",
-    "Requests",
-    "fetch_remote_group",
-    "read_order",
-    "remote_requests",
-    "remote_root",
-    "remote_shard_indexes",
-]
+__all__: list[str] = []
 
 #: Bytes between two chunks of one object below which they are fetched in one request.
 REMOTE_MERGE_GAP = 1024 * 1024
