@@ -1,7 +1,7 @@
 """Where nvCOMP beats the host for writing a device array: ``write_array`` of cupy blocks of
 several sizes, encoded on the GPU against copied to the host and encoded by libzstd threads.
 
-Below ``gpu_encode_min_bytes`` the write engine takes the host path. Each size is an OCT-like
+Below ``gpu_encode_min_bytes()`` the write engine takes the host path. Each size is an OCT-like
 float32 block of 16 planes (the shape of a stitch's 2x mean) written into a new array in
 linumpy's default layout, by one thread and by two at once (a stitch writes two blocks at a
 time), with checksums, both paths interleaved, ``--repeats`` times after one untimed write of
@@ -25,11 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from linumpy import settings
 from linumpy.bench.provenance import run_info
 from linumpy.bench.volume import oct_volume
 from linumpy.io import OmeZarrWriter
-from linumpy.io.engine.write import write_array
+from linumpy.io.engine.write import encode_min_bytes, write_array
 
 PATHS = {"GPU (nvCOMP)": 1, "host (libzstd)": 1 << 60}
 
@@ -51,7 +50,7 @@ def _write_once(folder: Path, blocks: list[Any], min_bytes: int, tag: str) -> fl
 
     arrays = [_target(folder, f"{tag}-{i}", b.shape) for i, b in enumerate(blocks)]
     cupy.cuda.runtime.deviceSynchronize()
-    with settings.set(gpu_encode_min_bytes=min_bytes), ThreadPoolExecutor(len(blocks)) as pool:
+    with encode_min_bytes(min_bytes), ThreadPoolExecutor(len(blocks)) as pool:
         started = time.perf_counter()
         list(pool.map(write_array, arrays, blocks))
         return time.perf_counter() - started

@@ -132,7 +132,7 @@ def transports(rounds: int) -> list[dict[str, Any]]:
             Path(folder, f"f{i}").write_bytes(rng.integers(0, 255, size, dtype=np.uint8).tobytes())
         with serve_directory(folder) as base:
             store = object_store(base)
-            client = RangeClient(base, store, settings.get().remote_requests)
+            client = RangeClient(base, store)
             for span in (64 * 1024, 2**20):
                 starts = list(range(0, size, span))
                 ends = [s + span for s in starts]

@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         for key, value in info.items():
             print(f"{key:>{width}}: {value}")
         print(
-            f"{'settings':>{width}}: {settings.io_threads} I/O threads, pinned "
-            f"{settings.pinned_bytes / 2**20:.0f} MiB, scratch "
+            f"{'settings':>{width}}: {settings.io_threads} I/O threads, scratch "
             f"{settings.scratch_bytes / 2**20:.0f} MiB, fetch {settings.fetch}"
         )
         if array is None:

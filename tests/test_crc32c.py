@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from linumpy.io.engine.fetch import chunk_sizes
 from linumpy.io.engine.plan import plan_read
 
 CRC_LAYOUTS = ("v3", "v3-sharded")
-TINY = {"pinned_bytes": 4096, "scratch_bytes": 65536, "io_threads": 2}  # many small groups
+TINY = {"scratch_bytes": 65536, "io_threads": 2}  # with 4096 bytes of staging: small groups
 
 
 def _flip(path: Path, position: int) -> None:
@@ -79,9 +80,14 @@ def test_gpu_refuses_a_flipped_payload_bit_and_reads_again(tmp_path: Path, layou
     """The case that made nvCOMP fault on an H200: the frame's headers are intact."""
     import cupy
 
+    from linumpy.gpu import pinned_buffers
+
     path, key, _ = _victim(tmp_path, layout)
-    for settings in (None, TINY):
-        with pytest.raises(ChunkDecodeError, match="crc32c") as info:
+    for settings, staging in ((None, 0), (TINY, 4096)):
+        with (
+            mock.patch.object(pinned_buffers, "_FIXED_BYTES", staging),
+            pytest.raises(ChunkDecodeError, match="crc32c") as info,
+        ):
             read_volume(path, gpu=True, settings=settings)
         assert info.value.key == key
     good = tmp_path / "good.zarr"

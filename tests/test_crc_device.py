@@ -6,8 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -24,8 +27,21 @@ ROOT = Path(__file__).resolve().parent.parent
 CHUNKS = (8, 16, 16)
 LAYOUTS = ("v3", "v3-sharded")
 # One group (every chunk in one nvCOMP call), or many small groups on several streams.
-ONE_GROUP = {"gpu_crc32c": "device"}
-SMALL_GROUPS = {"gpu_crc32c": "device", "pinned_bytes": 8192, "scratch_bytes": 65536}
+ONE_GROUP: dict[str, Any] = {"where": "device"}
+SMALL_GROUPS = {"where": "device", "pinned": 8192, "settings": {"scratch_bytes": 65536}}
+ON_THE_CPU = {"where": "cpu"}
+
+
+def _read(path: Path, case: dict[str, Any], **kwargs: Any) -> Any:
+    """``read_zarr_to_gpu(path)`` with the crc32c checked where ``case`` says, in its groups."""
+    from linumpy.gpu import pinned_buffers, read_checks
+    from linumpy.gpu.zarr_io import read_zarr_to_gpu
+
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(read_checks, "CRC32C_WHERE", case["where"]))
+        if "pinned" in case:
+            stack.enter_context(mock.patch.object(pinned_buffers, "_FIXED_BYTES", case["pinned"]))
+        return read_zarr_to_gpu(path, settings=case.get("settings"), **kwargs)
 
 
 def _fuzz() -> ModuleType:
@@ -114,12 +130,10 @@ def test_a_corrupt_chunk_among_good_ones_is_named_and_they_decode_right(
 ) -> None:
     import cupy
 
-    from linumpy.gpu.zarr_io import read_zarr_to_gpu
-
     path, data, keys, regions = _victims(tmp_path, layout, 2)
     out = cupy.full(data.shape, 7, data.dtype)
     with pytest.raises(ChunkDecodeError, match="crc32c checksum mismatch") as info:
-        read_zarr_to_gpu(path, out=out, settings=settings)
+        _read(path, settings, out=out)
     # the first damaged chunk in read order (file order, not grid order, for shards)
     assert info.value.key in keys, (info.value.key, keys)
     assert "checked on the GPU" in info.value.reason
@@ -138,27 +152,26 @@ def test_a_corrupt_chunk_among_good_ones_is_named_and_they_decode_right(
 def test_reads_after_a_corrupt_one_succeed(tmp_path: Path, layout: str) -> None:
     import cupy
 
-    from linumpy.gpu.zarr_io import last_read_report, read_zarr_to_gpu
+    from linumpy.gpu.zarr_io import last_read_report
 
     path, data, keys, _ = _victims(tmp_path, layout, 1)
-    for settings in (ONE_GROUP, SMALL_GROUPS, {"gpu_crc32c": "cpu"}):
+    for settings in (ONE_GROUP, SMALL_GROUPS, ON_THE_CPU):
         with pytest.raises(ChunkDecodeError, match="crc32c checksum mismatch") as info:
-            read_zarr_to_gpu(path, settings=settings)
+            _read(path, settings)
         assert info.value.key == keys[0]
     good = tmp_path / "good.zarr"
     make_array(good, layout, data, chunks=CHUNKS, crc32c=True, checksum=True)
     for settings in (ONE_GROUP, SMALL_GROUPS):
-        np.testing.assert_array_equal(cupy.asnumpy(read_zarr_to_gpu(good, settings=settings)), data)
+        np.testing.assert_array_equal(cupy.asnumpy(_read(good, settings)), data)
         phases = last_read_report().phases
         assert phases["crc32c_device"] > 0 and phases["xxh64_device"] > 0, phases
-    np.testing.assert_array_equal(cupy.asnumpy(read_zarr_to_gpu(good, settings=ONE_GROUP)), data)
+    np.testing.assert_array_equal(cupy.asnumpy(_read(good, ONE_GROUP)), data)
 
 
 @pytest.mark.gpu
 def test_a_corrupt_content_checksum_is_caught_after_the_device_crc32c(tmp_path: Path) -> None:
     """A frame whose crc32c was recomputed over a changed stored content checksum: the crc32c
     passes, nvCOMP decodes the frame, and the XXH64 kernel names the chunk."""
-    from linumpy.gpu.zarr_io import read_zarr_to_gpu
 
     data = sample_data(SHAPE, "uint16")
     path = tmp_path / "a.zarr"
@@ -170,5 +183,5 @@ def test_a_corrupt_content_checksum_is_caught_after_the_device_crc32c(tmp_path: 
     raw[-4:] = crc32c(bytes(raw[:-4])).to_bytes(4, "little")
     file.write_bytes(bytes(raw))
     with pytest.raises(ChunkDecodeError, match="content checksum mismatch") as info:
-        read_zarr_to_gpu(path, settings=ONE_GROUP)
+        _read(path, ONE_GROUP)
     assert info.value.key == plan.key(entry)

@@ -26,8 +26,6 @@ from linumpy.gpu import codec_transfers
 from linumpy.gpu.codec_batches import arrived_on_host, decode_items, prepare_items
 from linumpy.gpu.codec_transfers import layout as _layout
 from linumpy.gpu.nvcomp_zstd import (
-    BATCH_SIZE_ENV,
-    CONCURRENCY_ENV,
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
     NvcompZstdCodec,
@@ -104,9 +102,7 @@ def test_compute_encoded_size_is_not_implemented() -> None:
         NvcompZstdCodec().compute_encoded_size(100, None)  # type: ignore[arg-type]
 
 
-def test_gpu_zstd_config_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(BATCH_SIZE_ENV, raising=False)
-    monkeypatch.delenv(CONCURRENCY_ENV, raising=False)
+def test_gpu_zstd_config_keys() -> None:
     config = gpu_zstd_config()
     assert config == {
         "codecs.zstd": "linumpy.gpu.nvcomp_zstd.NvcompZstdCodec",
@@ -116,10 +112,6 @@ def test_gpu_zstd_config_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     }
     assert gpu_zstd_config(batch_size=7)["codec_pipeline.batch_size"] == 7
     assert gpu_zstd_config(concurrency=3)["async.concurrency"] == 3
-    monkeypatch.setenv(BATCH_SIZE_ENV, "64")
-    monkeypatch.setenv(CONCURRENCY_ENV, "48")
-    assert gpu_zstd_config()["codec_pipeline.batch_size"] == 64
-    assert gpu_zstd_config()["async.concurrency"] == 48
     with zarr.config.set(config):
         assert zarr.config.get("codecs.zstd") == config["codecs.zstd"]
         assert zarr.config.get("codec_pipeline.batch_size") == DEFAULT_BATCH_SIZE
@@ -164,29 +156,6 @@ def test_device_crc32c_codec_checks_like_zarrs(tmp_path: Path) -> None:
 def test_gpu_zstd_config_rejects_bad_values(name: str, bad: object) -> None:
     with pytest.raises(SettingsError, match=name):
         gpu_zstd_config(**{name: bad})  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("bad", ["0", "-3", "many", ""])
-@pytest.mark.parametrize("variable", [BATCH_SIZE_ENV, CONCURRENCY_ENV])
-def test_gpu_zstd_config_names_a_bad_environment_variable(
-    monkeypatch: pytest.MonkeyPatch, variable: str, bad: str
-) -> None:
-    monkeypatch.setenv(variable, bad)
-    with pytest.raises(SettingsError, match=variable):
-        gpu_zstd_config()
-
-
-def test_gpu_zstd_config_follows_linumpy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from linumpy import settings
-
-    monkeypatch.delenv(BATCH_SIZE_ENV, raising=False)
-    monkeypatch.delenv(CONCURRENCY_ENV, raising=False)
-    with settings.set(nvcomp_batch_size=5, nvcomp_concurrency=6):
-        config = gpu_zstd_config()
-        assert config["codec_pipeline.batch_size"] == 5
-        assert config["async.concurrency"] == 6
-        assert gpu_zstd_config(batch_size=9)["codec_pipeline.batch_size"] == 9
-    assert gpu_zstd_config()["codec_pipeline.batch_size"] == DEFAULT_BATCH_SIZE
 
 
 def test_import_touches_no_gpu_library() -> None:

@@ -12,22 +12,28 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
-from tests.remote_server import serve_directory
 
 from linumpy import settings
-from linumpy.errors import ChunkDecodeError, RemotePermissionError, SettingsError
-from linumpy.io import open_array, read_volume
+from linumpy.errors import ChunkDecodeError, RemotePermissionError
+from linumpy.io import open_array, read_volume, remote_client
 from linumpy.io.engine import fetch_remote
 from linumpy.io.engine.cpu_files import RemoteChunkReads
 from linumpy.io.engine.fetch import chunk_sizes
 from linumpy.io.engine.plan import plan_read
+from tests.remote_server import serve_directory
 from tests.test_remote import FaultyHandler
 from tests.zarr_layouts import CHUNKS, LAYOUTS, REGIONS, SHAPE, make_array, sample_data
 
 pytest.importorskip("obstore")
+
+
+def _read_ahead(budget: int) -> mock._patch:
+    """Within: remote reads opened hold at most ``budget`` bytes fetched ahead."""
+    return mock.patch.object(remote_client, "_READ_AHEAD_BYTES", budget)
 
 
 @pytest.mark.parametrize("budget", [1, 64 * 1024, 256 * 2**20])
@@ -38,7 +44,7 @@ def test_reads_ahead_within_any_budget_equal_local_reads(
     data = sample_data(SHAPE, "uint16")
     data[:8] = 0  # not stored: filled
     make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS, crc32c=layout != "v2")
-    with serve_directory(tmp_path) as url, settings.set(remote_ahead_bytes=budget):
+    with serve_directory(tmp_path) as url, _read_ahead(budget):
         for region in REGIONS:
             expected = read_volume(tmp_path / "a.zarr", region=region)
             np.testing.assert_array_equal(read_volume(f"{url}/a.zarr", region=region), expected)
@@ -50,7 +56,7 @@ def test_read_ahead_holds_at_most_its_budget_beyond_a_group(tmp_path: Path, layo
     data = sample_data((64, 64, 64), "uint16")
     make_array(tmp_path / "a.zarr", layout, data, chunks=(16, 16, 16))
     budget = 40_000
-    with serve_directory(tmp_path) as url, settings.set(remote_ahead_bytes=budget):
+    with serve_directory(tmp_path) as url, _read_ahead(budget):
         plan = plan_read(open_array(f"{url}/a.zarr"))
         order = fetch_remote.read_order(plan)
         ahead = fetch_remote.ReadAhead(plan, order)
@@ -100,16 +106,6 @@ def test_failed_read_ahead_gives_its_requests_back(tmp_path: Path) -> None:
         np.testing.assert_array_equal(
             read_volume(f"{url}/a.zarr"), read_volume(tmp_path / "a.zarr")
         )
-
-
-def test_ahead_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(SettingsError, match="remote_ahead_bytes"):
-        settings.Settings(remote_ahead_bytes=0)
-    monkeypatch.setenv("LINUMPY_REMOTE_AHEAD_MIB", "-3")
-    with pytest.raises(SettingsError, match="LINUMPY_REMOTE_AHEAD_MIB"):
-        settings.get()
-    monkeypatch.setenv("LINUMPY_REMOTE_AHEAD_MIB", "8")
-    assert settings.get().remote_ahead_bytes == 8 * 2**20
 
 
 def test_server_processes_serve_and_stop(tmp_path: Path) -> None:
@@ -185,7 +181,7 @@ def test_threads_hold_at_most_the_budget_beyond_their_batches(tmp_path: Path, la
     data = sample_data((64, 64, 64), "uint16")
     make_array(tmp_path / "a.zarr", layout, data, chunks=(16, 16, 16), crc32c=True)
     budget = 40_000
-    with serve_directory(tmp_path) as url, settings.set(remote_ahead_bytes=budget):
+    with serve_directory(tmp_path) as url, _read_ahead(budget):
         plan = plan_read(open_array(f"{url}/a.zarr"))
         order = fetch_remote.read_order(plan)
         reads = RemoteChunkReads(plan, order)

@@ -6,6 +6,7 @@ import dataclasses
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,88 +17,53 @@ from zarr_layouts import make_array, sample_data
 from linumpy import settings
 from linumpy.errors import LinumpyError, SettingsError
 from linumpy.io import read_volume
-from linumpy.settings import ENV, MIB, Settings
+from linumpy.settings import MIB, Settings
 
 # A valid value per field (as text for its variable, and what it parses to), and invalid texts.
 GOOD = {
     "io_threads": ("3", 3),
-    "pinned_bytes": ("64", 64 * MIB),
-    "scratch_bytes": ("32", 32 * MIB),
-    "fetch": ("pread", "pread"),
-    "gpu_streams": ("2", 2),
-    "batch_bytes": ("100", 100 * MIB),
-    "gpu_cpu_share": ("0.25", 0.25),
-    "gpu_read_order": ("size", "size"),
-    "gpu_chunk_bytes": ("8", 8 * MIB),
-    "gpu_crc32c": ("cpu", "cpu"),
-    "gpu_encode_min_bytes": ("0", 0),
-    "nvcomp_batch_size": ("64", 64),
-    "nvcomp_concurrency": ("48", 48),
-    "write_checksum": ("off", False),
     "zstd_level": ("7", 7),
-    "durable": ("0", False),
-    "metadata_cache": ("off", False),
     "chunk_bytes": ("512", 512 * 1024),
+    "write_checksum": ("off", False),
+    "durable": ("0", False),
+    "fetch": ("pread", "pread"),
+    "scratch_bytes": ("32", 32 * MIB),
+    "metadata_cache": ("off", False),
     "remote_timeout": ("2.5", 2.5),
     "remote_retries": ("0", 0),
-    "remote_requests": ("8", 8),
-    "remote_ahead_bytes": ("16", 16 * MIB),
 }
 BAD = {
     "io_threads": ["0", "-2", "four", "2.5", ""],
-    "pinned_bytes": ["-1", "lots", "1.5"],
-    "scratch_bytes": ["0", "lots"],
-    "fetch": ["gds", "PREAD", ""],
-    "gpu_streams": ["0", "x"],
-    "batch_bytes": ["-1", "big"],
-    "gpu_cpu_share": ["1.5", "-0.5", "-1", "half", "nan", ""],
-    "gpu_read_order": ["SIZE", "random", ""],
-    "gpu_chunk_bytes": ["0", "16MiB"],
-    "gpu_crc32c": ["gpu", "CPU", ""],
-    "gpu_encode_min_bytes": ["-1", "64MiB"],
-    "nvcomp_batch_size": ["0", "1e3"],
-    "nvcomp_concurrency": ["-5", "many"],
-    "write_checksum": ["maybe", "2", ""],
     "zstd_level": ["0", "23", "-1", "fast", ""],
-    "durable": ["sometimes", ""],
-    "metadata_cache": ["maybe"],
     "chunk_bytes": ["0", "1MiB", "-4"],
+    "write_checksum": ["maybe", "2", ""],
+    "durable": ["sometimes", ""],
+    "fetch": ["gds", "PREAD", ""],
+    "scratch_bytes": ["0", "lots"],
+    "metadata_cache": ["maybe"],
     "remote_timeout": ["0", "soon", "inf", "-1"],
     "remote_retries": ["-1", "many"],
-    "remote_requests": ["0", "x"],
-    "remote_ahead_bytes": ["0", "x"],
 }
 # Invalid keyword values per field.
 BAD_VALUES = {
     "io_threads": [0, -1, 2.0, True, "4"],
-    "pinned_bytes": [-1, 1.5],
-    "scratch_bytes": [0, 1.5, None],
-    "fetch": ["gds", None, 1],
-    "gpu_streams": [0, 1.0],
-    "batch_bytes": [-1, 0.5],
-    "gpu_cpu_share": [1.01, -1, -0.1, True, "0.2", float("nan")],
-    "gpu_read_order": ["sizes", None, 0],
-    "gpu_chunk_bytes": [0, "16"],
-    "gpu_crc32c": ["both", None, True],
-    "gpu_encode_min_bytes": [-1, "16"],
-    "nvcomp_batch_size": [0, False],
-    "nvcomp_concurrency": [0, 3.0],
-    "write_checksum": [1, "yes", None],
     "zstd_level": [0, 23, 2.0, True, "3"],
-    "durable": [0, "no"],
-    "metadata_cache": [1, "yes"],
     "chunk_bytes": [0, 1.5, "1024"],
+    "write_checksum": [1, "yes", None],
+    "durable": [0, "no"],
+    "fetch": ["gds", None, 1],
+    "scratch_bytes": [0, 1.5, None],
+    "metadata_cache": [1, "yes"],
     "remote_timeout": [0, -1.0, float("nan"), True, "30"],
     "remote_retries": [-1, 1.5, True],
-    "remote_requests": [0, 2.5],
-    "remote_ahead_bytes": [0, 2.5],
 }
+ENV = {name: spec.variable for name, spec in settings.declarations().items()}
 
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """No LINUMPY_* variable of the settings set in the environment."""
-    for variable, _ in ENV.values():
+    for variable in (*ENV.values(), *settings.REMOVED_VARIABLES):
         monkeypatch.delenv(variable, raising=False)
     return monkeypatch
 
@@ -105,21 +71,48 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def test_tables_cover_every_field() -> None:
     names = [f.name for f in dataclasses.fields(Settings)]
     assert sorted(ENV) == sorted(names) == sorted(GOOD) == sorted(BAD) == sorted(BAD_VALUES)
-    variables = [variable for variable, _ in ENV.values()]
+    assert len(names) <= 10  # the settings a user needs; tuning is fixed in the code
+    variables = list(ENV.values())
     assert len(set(variables)) == len(variables)
     assert all(v.startswith("LINUMPY_") for v in variables)
+    assert not set(variables) & set(settings.REMOVED_VARIABLES)
+
+
+def test_the_docs_tables_come_from_the_declarations() -> None:
+    """The module's table (the API reference's) and the Markdown table list every setting."""
+    module, markdown = settings.__doc__ or "", settings.table().splitlines()
+    assert len(markdown) == 2 + len(ENV)
+    for row, (name, variable) in zip(markdown[2:], ENV.items(), strict=True):
+        assert row.startswith(f"| `{name}` | `{variable}` |")
+        assert f"``{name}``" in module and f"``{variable}``" in module
+        assert variable in (Settings.__doc__ or "")
+    assert "Attributes" in (Settings.__doc__ or "")
+
+
+@pytest.mark.parametrize("variable", sorted(settings.REMOVED_VARIABLES))
+def test_a_removed_variable_warns_once_and_is_ignored(
+    clean_env: pytest.MonkeyPatch, variable: str
+) -> None:
+    clean_env.setattr(settings, "_warned", set())
+    clean_env.setenv(variable, "not even valid")
+    with pytest.warns(FutureWarning, match=f"{variable} is no longer read"):
+        assert Settings.from_env() == Settings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        settings.get()  # once per process
 
 
 def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
     defaults = Settings()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert defaults.io_threads == cpus
-    assert (defaults.pinned_bytes, defaults.scratch_bytes) == (0, 2048 * MIB)
-    assert (defaults.fetch, defaults.gpu_streams, defaults.batch_bytes) == ("auto", 4, 0)
-    assert defaults.gpu_cpu_share == 0  # nvCOMP decodes every chunk
-    assert defaults.gpu_chunk_bytes == 16 * MIB
-    assert (defaults.nvcomp_batch_size, defaults.nvcomp_concurrency) == (1024, 32)
-    assert defaults.write_checksum is True
+    assert (defaults.scratch_bytes, defaults.fetch, defaults.chunk_bytes) == (
+        2048 * MIB,
+        "auto",
+        MIB,
+    )
+    assert defaults.write_checksum is defaults.durable is defaults.metadata_cache is True
+    assert (defaults.remote_timeout, defaults.remote_retries) == (30.0, 3)
     assert defaults.zstd_level == 2
     assert Settings.from_env() == defaults == settings.get()
 
@@ -131,7 +124,7 @@ def test_settings_are_frozen() -> None:
 
 @pytest.mark.parametrize("name", sorted(GOOD))
 def test_each_variable_sets_its_field(clean_env: pytest.MonkeyPatch, name: str) -> None:
-    variable = ENV[name][0]
+    variable = ENV[name]
     text, value = GOOD[name]
     clean_env.setenv(variable, text)
     assert getattr(Settings.from_env(), name) == value
@@ -145,16 +138,13 @@ def test_each_variable_sets_its_field(clean_env: pytest.MonkeyPatch, name: str) 
     )
 
 
-def test_batch_bytes_variable_accepts_zero(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setenv("LINUMPY_GPU_BATCH_MIB", "0")
-    assert Settings.from_env().batch_bytes == 0
-
-
-@pytest.mark.parametrize(("text", "value"), [("0", 0.0), ("1", 1.0), ("0.2", 0.2), ("1e-1", 0.1)])
-def test_cpu_share_variable_bounds(clean_env: pytest.MonkeyPatch, text: str, value: float) -> None:
-    clean_env.setenv("LINUMPY_GPU_CPU_SHARE", text)
-    assert Settings.from_env().gpu_cpu_share == value
-    assert Settings(gpu_cpu_share=value).gpu_cpu_share == value
+@pytest.mark.parametrize(("text", "value"), [("1", 1.0), ("0.5", 0.5), ("1e1", 10.0)])
+def test_timeout_variable_takes_decimals(
+    clean_env: pytest.MonkeyPatch, text: str, value: float
+) -> None:
+    clean_env.setenv("LINUMPY_REMOTE_TIMEOUT", text)
+    assert Settings.from_env().remote_timeout == value
+    assert isinstance(Settings(remote_timeout=3).remote_timeout, float)
 
 
 @pytest.mark.parametrize("text", ["1", "true", "YES", "on"])
@@ -167,7 +157,7 @@ def test_checksum_variable_true_spellings(clean_env: pytest.MonkeyPatch, text: s
     ("name", "text"), [(name, text) for name, texts in sorted(BAD.items()) for text in texts]
 )
 def test_bad_variable_raises_naming_it(clean_env: pytest.MonkeyPatch, name: str, text: str) -> None:
-    variable = ENV[name][0]
+    variable = ENV[name]
     clean_env.setenv(variable, text)
     for make in (Settings.from_env, settings.get, lambda: settings.resolve(None)):
         with pytest.raises(SettingsError, match=variable) as info:
@@ -195,19 +185,19 @@ def test_set_is_a_context_manager_that_nests(clean_env: pytest.MonkeyPatch) -> N
     with settings.set(io_threads=2, fetch="pread") as outer:
         assert isinstance(outer, settings.set)
         assert (settings.get().io_threads, settings.get().fetch) == (2, "pread")
-        with settings.set(io_threads=5, gpu_streams=1):
+        with settings.set(io_threads=5, zstd_level=9):
             now = settings.get()
-            assert (now.io_threads, now.fetch, now.gpu_streams) == (5, "pread", 1)
+            assert (now.io_threads, now.fetch, now.zstd_level) == (5, "pread", 9)
         now = settings.get()
-        assert (now.io_threads, now.fetch, now.gpu_streams) == (2, "pread", base.gpu_streams)
+        assert (now.io_threads, now.fetch, now.zstd_level) == (2, "pread", base.zstd_level)
     assert settings.get() == base
 
 
 def test_set_layers_over_the_environment(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("LINUMPY_IO_THREADS", "7")
-    clean_env.setenv("LINUMPY_GPU_STREAMS", "3")
+    clean_env.setenv("LINUMPY_ZSTD_LEVEL", "3")
     with settings.set(io_threads=2):
-        assert (settings.get().io_threads, settings.get().gpu_streams) == (2, 3)
+        assert (settings.get().io_threads, settings.get().zstd_level) == (2, 3)
     assert settings.get().io_threads == 7
 
 
@@ -240,11 +230,11 @@ def test_set_is_seen_by_other_threads() -> None:
 
     thread = threading.Thread(target=worker)
     thread.start()
-    with settings.set(io_threads=3, gpu_streams=2):
+    with settings.set(io_threads=3, zstd_level=5):
         ready.set()
         assert done.wait(10)
     thread.join(10)
-    assert (seen[0].io_threads, seen[0].gpu_streams) == (3, 2)
+    assert (seen[0].io_threads, seen[0].zstd_level) == (3, 5)
 
 
 def test_set_rejects_unknown_names() -> None:
@@ -260,8 +250,8 @@ def test_resolve(clean_env: pytest.MonkeyPatch) -> None:
         assert settings.resolve(explicit) is explicit  # a Settings is taken as it is
         updated = settings.resolve({"fetch": "pread"})
         assert (updated.io_threads, updated.fetch) == (4, "pread")  # a dict updates get()
-    with pytest.raises(SettingsError, match="unknown setting.*nvcomp_threads"):
-        settings.resolve({"nvcomp_threads": 2, "io_threads": 1})
+    with pytest.raises(SettingsError, match="unknown setting.*gpu_streams"):
+        settings.resolve({"gpu_streams": 2, "io_threads": 1})  # a tuning knob, no longer public
 
 
 # --- settings of one read_volume call ----------------------------------------------------------
@@ -314,7 +304,7 @@ def test_read_volume_settings_set_the_decoding_threads(volume: tuple[Path, np.nd
 
 
 @pytest.mark.parametrize(
-    "bad", [{"io_threads": 0}, {"fetch": "nvme"}, {"no_such_setting": 1}, {"gpu_streams": -1}]
+    "bad", [{"io_threads": 0}, {"fetch": "nvme"}, {"no_such_setting": 1}, {"scratch_bytes": -1}]
 )
 def test_read_volume_rejects_bad_settings_before_reading(tmp_path: Path, bad: dict) -> None:
     # The path does not exist: the settings error comes first, so nothing was opened or read.

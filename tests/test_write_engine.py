@@ -306,7 +306,8 @@ def test_gpu_writes_what_zarr_reads_on_the_cpu(tmp_path: Path, layout: str) -> N
 
     data = sample()
     ours, cpu = create(tmp_path / "g.zarr", layout), create(tmp_path / "c.zarr", layout)
-    report = write_array(ours, cupy.asarray(data), settings={"gpu_encode_min_bytes": 1})
+    with write_module.encode_min_bytes(1):
+        report = write_array(ours, cupy.asarray(data))
     assert report.backend == "gpu"
     write_array(cpu, data)
     back = zarr.open_array(str(tmp_path / "g.zarr"))[...]  # libzstd verifies checksums, crc32c
@@ -323,9 +324,8 @@ def test_gpu_small_groups_and_dtypes(tmp_path: Path, dtype: str, fill: float) ->
     data = sample(dtype, fill)
     array = create(tmp_path / "g.zarr", "sharded-crc32c", dtype, fill)
     # one shard per group: several groups, the host buffers taking turns
-    report = write_array(
-        array, cupy.asarray(data), settings={"scratch_bytes": 1, "gpu_encode_min_bytes": 1}
-    )
+    with write_module.encode_min_bytes(1):
+        report = write_array(array, cupy.asarray(data), settings={"scratch_bytes": 1})
     assert report.backend == "gpu" and report.chunks_empty > 0
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "g.zarr"))[...], data)
     write_array(array, cupy.asarray(data[16:]), (slice(16, None),))
@@ -340,10 +340,12 @@ def test_small_device_writes_are_encoded_on_the_cpu(tmp_path: Path) -> None:
     array = zarr.create_array(
         str(tmp_path / "s.zarr"), shape=data.shape, chunks=CHUNKS, dtype=data.dtype
     )
-    small = write_array(array, cupy.asarray(data), settings={"gpu_encode_min_bytes": 1 << 30})
+    with write_module.encode_min_bytes(1 << 30):
+        small = write_array(array, cupy.asarray(data))
     assert small.backend == "cpu"
     np.testing.assert_array_equal(array[...], data)
-    large = write_array(array, cupy.asarray(data + 1), settings={"gpu_encode_min_bytes": 1})
+    with write_module.encode_min_bytes(1):
+        large = write_array(array, cupy.asarray(data + 1))
     assert large.backend == "gpu"
     np.testing.assert_array_equal(array[...], data + 1)
 

@@ -10,7 +10,10 @@ import logging
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from unittest import mock
 
 import numcodecs
 import numpy as np
@@ -46,7 +49,41 @@ from linumpy.io.engine.plan import plan_read
 from linumpy.settings import Settings
 
 # Settings that force groups of one or two chunks on two streams.
-TINY = {"pinned_bytes": 6000, "scratch_bytes": 9000, "io_threads": 3, "gpu_streams": 2}
+TINY = {"scratch_bytes": 9000, "io_threads": 3}
+
+
+@contextmanager
+def tuned(
+    *,
+    pinned: int | None = None,
+    streams: int | None = None,
+    cpu_share: float | None = None,
+    chunk_bytes: int | None = None,
+) -> Iterator[None]:
+    """Within: the GPU back end's tuning constants given (page-locked staging, CUDA streams,
+    libzstd's share of the chunks, the largest chunk nvCOMP decodes) instead of its own."""
+    from linumpy.gpu import backend, pinned_buffers
+    from linumpy.io.engine import plan
+
+    values = [
+        (pinned_buffers, "_FIXED_BYTES", pinned),
+        (backend, "STREAMS", streams),
+        (backend, "CPU_SHARE", cpu_share),
+        (plan, "GPU_CHUNK_BYTES", chunk_bytes),
+    ]
+    with ExitStack() as stack:
+        for module, name, value in values:
+            if value is not None:
+                stack.enter_context(mock.patch.object(module, name, value))
+        yield
+
+
+@pytest.fixture
+def tiny_tuning() -> Iterator[None]:
+    """Reads staged through 6000 page-locked bytes on two streams: many small groups."""
+    with tuned(pinned=6000, streams=2):
+        yield
+
 
 no_gpu = pytest.mark.skipif(
     gpu_missing_reason() is None, reason="checks the behaviour on machines without a GPU"
@@ -149,7 +186,7 @@ def assert_same_on_gpu(actual: object, expected: np.ndarray) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fast_path_matches_zarr(tmp_path: Path, layout: str, dtype: str) -> None:
+def test_fast_path_matches_zarr(tmp_path: Path, layout: str, dtype: str, tiny_tuning) -> None:
     data = sample_data(SHAPE, dtype)
     data[:8] = 0  # missing chunks
     make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
@@ -172,7 +209,9 @@ def test_fast_path_matches_zarr(tmp_path: Path, layout: str, dtype: str) -> None
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fill_values_checksums_order_and_byte_order(tmp_path: Path, layout: str) -> None:
+def test_fill_values_checksums_order_and_byte_order(
+    tmp_path: Path, layout: str, tiny_tuning
+) -> None:
     data = sample_data(SHAPE, "complex64")
     data[:8] = 1 + 2j
     make_array(tmp_path / "c.zarr", layout, data, chunks=CHUNKS, fill_value=1 + 2j, checksum=True)
@@ -293,8 +332,8 @@ def test_corrupt_chunk_names_it_and_the_next_read_works(
     victim = 7
     path = Path(plan.files[plan.file_index[victim]])
     stored = _damage(path, int(plan.offsets[victim]), int(chunk_sizes(plan)[victim]), damage)
-    for settings in (None, TINY, {"gpu_chunk_bytes": 1024}):  # the last: decoded on the host
-        with pytest.raises(ChunkDecodeError) as info:
+    for settings, chunk_bytes in ((None, None), (TINY, None), (None, 1024)):  # 1024: on the host
+        with tuned(chunk_bytes=chunk_bytes), pytest.raises(ChunkDecodeError) as info:
             read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings)
         assert info.value.key == plan.key(victim)
     path.write_bytes(stored)
@@ -302,7 +341,7 @@ def test_corrupt_chunk_names_it_and_the_next_read_works(
 
 
 @pytest.mark.gpu
-def test_out_is_filled_in_place_even_when_misaligned(tmp_path: Path) -> None:
+def test_out_is_filled_in_place_even_when_misaligned(tmp_path: Path, tiny_tuning) -> None:
     import cupy
 
     data = sample_data(SHAPE, "uint16")
@@ -324,10 +363,10 @@ def test_region_reads_only_its_chunks_and_memory_stays_bounded(tmp_path: Path) -
     data = sample_data((64, 256, 256), "uint16")
     make_array(tmp_path / "a.zarr", "v3", data, chunks=(16, 64, 64))
     region = (slice(0, 32), slice(0, 128), slice(0, 128))  # 1/8 of the volume
-    settings = Settings.from_env(scratch_bytes=2**20, pinned_bytes=2**20)
-    assert_same_on_gpu(
-        read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=settings), data[region]
-    )
+    settings = Settings.from_env(scratch_bytes=2**20)
+    with tuned(pinned=2**20):
+        actual = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=settings)
+    assert_same_on_gpu(actual, data[region])
     report = last_read_report()
     assert report is not None
     plan = plan_read(zarr.open_array(tmp_path / "a.zarr", mode="r"), region)
@@ -337,7 +376,7 @@ def test_region_reads_only_its_chunks_and_memory_stays_bounded(tmp_path: Path) -
     assert report.n_reads == plan.n_entries - report.n_fill
     assert report.compressed_bytes == int(sizes[sizes >= 0].sum())
     assert report.device_extra_bytes <= device_memory_needed(plan, settings)
-    assert report.pinned_bytes <= settings.pinned_bytes + ALIGN * plan.n_entries
+    assert report.pinned_bytes <= 2**20 + ALIGN * plan.n_entries
     assert report.n_batches >= 2  # groups of a quarter of the scratch: a chunk or two each
 
 
@@ -448,9 +487,10 @@ def test_any_number_of_streams_gives_the_same_volume(tmp_path: Path, layout: str
     chunk_nbytes = int(np.prod(BIG_CHUNKS)) * 2
     region = (slice(5, 40), slice(10, 96), slice(0, 70))
     for streams in (1, 2, 4):
-        settings = {"gpu_streams": streams, "scratch_bytes": 6 * chunk_nbytes, "io_threads": 3}
+        settings = {"scratch_bytes": 6 * chunk_nbytes, "io_threads": 3}
         for part in (None, region):
-            actual = read_zarr_to_gpu(tmp_path / "a.zarr", region=part, settings=settings)
+            with tuned(streams=streams):
+                actual = read_zarr_to_gpu(tmp_path / "a.zarr", region=part, settings=settings)
             assert_same_on_gpu(actual, zarr_read(tmp_path / "a.zarr", part, native=True))
         report = last_read_report()
         assert report is not None and report.path == "fast"
@@ -463,9 +503,10 @@ def test_any_number_of_streams_gives_the_same_volume(tmp_path: Path, layout: str
 def test_groups_of_one_chunk_give_the_same_volume(tmp_path: Path, layout: str, dtype: str) -> None:
     data = sample_data(BIG_SHAPE, dtype) + 1  # no chunk equal to the fill value: all stored
     make_array(tmp_path / "a.zarr", layout, data, chunks=BIG_CHUNKS)
-    tiny = {"scratch_bytes": 1, "pinned_bytes": 1, "gpu_streams": 3}
+    tiny = {"scratch_bytes": 1}
     for region in (None, (slice(7, 33), slice(31, 65), slice(1, 95))):
-        actual = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=tiny)
+        with tuned(pinned=1, streams=3):
+            actual = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=tiny)
         assert_same_on_gpu(actual, zarr_read(tmp_path / "a.zarr", region, native=True))
         report = last_read_report()
         assert report is not None
@@ -539,7 +580,7 @@ def test_nvcomp_statuses_are_checked() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["v3", "v3-sharded"])
 def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: str) -> None:
-    """gpu_cpu_share: the last chunks of a large read are decoded on the CPU in groups of their
+    """CPU_SHARE: the last chunks of a large read are decoded on the CPU in groups of their
     own while nvCOMP decodes the others (0.5), or all of them (1), then scattered."""
     rng = np.random.default_rng(2)
     data = rng.integers(0, 2**16, (40, 512, 1024), dtype=np.uint16)  # 40 MiB to read: overlap
@@ -549,8 +590,8 @@ def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: 
         checksum=True,
     )  # fmt: skip
     for share, on_cpu in ((0.0, False), (0.5, True), (1.0, True)):
-        settings = {"gpu_cpu_share": share, "gpu_streams": 2}
-        assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+        with tuned(cpu_share=share, streams=2):
+            assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr"), data)
         report = last_read_report()
         assert report is not None and report.path == "fast"
         assert (report.phases.get("cpu_queue", 0.0) > 0) is on_cpu, (share, report.phases)
@@ -563,13 +604,13 @@ def test_groups_decoded_by_libzstd_give_the_same_volume(tmp_path: Path, layout: 
     for share in (1.0, 0.5):
         path = Path(plan.files[plan.file_index[last]])
         stored = _damage(path, int(plan.offsets[last]), int(sizes[last]), "checksum")
-        with pytest.raises(ChunkDecodeError) as info:
-            read_zarr_to_gpu(tmp_path / "a.zarr", settings={"gpu_cpu_share": share})
+        with tuned(cpu_share=share), pytest.raises(ChunkDecodeError) as info:
+            read_zarr_to_gpu(tmp_path / "a.zarr")
         assert info.value.key == plan.key(last)
         assert "checksum" in info.value.reason.lower()
         path.write_bytes(stored)
-        settings = {"gpu_cpu_share": share}
-        assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+        with tuned(cpu_share=share):
+            assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr"), data)
 
 
 @pytest.mark.gpu
@@ -610,20 +651,22 @@ def test_pinned_allowance_starts_small_and_grows_with_staged_bytes(monkeypatch) 
     from linumpy.gpu import pinned_buffers as pb
 
     monkeypatch.setattr(pb, "_moved", 0)
-    assert pb.pinned_allowance(0) == pb.FIRST_PINNED_BYTES
-    assert pb.pinned_allowance(3 * 2**20) == 3 * 2**20  # a setting given is used at once
+    assert pb.pinned_allowance() == pb.FIRST_PINNED_BYTES
+    with tuned(pinned=3 * 2**20):
+        assert pb.pinned_allowance() == 3 * 2**20
     pb.count_moved(2 * pb.FIRST_PINNED_BYTES * pb.PINNED_PAYBACK)
-    assert pb.pinned_allowance(0) == 2 * pb.FIRST_PINNED_BYTES
+    assert pb.pinned_allowance() == 2 * pb.FIRST_PINNED_BYTES
+    with pb.steady_staging():
+        assert pb.pinned_allowance() == pb.MAX_PINNED_BYTES
     pb.count_moved(100 * pb.MAX_PINNED_BYTES * pb.PINNED_PAYBACK)
-    assert pb.pinned_allowance(0) == pb.MAX_PINNED_BYTES
-    assert Settings.from_env().pinned_bytes == 0
+    assert pb.pinned_allowance() == pb.MAX_PINNED_BYTES
 
 
 @pytest.mark.gpu
 def test_a_new_process_stages_its_first_reads_in_little_pinned_memory(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from linumpy.gpu import pinned_buffers
+    from linumpy.gpu import backend, pinned_buffers
 
     data = sample_data((64, 256, 256), "uint16")
     make_array(tmp_path / "a.zarr", "v3", data, chunks=(16, 64, 64))
@@ -632,13 +675,13 @@ def test_a_new_process_stages_its_first_reads_in_little_pinned_memory(
     monkeypatch.setattr(pinned_buffers, "MAX_PINNED_BYTES", 64 * mib)
     monkeypatch.setattr(pinned_buffers, "_moved", 0)
     monkeypatch.setattr(pinned_buffers, "_idle", {})  # no buffer left by earlier tests
-    settings = Settings.from_env(pinned_bytes=0, gpu_streams=2)
-    assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+    monkeypatch.setattr(backend, "STREAMS", 2)
+    assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr"), data)
     first = last_read_report()
     assert first is not None and first.compressed_bytes > 2 * mib
     assert first.pinned_bytes <= 2 * mib  # each of two slots: half the allowance, in powers of two
     pinned_buffers.count_moved(64 * mib * pinned_buffers.PINNED_PAYBACK)  # a long session's reads
-    assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+    assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr"), data)
     later = last_read_report()
     assert later is not None and later.pinned_bytes >= first.compressed_bytes
     assert later.n_batches < first.n_batches

@@ -264,6 +264,20 @@ def _report_note(row: Row) -> None:
     row.note = "; ".join([row.note, *parts] if row.note else parts)
 
 
+def _crc32c_on_the_cpu(run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` with GPU reads checking stored crc32c on the reading threads, not the device."""
+    from linumpy.gpu import read_checks
+
+    def checked() -> Any:
+        before, read_checks.CRC32C_WHERE = read_checks.CRC32C_WHERE, "cpu"
+        try:
+            return run()
+        finally:
+            read_checks.CRC32C_WHERE = before
+
+    return checked
+
+
 def gpu_read_rows(
     timer: Timer,
     layout: str,
@@ -279,7 +293,8 @@ def gpu_read_rows(
     ``fetch`` lists the file readers of the fast path to time (``"auto"``: the settings in
     force; ``"pread"``, ``"kvikio"``: passed as ``settings={"fetch": ...}``). With
     ``checksum`` (the array stores crc32c), the fast path is also timed with the crc32c checked
-    on the CPU (``gpu_crc32c="cpu"``), beside the default (on the device where nvCOMP can).
+    on the CPU (:data:`~linumpy.gpu.read_checks.CRC32C_WHERE` ``"cpu"``), beside the default
+    (on the device where nvCOMP can).
 
     Examples
     --------
@@ -303,7 +318,7 @@ def gpu_read_rows(
         rows.append(measure(name=name, run=fast(reader), check=same))
         _report_note(rows[-1])
         if checksum:
-            run = fast(reader, gpu_crc32c="cpu")
+            run = _crc32c_on_the_cpu(fast(reader))
             rows.append(measure(name=name + CPU_CHECK_SUFFIX, run=run, check=same))
             _report_note(rows[-1])
 

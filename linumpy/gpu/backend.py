@@ -1,13 +1,13 @@
 """The GPU back end of the read engine: nvCOMP decodes each group, one kernel scatters it.
 
 The engine's run loop (:func:`linumpy.io.engine.run.run`) fetches and checks group k+1 on the
-CPU while this back end queues group k on a CUDA stream of its own (``gpu_streams`` of them, in
+CPU while this back end queues group k on a CUDA stream of its own (:data:`STREAMS` of them, in
 turn): one host-to-device copy of the group's compressed bytes, one nvCOMP call decoding them into
 the stream's device buffer, stored checksums hashed there (XXH64 kernel), one scatter kernel into
 the output. An nvCOMP call takes its frames' decode latency however few they are (k calls on
 one stream cost k times one call) while calls on separate streams run together, so reading
 overlaps decoding through the streams (docs/gpu_guide.md, "Measurements behind the GPU
-defaults": streams). With ``gpu_cpu_share``, the read's last chunks
+defaults": streams). With :data:`CPU_SHARE`, the read's last chunks
 come in groups of their own (``Group.tail``) that libzstd threads decode once the files are read,
 while nvCOMP finishes the groups before them: the cores are idle by then, and an nvCOMP call
 lasts as long as its slowest frame however few frames it has.
@@ -15,9 +15,10 @@ lasts as long as its slowest frame however few frames it has.
 Memory. Besides the output, each stream holds one device buffer (its group's compressed and
 decoded bytes) and one pinned staging buffer (kept for the next reads: page-locking is slow):
 the device memory is bounded by ``scratch_bytes`` (at least one chunk per stream), the staging
-memory by ``pinned_bytes`` (buffers page-locked a power of two large, for later reads); chunks
-decoded on the CPU (``gpu_cpu_share``) also hold a pinned buffer of their decoded bytes;
-nvCOMP's work space comes on top (``device_extra_bytes`` of the report includes it).
+memory by :func:`~linumpy.gpu.pinned_buffers.pinned_allowance` (buffers page-locked a power of
+two large, for later reads); chunks decoded on the CPU (:data:`CPU_SHARE`) also hold a pinned
+buffer of their decoded bytes; nvCOMP's work space comes on top (``device_extra_bytes`` of the
+report includes it).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from linumpy.gpu import nvcomp
 from linumpy.gpu.pinned_buffers import PinnedLease, count_moved, pinned_allowance
 from linumpy.gpu.read_checks import ReadChecks
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
+from linumpy.io.engine import plan as engine_plan
 from linumpy.io.engine.codecs import zstd
 from linumpy.io.engine.codecs.zstd import FRAME_CHECKSUM, FRAME_NEEDS_CHECK
 from linumpy.io.engine.fetch import ALIGN, align_up
@@ -56,7 +58,14 @@ logger = logging.getLogger(__name__)
 _SLOT_ALIGN = 256
 # Below this many compressed bytes a read is one group: overlap would not pay for the calls.
 _OVERLAP_MIN_BYTES = 32 * 1024 * 1024
-# From this decoded chunk size, ``gpu_read_order="auto"`` reads the best-compressed chunks first:
+# Tuning fixed in the code: other values measured no faster (docs/gpu_guide.md).
+#: Groups of chunks the GPU decodes at once, each on its own CUDA stream.
+STREAMS = 4
+#: Fraction of a read's chunks, the last ones read, that libzstd decodes on the CPU.
+CPU_SHARE = 0.0
+#: The order a read takes chunks in: "file", "size" (the best-compressed first) or "auto".
+READ_ORDER = "auto"
+# From this decoded chunk size, READ_ORDER "auto" reads the best-compressed chunks first:
 # large frames decode slowly enough for their order to matter, small ones do not
 # (docs/gpu_guide.md, "Measurements behind the GPU defaults": ``gpu_read_order``).
 SIZE_ORDER_MIN_CHUNK = 1024 * 1024
@@ -116,7 +125,7 @@ class _Slot:
 
 
 class GpuBackend:
-    """Decode groups into a cupy output on ``settings.gpu_streams`` streams.
+    """Decode groups into a cupy output on :data:`STREAMS` streams.
 
     Parameters
     ----------
@@ -159,19 +168,19 @@ class GpuBackend:
         # At least two staging slots: the run loop reads group k+1 while group k is still being
         # checked and copied, so one slot alone would be overwritten under its own copy.
         self.slots = max(2, len(streams))
-        self.max_decode_bytes = min(settings.gpu_chunk_bytes, nvcomp.MAX_DECODE_BYTES)
+        self.max_decode_bytes = min(engine_plan.GPU_CHUNK_BYTES, nvcomp.MAX_DECODE_BYTES)
         self._settings = settings
         self._geometry = geometry(plan)
         self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
         self._slots = [_Slot(streams[i % len(streams)]) for i in range(self.slots)]
-        self._checks = ReadChecks.for_read(plan, settings, streams[0])
+        self._checks = ReadChecks.for_read(plan, streams[0])
         #: Where the stored crc32c of chunks is checked: "device", "cpu", or "" (none stored).
         self.crc32c_where = self._checks.where
         self._lease = PinnedLease()
         self._device_id = cupy.cuda.runtime.getDevice()
-        self._cpu_share = settings.gpu_cpu_share
-        order = settings.gpu_read_order
-        #: Whether the run reads the best-compressed chunks first (``gpu_read_order``).
+        self._cpu_share = CPU_SHARE
+        order = READ_ORDER
+        #: Whether the run reads the best-compressed chunks first (:data:`READ_ORDER`).
         self.size_order = order == "size" or (
             order == "auto" and plan.chunk_nbytes >= SIZE_ORDER_MIN_CHUNK
         )
@@ -187,13 +196,11 @@ class GpuBackend:
 
     def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, float]:
         """Budgets for :func:`~linumpy.io.engine.run.make_groups` (a slot's share of memory),
-        and ``gpu_cpu_share`` as the tail that libzstd decodes."""
+        and :data:`CPU_SHARE` as the tail that libzstd decodes."""
         settings = self._settings
         largest = int(sizes.max()) if len(sizes) else 0
         per_slot = max(settings.scratch_bytes // self.slots, largest + self._slot_nbytes)
-        if settings.batch_bytes:
-            per_slot = min(per_slot, max(settings.batch_bytes, self._slot_nbytes) + largest)
-        compressed = max(pinned_allowance(settings.pinned_bytes) // self.slots, largest)
+        compressed = max(pinned_allowance() // self.slots, largest)
         count_moved(int(sizes.sum()))
         overlap = int(sizes.sum()) >= _OVERLAP_MIN_BYTES
         self._staging_room = min(compressed, per_slot)
@@ -391,8 +398,7 @@ class GpuBackend:
                 self.plan.source,
                 f"the GPU failed while decoding ({exc}); nvCOMP does not check the compressed "
                 "blocks inside a frame, and a damaged chunk can do this, after which this "
-                "process's CUDA context may be unusable. Read such data with "
-                "settings={'gpu_cpu_share': 1} (libzstd decodes) or on the CPU",
+                "process's CUDA context may be unusable. Read such data on the CPU",
             ) from exc
         self._checks.verify(self.phases)
 

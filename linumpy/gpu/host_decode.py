@@ -2,13 +2,13 @@
 thread copies its chunk up and scatters it on a stream of its own while the others decode.
 
 nvCOMP decodes a zstd frame on one thread block, so a frame of tens of MiB takes it about half a
-second however many run beside it (docs/gpu_guide.md). Chunks above the ``gpu_chunk_bytes``
-setting (16 MiB) are decoded by the CPU back end's threads instead, as a CPU read decodes them
-(same reads, checksums and errors): each thread decodes into its own host buffer, copies it into
-its own device buffer (from pageable memory: nothing is page-locked, and the copy returns once
-the host buffer may be reused) and scatters it into the output with a copy kernel on its stream.
-So the upload of one chunk overlaps the decoding of the others, and the read takes about the
-time of a CPU read.
+second however many run beside it (docs/gpu_guide.md). Chunks above
+:data:`~linumpy.io.engine.plan.GPU_CHUNK_BYTES` (16 MiB) are decoded by the CPU back end's
+threads instead, as a CPU read decodes them (same reads, checksums and errors): each thread
+decodes into its own host buffer, copies it into its own device buffer (from pageable memory:
+nothing is page-locked, and the copy returns once the host buffer may be reused) and scatters it
+into the output with a copy kernel on its stream. So the upload of one chunk overlaps the
+decoding of the others, and the read takes about the time of a CPU read.
 """
 
 from __future__ import annotations

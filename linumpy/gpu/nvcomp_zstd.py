@@ -39,6 +39,7 @@ from zarr.abc.codec import BytesBytesCodec
 from zarr.codecs import Crc32cCodec
 from zarr.registry import fully_qualified_name, register_codec
 
+from linumpy.errors import SettingsError
 from linumpy.gpu._coalesce import CallMerger
 from linumpy.gpu.availability import gpu_unavailable_reason
 from linumpy.gpu.codec_batches import (
@@ -51,7 +52,6 @@ from linumpy.gpu.codec_batches import (
     prepare_items,
 )
 from linumpy.io.engine.crc import crc32c
-from linumpy.settings import ENV, Settings, resolve
 
 if TYPE_CHECKING:
     from typing import Self
@@ -62,8 +62,6 @@ if TYPE_CHECKING:
     from linumpy._compat import ArraySpec
 
 __all__ = [
-    "BATCH_SIZE_ENV",
-    "CONCURRENCY_ENV",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_CONCURRENCY",
     "DeviceCrc32cCodec",
@@ -75,14 +73,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = Settings().nvcomp_batch_size
+DEFAULT_BATCH_SIZE = 1024
 """Chunks per codec call under :func:`gpu_zstd_config` (zarr's own default is 1)."""
 
-DEFAULT_CONCURRENCY = Settings().nvcomp_concurrency
+DEFAULT_CONCURRENCY = 32
 """zarr's ``async.concurrency`` under :func:`gpu_zstd_config` (zarr's own default is 10)."""
-
-BATCH_SIZE_ENV = ENV["nvcomp_batch_size"][0]
-CONCURRENCY_ENV = ENV["nvcomp_concurrency"][0]
 
 
 def parse_zstd_level(data: object) -> int:
@@ -293,15 +288,14 @@ def gpu_zstd_config(
     Parameters
     ----------
     batch_size
-        Chunks handed to one codec call (one nvCOMP batch). Default: the ``nvcomp_batch_size``
-        setting (``LINUMPY_NVCOMP_BATCH_SIZE``, 1024).
+        Chunks handed to one codec call (one nvCOMP batch). Default:
+        :data:`DEFAULT_BATCH_SIZE`.
     concurrency
         zarr's ``async.concurrency``: how many shards (or batches) zarr reads and decodes at once.
         The inner chunks of shards decoded at once share nvCOMP calls, so sharded arrays read
         faster with more than zarr's default of 10 (docs/gpu_guide.md, "Measurements behind the
-        GPU defaults": ``nvcomp_concurrency``); each shard in flight holds its decoded bytes in
-        device memory. Default: the ``nvcomp_concurrency`` setting
-        (``LINUMPY_NVCOMP_CONCURRENCY``, 32).
+        GPU defaults"); each shard in flight holds its decoded bytes in device memory. Default:
+        :data:`DEFAULT_CONCURRENCY`.
 
     Returns
     -------
@@ -325,13 +319,17 @@ def gpu_zstd_config(
     ...     zarr.config.get("codec_pipeline.batch_size")
     256
     """
-    overrides = {"nvcomp_batch_size": batch_size, "nvcomp_concurrency": concurrency}
-    chosen = resolve({k: v for k, v in overrides.items() if v is not None})
+    chosen = {"batch_size": batch_size, "concurrency": concurrency}
+    for name, value in chosen.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise SettingsError(f"{name} must be a positive integer, got {value!r}")
     return {
         "codecs.zstd": fully_qualified_name(NvcompZstdCodec),
         "codecs.crc32c": fully_qualified_name(DeviceCrc32cCodec),
-        "codec_pipeline.batch_size": chosen.nvcomp_batch_size,
-        "async.concurrency": chosen.nvcomp_concurrency,
+        "codec_pipeline.batch_size": batch_size or DEFAULT_BATCH_SIZE,
+        "async.concurrency": concurrency or DEFAULT_CONCURRENCY,
     }
 
 

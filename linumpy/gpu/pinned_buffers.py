@@ -18,8 +18,8 @@ import numpy as np
 
 __all__: list[str] = []
 
-#: Page-locked staging a process's reads start with when the ``pinned_bytes`` setting is 0 (its
-#: default): locking more costs a first read more than the larger staging saves it.
+#: Page-locked staging a process's reads start with: locking more costs a first read more than
+#: the larger staging saves it.
 FIRST_PINNED_BYTES = 256 * 2**20
 #: The most the default staging grows to.
 MAX_PINNED_BYTES = 1024 * 2**20
@@ -31,43 +31,43 @@ _moved_lock = threading.Lock()
 _moved = 0  # compressed bytes the process's GPU reads have staged
 
 
-def pinned_allowance(setting: int) -> int:
-    """The page-locked staging a read may use now: the ``pinned_bytes`` setting when it is set;
-    when it is 0, :data:`FIRST_PINNED_BYTES` in a new process and one more byte per
-    :data:`PINNED_PAYBACK` bytes staged since, up to :data:`MAX_PINNED_BYTES`.
+# Page-locked staging of every read when not 0 (set by tests and by steady_staging).
+_FIXED_BYTES = 0
+
+
+def pinned_allowance() -> int:
+    """The page-locked staging a read may use now: :data:`FIRST_PINNED_BYTES` in a new process
+    and one more byte per :data:`PINNED_PAYBACK` bytes staged since, up to
+    :data:`MAX_PINNED_BYTES`.
 
     Examples
     --------
-    >>> pinned_allowance(2**20)
-    1048576
-    >>> pinned_allowance(0) == min(MAX_PINNED_BYTES, max(FIRST_PINNED_BYTES, moved() // 16))
+    >>> pinned_allowance() == min(MAX_PINNED_BYTES, max(FIRST_PINNED_BYTES, moved() // 16))
     True
     """
-    if setting > 0:
-        return setting
+    if _FIXED_BYTES > 0:
+        return _FIXED_BYTES
     return min(MAX_PINNED_BYTES, max(FIRST_PINNED_BYTES, _moved // PINNED_PAYBACK))
 
 
 @contextmanager
 def steady_staging() -> Iterator[None]:
     """Within: reads stage through :data:`MAX_PINNED_BYTES` from the first, as a process that
-    has read for a while does, unless the ``pinned_bytes`` setting is given (benchmarks of
-    repeated reads use it, so that their first rows are not measured on a smaller staging).
+    has read for a while does (benchmarks of repeated reads use it, so that their first rows are
+    not measured on a smaller staging).
 
     Examples
     --------
-    >>> from linumpy import settings
     >>> with steady_staging():
-    ...     pinned_allowance(settings.get().pinned_bytes) == MAX_PINNED_BYTES
+    ...     pinned_allowance() == MAX_PINNED_BYTES
     True
     """
-    from linumpy import settings
-
-    if settings.get().pinned_bytes:
+    global _FIXED_BYTES
+    before, _FIXED_BYTES = _FIXED_BYTES, _FIXED_BYTES or MAX_PINNED_BYTES
+    try:
         yield
-        return
-    with settings.set(pinned_bytes=MAX_PINNED_BYTES):
-        yield
+    finally:
+        _FIXED_BYTES = before
 
 
 def count_moved(nbytes: int) -> None:

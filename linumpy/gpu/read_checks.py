@@ -2,8 +2,8 @@
 
 Before nvCOMP decodes a group, the stored crc32c of its chunks (codec ``crc32c``) is checked on
 the device (:mod:`linumpy.gpu.crc_device`: a failed frame is swapped for a stand-in, so nvCOMP
-never sees it) or, with ``gpu_crc32c="cpu"`` or where nvCOMP has no CRC32, on the reading
-threads (:mod:`linumpy.io.engine.crc`). After the decode, frames that store zstd's content
+never sees it) or, with :data:`CRC32C_WHERE` ``"cpu"`` or where nvCOMP has no CRC32, on the
+reading threads (:mod:`linumpy.io.engine.crc`). After the decode, frames that store zstd's content
 checksum are hashed on the device (:mod:`linumpy.gpu._xxhash`). Everything is read back once,
 after the final synchronisation, and the first failure raises
 :class:`~linumpy.errors.ChunkDecodeError` naming its chunk: a crc32c first (a failed chunk was
@@ -22,13 +22,17 @@ import numpy as np
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
 from linumpy.gpu.crc_device import DeviceCrc32c, crc32c_unavailable_reason
+from linumpy.io.engine import plan as engine_plan
 from linumpy.io.engine.codecs.zstd import CHECKSUM_BYTES
 from linumpy.io.engine.keys import EntryKeys
 from linumpy.io.engine.plan import ReadPlan
 from linumpy.io.engine.run import Fetched, Group
-from linumpy.settings import Settings
 
 __all__: list[str] = []
+
+#: Where a read checks stored crc32c: "device" (nvCOMP's batched CRC32 on the copied chunks),
+#: "cpu" (the reading threads) or "auto" (the device where nvCOMP can).
+CRC32C_WHERE = "auto"
 
 
 @dataclass(slots=True)
@@ -37,7 +41,7 @@ class ReadChecks:
 
     Examples
     --------
-    >>> checks = ReadChecks.for_read(plan, settings, streams[0])  # doctest: +SKIP
+    >>> checks = ReadChecks.for_read(plan, streams[0])  # doctest: +SKIP
     >>> checks.where  # doctest: +SKIP
     'device'
     """
@@ -52,26 +56,24 @@ class ReadChecks:
     timed: dict[str, list[tuple[Any, Any]]] = field(default_factory=dict)
 
     @classmethod
-    def for_read(cls, plan: ReadPlan, settings: Settings, stream: Any) -> ReadChecks:
-        """The checks of a read of ``plan`` under ``settings.gpu_crc32c``.
+    def for_read(cls, plan: ReadPlan, stream: Any) -> ReadChecks:
+        """The checks of a read of ``plan`` (where: :data:`CRC32C_WHERE`).
 
         Raises
         ------
         GPUUnavailableError
-            ``gpu_crc32c="device"`` on chunks with a crc32c, where nvCOMP has no CRC32.
+            :data:`CRC32C_WHERE` ``"device"`` on chunks with a crc32c, where nvCOMP has no CRC32.
         """
         if not plan.crc32c:
             return cls(plan)
         # Chunks too large for nvCOMP are all decoded by libzstd, after the CPU's check.
-        fits = plan.chunk_nbytes <= min(settings.gpu_chunk_bytes, nvcomp.MAX_DECODE_BYTES)
-        if settings.gpu_crc32c != "cpu" and fits:
+        fits = plan.chunk_nbytes <= min(engine_plan.GPU_CHUNK_BYTES, nvcomp.MAX_DECODE_BYTES)
+        if CRC32C_WHERE != "cpu" and fits:
             reason = crc32c_unavailable_reason()
             if reason is None:
                 return cls(plan, "device", DeviceCrc32c(plan.chunk_nbytes, stream))
-            if settings.gpu_crc32c == "device":
-                raise GPUUnavailableError(
-                    f"LINUMPY_GPU_CRC32C/gpu_crc32c='device' was asked for, but {reason}"
-                )
+            if CRC32C_WHERE == "device":
+                raise GPUUnavailableError(f"the crc32c check on the device needs {reason}")
         return cls(plan, "cpu")
 
     def on_device(self, group: Group) -> bool:

@@ -181,11 +181,10 @@ def _nvcomp_round_trip() -> None:
 
 
 def _page_lock_staging() -> None:
-    from linumpy import settings
+    from linumpy.gpu.backend import STREAMS
     from linumpy.gpu.pinned_buffers import pinned_allowance, prestage
     from linumpy.parallel.block_sizes import DEFAULT_GPU_THREADS
 
-    current = settings.get()
-    slots = max(2, current.gpu_streams)  # as the GPU back end's staging slots
+    slots = max(2, STREAMS)  # as the GPU back end's staging slots
     # a job's reads run on DEFAULT_GPU_THREADS threads at once, each with staging of its own
-    prestage("staging", slots, pinned_allowance(current.pinned_bytes) // slots, DEFAULT_GPU_THREADS)
+    prestage("staging", slots, pinned_allowance() // slots, DEFAULT_GPU_THREADS)

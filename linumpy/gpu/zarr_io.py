@@ -26,6 +26,7 @@ import zarr
 
 from linumpy import settings as _settings
 from linumpy.errors import LinumpyError, UnsupportedLayoutError
+from linumpy.gpu import backend as gpu_backend
 from linumpy.gpu.availability import (
     after_current_stream,
     gpu_unavailable_reason,
@@ -41,6 +42,7 @@ from linumpy.gpu.backend import (
 from linumpy.gpu.device_memory import check_free
 from linumpy.gpu.host_decode import HostDecodeBackend, decodes_on_host
 from linumpy.gpu.zarr_context import describe_gpu, gpu_zarr_context
+from linumpy.io.engine import plan as engine_plan
 from linumpy.io.engine.cpu import check_thread_memory
 from linumpy.io.engine.memory import format_size
 from linumpy.io.engine.plan import ReadPlan, plan_read
@@ -257,7 +259,8 @@ def read_zarr_to_gpu(
 class GpuRead:
     """The GPU back end as the read orchestrator asks it: device memory checks, zarr on the GPU
     (:func:`gpu_zarr_context`) as the fallback, a :class:`~linumpy.gpu.backend.GpuBackend` on
-    ``gpu_streams`` CUDA streams (see :class:`~linumpy.io.engine.read.ReadBackend`).
+    :data:`~linumpy.gpu.backend.STREAMS` CUDA streams (see
+    :class:`~linumpy.io.engine.read.ReadBackend`).
 
     Examples
     --------
@@ -323,7 +326,7 @@ class GpuRead:
             f"output {format_size(plan.out_nbytes)}, buffers and nvCOMP work space "
             f"{format_size(extra)}",
         )
-        streams = worker_streams(settings.gpu_streams)
+        streams = worker_streams(gpu_backend.STREAMS)
         pool_before = cupy.get_default_memory_pool().used_bytes()
         with streams[0]:
             result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
@@ -336,7 +339,7 @@ class GpuRead:
 def _max_decode_bytes(settings: Settings) -> int:
     from linumpy.gpu import nvcomp
 
-    return min(settings.gpu_chunk_bytes, nvcomp.MAX_DECODE_BYTES)
+    return min(engine_plan.GPU_CHUNK_BYTES, nvcomp.MAX_DECODE_BYTES)
 
 
 def _open_host_decode(
@@ -386,7 +389,7 @@ def _fit_scratch(plan: Any, settings: Settings, out_nbytes: int) -> Settings:
     import cupy
 
     free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
-    least = settings.gpu_streams * 3 * plan.chunk_nbytes
+    least = gpu_backend.STREAMS * 3 * plan.chunk_nbytes
     scratch = settings.scratch_bytes
     while (
         scratch > least

@@ -53,24 +53,22 @@ def storage_unit(array: zarr.Array) -> tuple[int, ...]:
 
 def host_decoded(array: zarr.Array) -> bool:
     """Whether a GPU read of ``array`` decodes its chunks with libzstd on the host: chunks above
-    the ``gpu_chunk_bytes`` setting (:mod:`linumpy.gpu.host_decode`). Such a read decodes one
-    chunk per thread, so a GPU job over it needs the CPU's tasks, not a GPU job's few large ones.
+    :data:`~linumpy.io.engine.plan.GPU_CHUNK_BYTES` (:mod:`linumpy.gpu.host_decode`). Such a read
+    decodes one chunk per thread, so a GPU job over it needs the CPU's tasks, not a GPU job's few
+    large ones.
 
     Examples
     --------
     >>> import zarr
-    >>> from linumpy import settings
-    >>> array = zarr.create_array({}, shape=(64, 64), chunks=(32, 32), dtype="uint16")
-    >>> with settings.set(gpu_chunk_bytes=1024):
-    ...     host_decoded(array)
-    True
-    >>> host_decoded(array)
+    >>> host_decoded(zarr.create_array({}, shape=(64, 64), chunks=(32, 32), dtype="uint16"))
     False
+    >>> host_decoded(zarr.create_array({}, shape=(4096, 4096), chunks=(4096, 4096), dtype="f4"))
+    True
     """
-    from linumpy import settings
+    from linumpy.io.engine.plan import GPU_CHUNK_BYTES
 
     chunk_nbytes = math.prod(int(c) for c in array.chunks) * np.dtype(array.dtype).itemsize
-    return chunk_nbytes > settings.get().gpu_chunk_bytes
+    return chunk_nbytes > GPU_CHUNK_BYTES
 
 
 def round_block(

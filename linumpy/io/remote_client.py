@@ -297,6 +297,12 @@ def _settle(future: concurrent.futures.Future, task: asyncio.Task) -> None:
         future.set_result(task.result())
 
 
+# Requests one read keeps in flight, and compressed bytes it holds fetched ahead of its decode:
+# the memory that keeps those requests busy across groups.
+_REQUESTS = 64
+_READ_AHEAD_BYTES = 256 * 2**20
+
+
 def range_client(zarr_store: Any, settings: _settings.Settings | None = None) -> RangeClient | None:
     """A :class:`RangeClient` over the obstore store of a zarr ``ObjectStore``, else None.
 
@@ -319,10 +325,4 @@ def range_client(zarr_store: Any, settings: _settings.Settings | None = None) ->
     if url is None:
         return None
     settings = settings or _settings.get()
-    return RangeClient(
-        url,
-        store,
-        settings.remote_requests,
-        settings.remote_retries,
-        settings.remote_ahead_bytes,
-    )
+    return RangeClient(url, store, _REQUESTS, settings.remote_retries, _READ_AHEAD_BYTES)

@@ -74,6 +74,7 @@ def prepare_gpu_kernels() -> KernelReport:
     import cupy
 
     from linumpy.io import read_volume
+    from linumpy.io.engine.write import encode_min_bytes
     from linumpy.mosaic.demo import make_demo_data, read_demo_truth
     from linumpy.mosaic.pipeline import (
         estimate_transform_omezarr,
@@ -88,7 +89,8 @@ def prepare_gpu_kernels() -> KernelReport:
     started = time.perf_counter()
     with (
         tempfile.TemporaryDirectory(prefix="linumpy-kernels-") as folder,
-        settings.set(gpu_encode_min_bytes=1, durable=False),
+        encode_min_bytes(1),
+        settings.set(durable=False),
     ):
         root = Path(folder)
         mosaic = root / "mosaic.ome.zarr"

@@ -7,7 +7,7 @@ a time, one group ahead of the decode; fetching a group only when asked would le
 idle while each group's last requests finish and the next group's first ones start. So the
 stage reads ahead (:class:`ReadAhead`): on a read's first group it lays out the requests of the
 whole read, in the order the run loop asks for chunks, and keeps them in flight, up to
-``remote_requests`` at once and ``remote_ahead_bytes`` of data fetched and not yet handed on.
+the client's ``requests`` at once and its ``readahead`` bytes fetched and not yet handed on.
 Chunks of one object closer than :data:`REMOTE_MERGE_GAP` are fetched by one request (a
 request's round trip costs more than that many bytes on most links), of at most about
 :data:`REMOTE_PIECE_BYTES`, so that a whole shard usually comes in one request; unsharded
@@ -218,10 +218,10 @@ def _stored_bound(plan: Any) -> int:
 class ReadAhead:
     """Fetches a read's requests ahead of the groups that need them, within a byte budget.
 
-    Requests start in the read's order, at most ``remote_requests`` in flight (the client's
-    ``requests``) and ``remote_ahead_bytes`` (its ``readahead``) of data started and not yet
-    handed on; a group's own requests start when it asks, whatever the budget. A request's data
-    go once every chunk it holds was handed on.
+    Requests start in the read's order, at most the client's ``requests`` in flight and its
+    ``readahead`` bytes of data started and not yet handed on; a group's own requests start
+    when it asks, whatever the budget. A request's data go once every chunk it holds was handed
+    on.
 
     Examples
     --------

@@ -32,6 +32,8 @@ from linumpy.io.engine.keys import chunk_keys
 from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.engine.region import Region, parse_region
 
+#: Largest decoded chunk a GPU read gives nvCOMP; libzstd decodes larger ones on the host.
+GPU_CHUNK_BYTES = 16 * 2**20
 __all__: list[str] = []
 
 

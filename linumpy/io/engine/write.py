@@ -15,7 +15,8 @@ let zarr write.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from linumpy.io.engine.write_plan import check_data, plan_write
 __all__: list[str] = []
 
 
-#: The default of ``gpu_encode_min_bytes`` per I/O thread: below about 2 MiB per host thread
+#: The smallest device array the GPU encodes, per I/O thread: below about 2 MiB per host thread
 #: the host encodes a block faster than nvCOMP (``benchmarks/gpu_small_writes.py``).
 GPU_ENCODE_MIN_BYTES_PER_THREAD = 2 * settings_module.MIB
 #: ...and at least this much: on fewer threads the host is slower, but nvCOMP's fixed cost per
@@ -38,10 +39,34 @@ GPU_ENCODE_MIN_BYTES_PER_THREAD = 2 * settings_module.MIB
 GPU_ENCODE_MIN_BYTES_FLOOR = 16 * settings_module.MIB
 
 
+# The smallest device array the GPU encodes when not 0 (see encode_min_bytes).
+_ENCODE_MIN_BYTES = 0
+
+
+@contextmanager
+def encode_min_bytes(nbytes: int) -> Iterator[None]:
+    """Within: device arrays of ``nbytes`` or more are encoded by nvCOMP, smaller ones on the
+    host (1: every array on the GPU, as the kernel preparation and tests do); process-wide.
+
+    Examples
+    --------
+    >>> from linumpy import settings
+    >>> with encode_min_bytes(1):
+    ...     gpu_encode_min_bytes(settings.get())
+    1
+    """
+    global _ENCODE_MIN_BYTES
+    before, _ENCODE_MIN_BYTES = _ENCODE_MIN_BYTES, nbytes
+    try:
+        yield
+    finally:
+        _ENCODE_MIN_BYTES = before
+
+
 def gpu_encode_min_bytes(config: settings_module.Settings) -> int:
-    """The smallest device array the GPU encodes: ``gpu_encode_min_bytes``, or by default
-    :data:`GPU_ENCODE_MIN_BYTES_PER_THREAD` per ``io_threads`` (the host's libzstd threads),
-    at least :data:`GPU_ENCODE_MIN_BYTES_FLOOR`.
+    """The smallest device array the GPU encodes: :data:`GPU_ENCODE_MIN_BYTES_PER_THREAD` per
+    ``io_threads`` (the host's libzstd threads), at least :data:`GPU_ENCODE_MIN_BYTES_FLOOR`
+    (unless :func:`encode_min_bytes` says otherwise).
 
     Examples
     --------
@@ -50,11 +75,9 @@ def gpu_encode_min_bytes(config: settings_module.Settings) -> int:
     32
     >>> gpu_encode_min_bytes(settings.resolve({"io_threads": 2})) // settings.MIB
     16
-    >>> gpu_encode_min_bytes(settings.resolve({"gpu_encode_min_bytes": 1}))
-    1
     """
     default = max(GPU_ENCODE_MIN_BYTES_FLOOR, GPU_ENCODE_MIN_BYTES_PER_THREAD * config.io_threads)
-    return config.gpu_encode_min_bytes or default
+    return _ENCODE_MIN_BYTES or default
 
 
 def write_array(
