@@ -7,6 +7,7 @@ generates pages into its source tree, and several builds may run at once in one 
 
 from __future__ import annotations
 
+import ast
 import doctest
 import importlib
 import inspect
@@ -31,16 +32,40 @@ DOCS = ROOT / "docs"
 GPU_PACKAGE = "linumpy.gpu"
 
 
-def _public_modules() -> list[str]:
-    """Every module of the package whose dotted name has no private part."""
+def _all_modules() -> list[str]:
+    """Every module of the package, internal ones included, and the scripts."""
     names = ["linumpy"]
-    for info in pkgutil.walk_packages(linumpy.__path__, "linumpy."):
-        if not any(part.startswith("_") for part in info.name.split(".")):
-            names.append(info.name)
+    names += [info.name for info in pkgutil.walk_packages(linumpy.__path__, "linumpy.")]
     # The scripts install as linumpy.scripts from the top-level scripts/ folder.
     names.append("linumpy.scripts")
     names += [f"linumpy.scripts.{path.stem}" for path in (ROOT / "scripts").glob("linum_*.py")]
     return sorted(names)
+
+
+def _api_patterns() -> tuple[str, ...]:
+    """docs/conf.py's ``api_modules``: the public API, written there once (read statically, as
+    conf.py builds files when it runs)."""
+    tree = ast.parse((DOCS / "conf.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "api_modules" for target in node.targets
+        ):
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("docs/conf.py defines no api_modules")
+
+
+def _in_api(module: str, patterns: tuple[str, ...]) -> bool:
+    """Whether ``module`` is one of ``patterns`` (``pkg.*``: a package and all its modules)."""
+    return any(
+        module == name or (name.endswith(".*") and (module + ".").startswith(name[:-1]))
+        for name in patterns
+    )
+
+
+def _public_modules() -> list[str]:
+    """The modules of the public API (docs/conf.py's ``api_modules``), existing ones only."""
+    patterns = _api_patterns()
+    return [name for name in _all_modules() if _in_api(name, patterns)]
 
 
 def _public_names(module: ModuleType) -> list[str]:
@@ -127,18 +152,107 @@ def test_every_public_object_has_a_page(built_docs: Path) -> None:
         assert module_name in documented
 
 
-def test_every_public_function_and_class_has_an_example() -> None:
+def _without_examples(modules: list[ModuleType]) -> list[str]:
+    """The functions and classes ``modules`` export without an Examples section, where they are
+    defined or re-exported (``linumpy.io`` re-exports what its modules define)."""
     missing = []
-    for module_name in _public_modules():
-        module = importlib.import_module(module_name)
+    for module in modules:
         for name in _public_names(module):
             value = getattr(module, name)
-            documented_here = getattr(value, "__module__", None) == module_name and (
-                inspect.isfunction(value) or inspect.isclass(value)
-            )
-            if documented_here and "Examples" not in (inspect.getdoc(value) or ""):
-                missing.append(f"{module_name}.{name}")
+            home = getattr(value, "__module__", None) or ""
+            exported_here = home == module.__name__ or home.startswith(module.__name__ + ".")
+            if (
+                exported_here
+                and (inspect.isfunction(value) or inspect.isclass(value))
+                and "Examples" not in (inspect.getdoc(value) or "")
+            ):
+                missing.append(f"{module.__name__}.{name}")
+    return missing
+
+
+def test_every_public_function_and_class_has_an_example() -> None:
+    modules = [importlib.import_module(name) for name in _public_modules()]
+    missing = _without_examples(modules)
     assert not missing, f"public objects without an Examples section: {missing}"
+
+
+def test_the_examples_rule_finds_a_missing_example() -> None:
+    module = ModuleType("linumpy_probe")
+
+    def documented() -> None:
+        """Documented.
+
+        Examples
+        --------
+        >>> documented()
+        """
+
+    def bare() -> None:
+        """No example."""
+
+    for function in (documented, bare):
+        function.__module__ = module.__name__
+        setattr(module, function.__name__, function)
+    module.__all__ = ["bare", "documented"]  # type: ignore[attr-defined]
+    assert _without_examples([module]) == ["linumpy_probe.bare"]
+
+
+def test_the_public_api_is_the_listed_modules() -> None:
+    public = set(_public_modules())
+    for name in ("linumpy.io", "linumpy.settings", "linumpy.errors", "linumpy.gpu.zarr_io"):
+        assert name in public
+    assert "linumpy.gpu.nvcomp_zstd" in public and "linumpy.mosaic.stitch" in public
+    # Every listed name is a module that exists: a renamed module cannot drop out silently.
+    for pattern in _api_patterns():
+        assert pattern.removesuffix(".*") in public, pattern
+    for internal in ("linumpy.io.engine.read", "linumpy.gpu.backend", "linumpy.cli"):
+        assert internal not in public
+
+
+def _dunder_all(path: Path) -> list[str]:
+    """A module's ``__all__``, read statically (GPU modules are not imported), or []."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Assign):
+            targets = node.targets
+        else:
+            continue
+        if node.value is not None and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in targets
+        ):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+#: Internal packages whose modules export nothing, but for a compressor package's interface.
+INTERNAL_PACKAGES = ("linumpy/io/engine", "linumpy/gpu")
+COMPRESSOR_PACKAGES = ("linumpy/io/engine/codecs/zstd/__init__.py",)
+
+
+def test_internal_modules_export_nothing() -> None:
+    """Engine and GPU-layer internals are not public by accident: an empty ``__all__``."""
+    patterns = _api_patterns()
+    exporting = []
+    for folder in INTERNAL_PACKAGES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            module = relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            if _in_api(module, patterns) or relative in COMPRESSOR_PACKAGES:
+                continue
+            if _dunder_all(path):
+                exporting.append(module)
+    assert not exporting, f"internal modules with a non-empty __all__: {exporting}"
+
+
+def test_the_api_reference_shows_only_the_public_api(built_docs: Path) -> None:
+    pages = {
+        ".".join(page.relative_to(built_docs / "api" / "python").parent.parts)
+        for page in (built_docs / "api" / "python").rglob("index.html")
+    }
+    public = set(_public_modules())
+    assert "linumpy.io" in pages and "linumpy.gpu.zarr_io" in pages
+    assert not pages - public, f"internal modules in the API reference: {sorted(pages - public)}"
 
 
 def test_every_script_has_a_page_with_an_example(built_docs: Path) -> None:
@@ -166,7 +280,8 @@ def _docstring_tests(module_name: str) -> list[doctest.DocTest]:
 
 def _modules_with_examples() -> list[pytest.param]:
     params = []
-    for name in _public_modules() + ["linumpy.gpu._coalesce", "linumpy.gpu._xxhash"]:
+    # Every module's examples run, internal ones too: there they are tests of behaviour.
+    for name in _all_modules():
         if not _docstring_tests(name):
             continue
         marks = [pytest.mark.gpu] if name.startswith(GPU_PACKAGE) else []
