@@ -6,8 +6,8 @@ kept, so the projection can be stitched with linum-stitch-2d) and, with --png, a
 
 The volume is read out of core, one column of slabs per dask task, so volumes larger than memory
 are projected with bounded memory: --memory-limit sets the working set per worker, --scheduler
-runs the tasks on an existing dask.distributed cluster, --gpus N on a dask-cuda cluster with one
-worker per GPU.
+runs the tasks on an existing dask.distributed cluster (columns are then also split in depth
+until every worker thread has tasks), --gpus N on a dask-cuda cluster with one worker per GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
-from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
+from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args, cluster_gpu
 from linumpy.cli.options import png_name, positive_int
 
 
@@ -62,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         from linumpy.io import read_volume
         from linumpy.mosaic.pipeline import projection_omezarr, save_png
 
-        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
         with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
+            gpu = cluster_gpu(args, cluster)  # under --scheduler, the workers' GPUs
             shape = projection_omezarr(
                 args.input,
                 partial,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
-from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
+from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args, cluster_gpu
 from linumpy.cli.options import (
     add_blending_args,
     add_layout_args,
@@ -76,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             outputs = JobOutputs.in_folder(folder, png=args.png)
             for path, kind in zip(outputs.paths(), ("file", "directory", "directory", "file")):
                 cli.check_output(parser, path, args.overwrite, kind=kind)
-            gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
             with cluster_from_args(args) as cluster:
+                gpu = cluster_gpu(args, cluster)  # under --scheduler, the workers' GPUs
                 result = run_mosaic_job(
                     args.input,
                     outputs,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from linumpy import cli
-from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
+from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args, cluster_gpu
 from linumpy.cli.options import (
     add_blending_args,
     add_layout_args,
@@ -80,8 +80,8 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
             parser.error(
                 f"{args.input}: a {ndim}D mosaic grid is needed, this one is {source_ndim}D"
             )
-        gpu = cli.resolve_gpu(args.use_gpu or args.gpus is not None)
         with cluster_from_args(args) as cluster, cli.output_path(output) as partial:
+            gpu = cluster_gpu(args, cluster)  # under --scheduler, the workers' GPUs
             stitch_omezarr(
                 args.input,
                 partial,

@@ -458,7 +458,7 @@ def test_cpu_projection_blocks_are_whole_shards_read_with_a_share_of_the_threads
     cores."""
     from linumpy import settings
     from linumpy.mosaic import out_of_core
-    from linumpy.mosaic.out_of_core import projection_lazy
+    from linumpy.mosaic.projection import projection_lazy
 
     # metadata only: shards of 128 MiB, more than the split would give one task of 16
     empty = tmp_path / "empty.zarr"

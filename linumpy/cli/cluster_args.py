@@ -1,5 +1,6 @@
 """The dask options of the ``linum-*`` scripts that run out of core: ``--memory-limit``,
-``--scheduler`` and ``--gpus``, and the :class:`~linumpy.parallel.Cluster` they ask for."""
+``--scheduler``, ``--cluster-timeout`` and ``--gpus``, the :class:`~linumpy.parallel.Cluster`
+they ask for, and whether its tasks run on GPUs (asked of the workers under ``--scheduler``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from linumpy.errors import LinumpyError
+from linumpy.errors import ClusterError, LinumpyError
 from linumpy.parallel import Cluster, dask_cluster, parse_size
+from linumpy.parallel.workers import DEFAULT_CLUSTER_TIMEOUT_S
 
-__all__ = ["add_cluster_args", "cluster_from_args"]
+__all__ = ["add_cluster_args", "cluster_from_args", "cluster_gpu"]
 
 
 def _size_arg(value: str) -> str:
@@ -21,9 +23,19 @@ def _size_arg(value: str) -> str:
     return value
 
 
+def _seconds_arg(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+    return seconds
+
+
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--memory-limit SIZE``, ``--scheduler ADDRESS`` and ``--gpus N`` (see
-    :func:`linumpy.parallel.dask_cluster`).
+    """Add ``--memory-limit SIZE``, ``--scheduler ADDRESS``, ``--cluster-timeout SECONDS`` and
+    ``--gpus N`` (see :func:`linumpy.parallel.dask_cluster`).
 
     Examples
     --------
@@ -48,7 +60,15 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
         "--scheduler",
         metavar="ADDRESS",
         help="Run on an existing dask.distributed scheduler (e.g. tcp://host:8786); its workers "
-        "must see the input and output paths.",
+        "must see the input and output paths (docs/cluster.md).",
+    )
+    group.add_argument(
+        "--cluster-timeout",
+        type=_seconds_arg,
+        default=DEFAULT_CLUSTER_TIMEOUT_S,
+        metavar="SECONDS",
+        help="With --scheduler: how long to wait for a first worker, and for another when all "
+        "are lost mid-job, before failing [%(default)g].",
     )
     where.add_argument(
         "--gpus",
@@ -71,7 +91,55 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[Cluster]:
     ...     cluster.client is None, cluster.memory_limit
     (True, 1073741824)
     """
+    timeout = getattr(args, "cluster_timeout", DEFAULT_CLUSTER_TIMEOUT_S)
     with dask_cluster(
-        memory_limit=args.memory_limit, scheduler=args.scheduler, gpus=args.gpus
+        memory_limit=args.memory_limit, scheduler=args.scheduler, gpus=args.gpus, timeout=timeout
     ) as cluster:
         yield cluster
+
+
+def _gpu_reason() -> str | None:
+    """Why this process has no usable GPU, None when it has one (run on each worker)."""
+    try:
+        from linumpy.gpu.zarr_io import gpu_unavailable_reason
+
+        return gpu_unavailable_reason()
+    except ImportError as exc:
+        return f"linumpy's GPU support cannot be imported ({exc})"
+
+
+def cluster_gpu(args: argparse.Namespace, cluster: Cluster) -> bool:
+    """Whether the job's tasks run on GPUs: ``--use-gpu`` (or ``--gpus``) and a usable GPU.
+
+    With ``--scheduler`` the workers are asked, not this process (a login node may have no
+    GPU): a worker without one is an error naming it. Otherwise
+    :func:`linumpy.cli.resolve_gpu` decides here (no usable GPU: a warning, the CPU path).
+
+    Raises
+    ------
+    ClusterError
+        Under ``--scheduler`` and ``--use-gpu``, for a worker without a usable GPU.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from linumpy.cli.cluster_args import cluster_gpu
+    >>> from linumpy.parallel import Cluster
+    >>> cluster_gpu(argparse.Namespace(use_gpu=False, gpus=None), Cluster())
+    False
+    """
+    from linumpy.cli.parser import resolve_gpu
+
+    wanted = bool(getattr(args, "use_gpu", False)) or getattr(args, "gpus", None) is not None
+    if not wanted or cluster.client is None or getattr(args, "gpus", None) is not None:
+        return resolve_gpu(wanted)
+    answers = cluster.client.run(_gpu_reason)
+    missing = {worker: why for worker, why in sorted(answers.items()) if why is not None}
+    if missing:
+        worker, why = next(iter(missing.items()))
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ClusterError(
+            f"--use-gpu: dask worker {worker}{more} has no usable GPU: {why}; start the "
+            "workers on GPU nodes (dask cuda worker) or leave --use-gpu out"
+        )
+    return True

@@ -192,7 +192,29 @@ def check_output(
     ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
     linum-demo: error: output '.../a.png' is the output '.../a.png'; write to another path
     exit status 2
+
+    Outputs are written on a file system (local or shared by a cluster's workers), not to an
+    object store's URL:
+
+    >>> try:
+    ...     with contextlib.redirect_stderr(sys.stdout):
+    ...         check_output(parser, "s3://lab/aip.ome.zarr", overwrite=True)
+    ... except SystemExit as exc:
+    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
+    linum-demo: error: output 's3://lab/aip.ome.zarr': the scripts write outputs to a file ...
+    exit status 2
     """
+    from linumpy.io.remote import local_path, url_scheme
+
+    scheme = url_scheme(path)
+    if scheme == "file":
+        path = local_path(os.fspath(path))
+    elif scheme is not None:
+        parser.error(
+            f"output {os.fspath(path)!r}: the scripts write outputs to a file system path "
+            f"(local, or shared by the cluster's workers), not to {scheme}:// URLs; write it "
+            "there and copy it to the store"
+        )
     path = Path(path)
     for role, others in (("input", _INPUTS), ("output", _OUTPUTS)):
         for other in others.get(parser, []):
@@ -264,7 +286,8 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     from linumpy.io.staging import STAGING_SUFFIX, staged
 
     try:
-        with staged(path) as staging:
+        # absolute: a dask worker opens it in a working directory of its own
+        with staged(os.path.abspath(path)) as staging:
             yield staging
     except OSError as exc:
         full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

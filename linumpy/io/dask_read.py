@@ -103,7 +103,8 @@ def dask_volume(
     origin = tuple(s.start for s in bounds)
     parsed = parse_source(path, storage_options)
     if parsed.local is not None:  # blocks open the path: they see the files as they are then
-        blocks_read, key = os.fspath(parsed.local), os.path.abspath(parsed.local)
+        # absolute, as the key: a dask worker's working directory is its own
+        blocks_read = key = os.path.abspath(parsed.local)
     else:  # blocks read the array opened here: its metadata are fetched once
         blocks_read, key, level = array, str(array.store_path), 0
     name = "open-volume-" + tokenize(key, level, gpu, origin, shape, block, dtype.str, settings)

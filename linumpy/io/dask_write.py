@@ -51,7 +51,7 @@ __all__ = [
 
 
 def array_path(target: zarr.Array | str | os.PathLike[str]) -> str:
-    """The directory of a zarr array on the local file system.
+    """The directory of a zarr array on the local file system, as an absolute path.
 
     Raises
     ------
@@ -68,11 +68,12 @@ def array_path(target: zarr.Array | str | os.PathLike[str]) -> str:
     >>> array_path(array) == folder + "/image.zarr/0"
     True
     """
+    # absolute: the tasks writing it may run in dask workers with working directories of their own
     if not isinstance(target, zarr.Array):
-        return os.fspath(target)
+        return os.path.abspath(os.fspath(target))
     if not isinstance(target.store, LocalStore):
         raise LinumpyError(f"writing dask arrays needs a zarr array on disk, not in {target.store}")
-    return os.fspath(Path(target.store.root) / target.path)
+    return os.path.abspath(Path(target.store.root) / target.path)
 
 
 def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:

@@ -137,7 +137,12 @@ def run_mosaic_job(
     True
     """
     transform, pairs = estimate_transform_omezarr(
-        source, tile_shape=tile_shape, gpu=gpu, progress=progress, min_score=min_score
+        source,
+        tile_shape=tile_shape,
+        gpu=gpu,
+        progress=progress,
+        cluster=cluster,
+        min_score=min_score,
     )
     with staged(outputs.transform) as partial:
         transform.save(partial)

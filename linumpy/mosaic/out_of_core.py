@@ -1,4 +1,4 @@
-"""Mosaic operations as lazy dask arrays of bounded blocks: stitching and projection.
+"""Stitching as lazy dask arrays of bounded blocks (projections: :mod:`linumpy.mosaic.projection`).
 
 Each block is one task that reads what it needs with :func:`linumpy.io.read_volume` (the tiles
 overlapping a stitched block; a column of slabs for a projection), so a job holds a few blocks
@@ -18,21 +18,18 @@ import dask.array as da
 import numpy as np
 
 from linumpy._numpy_or_cupy import gpu_module
-from linumpy.errors import LinumpyError
 from linumpy.io import open_array, read_volume
-from linumpy.io.blocks import host_decoded
 from linumpy.io.dask_write import empty_meta
-from linumpy.io.engine.memory import available_memory, check_host_memory
-from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
+from linumpy.io.engine.memory import available_memory
+from linumpy.io.lazy import aligned_chunks, grow_block
 from linumpy.mosaic.stitch import Blending, parse_blending, stitch_region, tiles_in_region
 from linumpy.mosaic.transform import TileTransform
-from linumpy.parallel import GPU_READ_TASK_BYTES, TASK_SHARE, Cluster
+from linumpy.parallel import TASK_SHARE, Cluster
+from linumpy.parallel.task_inputs import check_same_input, input_digest, task_path
 
 __all__ = [
     "REUSE_TASK_BYTES",
     "plan_stitch_block",
-    "projection_lazy",
-    "read_threads",
     "stitch_lazy",
     "stitch_threads",
 ]
@@ -203,8 +200,10 @@ def _stitch_block(
     blending: Blending,
     gpu: bool,
     threads: int,
+    digest: str | None = None,
     block_info: dict[Any, Any] | None = None,
 ) -> Any:
+    check_same_input(source, digest)  # once per worker: it sees the client's mosaic grid
     info = block_info[None]
     (y0, y1), (x0, x1) = info["array-location"][-2:]
     hit = tiles_in_region(transform, (y0, x0), (y1 - y0, x1 - x0))
@@ -279,13 +278,15 @@ def stitch_lazy(
     shape = open_array(source).shape
     transform.check_mosaic_shape(shape, f"{source}: mosaic grid")
     out_shape = (*shape[:-2], *transform.output_shape())
+    path = task_path(source)  # absolute: a worker's working directory is its own
     return da.map_blocks(
         _stitch_block,
-        os.fspath(source),
+        path,
         transform,
         blending,
         gpu,
         threads,
+        input_digest(path),
         chunks=aligned_chunks(_whole(out_shape), block),
         dtype=np.float32,
         meta=empty_meta(np.float32, len(out_shape), gpu),
@@ -307,183 +308,3 @@ def stitch_threads(out_shape: Sequence[int], block: Sequence[int], cluster: Clus
     """
     blocks = math.prod(-(-int(n) // int(b)) for n, b in zip(out_shape, block))
     return max(1, -(-cluster.threads // max(1, min(blocks, cluster.slots))))
-
-
-def _slab_sum_dtype(dtype: np.dtype, step: int) -> np.dtype:
-    """The dtype a slab of ``step`` planes is summed in: 32-bit integers for small integers whose
-    sum cannot overflow them (exact, as float64 is, and faster: docs/writing.md, "Layout"),
-    else float64."""
-    if dtype.kind in "bu" and dtype.itemsize <= 2 and step * (2 ** (8 * dtype.itemsize)) <= 2**32:
-        return np.dtype(np.uint32)
-    if dtype.kind == "i" and dtype.itemsize <= 2 and step * (2 ** (8 * dtype.itemsize - 1)) < 2**31:
-        return np.dtype(np.int32)
-    return np.dtype(np.float64)
-
-
-def read_threads(blocks: int, threads: int, io_threads: int | None = None) -> int:
-    """Threads each task's :func:`read_volume` may use: the ``io_threads`` setting shared by the
-    tasks that run at once (``threads``, or fewer when the job has fewer ``blocks``).
-
-    All of them in every task would oversubscribe the cores: on 2 CPUs, two tasks of 16 reading
-    threads each projected a sharded volume 1.3x slower than with 2 threads in all.
-
-    Parameters
-    ----------
-    blocks
-        Tasks of the job.
-    threads
-        Tasks that run at once.
-    io_threads
-        Threads to share; ``linumpy.settings.get().io_threads`` by default.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.out_of_core import read_threads
-    >>> read_threads(36, 16, io_threads=16)  # one each
-    1
-    >>> read_threads(4, 16, io_threads=16)  # four tasks share 16 threads
-    4
-    """
-    if io_threads is None:
-        from linumpy import settings
-
-        io_threads = settings.get().io_threads
-    return max(1, io_threads // max(1, min(blocks, threads)))
-
-
-def _project_column(
-    path: str,
-    gpu: bool,
-    step: int,
-    depth: int,
-    io_threads: int | None = None,
-    block_info: dict[Any, Any] | None = None,
-) -> Any:
-    xp = gpu_module(gpu)
-    (y0, y1), (x0, x1) = block_info[None]["array-location"]
-    total = xp.zeros((y1 - y0, x1 - x0), dtype=xp.float64)
-    overrides = None if io_threads is None else {"io_threads": io_threads}
-    for z0 in range(0, depth, step):
-        region = (slice(z0, min(z0 + step, depth)), slice(y0, y1), slice(x0, x1))
-        slab = read_volume(path, gpu=gpu, region=region, settings=overrides)
-        # integer sums below 2**53 are exact in float64: the result is the same either way
-        total += slab.sum(axis=0, dtype=_slab_sum_dtype(slab.dtype, step))
-    return (total / depth).astype(xp.float32)
-
-
-def projection_lazy(
-    path: str | os.PathLike[str],
-    *,
-    gpu: bool = False,
-    slab_depth: int | None = None,
-    align: Sequence[int] | None = None,
-    cluster: Cluster | None = None,
-) -> da.Array:
-    """Mean of a 3D volume along z as a lazy float32 dask array of ``(Y, X)`` blocks.
-
-    Each block is one task that reads its column of the volume ``slab_depth`` planes at a time
-    and adds the slabs' sums in z order, so the result equals summing slab by slab over whole
-    planes. Slabs are whole shards (or chunks) deep and blocks whole (inner) chunks in y and x
-    (and multiples of ``align``), so no stored chunk is read twice; blocks fit the cluster's
-    per-task memory. On the CPU, blocks are whole shards in y and x where a task holds one (a
-    shard's index is then read by one task), and each task's reads use its share of the
-    ``io_threads`` setting (:func:`read_threads`) beside the tasks that run with it.
-
-    Parameters
-    ----------
-    path
-        OME-Zarr image or zarr array ``(Z, Y, X)``.
-    gpu
-        Read and sum on the GPU (cupy blocks).
-    slab_depth
-        Planes read at once; by default the volume's shard (or chunk) depth, its chunk depth
-        under a memory limit.
-    align
-        ``(y, x)``: blocks are also multiples of this (the output's shards or chunks).
-    cluster
-        Gives the memory one task may use; local threads by default.
-
-    Raises
-    ------
-    LinumpyError
-        For a volume that is not 3D.
-    MemoryLimitError
-        When one block does not fit the memory limit.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import save_omezarr
-    >>> from linumpy.mosaic.out_of_core import projection_lazy
-    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
-    >>> volume = np.arange(4 * 6 * 8, dtype=np.uint16).reshape(4, 6, 8)
-    >>> save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(2, 4, 4))
-    >>> lazy = projection_lazy(path, slab_depth=1)
-    >>> lazy.dtype, lazy.shape
-    (dtype('float32'), (6, 8))
-    >>> bool((lazy.compute() == volume.mean(axis=0)).all())
-    True
-    """
-    array = open_array(path)
-    if array.ndim != 3:
-        raise LinumpyError(
-            f"{path}: an average intensity projection needs a 3D volume, not "
-            f"{array.ndim}D {array.shape}"
-        )
-    # The projection itself is held in memory (float32): refuse absurd metadata before the graph
-    # of its blocks, which would take longer than the computation, is built.
-    check_host_memory(
-        math.prod(array.shape[1:]) * 4, str(path), f"a projection of shape {array.shape[1:]}"
-    )
-    step = min(slab_depth or storage_unit(array)[0], array.shape[0])
-    itemsize = np.dtype(array.dtype).itemsize
-    plane = array.shape[1:]
-    chunks = tuple(min(int(c), n) for c, n in zip(array.chunks[1:], plane))
-
-    def aligned(unit: tuple[int, ...]) -> tuple[int, ...]:
-        if align is None:
-            return unit
-        return tuple(min(math.lcm(u, a), n) for u, a, n in zip(unit, align, plane))
-
-    def cost(block: tuple[int, ...]) -> int:
-        return math.prod(block) * (step * itemsize + 3 * 8 + 2 * 4)
-
-    # The GPU's blocks are whole inner chunks (a shard's columns go to several tasks, each
-    # reading its own chunks); the CPU's whole shards, so that one task reads a shard's index
-    # and decodes its chunks, and the job's tasks are few enough to share the cores.
-    units = [aligned(chunks), chunks]
-    if not gpu:
-        units.insert(
-            0, aligned(tuple(min(int(u), n) for u, n in zip(storage_unit(array)[1:], plane)))
-        )
-    cluster = cluster or Cluster()
-    unit = units[0]
-    if cluster.memory_limit is not None:
-        if slab_depth is None:
-            # slabs a chunk deep: smaller reads, each chunk still read once
-            step = min(int(array.chunks[0]), array.shape[0])
-        room = int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads
-        # a shard, or ``align``, too large for the limit: smaller blocks, joined before the write
-        unit = next((u for u in units if cost(u) <= room), chunks)
-    # GPU reads that decode on the host decode a chunk per thread: the CPU's many small tasks
-    gpu_tasks = gpu and not host_decoded(array)
-    total = cost(plane)
-    budget = cluster.task_bytes(
-        cost(unit), "the projection", total=total, gpu=gpu_tasks, gpu_task_bytes=GPU_READ_TASK_BYTES
-    )
-    block = grow_block(unit, plane, 0, budget, cost=cost)
-    blocks = aligned_chunks(_whole(plane), block)
-    io_threads = None
-    if not gpu and cluster.client is None:
-        io_threads = read_threads(math.prod(len(b) for b in blocks), cluster.threads)
-    return da.map_blocks(
-        _project_column,
-        os.fspath(path),
-        gpu,
-        step,
-        array.shape[0],
-        io_threads,
-        chunks=blocks,
-        dtype=np.float32,
-        meta=empty_meta(np.float32, 2, gpu),
-    )

@@ -43,10 +43,10 @@ from linumpy.mosaic.attrs import (
 from linumpy.mosaic.convert import convert_to_omezarr
 from linumpy.mosaic.out_of_core import (
     plan_stitch_block,
-    projection_lazy,
     stitch_lazy,
     stitch_threads,
 )
+from linumpy.mosaic.projection import projection_lazy
 from linumpy.mosaic.registration import PairMeasurement, estimate_transform
 from linumpy.mosaic.stitch import Blending, parse_blending
 from linumpy.mosaic.transform import TileTransform
@@ -126,7 +126,7 @@ def projection_omezarr(
 ) -> tuple[int, ...]:
     """Write the average intensity projection of a 3D OME-Zarr volume as a 2D OME-Zarr image.
 
-    Computed out of core (see :func:`linumpy.mosaic.out_of_core.projection_lazy`) and written
+    Computed out of core (see :func:`linumpy.mosaic.projection.projection_lazy`) and written
     block by block, in linumpy's default layout (:func:`linumpy.io.layout.default_layout`). A
     mosaic grid's tile layout attributes are kept, with one tile per shard (or chunk) of the
     output (:func:`linumpy.io.layout.tile_layout`), so the projection can be stitched.
@@ -239,6 +239,7 @@ def estimate_transform_omezarr(
     tile_shape: Sequence[int] | None = None,
     gpu: bool = False,
     progress: bool = False,
+    cluster: Cluster | None = None,
     **options: Any,
 ) -> tuple[TileTransform, list[PairMeasurement]]:
     """Estimate the tile layout of a mosaic grid stored as OME-Zarr.
@@ -254,6 +255,9 @@ def estimate_transform_omezarr(
         Read and correlate on the GPU.
     progress
         Show progress bars.
+    cluster
+        Where a 3D grid's projection runs (its workers, with a scheduler); local threads by
+        default.
     **options
         Passed to :func:`linumpy.mosaic.registration.estimate_transform`.
 
@@ -278,7 +282,7 @@ def estimate_transform_omezarr(
     shape = mosaic_tile_shape(path, tile_shape)
     ndim = open_array(path).ndim
     if ndim == 3:
-        image = average_intensity_projection(path, gpu=gpu, progress=progress)
+        image = average_intensity_projection(path, gpu=gpu, progress=progress, cluster=cluster)
     elif ndim == 2:
         image = read_volume(path, gpu=gpu).astype(gpu_module(gpu).float32)
     else:

@@ -37,6 +37,9 @@ class Cluster:
         (``GPU_DEVICE_SHARE``); None: :func:`~linumpy.parallel.device_memory` for local threads
         and local GPU workers, no bound for a scheduler elsewhere (its workers' devices are not
         known here).
+    timeout
+        Seconds a job on a distributed client waits with every worker lost before it fails
+        (``--cluster-timeout``); None waits on.
 
     Examples
     --------
@@ -57,8 +60,10 @@ class Cluster:
         threads: int | None = None,
         gpus: int = 0,
         device_bytes: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.client = client
+        self.timeout = timeout
         self.memory_limit = memory_limit
         self.gpus = gpus
         self._device_bytes = device_bytes
@@ -197,7 +202,9 @@ class Cluster:
     def compute(self, collection: Any, *, desc: str = "dask", progress: bool = False) -> Any:
         """Compute a dask collection here, with a progress bar over its tasks.
 
-        With a distributed client the bar counts the collection's output blocks as they finish.
+        With a distributed client the bar counts the collection's output blocks as they finish,
+        and the first failed task stops the job with its error in one line
+        (:func:`~linumpy.parallel.on_workers.compute_on_workers`).
 
         Examples
         --------
@@ -207,7 +214,12 @@ class Cluster:
         array([ 0,  2,  4,  6,  8, 10])
         """
         return compute_with_bar(
-            collection, threads=self.threads, client=self.client, desc=desc, progress=progress
+            collection,
+            threads=self.threads,
+            client=self.client,
+            desc=desc,
+            progress=progress,
+            timeout=self.timeout,
         )
 
 

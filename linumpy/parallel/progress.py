@@ -35,11 +35,14 @@ def compute_with_bar(
     client: Any | None = None,
     desc: str = "dask",
     progress: bool = False,
+    timeout: float | None = None,
 ) -> Any:
     """Compute a dask collection on ``threads`` local threads, or on ``client``'s cluster, with
     a tqdm bar over its tasks (``progress``).
 
-    With a distributed client the bar counts the collection's output blocks as they finish.
+    With a distributed client the bar counts the collection's output blocks as they finish, and
+    the first failed one stops the job (:func:`~linumpy.parallel.on_workers.compute_on_workers`,
+    which fails after ``timeout`` seconds without a worker).
 
     Examples
     --------
@@ -60,11 +63,6 @@ def compute_with_bar(
                     return dask.compute(collection, scheduler=dask.threaded.get, pool=pool)[0]
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
-        from distributed import as_completed, futures_of
+        from linumpy.parallel.on_workers import compute_on_workers
 
-        persisted = client.persist(collection)
-        futures = futures_of(persisted)
-        bar.reset(total=len(futures))
-        for _ in as_completed(futures):
-            bar.update()
-        return client.compute(persisted, sync=True)
+        return compute_on_workers(collection, client, bar, timeout=timeout)

@@ -14,6 +14,7 @@ from linumpy.parallel.block_sizes import parse_size
 from linumpy.parallel.cluster import Cluster
 from linumpy.parallel.gpu_devices import visible_gpus
 from linumpy.parallel.host_memory import release_freed_memory
+from linumpy.parallel.workers import DEFAULT_CLUSTER_TIMEOUT_S, check_workers
 
 # GPU_WORKER_THREADS is public too, and documented with linumpy.parallel, which exports it.
 __all__ = ["dask_cluster"]
@@ -70,6 +71,7 @@ def dask_cluster(
     scheduler: str | None = None,
     gpus: int | None = None,
     threads: int | None = None,
+    timeout: float = DEFAULT_CLUSTER_TIMEOUT_S,
 ) -> Iterator[Cluster]:
     """Yield a :class:`~linumpy.parallel.Cluster`: an existing scheduler, a dask-cuda cluster, or
     local threads.
@@ -85,12 +87,18 @@ def dask_cluster(
         Start a dask-cuda ``LocalCUDACluster`` with one worker per GPU on this many GPUs.
     threads
         Threads of the local scheduler (the CPUs by default).
+    timeout
+        With a scheduler: seconds to wait for a first worker (blocks are planned for the
+        workers' own memory limit and threads), and for another when all are lost mid-job.
 
     Raises
     ------
     ClusterError
-        For an unreachable scheduler (after a few seconds), more GPUs than are visible,
-        dask-cuda missing, or ``scheduler`` and ``gpus`` together.
+        For an unreachable scheduler (after a few seconds), workers with other versions of
+        linumpy, zarr, numpy or dask, more GPUs than are visible, dask-cuda missing, or
+        ``scheduler`` and ``gpus`` together.
+    ClusterLostError
+        When no worker joins the scheduler within ``timeout`` seconds.
     LinumpyError
         For a memory limit that is not a size.
 
@@ -118,7 +126,10 @@ def dask_cluster(
     with ExitStack() as stack:
         if scheduler is not None:
             client = stack.enter_context(_connect(scheduler))
+            check_workers(client, scheduler, timeout)
         else:
             cluster = stack.enter_context(_start_cuda_cluster(gpus))
             client = stack.enter_context(Client(cluster))
-        yield Cluster(client, memory_limit=limit or _worker_memory(client), gpus=gpus or 0)
+        yield Cluster(
+            client, memory_limit=limit or _worker_memory(client), gpus=gpus or 0, timeout=timeout
+        )

@@ -1,0 +1,310 @@
+"""Projections of a 3D volume along z as lazy dask arrays of bounded blocks.
+
+Each task reads a column of the volume (a block of the plane, whole stored chunks wide) a slab
+at a time and sums it. When the plane gives fewer blocks than the cluster runs tasks at once
+(a small plane, a deep volume), the depth is split too: tasks sum whole stored chunks' depths
+of a column and their partial sums are added, so that every worker gets tasks whatever the
+volume's shape. No stored chunk is read by two tasks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from linumpy._numpy_or_cupy import gpu_module
+from linumpy.errors import LinumpyError
+from linumpy.io import open_array, read_volume
+from linumpy.io.blocks import host_decoded
+from linumpy.io.dask_write import empty_meta
+from linumpy.io.engine.memory import check_host_memory
+from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
+from linumpy.parallel import BLOCKS_PER_SLOT, GPU_READ_TASK_BYTES, TASK_SHARE, Cluster
+from linumpy.parallel.task_inputs import check_same_input, input_digest, task_path
+
+__all__ = ["depth_groups", "projection_lazy", "read_threads"]
+
+
+def _whole(shape: Sequence[int]) -> tuple[slice, ...]:
+    return tuple(slice(0, n) for n in shape)
+
+
+def _slab_sum_dtype(dtype: np.dtype, step: int) -> np.dtype:
+    """The dtype a slab of ``step`` planes is summed in: 32-bit integers for small integers whose
+    sum cannot overflow them (exact, as float64 is, and faster: docs/writing.md, "Layout"),
+    else float64."""
+    if dtype.kind in "bu" and dtype.itemsize <= 2 and step * (2 ** (8 * dtype.itemsize)) <= 2**32:
+        return np.dtype(np.uint32)
+    if dtype.kind == "i" and dtype.itemsize <= 2 and step * (2 ** (8 * dtype.itemsize - 1)) < 2**31:
+        return np.dtype(np.int32)
+    return np.dtype(np.float64)
+
+
+def read_threads(blocks: int, threads: int, io_threads: int | None = None) -> int:
+    """Threads each task's :func:`read_volume` may use: the ``io_threads`` setting shared by the
+    tasks that run at once (``threads``, or fewer when the job has fewer ``blocks``).
+
+    All of them in every task would oversubscribe the cores: on 2 CPUs, two tasks of 16 reading
+    threads each projected a sharded volume 1.3x slower than with 2 threads in all.
+
+    Parameters
+    ----------
+    blocks
+        Tasks of the job.
+    threads
+        Tasks that run at once.
+    io_threads
+        Threads to share; ``linumpy.settings.get().io_threads`` by default.
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.projection import read_threads
+    >>> read_threads(36, 16, io_threads=16)  # one each
+    1
+    >>> read_threads(4, 16, io_threads=16)  # four tasks share 16 threads
+    4
+    """
+    if io_threads is None:
+        from linumpy import settings
+
+        io_threads = settings.get().io_threads
+    return max(1, io_threads // max(1, min(blocks, threads)))
+
+
+def _column_sum(
+    path: str, gpu: bool, step: int, z0: int, z1: int, rows: slice, cols: slice, io_threads: Any
+) -> Any:
+    """The float64 sum over planes ``z0:z1`` of a column, read ``step`` planes at a time."""
+    xp = gpu_module(gpu)
+    total = xp.zeros((rows.stop - rows.start, cols.stop - cols.start), dtype=xp.float64)
+    overrides = None if io_threads is None else {"io_threads": io_threads}
+    for start in range(z0, z1, step):
+        region = (slice(start, min(start + step, z1)), rows, cols)
+        slab = read_volume(path, gpu=gpu, region=region, settings=overrides)
+        # integer sums below 2**53 are exact in float64: the result is the same either way
+        total += slab.sum(axis=0, dtype=_slab_sum_dtype(slab.dtype, step))
+    return total
+
+
+def _project_column(
+    path: str,
+    gpu: bool,
+    step: int,
+    depth: int,
+    io_threads: int | None = None,
+    digest: str | None = None,
+    block_info: dict[Any, Any] | None = None,
+) -> Any:
+    check_same_input(path, digest)
+    (y0, y1), (x0, x1) = block_info[None]["array-location"]
+    total = _column_sum(path, gpu, step, 0, depth, slice(y0, y1), slice(x0, x1), io_threads)
+    return (total / depth).astype(gpu_module(gpu).float32)
+
+
+def _partial_column(
+    path: str,
+    gpu: bool,
+    step: int,
+    edges: tuple[int, ...],
+    io_threads: int | None = None,
+    digest: str | None = None,
+    block_info: dict[Any, Any] | None = None,
+) -> Any:
+    check_same_input(path, digest)
+    (g, _), (y0, y1), (x0, x1) = block_info[None]["array-location"]
+    z0, z1 = edges[g], edges[g + 1]
+    return _column_sum(path, gpu, step, z0, z1, slice(y0, y1), slice(x0, x1), io_threads)[None]
+
+
+def _mean(total: Any, depth: int) -> Any:
+    return (total / depth).astype(np.float32)
+
+
+def depth_groups(depth: int, unit: int, plane_blocks: int, slots: int) -> tuple[int, ...]:
+    """Edges of the depth ranges a projection's columns are split into: whole ``unit`` planes
+    (stored chunks or shards) each, enough of them that the ``plane_blocks`` columns make
+    ``BLOCKS_PER_SLOT`` tasks for each of the cluster's ``slots`` (one range when the plane's
+    blocks alone do).
+
+    Examples
+    --------
+    >>> from linumpy.mosaic.projection import depth_groups
+    >>> depth_groups(64, 8, plane_blocks=1, slots=2)  # 8 ranges of a chunk each
+    (0, 8, 16, 24, 32, 40, 48, 56, 64)
+    >>> depth_groups(64, 16, plane_blocks=1, slots=2)  # only 4 chunks deep
+    (0, 16, 32, 48, 64)
+    >>> depth_groups(64, 8, plane_blocks=16, slots=2)
+    (0, 64)
+    """
+    units = -(-depth // unit)
+    wanted = -(-slots * BLOCKS_PER_SLOT // max(1, plane_blocks))
+    groups = max(1, min(units, wanted))
+    if groups == 1:
+        return (0, depth)
+    edges = [min(depth, round(i * units / groups) * unit) for i in range(groups + 1)]
+    return tuple(sorted(set(edges)))
+
+
+def projection_lazy(
+    path: str | os.PathLike[str],
+    *,
+    gpu: bool = False,
+    slab_depth: int | None = None,
+    align: Sequence[int] | None = None,
+    cluster: Cluster | None = None,
+) -> da.Array:
+    """Mean of a 3D volume along z as a lazy float32 dask array of ``(Y, X)`` blocks.
+
+    Each block is one task that reads its column of the volume ``slab_depth`` planes at a time
+    and adds the slabs' sums in z order, so the result equals summing slab by slab over whole
+    planes. Slabs are whole shards (or chunks) deep and blocks whole (inner) chunks in y and x
+    (and multiples of ``align``), so no stored chunk is read twice; blocks fit the cluster's
+    per-task memory. On the CPU, blocks are whole shards in y and x where a task holds one (a
+    shard's index is then read by one task), and each task's reads use its share of the
+    ``io_threads`` setting (:func:`read_threads`) beside the tasks that run with it.
+
+    On a distributed cluster, where the plane's blocks are fewer than ``BLOCKS_PER_SLOT`` per
+    worker thread, each column is also split in depth (:func:`depth_groups`: whole shards, else
+    whole chunks): each task sums its range, and the ranges' float64 sums are added before the
+    mean (exact for integer volumes; float volumes may differ from one sum in the last bit).
+    Every task first checks that its worker sees the client's input
+    (:func:`~linumpy.parallel.task_inputs.check_same_input`).
+
+    Parameters
+    ----------
+    path
+        OME-Zarr image or zarr array ``(Z, Y, X)``.
+    gpu
+        Read and sum on the GPU (cupy blocks).
+    slab_depth
+        Planes read at once; by default the volume's shard (or chunk) depth, its chunk depth
+        under a memory limit.
+    align
+        ``(y, x)``: blocks are also multiples of this (the output's shards or chunks).
+    cluster
+        Gives the memory one task may use; local threads by default.
+
+    Raises
+    ------
+    LinumpyError
+        For a volume that is not 3D.
+    MemoryLimitError
+        When one block does not fit the memory limit.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> from linumpy.mosaic.projection import projection_lazy
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> volume = np.arange(4 * 6 * 8, dtype=np.uint16).reshape(4, 6, 8)
+    >>> save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(2, 4, 4))
+    >>> lazy = projection_lazy(path, slab_depth=1)
+    >>> lazy.dtype, lazy.shape
+    (dtype('float32'), (6, 8))
+    >>> bool((lazy.compute() == volume.mean(axis=0)).all())
+    True
+    """
+    array = open_array(path)
+    if array.ndim != 3:
+        raise LinumpyError(
+            f"{path}: an average intensity projection needs a 3D volume, not "
+            f"{array.ndim}D {array.shape}"
+        )
+    # The projection itself is held in memory (float32): refuse absurd metadata before the graph
+    # of its blocks, which would take longer than the computation, is built.
+    check_host_memory(
+        math.prod(array.shape[1:]) * 4, str(path), f"a projection of shape {array.shape[1:]}"
+    )
+    step = min(slab_depth or storage_unit(array)[0], array.shape[0])
+    itemsize = np.dtype(array.dtype).itemsize
+    plane = array.shape[1:]
+    chunks = tuple(min(int(c), n) for c, n in zip(array.chunks[1:], plane))
+
+    def aligned(unit: tuple[int, ...]) -> tuple[int, ...]:
+        if align is None:
+            return unit
+        return tuple(min(math.lcm(u, a), n) for u, a, n in zip(unit, align, plane))
+
+    def cost(block: tuple[int, ...]) -> int:
+        return math.prod(block) * (step * itemsize + 3 * 8 + 2 * 4)
+
+    # The GPU's blocks are whole inner chunks (a shard's columns go to several tasks, each
+    # reading its own chunks); the CPU's whole shards, so that one task reads a shard's index
+    # and decodes its chunks, and the job's tasks are few enough to share the cores.
+    units = [aligned(chunks), chunks]
+    if not gpu:
+        units.insert(
+            0, aligned(tuple(min(int(u), n) for u, n in zip(storage_unit(array)[1:], plane)))
+        )
+    cluster = cluster or Cluster()
+    unit = units[0]
+    if cluster.memory_limit is not None:
+        if slab_depth is None:
+            # slabs a chunk deep: smaller reads, each chunk still read once
+            step = min(int(array.chunks[0]), array.shape[0])
+        room = int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads
+        # a shard, or ``align``, too large for the limit: smaller blocks, joined before the write
+        unit = next((u for u in units if cost(u) <= room), chunks)
+    # GPU reads that decode on the host decode a chunk per thread: the CPU's many small tasks
+    gpu_tasks = gpu and not host_decoded(array)
+    total = cost(plane)
+    budget = cluster.task_bytes(
+        cost(unit), "the projection", total=total, gpu=gpu_tasks, gpu_task_bytes=GPU_READ_TASK_BYTES
+    )
+    block = grow_block(unit, plane, 0, budget, cost=cost)
+    blocks = aligned_chunks(_whole(plane), block)
+    wanted = cluster.slots * BLOCKS_PER_SLOT
+    if cluster.client is not None and math.prod(len(b) for b in blocks) < wanted:
+        # too few columns for the workers: columns of whole chunks, about ``wanted`` of them
+        # (blocks are joined to the output's shards before the write)
+        block = grow_block(
+            chunks, plane, 0, max(cost(chunks), min(budget, total // wanted)), cost=cost
+        )
+        blocks = aligned_chunks(_whole(plane), block)
+    io_threads = None
+    if not gpu and cluster.client is None:
+        io_threads = read_threads(math.prod(len(b) for b in blocks), cluster.threads)
+    source = task_path(path)  # the same file for every worker, whatever its working directory
+    digest = input_digest(source)
+    depth = array.shape[0]
+    edges = (0, depth)
+    if cluster.client is not None:  # local threads share each task's reads instead
+        # ranges of whole shards (a shard's index read once per column), else of whole chunks
+        columns = math.prod(len(b) for b in blocks)
+        for unit in (storage_unit(array)[0], int(array.chunks[0])):
+            edges = depth_groups(depth, unit, columns, cluster.slots)
+            if len(edges) - 1 >= cluster.slots:
+                break
+    if len(edges) == 2:
+        return da.map_blocks(
+            _project_column,
+            source,
+            gpu,
+            step,
+            depth,
+            io_threads,
+            digest,
+            chunks=blocks,
+            dtype=np.float32,
+            meta=empty_meta(np.float32, 2, gpu),
+        )
+    partial = da.map_blocks(
+        _partial_column,
+        source,
+        gpu,
+        step,
+        edges,
+        io_threads,
+        digest,
+        chunks=((1,) * (len(edges) - 1), *blocks),
+        dtype=np.float64,
+        meta=empty_meta(np.float64, 3, gpu),
+    )
+    total = partial.sum(axis=0, dtype=np.float64)
+    return total.map_blocks(_mean, depth, dtype=np.float32, meta=empty_meta(np.float32, 2, gpu))

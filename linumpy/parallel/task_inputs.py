@@ -1,0 +1,154 @@
+"""Paths that dask tasks open, made the same on every worker.
+
+A task runs in its worker's working directory, which on a cluster is not the client's: a
+relative path would name another file there, or none. :func:`task_path` makes a path absolute on
+the client before its task ships (a URL is kept as it is). :func:`input_digest` summarizes an
+input's metadata files on the client, and :func:`check_same_input`, called by the first task of
+each worker process that reads the input, compares it with what that worker sees: a worker
+that mounts another file at that path fails with one line naming itself and the path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from pathlib import Path
+
+from linumpy.errors import InputMismatchError
+
+__all__ = ["check_same_input", "input_digest", "task_path"]
+
+# ``scheme://`` at the start of a string: a URL (``file://`` names a local path)
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: Metadata files of a zarr array or group (v3 and v2), summarized by :func:`input_digest`.
+METADATA_FILES = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
+# Digests this process has checked: the first task of a worker reads the metadata, the others not.
+_CHECKED: dict[tuple[str, str], bool] = {}
+_LOCK = threading.Lock()
+
+
+def task_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a dask task should open it: absolute (resolved against this process's working
+    directory, links kept), or a URL unchanged.
+
+    Examples
+    --------
+    >>> import os
+    >>> from linumpy.parallel.task_inputs import task_path
+    >>> task_path("data/mosaic.ome.zarr") == os.path.join(os.getcwd(), "data/mosaic.ome.zarr")
+    True
+    >>> task_path("s3://lab/mosaic.ome.zarr")
+    's3://lab/mosaic.ome.zarr'
+    """
+    text = os.fspath(path)
+    match = _URL.match(text) if isinstance(text, str) else None
+    if match is not None:
+        if match.group(1).lower() != "file":
+            return text
+        return "file://" + os.path.abspath(text[len(match.group(0)) :])
+    return os.path.abspath(text)
+
+
+def _local(path: str) -> Path | None:
+    match = _URL.match(path)
+    if match is None:
+        return Path(path)
+    return Path(path[len(match.group(0)) :]) if match.group(1).lower() == "file" else None
+
+
+def input_digest(path: str | os.PathLike[str]) -> str | None:
+    """A digest of a local zarr input's metadata files (their bytes, sizes and modification
+    times, at ``path`` and its first level ``0``), or None for a URL; ``"missing"`` where there
+    is nothing at ``path``. Two copies of one image differ in their modification times.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.parallel.task_inputs import input_digest
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "zarr.json").write_text('{"zarr_format": 3}')
+    >>> len(input_digest(folder)), input_digest(folder / "missing"), input_digest("s3://b/a")
+    (64, 'missing', None)
+    """
+    local = _local(task_path(path))
+    if local is None:
+        return None
+    if not local.exists():
+        return "missing"
+    digest = hashlib.sha256()
+    for folder in (local, local / "0"):
+        for name in METADATA_FILES:
+            file = folder / name
+            try:
+                stat = file.stat()
+                content = file.read_bytes()
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            digest.update(f"{file.relative_to(local)}:{stat.st_size}:{stat.st_mtime_ns}:".encode())
+            digest.update(content)
+    if local.is_file():
+        stat = local.stat()
+        digest.update(f"file:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+def worker_name() -> str:
+    """The dask worker this runs in (its address), or ``"this process"`` outside one.
+
+    Examples
+    --------
+    >>> from linumpy.parallel.task_inputs import worker_name
+    >>> worker_name()
+    'this process'
+    """
+    import sys
+
+    if "distributed" in sys.modules:  # a worker has it loaded; elsewhere it is not imported
+        from distributed import get_worker
+
+        try:
+            return f"dask worker {get_worker().address}"
+        except ValueError:
+            pass
+    return "this process"
+
+
+def check_same_input(path: str, digest: str | None) -> None:
+    """Raise :class:`InputMismatchError` when this process sees another ``path`` than the client,
+    whose :func:`input_digest` was ``digest``; checked once per process (None: not checked).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from linumpy.parallel.task_inputs import check_same_input, input_digest
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "zarr.json").write_text('{"zarr_format": 3}')
+    >>> check_same_input(str(folder), input_digest(folder))
+    >>> try:
+    ...     check_same_input(str(folder), "0" * 64)
+    ... except InputMismatchError as exc:
+    ...     print(str(exc).replace(str(folder), "FOLDER"))  # doctest: +ELLIPSIS
+    this process sees another input at 'FOLDER' than the client (its metadata differ): ...
+    """
+    if digest is None:
+        return
+    with _LOCK:
+        if _CHECKED.get((path, digest)):
+            return
+    seen = input_digest(path)
+    if seen != digest:
+        if seen == "missing":
+            raise InputMismatchError(
+                f"{worker_name()} cannot see the input {path!r}: every worker needs the client's "
+                "paths (a shared file system mounted at the same place) or URLs"
+            )
+        raise InputMismatchError(
+            f"{worker_name()} sees another input at {path!r} than the client (its metadata "
+            "differ): mount the same shared file system at the same path on every worker"
+        )
+    with _LOCK:
+        _CHECKED[(path, digest)] = True
