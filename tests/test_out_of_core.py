@@ -457,7 +457,7 @@ def test_cpu_projection_blocks_are_whole_shards_read_with_a_share_of_the_threads
     them; a task's reads with all of ``io_threads`` beside the other tasks' oversubscribe the
     cores."""
     from linumpy import settings
-    from linumpy.mosaic import out_of_core
+    from linumpy.mosaic import projection
     from linumpy.mosaic.projection import projection_lazy
 
     # metadata only: shards of 128 MiB, more than the split would give one task of 16
@@ -472,13 +472,13 @@ def test_cpu_projection_blocks_are_whole_shards_read_with_a_share_of_the_threads
     path = tmp_path / "v.ome.zarr"
     save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(8, 16, 16), shards=(16, 32, 32))
     calls: list[tuple[tuple[slice, ...], object]] = []
-    read = out_of_core.read_volume
+    read = projection.read_volume
 
     def recorded(source, **kwargs):
         calls.append((kwargs["region"], kwargs.get("settings")))
         return read(source, **kwargs)
 
-    monkeypatch.setattr(out_of_core, "read_volume", recorded)
+    monkeypatch.setattr(projection, "read_volume", recorded)
     cluster = Cluster(memory_limit=200_000, threads=2)  # a shard per task, not two
     with settings.set(io_threads=8):
         aip = projection_lazy(path, cluster=cluster).compute()
