@@ -67,7 +67,7 @@ CPU_SHARE = 0.0
 READ_ORDER = "auto"
 # From this decoded chunk size, READ_ORDER "auto" reads the best-compressed chunks first:
 # large frames decode slowly enough for their order to matter, small ones do not
-# (docs/gpu_guide.md, "Measurements behind the GPU defaults": ``gpu_read_order``).
+# (docs/gpu_guide.md, "Measurements behind the GPU defaults": read order).
 SIZE_ORDER_MIN_CHUNK = 1024 * 1024
 
 
