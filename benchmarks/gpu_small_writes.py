@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from linumpy.bench.provenance import run_info
+from linumpy.bench.run import machine_info
 from linumpy.bench.volume import oct_volume
 from linumpy.io import OmeZarrWriter
 from linumpy.io.engine.write import encode_min_bytes, write_array
@@ -93,7 +93,7 @@ def main() -> None:
                     }
                 )
             del blocks
-    info = run_info()
+    info = machine_info(True)
     print(
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
         f"{os.cpu_count()} CPUs, {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}, "

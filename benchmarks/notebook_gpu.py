@@ -168,7 +168,7 @@ reason = gpu_reason()
 gpu = reason is None
 print("GPU: usable" if gpu else f"GPU: not usable here ({reason}); the CPU half only")
 scale = float(os.environ.get("LINUMPY_NOTEBOOK_SCALE", "1" if gpu else "0.05"))
-config = PipelineConfig(mosaics=("6x6",), scale=scale, compile_sources=False)
+config = PipelineConfig(mosaics=("6x6",), scale=scale)
 result = run_pipeline_benchmark(config, workdir / "pipeline", log=print)
 print()
 print(pipeline_table(result))

@@ -11,16 +11,23 @@ from pathlib import Path
 import pytest
 
 from linumpy.bench.pipeline import run_pipeline_benchmark, run_with_timeout
-from linumpy.bench.pipeline_records import MOSAICS, PipelineConfig, scaled
-from linumpy.bench.pipeline_report import pipeline_table, write_pipeline_json
+from linumpy.bench.pipeline_records import (
+    MOSAICS,
+    TILES,
+    CommandRun,
+    PipelineConfig,
+    PipelineResult,
+    mosaic_spec,
+    parse_size,
+    scaled,
+)
+from linumpy.bench.pipeline_report import pipeline_rows, pipeline_table, write_pipeline_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_commands_run_as_processes_and_their_phases_are_read(tmp_path: Path) -> None:
-    config = PipelineConfig(
-        mosaics=("6x6",), layouts=("tile",), scale=0.05, gpu=False, compile_sources=False
-    )
+def test_the_commands_run_as_processes_beside_their_ceiling(tmp_path: Path) -> None:
+    config = PipelineConfig(mosaics=("6x6",), layouts=("tile",), scale=0.05, gpu=False)
     lines: list[str] = []
     result = run_pipeline_benchmark(config, tmp_path, log=lines.append)
     assert [(r.command, r.device, r.run) for r in result.runs] == [
@@ -28,27 +35,91 @@ def test_the_commands_run_as_processes_and_their_phases_are_read(tmp_path: Path)
         ("stitch", "cpu", "warm"),
         ("aip", "cpu", "warm"),
         ("job", "cpu", "warm"),
+        ("rechunk", "cpu", "ceiling"),
     ]
+    spec = scaled(MOSAICS["6x6"], 0.05)
     for run in result.runs:
         assert run.ok, run.error
         assert run.phases["start-up and imports"] > 0
         assert sum(run.phases.values()) <= run.seconds + 0.05  # the table's total is inside the run
         assert Path(run.log).is_file()
-    stitch = result.runs[1]
+        assert run.nbytes == spec.nbytes
+        # the steady state: the mosaic's bytes over the run's time after its start-up
+        steady = run.seconds - run.phases["start-up and imports"]
+        assert run.gbps == pytest.approx(spec.nbytes / steady / 1e9)
+    stitch, ceiling = result.runs[1], result.runs[-1]
     assert {"metadata", "level 0", "pyramid", "final swap", "other"} <= set(stitch.phases)
     assert "registration" in result.runs[0].phases
     assert {"registration", "level 0", "pyramid"} <= set(result.runs[3].phases)
+    assert "level 0" in ceiling.phases
+    # the ceiling rewrote the mosaic in the stitch's output dtype and level-0 layout
+    assert stitch.dtype and ceiling.dtype == stitch.dtype
+    argv = Path(ceiling.log).read_text().splitlines()[0]
+    assert "linum_rechunk" in argv and "--chunks" in argv
     (mosaic,) = result.mosaics
-    assert mosaic["chunks"] == list(scaled(MOSAICS["6x6"], 0.05).tile) and not mosaic["shards"]
-    assert result.reads[0].device == "cpu" and result.reads[0].gbps > 0
+    assert mosaic["chunks"] == list(spec.tile) and not mosaic["shards"]
+    assert mosaic["dtype"] == "uint16"
     assert not (tmp_path / "data" / "6x6-tile.ome.zarr").exists()  # removed once measured
+    rows = pipeline_rows(result)
+    assert [row["command"] for row in rows][-1] == "linum-rechunk (ceiling)"
+    assert rows[1]["x ceiling"] == pytest.approx(stitch.gbps / ceiling.gbps, abs=0.01)
     table = pipeline_table(result)
     assert "| linum-stitch-3d | 6x6 of 8x24x24, one chunk per tile |" in table
-    assert "level 0" in table
+    assert "level 0" in table and "start-up s" in table
     write_pipeline_json(result, tmp_path / "run.json")
     saved = json.loads((tmp_path / "run.json").read_text())
     assert saved["runs"][1]["phases"]["level 0"] == stitch.phases["level 0"]
+    assert saved["rows"][1]["GB/s"] == rows[1]["GB/s"] > 0
     assert saved["machine"]["date"] and saved["settings"]["scale"] == 0.05
+
+
+def test_each_dtype_is_passed_to_the_stitch_and_has_a_ceiling_of_its_own(tmp_path: Path) -> None:
+    config = PipelineConfig(
+        mosaics=("1mib",), tile=(8, 32, 32), layouts=("default",), dtypes=("uint16", "float32"),
+        gpu=False, commands=("stitch", "aip"),
+    )  # fmt: skip
+    result = run_pipeline_benchmark(config, tmp_path, log=lambda line: None)
+    assert [(r.command, r.run) for r in result.runs] == [
+        ("stitch", "warm"),
+        ("aip", "warm"),  # once: it writes no stitched image
+        ("rechunk", "ceiling"),
+        ("stitch", "warm"),
+        ("rechunk", "ceiling"),
+    ]
+    stitches = [r for r in result.runs if r.command == "stitch"]
+    for run, dtype in zip(stitches, ("uint16", "float32"), strict=True):
+        assert f"--dtype {dtype}" in Path(run.log).read_text().splitlines()[0]
+    aip = Path(result.runs[1].log).read_text().splitlines()[0]
+    assert "linum_aip" in aip and "--dtype" not in aip
+    ceilings = [r for r in result.runs if r.run == "ceiling"]
+    assert [(r.dtype, r.ok) for r in ceilings] == [("uint16", True), ("float32", True)]
+    # a float32 ceiling rechunks a float32 copy of the uint16 mosaic
+    assert "-float32.zarr" in Path(ceilings[1].log).read_text().splitlines()[0]
+    assert "-float32.zarr" not in Path(ceilings[0].log).read_text().splitlines()[0]
+    assert not list((tmp_path / "data").glob("*.zarr"))  # copies removed with the mosaic
+
+
+@pytest.mark.parametrize("size", ["4gib", "32gib"])
+@pytest.mark.parametrize("tile", TILES)
+def test_mosaics_by_size_hold_about_that_size(size: str, tile: tuple[int, int, int]) -> None:
+    spec = mosaic_spec(size, tile)
+    assert spec.tile == tile
+    rows, cols = spec.grid
+    assert rows <= cols <= rows + 3
+    assert abs(spec.nbytes - parse_size(size)) <= 0.05 * parse_size(size)
+
+
+def test_sizes_and_bad_options_are_refused(tmp_path: Path) -> None:
+    assert mosaic_spec("4gib").grid == (8, 8)
+    assert parse_size("512mib") == 2**29 and parse_size("2GB") == 2 * 10**9
+    for bad in ("4 apples", "-1gib", "0"):
+        with pytest.raises(ValueError, match="is not a size"):
+            parse_size(bad)
+    script = [sys.executable, "-m", "linumpy.scripts.linum_benchmark_pipeline", str(tmp_path)]
+    for option, value in (("--mosaic", "4apples"), ("--tile", "8x8"), ("--dtypes", "uint13")):
+        done = subprocess.run([*script, option, value], capture_output=True, text=True)
+        assert done.returncode == 2 and option in done.stderr, done.stderr
+        assert not list(tmp_path.iterdir())
 
 
 def test_the_command_skips_the_gpu_half_without_a_gpu(tmp_path: Path) -> None:
@@ -60,10 +131,10 @@ def test_the_command_skips_the_gpu_half_without_a_gpu(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "linumpy.scripts.linum_benchmark_pipeline", str(out)]
     argv += ["--mosaic", "8x8", "--layout", "tile", "--command", "aip", "--scale", "0.05"]
     done = subprocess.run(
-        [*argv, "--no-compile"], capture_output=True, text=True, cwd=ROOT, check=True
+        [*argv, "--no-ceiling"], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert "GPU half skipped: no usable GPU" in done.stdout
-    assert "| linum-aip | 8x8 of 16x16x16, one chunk per tile |" in done.stdout
+    assert "| linum-aip | 8x8 of 16x16x16, one chunk per tile | - | cpu |" in done.stdout
     saved = json.loads((out / "benchmark_pipeline.json").read_text())
     assert saved["gpu_skipped"] and {r["device"] for r in saved["runs"]} == {"cpu"}
     assert (out / "benchmark_pipeline.md").is_file()
@@ -108,16 +179,12 @@ def test_a_command_that_ends_in_time_keeps_its_status_and_output() -> None:
     assert run_with_timeout([sys.executable, "-c", child], None, 60) == (3, "out\n", "err\n")
 
 
-def test_a_failed_first_gpu_run_gives_no_ratio_and_its_next_run_is_not_called_warm() -> None:
-    from linumpy.bench.pipeline_records import KERNELS_CACHED, CommandRun, PipelineResult
-
+def test_a_failed_first_gpu_run_gives_no_ratio() -> None:
     result = PipelineResult(PipelineConfig(), {"date": "2026-12-02"})
     result.runs = [
         CommandRun("estimate", "6x6", "cpu", "warm", 3.39, {"registration": 0.78}),
         CommandRun("estimate", "6x6", "gpu", "first", 60.0, {}, {}, -9, "timed out"),
-        CommandRun("estimate", "6x6", "gpu", "warm", 15.51, {}, {KERNELS_CACHED: 67}),
+        CommandRun("estimate", "6x6", "gpu", "warm", 15.51, {}, {"kernels added to the cache": 67}),
     ]
-    rows = [row for row in pipeline_table(result).splitlines() if "linum-estimate" in row]
-    command_row, first_row = rows
-    assert "0.2x (not warm: 67 kernels compiled)" in command_row
-    assert first_row.split(" | ")[2:5] == ["failed", "15.51", "-"]
+    first_row = [row for row in pipeline_table(result).splitlines() if "linum-estimate" in row][-1]
+    assert first_row.split(" | ")[2:6] == ["failed", "15.51", "-", "0, 67 |"]

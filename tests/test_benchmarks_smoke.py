@@ -1,5 +1,5 @@
-"""The maintained benchmarks run, at tiny sizes and on the CPU, and the benchmarks page matches
-the dated results it renders.
+"""The maintained benchmarks run, at tiny sizes and on the CPU; benchmarks/results/ holds the
+current result of each kind and machine, which the benchmarks page renders at build time.
 
 ``benchmarks/out_of_core.py`` has its own test at a small size in ``tests/test_out_of_core.py``;
 ``linum-benchmark-io`` is tested in ``tests/test_benchmark_io.py``.
@@ -7,30 +7,35 @@ the dated results it renders.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from linumpy.bench import Row
-from linumpy.bench.result_files import (
-    BENCHMARK,
-    current_records,
-    load_records,
-    parse_record,
-    record_from_run,
-)
-from linumpy.bench.result_page import check_docs, record_table, render_docs
-from linumpy.bench.results import main
-from linumpy.errors import BenchInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 RESULTS = BENCHMARKS / "results"
+
+
+def _module(path: Path) -> ModuleType:
+    """A module of the repository that is not installed (docs/_ext, benchmarks/)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PAGES = _module(ROOT / "docs" / "_ext" / "benchmark_results.py")
+STORE = _module(BENCHMARKS / "add_result.py")
 
 
 def _run(*argv: str, env: dict[str, str] | None = None, timeout: int = 300) -> str:
@@ -95,113 +100,83 @@ def test_gpu_suite_runs_each_file_and_summarises(tmp_path: Path) -> None:
     assert printed.splitlines()[:3] == summary
 
 
-def test_benchmarks_page_matches_the_results() -> None:
-    pytest.importorskip("matplotlib")
-    records = load_records(RESULTS)
-    assert records, "no result files under benchmarks/results"
-    problems = check_docs(RESULTS, ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "images")
-    assert not problems, "\n".join(problems) + "\nrun: python -m linumpy.bench.results render"
+def test_results_hold_one_file_per_kind_and_machine() -> None:
+    kinds: dict[str, list[str]] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        match = PAGES.NAME.match(path.name)
+        assert match, f"{path.name}: not KIND-YYYY-MM-DD-MACHINE.json"
+        kinds.setdefault(match["kind"], []).append(match["rest"])
+        about = PAGES.describe(json.loads(path.read_text()), path.name)
+        assert about["machine"] and about["date"] == match["date"], path.name
+        assert about.get("command") and about.get("commit"), path.name
+    assert {"benchmark-io", "pipeline"} <= set(kinds)
+    for kind, machines in kinds.items():
+        assert len(machines) == len(set(machines)), f"{kind}: older results kept: {machines}"
 
 
-def test_every_result_says_when_where_and_how() -> None:
-    for record in load_records(RESULTS):
-        assert record.machine and record.commit and record.versions, record.source
-        assert record.command.startswith("linum-benchmark-io"), record.source
-        assert record.rows and all(row.runs >= 0 for row in record.rows), record.source
-        assert Path(record.source).name == f"benchmark-io-{record.date}-{record.slug}.json"
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda path: path.stem)
+def test_every_result_renders_as_a_table(path: Path) -> None:
+    kind = PAGES.NAME.match(path.name)["kind"]
+    assert path in PAGES.result_files(RESULTS, kind)
+    text = PAGES.render(path, kind)
+    head, table = text.split("\n\n", 1)
+    assert f"(`benchmarks/results/{path.name}`)" in head
+    lines = table.strip().splitlines()
+    assert len(lines) >= 3 and lines[1].startswith("| ---")
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
 
 
 def _run_json(gbps: float) -> dict:
     rows = [
         Row("8^3", "linumpy read_volume (CPU)", "cpu", "read", gbps, 0.1, 3, True),
         Row("8^3", "ceiling: numcodecs", "ceiling", "decode-cpu", 2 * gbps, 0.1, 3),
+        Row("16^3", "linumpy read_volume (CPU)", "cpu", "read", 3 * gbps, 0.1, 0, False),
     ]
     return {
-        "machine": {"date": "2026-11-30 10:00 UTC", "host": "h", "cpus": "2", "zarr": "3.4.2"},
-        "volume": {"shape": [8, 8, 8], "dtype": "uint16", "ratios": {"8^3": 1.5}},
+        "benchmark": "linum-benchmark-io",
+        "machine": {"date": "2026-11-30 10:00 UTC", "command": "linum-benchmark-io OUT"},
+        "volume": {"shape": [8, 8, 8], "dtype": "uint16"},
         "rows": [asdict(row) for row in rows],
     }
 
 
-def test_add_render_check_round_trip(tmp_path: Path) -> None:
-    """A run's JSON becomes a result file; rendering makes the page current, a newer result of
-    the same machine replaces its table, and a stale page or chart is reported."""
-    pytest.importorskip("matplotlib")
-    (tmp_path / "docs" / "images").mkdir(parents=True)
-    page = tmp_path / "docs" / "benchmarks.md"
-    from linumpy.bench.result_page import BEGIN, END
-
-    page.write_text(f"# Benchmarks\n\n{BEGIN}\n{END}\n\nAfter.\n")
+def test_a_newer_result_replaces_the_older_and_renders(tmp_path: Path) -> None:
     for day, gbps in (("2026-11-30", 1.25), ("2026-12-01", 2.5)):
         run = tmp_path / f"run-{day}.json"
         run.write_text(json.dumps(_run_json(gbps)))
-        argv = ["--root", str(tmp_path), "add", str(run), "--machine", "Two cores"]
-        argv += ["--command", "linum-benchmark-io OUT --cpu-only", "--commit", "abc1234"]
-        assert main([*argv, "--date", day]) == 0
-    results = tmp_path / "benchmarks" / "results"
-    names = sorted(p.name for p in results.iterdir())
-    assert names == [
-        "benchmark-io-2026-11-30-two-cores.json",
-        "benchmark-io-2026-12-01-two-cores.json",
-    ]
-    images = tmp_path / "docs" / "images"
-    assert check_docs(results, page, images)  # not rendered yet
-    assert main(["--root", str(tmp_path), "check"]) == 1
-    render_docs(results, page, images)
-    assert check_docs(results, page, images) == []
-    text = page.read_text()
-    assert text.startswith("# Benchmarks\n") and text.endswith("After.\n")
-    assert "### Two cores, 2026-12-01" in text and "2026-11-30" not in text
-    assert "| linumpy read_volume (CPU) | cpu | 2.50 |" in text
-    assert "](images/benchmark-io-two-cores.png)" in text
-    from PIL import Image
-
-    with Image.open(images / "benchmark-io-two-cores.png") as image:
-        assert image.size[0] > 600
-    # Editing the JSON makes both the page and the chart stale.
-    newest = results / names[-1]
-    payload = json.loads(newest.read_text())
-    payload["rows"][0]["gbps"] = 3.0
-    newest.write_text(json.dumps(payload))
-    problems = check_docs(results, page, images)
-    assert len(problems) == 2 and "generated section" in problems[0] and ".png" in problems[1]
-
-
-def test_record_table_and_newest_per_machine() -> None:
-    record = parse_record(
-        record_from_run(_run_json(1.0), machine="m", command="linum-benchmark-io o", commit="c"),
-        "r.json",
+        argv = [str(run), "--machine", "Two cores", "--results", str(tmp_path / "results")]
+        assert STORE.main([*argv, "--commit", "abc1234", "--date", day]) == 0
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"rows": [{"mode": "CPU", "best_s": 0.5, "runs": [1, 2]}]}))
+    argv = [str(other), "--machine", "Two cores", "--kind", "registration"]
+    assert STORE.main([*argv, "--results", str(tmp_path / "results"), "--commit", "c"]) == 0
+    results = tmp_path / "results"
+    (newest,) = PAGES.result_files(results, "benchmark-io")
+    assert newest.name == "benchmark-io-2026-12-01-two-cores.json"
+    saved = json.loads(newest.read_text())
+    assert saved["commit"] == "abc1234" and saved["command"] == "linum-benchmark-io OUT"
+    text = PAGES.render(newest, "benchmark-io")
+    assert text.startswith(
+        "**Two cores**, 2026-12-01: `linum-benchmark-io OUT` at commit `abc1234`"
     )
-    assert record.date == "2026-11-30" and record.versions == {"zarr": "3.4.2"}
-    assert record_table(record).splitlines()[2] == "| linumpy read_volume (CPU) | cpu | 1.00 |"
-    other = parse_record(
-        record_from_run(_run_json(1.0), machine="n", command="x", commit="c", date="2026-01-02"),
-        "s.json",
-    )
-    assert [r.machine for r in current_records([other, record])] == ["m", "n"]
+    lines = text.splitlines()
+    assert lines[2] == "| path | kind | 8³ | 16³ |"
+    assert "| linumpy read_volume (CPU) | cpu | 2.50 | - |" in lines  # a failed row: -
+    assert lines[-1] == "| ceiling: numcodecs | ceiling | 5.00 |  |"
+    (registration,) = PAGES.result_files(results, "registration")
+    rows = PAGES.render(registration, "registration").splitlines()[2:]
+    assert rows == ["| mode | best_s |", "| --- | ---: |", "| CPU | 0.5 |"]  # lists left out
 
 
-@pytest.mark.parametrize(
-    ("payload", "message"),
-    [
-        ([], "holds a JSON object"),
-        ({"benchmark": BENCHMARK, "date": "2026-11-30"}, "missing machine"),
-        (
-            record_from_run({}, machine="m", command="c", commit="x") | {"benchmark": "other"},
-            "not 'linum-benchmark-io'",
-        ),
-        (record_from_run({}, machine="m", command="c", commit="x", date="30/11"), "YYYY-MM-DD"),
-        (
-            record_from_run({"rows": [{"layout": "8^3"}]}, machine="m", command="c", commit="x")
-            | {"date": "2026-11-30"},
-            "rows[0] lacks",
-        ),
-    ],
-)
-def test_malformed_result_files_are_named(payload: object, message: str) -> None:
-    with pytest.raises(BenchInputError, match=r"bad\.json: .*") as caught:
-        parse_record(payload, "bad.json")
-    assert message in str(caught.value)
+def test_a_result_of_unknown_kind_or_bad_date_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"rows": []}))
+    argv = [str(run), "--machine", "m", "--results", str(tmp_path / "results")]
+    assert STORE.main(argv) == 2
+    assert STORE.main([*argv, "--kind", "pipeline", "--date", "30/11"]) == 2
+    run.write_text("[]")
+    assert STORE.main([*argv, "--kind", "pipeline"]) == 2
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
 
 
 def test_durable_writes_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:

@@ -6,10 +6,15 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from linumpy.bench.pipeline_records import COMMANDS, KERNELS_CACHED, CommandRun, PipelineResult
-from linumpy.bench.provenance import run_info
+from linumpy.bench.pipeline_records import (
+    COMMANDS,
+    KERNELS_CACHED,
+    RECHUNK,
+    CommandRun,
+    PipelineResult,
+)
 
-__all__ = ["pipeline_chart", "pipeline_table", "run_info", "write_pipeline_json"]
+__all__ = ["pipeline_chart", "pipeline_rows", "pipeline_table", "write_pipeline_json"]
 
 # Short names of the phases in the table's phases column.
 _SHORT = {
@@ -20,71 +25,114 @@ _SHORT = {
 }
 
 
-def _pairs(result: PipelineResult) -> list[tuple[CommandRun, CommandRun | None]]:
-    """Each command's CPU run with its warm GPU run on the same mosaic (None without one)."""
-    gpu = {(r.command, r.mosaic): r for r in result.runs if r.device == "gpu" and r.run == "warm"}
-    return [(r, gpu.get((r.command, r.mosaic))) for r in result.runs if r.device == "cpu"]
-
-
 def _seconds(run: CommandRun | None) -> str:
     if run is None:
         return "-"
     return f"{run.seconds:.2f}" if run.ok else "failed"
 
 
-def _phases(cpu: CommandRun, gpu: CommandRun | None) -> str:
-    names = list(cpu.phases) + [n for n in (gpu.phases if gpu else {}) if n not in cpu.phases]
-    parts = []
-    for name in names:
-        a = cpu.phases.get(name)
-        if gpu is None:
-            parts.append(f"{_SHORT.get(name, name)} {a:.2f}")
+def _name(run: CommandRun) -> str:
+    return f"{RECHUNK[0]} (ceiling)" if run.command == "rechunk" else COMMANDS[run.command][0]
+
+
+def _ceiling_of(result: PipelineResult, run: CommandRun) -> CommandRun | None:
+    """The ceiling of ``run``: the rechunk of its mosaic on its device, in its dtype if any."""
+    ceilings = [
+        r
+        for r in result.runs
+        if r.run == "ceiling" and (r.mosaic, r.device) == (run.mosaic, run.device) and r.ok
+    ]
+    same = [r for r in ceilings if run.dtype and r.dtype == run.dtype]
+    return (same or ceilings or [None])[0]
+
+
+def _gbps(value: float) -> float | None:
+    return float(f"{value:.4g}") if value > 0 else None  # 4 digits, however small
+
+
+def pipeline_rows(result: PipelineResult) -> list[dict[str, object]]:
+    """One row per warm run and per ceiling: seconds, start-up apart, GB/s of mosaic through
+    the job after its start-up and through level 0, and the fraction of the ceiling's GB/s.
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline_records import CommandRun, PipelineConfig, PipelineResult
+    >>> from linumpy.bench.pipeline_report import pipeline_rows
+    >>> result = PipelineResult(PipelineConfig(), {})
+    >>> phases = {"start-up and imports": 1.0, "level 0": 4.0}
+    >>> same = {"dtype": "uint16", "nbytes": 8 * 10**9}
+    >>> result.runs = [
+    ...     CommandRun("stitch", "4gib", "cpu", "warm", 11.0, phases, **same),
+    ...     CommandRun("rechunk", "4gib", "cpu", "ceiling", 5.0, phases, **same),
+    ... ]
+    >>> [(row["command"], row["GB/s"], row["x ceiling"]) for row in pipeline_rows(result)]
+    [('linum-stitch-3d', 0.8, 0.4), ('linum-rechunk (ceiling)', 2.0, 1.0)]
+    """
+    rows = []
+    for run in result.runs:
+        if run.run not in ("warm", "ceiling"):
             continue
-        b = gpu.phases.get(name)
-        text = f"{'-' if a is None else f'{a:.2f}'}/{'-' if b is None else f'{b:.2f}'}"
-        parts.append(f"{_SHORT.get(name, name)} {text}")
-    return ", ".join(parts)
+        ceiling = _ceiling_of(result, run)
+        share = run.gbps / ceiling.gbps if ceiling and ceiling.gbps and run.gbps else 0.0
+        rows.append(
+            {
+                "command": _name(run),
+                "mosaic": run.mosaic,
+                "dtype": run.dtype or "-",
+                "device": run.device,
+                "s": round(run.seconds, 2) if run.ok else "failed",
+                "start-up s": round(run.startup, 2) if run.phases else None,
+                "GB/s": _gbps(run.gbps),
+                "level 0 s": run.phases.get("level 0"),
+                "level 0 GB/s": _gbps(run.level0_gbps),
+                "ceiling GB/s": _gbps(ceiling.gbps) if ceiling else None,
+                "x ceiling": round(share, 2) if share else None,
+            }
+        )
+    return rows
+
+
+def _cell(key: str, value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):  # small GB/s (tiny mosaics) to 3 digits, the rest to 2 decimals
+        return f"{value:.3g}" if key.endswith("GB/s") and value < 1 else f"{value:.2f}"
+    return str(value)
+
+
+def _phases(run: CommandRun) -> str:
+    return ", ".join(f"{_SHORT.get(name, name)} {s:.2f}" for name, s in run.phases.items())
 
 
 def pipeline_table(result: PipelineResult) -> str:
-    """The result as Markdown tables: the commands (CPU s, GPU s, speed-up, phases), the first
-    GPU runs against the next, the read ceiling, and the outputs' CPU-GPU difference.
+    """The result as Markdown tables: each command and ceiling (seconds, start-up, GB/s of
+    mosaic through the job and through level 0, fraction of the ceiling, phases), the first GPU
+    runs against the next, and the outputs' CPU-GPU difference.
 
     Examples
     --------
     >>> from linumpy.bench.pipeline_records import CommandRun, PipelineConfig, PipelineResult
     >>> from linumpy.bench.pipeline_report import pipeline_table
     >>> result = PipelineResult(PipelineConfig(), {"date": "2026-12-01"})
-    >>> result.runs = [
-    ...     CommandRun("aip", "6x6", "cpu", "warm", 4.0, {"level 0": 3.0, "other": 1.0}),
-    ...     CommandRun("aip", "6x6", "gpu", "warm", 1.0, {"level 0": 0.5, "other": 0.5}),
-    ... ]
+    >>> phases = {"start-up and imports": 1.0, "level 0": 2.0}
+    >>> result.runs = [CommandRun("aip", "6x6", "cpu", "warm", 3.0, phases, nbytes=4 * 10**9)]
     >>> print(pipeline_table(result))  # doctest: +NORMALIZE_WHITESPACE
-    | command | mosaic | CPU s | GPU s | speed-up | phases (CPU/GPU s) |
-    | --- | --- | --- | --- | --- | --- |
-    | linum-aip | 6x6 | 4.00 | 1.00 | 4.0x | level 0 3.00/0.50, other 1.00/0.50 |
-
-    A GPU run that had to compile kernels (its first run failed) is not a warm run, and says so:
-
-    >>> result.runs[1].counts = {"kernels added to the cache": 5}
-    >>> print(pipeline_table(result).splitlines()[-1])  # doctest: +NORMALIZE_WHITESPACE
-    | linum-aip | 6x6 | 4.00 | 1.00 | 4.0x (not warm: 5 kernels compiled) | level 0 3.00/0.50,
-    other 1.00/0.50 |
+    | command | mosaic | dtype | device | s | start-up s | GB/s | level 0 s | level 0 GB/s |
+    ceiling GB/s | x ceiling | phases (s) |
+    | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |
+    | linum-aip | 6x6 | - | cpu | 3.00 | 1.00 | 2.00 | 2.00 | 2.00 | - | - | start-up 1.00,
+    level 0 2.00 |
     """
+    reported = [run for run in result.runs if run.run in ("warm", "ceiling")]
+    rows = pipeline_rows(result)
+    header = list(rows[0]) if rows else ["command", "mosaic", "dtype", "device"]
     lines = [
-        "| command | mosaic | CPU s | GPU s | speed-up | phases (CPU/GPU s) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| " + " | ".join([*header, "phases (s)"]) + " |",
+        "| " + " | ".join(["---"] * 4 + ["---:"] * (len(header) - 4) + ["---"]) + " |",
     ]
-    for cpu, gpu in _pairs(result):
-        both = gpu is not None and cpu.ok and gpu.ok and gpu.seconds > 0
-        speedup = f"{cpu.seconds / gpu.seconds:.1f}x" if both else "-"
-        # a first run that failed left its kernels to this one
-        if both and (compiled := gpu.counts.get(KERNELS_CACHED, 0)):
-            speedup += f" (not warm: {compiled} kernels compiled)"
-        lines.append(
-            f"| {COMMANDS[cpu.command][0]} | {cpu.mosaic} | {_seconds(cpu)} | {_seconds(gpu)} | "
-            f"{speedup} | {_phases(cpu, gpu)} |"
-        )
+    for row, run in zip(rows, reported, strict=True):
+        cells = [_cell(key, value) for key, value in row.items()]
+        lines.append("| " + " | ".join([*cells, _phases(run)]) + " |")
     firsts = [r for r in result.runs if r.run == "first"]
     if firsts:
         lines += [
@@ -127,22 +175,11 @@ def pipeline_table(result: PipelineResult) -> str:
                 f"| {COMMANDS[first.command][0]} | {first.mosaic} | {_seconds(first)} | "
                 f"{_seconds(warm)} | {ratio} | {', '.join(compiled)} |"
             )
-    if result.reads:
-        lines += [
-            "",
-            "| read_volume (in process) | mosaic | GB/s | s |",
-            "| --- | --- | --- | --- |",
-        ]
-        for read in result.reads:
-            shown = f"{read.gbps:.2f}" if not read.error else f"failed: {read.error}"
-            lines.append(
-                f"| {read.device.upper()} | {read.mosaic} | {shown} | {read.seconds:.2f} |"
-            )
     for output in result.outputs:
         if "max_rel_difference" in output:
             lines.append(
-                f"\nStitched {output['mosaic']}: largest |CPU - GPU| over planes 0-31 is "
-                f"{output['max_rel_difference']:.2e} of the maximum."
+                f"\nStitched {output['mosaic']} {output.get('dtype') or ''}: largest |CPU - GPU| "
+                f"over planes 0-31 is {output['max_rel_difference']:.2e} of the maximum."
             )
     if result.gpu_skipped:
         lines.append(f"\nGPU half skipped: {result.gpu_skipped}.")
@@ -169,16 +206,17 @@ def write_pipeline_json(result: PipelineResult, path: Path) -> None:
         "settings": asdict(result.config),
         "gpu_skipped": result.gpu_skipped,
         "mosaics": result.mosaics,
+        "rows": pipeline_rows(result),
         "runs": [asdict(r) for r in result.runs],
-        "reads": [asdict(r) | {"gbps": round(r.gbps, 3)} for r in result.reads],
         "outputs": result.outputs,
     }
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
 def pipeline_chart(result: PipelineResult, path: Path) -> bool:
-    """Bars of seconds, CPU and GPU, per command and mosaic, with the speed-ups; the title
-    gives the date and the machine. False when matplotlib is not installed.
+    """Bars of GB/s of mosaic after start-up per command, mosaic, dtype and device, each beside
+    its ceiling (``linum-rechunk``); the title gives the date and the machine. False when
+    matplotlib is not installed.
 
     Examples
     --------
@@ -187,7 +225,7 @@ def pipeline_chart(result: PipelineResult, path: Path) -> bool:
     >>> from linumpy.bench.pipeline_records import CommandRun, PipelineConfig, PipelineResult
     >>> from linumpy.bench.pipeline_report import pipeline_chart
     >>> result = PipelineResult(PipelineConfig(gpu=False), {"date": "2026-12-01"})
-    >>> result.runs = [CommandRun("aip", "6x6", "cpu", "warm", 4.0)]
+    >>> result.runs = [CommandRun("aip", "6x6", "cpu", "warm", 4.0, nbytes=10**9)]
     >>> path = Path(tempfile.mkdtemp()) / "chart.png"
     >>> pipeline_chart(result, path) == path.exists()
     True
@@ -199,24 +237,21 @@ def pipeline_chart(result: PipelineResult, path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pairs = _pairs(result)
-    labels = [f"{COMMANDS[cpu.command][0]}\n{cpu.mosaic}" for cpu, _ in pairs]
-    fig, ax = plt.subplots(figsize=(10, 0.75 * len(pairs) + 1.8))
-    rows = range(len(pairs))
-    cpu_s = [cpu.seconds if cpu.ok else 0.0 for cpu, _ in pairs]
-    gpu_s = [gpu.seconds if gpu is not None and gpu.ok else 0.0 for _, gpu in pairs]
-    ax.barh([i - 0.2 for i in rows], cpu_s, height=0.4, color="tab:blue", label="CPU")
-    if any(gpu_s):
-        ax.barh([i + 0.2 for i in rows], gpu_s, height=0.4, color="tab:green", label="--use-gpu")
-    for i in rows:
-        ax.text(cpu_s[i], i - 0.2, f" {cpu_s[i]:.2f} s", va="center", fontsize=7)
-        if gpu_s[i]:
-            speedup = f" ({cpu_s[i] / gpu_s[i]:.1f}x)" if cpu_s[i] else ""
-            ax.text(gpu_s[i], i + 0.2, f" {gpu_s[i]:.2f} s{speedup}", va="center", fontsize=7)
-    ax.set_yticks(list(rows), labels, fontsize=7)
+    rows = [row for row in pipeline_rows(result) if not row["command"].endswith("(ceiling)")]
+    labels = [f"{r['command']} ({r['device']}, {r['dtype']})\n{r['mosaic']}" for r in rows]
+    speeds = [float(r["GB/s"] or 0.0) for r in rows]
+    ceilings = [float(r["ceiling GB/s"] or 0.0) for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 0.75 * len(rows) + 1.8))
+    at = range(len(rows))
+    ax.barh([i - 0.2 for i in at], speeds, height=0.4, color="tab:blue", label="command")
+    ax.barh([i + 0.2 for i in at], ceilings, height=0.4, color="tab:gray", label="ceiling")
+    for i in at:
+        share = f" ({speeds[i] / ceilings[i]:.2f} of the ceiling)" if ceilings[i] else ""
+        ax.text(speeds[i], i - 0.2, f" {speeds[i]:.2f}{share}", va="center", fontsize=7)
+    ax.set_yticks(list(at), labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("seconds per command (separate processes, page cache warm)")
-    ax.set_xlim(0, max(cpu_s + gpu_s + [1e-3]) * 1.3)
+    ax.set_xlabel("GB/s of mosaic after start-up (separate processes, page cache warm)")
+    ax.set_xlim(0, max(speeds + ceilings + [1e-3]) * 1.4)
     machine = result.machine
     device = machine.get("device", "CPU only")
     ax.set_title(

@@ -269,6 +269,7 @@ def write_json(result: BenchResult, path: Path) -> None:
     [8, 8, 8]
     """
     payload = {
+        "benchmark": "linum-benchmark-io",
         "machine": result.machine,
         "volume": {"shape": list(result.shape), "dtype": result.dtype, "ratios": result.ratios},
         "settings": {k: str(v) for k, v in asdict(result.config).items()},

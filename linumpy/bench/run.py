@@ -6,7 +6,9 @@ import contextlib
 import datetime
 import importlib.metadata
 import platform
+import shlex
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -132,22 +134,28 @@ def _version(name: str) -> str:
 
 
 def machine_info(gpu: bool) -> dict[str, str]:
-    """Date, host, CPUs and library versions (and the GPU's, with ``gpu``) of this run.
+    """Date, command line, host, CPUs and library versions (and the GPU's, with ``gpu``) of
+    this run.
 
     Examples
     --------
     >>> from linumpy.bench.run import machine_info
     >>> info = machine_info(False)
     >>> sorted(info)[:3], "zarr" in info
-    (['cpus', 'date', 'host'], True)
+    (['command', 'cpus', 'dask'], True)
     """
+    from linumpy import __version__
+
+    program = Path(sys.argv[0]).stem.replace("_", "-")  # linum-benchmark-io, run with -m too
     info = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": shlex.join([program, *sys.argv[1:]]),
         "host": platform.node(),
         "cpus": str(available_cpus()),
         "python": platform.python_version(),
+        "linumpy": __version__,
     }
-    for name in ("numpy", "zarr", "numcodecs", "tensorstore", "zarrs"):
+    for name in ("numpy", "zarr", "numcodecs", "tensorstore", "zarrs", "dask", "scipy"):
         info[name] = _version(name)
     if gpu:
         import cupy
