@@ -37,10 +37,6 @@ def load_cupy() -> ModuleType:
     ------
     ImportError
         When cupy (or its ``cupyx``) cannot be imported.
-
-    Examples
-    --------
-    >>> cupy = load_cupy()  # doctest: +SKIP
     """
     import cupy
 
@@ -113,11 +109,6 @@ def codec_stream() -> Iterator[cupy.cuda.Stream]:
     cupy copy chunk bytes to the device, and memory freed after such work is not reused early.
     Merged codec calls that run at once on one event loop (``CallMerger.max_in_flight``) each
     get a stream of their own; a thread makes no more streams than it had calls at once.
-
-    Examples
-    --------
-    >>> with codec_stream() as stream:  # doctest: +SKIP
-    ...     pass
     """
     import cupy
 
@@ -131,14 +122,7 @@ def codec_stream() -> Iterator[cupy.cuda.Stream]:
 
 
 def worker_streams(count: int) -> list[cupy.cuda.Stream]:
-    """``count`` streams of the calling thread on its current device, for concurrent groups.
-
-    Examples
-    --------
-    >>> first, second = worker_streams(2)  # doctest: +SKIP
-    >>> first is worker_streams(1)[0]  # doctest: +SKIP
-    True
-    """
+    """``count`` streams of the calling thread on its current device, for concurrent groups."""
     import cupy
 
     device = cupy.cuda.runtime.getDevice()
@@ -157,10 +141,6 @@ def after_current_stream(streams: list[cupy.cuda.Stream]) -> Any:
     its output there and fills it from non-blocking streams would overwrite such a block under
     those kernels (a GPU stitch's tiles were read into memory a block of the other dask thread
     was still averaging), so the read's streams first wait for the current stream.
-
-    Examples
-    --------
-    >>> ready = after_current_stream(worker_streams(2))  # doctest: +SKIP
     """
     import cupy
 

@@ -140,12 +140,6 @@ class GpuBackend:
     pool_before, new_output
         cupy's memory pool's used bytes before the read allocated anything (now when None), and
         whether the read allocated ``out`` since (its bytes are not the read's extra).
-
-    Examples
-    --------
-    Used by :func:`linumpy.gpu.zarr_io.read_zarr_to_gpu`:
-
-    >>> volume = read_zarr_to_gpu("volume.zarr")  # doctest: +SKIP
     """
 
     def __init__(

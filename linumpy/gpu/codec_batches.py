@@ -153,11 +153,6 @@ class PreparedChunk:
 
     ``address`` is the device address of its compressed bytes (0 for a chunk that libzstd
     decodes, whose bytes are then in ``host``); ``keep`` holds the device buffer they are in.
-
-    Examples
-    --------
-    >>> [chunk.address > 0 for chunk in await prepare_items(items)]  # doctest: +SKIP
-    [True, True]
     """
 
     spec: ArraySpec
@@ -187,10 +182,6 @@ async def prepare_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Prep
     ------
     ChunkDecodeError
         For a malformed chunk (only its own call fails).
-
-    Examples
-    --------
-    >>> prepared = await prepare_items([(chunk, spec, "c/0")])  # doctest: +SKIP
     """
     require_gpu("the nvCOMP zstd codec")
     loop = asyncio.get_running_loop()
@@ -430,11 +421,6 @@ async def decode_items(chunks: list[PreparedChunk | tuple[Buffer, ArraySpec, str
 
     Each item is a chunk prepared as its call arrived (:func:`prepare_items`) or a ``(chunk
     bytes, spec, name)`` item, checked and staged here, in the merged call.
-
-    Examples
-    --------
-    >>> decoded = await decode_items(await prepare_items([(chunk, spec, "c/0")]))  # doctest: +SKIP
-    >>> decoded = await decode_items([(chunk, spec, "c/0")])  # doctest: +SKIP
     """
     require_gpu("the nvCOMP zstd codec")
     raw = [i for i, chunk in enumerate(chunks) if not isinstance(chunk, PreparedChunk)]
@@ -449,26 +435,14 @@ async def decode_items(chunks: list[PreparedChunk | tuple[Buffer, ArraySpec, str
 
 
 def arrived_on_host(items: Sequence[tuple[Buffer, ArraySpec, str]]) -> bool:
-    """Whether every chunk's bytes are in host memory (zarr's host byte buffers).
-
-    Examples
-    --------
-    >>> arrived_on_host([(HostBytes.from_bytes(b"x"), spec, "c/0")])  # doctest: +SKIP
-    True
-    """
+    """Whether every chunk's bytes are in host memory (zarr's host byte buffers)."""
     return not any(is_on_device(chunk.as_array_like()) for chunk, _, _ in items)
 
 
 async def encode_items(
     items: list[tuple[Buffer, ArraySpec, str]], *, level: int, checksum: bool
 ) -> list[Buffer]:
-    """Encode ``(chunk bytes, spec, name)`` items into zstd frames in one batch.
-
-    Examples
-    --------
-    >>> items = [(chunk, spec, "c/0")]  # doctest: +SKIP
-    >>> frames = await encode_items(items, level=3, checksum=True)  # doctest: +SKIP
-    """
+    """Encode ``(chunk bytes, spec, name)`` items into zstd frames in one batch."""
     require_gpu("the nvCOMP zstd codec")
     with ExitStack() as pinned, codec_stream() as stream:
         return await _encode_batch(

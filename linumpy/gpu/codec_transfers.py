@@ -68,13 +68,7 @@ def is_on_device(array: Any) -> bool:
 
 
 def pinned_empty(nbytes: int) -> np.ndarray:
-    """An uninitialised 1-D uint8 array in page-locked host memory (CuPy's pinned pool).
-
-    Examples
-    --------
-    >>> pinned_empty(64).nbytes  # doctest: +SKIP
-    64
-    """
+    """An uninitialised 1-D uint8 array in page-locked host memory (CuPy's pinned pool)."""
     import cupy
 
     memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
@@ -85,11 +79,6 @@ def borrow_pinned(pinned: ExitStack, nbytes: int) -> np.ndarray:
     """Page-locked host memory until ``pinned`` closes, from the cache the fast path uses too:
     page-locking a new buffer for every batch cost more than the batch's GPU work (sized with
     room: :data:`PINNED_ROOM`).
-
-    Examples
-    --------
-    >>> with ExitStack() as pinned:  # doctest: +SKIP
-    ...     staging = borrow_pinned(pinned, 1 << 20)
     """
     if nbytes == 0:
         return np.empty(0, dtype=np.uint8)
@@ -98,12 +87,7 @@ def borrow_pinned(pinned: ExitStack, nbytes: int) -> np.ndarray:
 
 
 def memcpy_async(dst: int, src: int, nbytes: int, stream: cupy.cuda.Stream) -> None:
-    """Queue a copy between any two addresses (unified addressing picks the direction).
-
-    Examples
-    --------
-    >>> memcpy_async(device.data.ptr, host.ctypes.data, host.nbytes, stream)  # doctest: +SKIP
-    """
+    """Queue a copy between any two addresses (unified addressing picks the direction)."""
     import cupy
 
     if nbytes:
@@ -111,13 +95,7 @@ def memcpy_async(dst: int, src: int, nbytes: int, stream: cupy.cuda.Stream) -> N
 
 
 def device_pointer(array: Any) -> int:
-    """The device address of a device array's first byte.
-
-    Examples
-    --------
-    >>> device_pointer(cupy.zeros(4, dtype=cupy.uint8)) > 0  # doctest: +SKIP
-    True
-    """
+    """The device address of a device array's first byte."""
     import cupy
 
     return int(cupy.asarray(array).data.ptr)
@@ -142,11 +120,6 @@ def stage_inputs(
     -------
     staging, device_in, host_chunks, pending
         The two buffers, the indices of the host chunks, and whether a download is queued.
-
-    Examples
-    --------
-    >>> staging, device_in, host, pending = stage_inputs(  # doctest: +SKIP
-    ...     arrays, offsets, total, stream, download=True, pinned=pinned)
     """
     import cupy
 
@@ -206,10 +179,6 @@ async def upload_host_chunks(
     """Queue the upload of the host chunks into ``device_in`` at ``offsets``, a piece of at most
     :data:`PIECE_BYTES` at a time through two pinned buffers used in turn; a piece of chunks
     that lie side by side in ``device_in`` is uploaded with one copy.
-
-    Examples
-    --------
-    >>> await upload_host_chunks(arrays, offsets, host, device_in, stream, pinned)  # doctest: +SKIP
     """
     sizes = [int(arrays[i].nbytes) for i in host_chunks]
     padded = [-(-size // ALIGNMENT) * ALIGNMENT for size in sizes]

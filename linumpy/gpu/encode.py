@@ -52,12 +52,7 @@ _ALIGN = 8  # nvCOMP wants 4-byte aligned inputs, the XXH64 kernel 8
 
 
 def gpu_encode_unusable_reason(plan: WritePlan) -> str | None:
-    """Why the GPU cannot encode this plan's chunks (then the CPU does), or None.
-
-    Examples
-    --------
-    >>> gpu_encode_unusable_reason(plan)  # doctest: +SKIP
-    """
+    """Why the GPU cannot encode this plan's chunks (then the CPU does), or None."""
     from linumpy.gpu import nvcomp
     from linumpy.gpu.availability import gpu_unavailable_reason
 
@@ -144,10 +139,6 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
     ChunkDecodeError
         When nvCOMP reports a failed chunk or writes a frame that does not check out; files of
         earlier groups may be written by then (the caller's staging throws them away).
-
-    Examples
-    --------
-    >>> report = write_gpu(plan_write(array), cupy_data, settings.get())  # doctest: +SKIP
     """
     import cupy
 

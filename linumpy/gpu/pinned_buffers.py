@@ -107,11 +107,6 @@ def pinned_buffers(nbytes: int, count: int = 2, keep: int = 0) -> Iterator[list[
 
     Buffers come back to a small cache on exit: the largest ``max(count, keep, 4)`` stay idle
     (``keep``: how many one reader uses at once, e.g. one per stream).
-
-    Examples
-    --------
-    >>> with pinned_buffers(1 << 20, count=2) as (first, second):  # doctest: +SKIP
-    ...     first[:4] = 1
     """
     import cupy
 
@@ -163,10 +158,6 @@ _IDLE_BYTES = 4 * 2**30  # and at most this much idle pinned memory in all
 def prestage(role: str, slots: int, nbytes: int, count: int = 1) -> None:
     """Page-lock buffers of ``nbytes`` so that each of the first ``slots`` slots of ``role`` has
     ``count`` idle, for the next leases to take (ahead of a process's first reads).
-
-    Examples
-    --------
-    >>> prestage("staging", 4, 64 * 2**20, count=2)  # doctest: +SKIP
     """
     import cupy
 
@@ -188,12 +179,6 @@ class PinnedLease:
     list that the process's next reads take from (page-locking is slow). Reads that run at the
     same time get buffers of their own. A slot's buffer grows when a read needs more; at most
     eight idle buffers per slot (reads that ran at once under dask) and 4 GiB in all are kept.
-
-    Examples
-    --------
-    >>> lease = PinnedLease()  # doctest: +SKIP
-    >>> staging = lease.get("staging", 0, 1 << 20)  # doctest: +SKIP
-    >>> lease.close()  # the next read may take it  # doctest: +SKIP
     """
 
     def __init__(self) -> None:

@@ -37,14 +37,7 @@ CRC32C_WHERE = "auto"
 
 @dataclass(slots=True)
 class ReadChecks:
-    """One GPU read's checks (see the module docstring); made by :meth:`for_read`.
-
-    Examples
-    --------
-    >>> checks = ReadChecks.for_read(plan, streams[0])  # doctest: +SKIP
-    >>> checks.where  # doctest: +SKIP
-    'device'
-    """
+    """One GPU read's checks (see the module docstring); made by :meth:`for_read`."""
 
     plan: ReadPlan
     #: Where the stored crc32c of chunks is checked: "device", "cpu", or "" (none stored).

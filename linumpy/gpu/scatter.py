@@ -224,12 +224,7 @@ def scatter_table(
 
 
 def launch_scatter(geo: Geometry, table: np.ndarray, stream: cupy.cuda.Stream) -> None:
-    """Queue the scatter kernel over every row of ``table`` on ``stream`` (not waited for).
-
-    Examples
-    --------
-    >>> launch_scatter(geo, table, stream)  # doctest: +SKIP
-    """
+    """Queue the scatter kernel over every row of ``table`` on ``stream`` (not waited for)."""
     import cupy
 
     if len(table) == 0:

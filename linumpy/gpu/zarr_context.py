@@ -45,11 +45,6 @@ def gpu_zarr_context() -> Iterator[None]:
     ------
     GPUUnavailableError
         When cupy, nvCOMP or a CUDA device is missing.
-
-    Examples
-    --------
-    >>> with gpu_zarr_context():  # doctest: +SKIP
-    ...     volume = zarr.open_array("volume.zarr", mode="r")[:64]  # cupy.ndarray
     """
     from linumpy.gpu.nvcomp_zstd import gpu_zstd_config, register_nvcomp_zstd
     from linumpy.gpu.zarr_buffers import host_bytes_config

@@ -114,10 +114,6 @@ def use_kvikio_threads(threads: int) -> None:
     """Give kvikio's thread pool ``threads`` threads (its default of 1 is several times slower).
 
     An explicit ``KVIKIO_NTHREADS`` in the environment is the user's choice and is left alone.
-
-    Examples
-    --------
-    >>> use_kvikio_threads(16)  # doctest: +SKIP
     """
     if "KVIKIO_NTHREADS" in os.environ:
         return

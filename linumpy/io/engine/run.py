@@ -87,14 +87,6 @@ class Fetched:
         The chunks' crc32c (codec ``crc32c``) is left to the back end, which checks it on the
         device before decoding (``sizes`` already leave it out); chunks decoded in the fetch or
         validate stage had theirs checked on the CPU.
-
-    Examples
-    --------
-    What a back end's ``submit`` receives (see :func:`run`):
-
-    >>> def submit(fetched: Fetched) -> None:  # doctest: +SKIP
-    ...     frames = [fetched.staging[o : o + n]
-    ...               for o, n in zip(fetched.group.layout.offsets, fetched.sizes)]
     """
 
     index: int
