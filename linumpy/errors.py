@@ -14,6 +14,7 @@ __all__ = [
     "ClusterError",
     "ClusterLostError",
     "DeviceMemoryError",
+    "DiskSpaceError",
     "GPUUnavailableError",
     "HostMemoryError",
     "InputMismatchError",
@@ -200,6 +201,23 @@ class DeviceMemoryError(LinumpyError, MemoryError):
     ...     volume = read_volume("huge.ome.zarr", gpu=True)
     ... except DeviceMemoryError:
     ...     volume = read_volume("huge.ome.zarr", gpu=True, region=(slice(0, 256),))
+    """
+
+
+class DiskSpaceError(LinumpyError, OSError):
+    """An output would need more disk space than is free (raised before anything is written);
+    the message names both.
+
+    Examples
+    --------
+    >>> issubclass(DiskSpaceError, OSError)
+    True
+    >>> from linumpy.mosaic.demo import make_demo_data
+    >>> try:
+    ...     make_demo_data("grid.ome.zarr", grid_shape=(2, 2), free_bytes=2**20)
+    ... except DiskSpaceError as exc:
+    ...     print(str(exc).split(": ")[1].split(" of disk")[0])
+    a 2x2 grid of (64, 128, 128) tiles needs up to 8.5 MB
     """
 
 
