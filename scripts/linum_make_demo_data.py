@@ -87,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
+    with cli.fail_on_errors(parser):  # before anything is written, the parent folders included
+        from linumpy.mosaic.demo import check_demo_space
+
+        check_demo_space(args.output, tuple(args.grid), tuple(args.tile_shape))
     output = cli.check_output(
         parser, args.output, args.overwrite, make_parents=True, kind="directory"
     )
@@ -106,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 chunks=args.chunks,
                 shards=None if args.no_shards else args.shards or "auto",
                 xp=xp,
+                progress=True,
             )
     size = demo.mosaic.nbytes / 2**20
     print(

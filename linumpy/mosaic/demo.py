@@ -7,25 +7,38 @@ gets its own noise floor and a mild vignetting, as a real acquisition would. The
 side by side as a mosaic grid ``(Z, rows * tile_h, cols * tile_w)``, one shard per tile of small
 inner chunks (:func:`linumpy.io.layout.tile_layout`), and the ground truth goes into the image's
 attributes under the ``linumpy`` key.
+
+Every random field is keyed by position (:mod:`linumpy.mosaic._demo_tissue`): a grid generated a
+block at a time, in any blocks, holds the same values as one generated at once, so that
+:func:`make_demo_data` writes grids of any size in bounded memory.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import shutil
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from linumpy._numpy_or_cupy import ndimage_module
-from linumpy.errors import LinumpyError
+from linumpy.errors import DiskSpaceError, LinumpyError
 from linumpy.io.layout import ShardsArg, inner_chunks, tile_layout, tile_shards
+from linumpy.mosaic._demo_tissue import DemoContent, Tissue, blocks, generate, tissue_fraction
 from linumpy.mosaic.transform import TileTransform
 
-__all__ = ["DemoMosaic", "generate_demo_mosaic", "make_demo_data", "read_demo_truth"]
+__all__ = [
+    "DemoMosaic",
+    "check_demo_space",
+    "generate_demo_mosaic",
+    "make_demo_data",
+    "read_demo_truth",
+]
 
 #: Voxel size of the demo data (z, y, x) in micrometers, typical of serial OCT.
 DEMO_VOXEL_SIZE = (3.5, 2.5, 2.5)
@@ -38,7 +51,8 @@ class DemoMosaic:
     Attributes
     ----------
     mosaic
-        ``(Z, rows * tile_h, cols * tile_w)`` uint16 mosaic grid (numpy or cupy, as generated).
+        ``(Z, rows * tile_h, cols * tile_w)`` uint16 mosaic grid: numpy or cupy, as generated
+        (:func:`generate_demo_mosaic`), or the written zarr array (:func:`make_demo_data`).
     tissue
         ``(Z, H, W)`` float32 noise-free tissue intensity the tiles were cut from, in the
         coordinates of the stitched image (tile ``(r, c)`` starts at
@@ -81,111 +95,30 @@ def _true_transform(
     return TileTransform(matrix.tolist(), (0.0, 0.0), tile_shape, grid_shape).normalized()
 
 
-#: Voxels of the tissue volume generated at once on the GPU: larger grids are generated in slabs
-#: of planes (each of a few float32 temporaries this large), so an 8 GiB grid fits a GPU.
-SLAB_VOXELS = 2**30
-#: The same on the host, where slabs of SLAB_VOXELS would make temporaries of many times the
-#: grid's size: slabs of 128 MiB temporaries.
-HOST_SLAB_VOXELS = 2**25
+#: Memory of the generation's blocks and temporaries, bytes (see ``slab_bytes``).
+SLAB_BYTES = 512 * 2**20
 
 
-def _coarse_field(
-    rng: np.random.Generator, shape: tuple[int, ...], factors: tuple[int, ...], sigma: float
-) -> np.ndarray:
-    """Smoothed noise of unit spread on the coarse grid of :func:`_upsample`."""
-    from scipy import ndimage
-
-    coarse_shape = tuple(math.ceil(n / f) + 2 for n, f in zip(shape, factors, strict=True))
-    coarse = ndimage.gaussian_filter(rng.standard_normal(coarse_shape), sigma, mode="wrap")
-    return (coarse - coarse.mean()) / coarse.std()
-
-
-def _upsample(
-    coarse: np.ndarray,
-    shape: tuple[int, ...],
-    factors: tuple[int, ...],
-    xp: ModuleType,
-    planes: tuple[int, int] | None = None,
-) -> Any:
-    """A coarse field upsampled by ``factors`` to ``shape``, or to its planes
-    ``planes[0]:planes[1]`` along the first axis (the same values as those of the whole)."""
-    field = xp.asarray(coarse, dtype=xp.float32)
-    # Separable linear upsampling, one axis at a time (much faster than ndimage.zoom).
-    for axis, (n, factor) in enumerate(zip(shape, factors, strict=True)):
-        first, last = planes if axis == 0 and planes is not None else (0, n)
-        t = xp.arange(first, last, dtype=xp.float32) / factor
-        i0 = t.astype(xp.int64)
-        frac = (t - i0).reshape((-1,) + (1,) * (len(shape) - axis - 1))
-        field = (1 - frac) * xp.take(field, i0, axis=axis) + frac * xp.take(
-            field, i0 + 1, axis=axis
-        )
-    return field
-
-
-def _smooth_field(
-    rng: np.random.Generator,
-    shape: tuple[int, ...],
-    factors: tuple[int, ...],
-    sigma: float,
-    xp: ModuleType,
-) -> Any:
-    """Gaussian random field of unit spread: smoothed noise on a coarse grid, upsampled by
-    ``factors`` along each axis."""
-    return _upsample(_coarse_field(rng, shape, factors, sigma), shape, factors, xp)
-
-
-@dataclass(frozen=True)
-class _Tissue:
-    """What the tissue volume is made of: its 2D mask and surface, and the coarse 3D fields that
-    :meth:`planes` upsamples a slab at a time."""
-
-    shape: tuple[int, int, int]
-    mask: Any
-    surface: Any
-    regions: np.ndarray
-    fibres: np.ndarray
-
-    def planes(self, first: int, last: int, xp: ModuleType) -> Any:
-        """Noise-free tissue intensity of planes ``first:last``, float32."""
-        depth = self.shape[0]
-        regions = _upsample(self.regions, self.shape, (16, 16, 16), xp, (first, last))
-        fibres = _upsample(self.fibres, self.shape, (16, 2, 2), xp, (first, last))
-        reflectivity = 0.35 + 0.65 / (1.0 + xp.exp(-2.5 * regions)) + 0.25 * xp.tanh(fibres)
-        z = xp.arange(first, last, dtype=xp.float32)[:, None, None]
-        below = z - self.surface[None]
-        attenuation = xp.where(below >= 0, xp.exp(-xp.maximum(below, 0) / (0.45 * depth)), 0.0)
-        tissue = reflectivity * attenuation * self.mask[None]
-        return tissue.astype(xp.float32)
-
-
-def _tissue(rng: np.random.Generator, shape: tuple[int, int, int], xp: ModuleType) -> _Tissue:
-    """The tissue of a volume of ``shape`` ``(Z, H, W)``."""
-    depth, height, width = shape
-    y = xp.linspace(-1.0, 1.0, height, dtype=xp.float32)[:, None]
-    x = xp.linspace(-1.0, 1.0, width, dtype=xp.float32)[None, :]
-    # A section off the centre with a wavy outline: the corner tiles hold little or no tissue.
-    radius = xp.sqrt(((y - 0.12) / 0.72) ** 2 + ((x - 0.1) / 0.76) ** 2)
-    outline = 1.0 + 0.08 * xp.tanh(_smooth_field(rng, (height, width), (16, 16), 2.0, xp))
-    mask = radius < outline
-
-    # Regions of different reflectivity (grey/white matter-like) and a fine texture (fibre bundles,
-    # vessels) that runs deep into the tissue, so that it survives the projection along z.
-    regions = _coarse_field(rng, shape, (16, 16, 16), 1.5)
-    fibres = _coarse_field(rng, shape, (16, 2, 2), 0.8)
-
-    # Light enters through an uneven surface and decays with depth below it.
-    surface = depth * (0.12 + 0.04 * _smooth_field(rng, (height, width), (32, 32), 1.0, xp))
-    return _Tissue(shape, mask, surface, regions, fibres)
-
-
-def _cut_tile(volume: Any, y: float, x: float, tile_shape: tuple[int, int], xp: ModuleType) -> Any:
-    """Bilinear sample of ``volume`` over one tile's field of view starting at ``(y, x)``."""
-    h, w = tile_shape
-    y0, x0 = math.floor(y), math.floor(x)
-    fy, fx = y - y0, x - x0
-    block = volume[:, y0 : y0 + h + 1, x0 : x0 + w + 1]
-    rows = (1 - fy) * block[:, :h] + fy * block[:, 1 : h + 1]
-    return (1 - fx) * rows[:, :, :w] + fx * rows[:, :, 1 : w + 1]
+def _content(
+    grid_shape: tuple[int, int],
+    tile_shape: tuple[int, int, int],
+    overlap: float,
+    rotation_deg: float,
+    seed: int,
+) -> tuple[DemoContent, TileTransform]:
+    """What a demo grid is made of: its content (evaluated a block at a time) and true layout."""
+    if not 0.0 <= overlap <= 0.5:
+        raise LinumpyError(f"overlap must be between 0 and 0.5, got {overlap}")
+    if len(tile_shape) != 3 or min(tile_shape) < 8:
+        raise LinumpyError(f"tile shape must be three sizes of at least 8 voxels, got {tile_shape}")
+    rows, cols = (int(n) for n in grid_shape)
+    depth, h, w = (int(n) for n in tile_shape)
+    rng = np.random.default_rng(seed)
+    transform = _true_transform(rng, (h, w), (rows, cols), overlap, rotation_deg)
+    positions = transform.positions()
+    extent = np.ceil(positions.reshape(-1, 2).max(axis=0)).astype(int) + (h + 2, w + 2)
+    tissue = Tissue.draw(rng, (depth, int(extent[0]), int(extent[1])), seed)
+    return DemoContent(seed, tissue, positions, (depth, h, w), (rows, cols)), transform
 
 
 def generate_demo_mosaic(
@@ -197,8 +130,12 @@ def generate_demo_mosaic(
     seed: int = 0,
     xp: ModuleType = np,
     keep_tissue: bool = True,
+    slab_bytes: int = SLAB_BYTES,
 ) -> DemoMosaic:
     """Generate a synthetic serial-OCT mosaic grid in memory.
+
+    Every voxel is the same whatever the blocks and slabs it is generated in (each random field
+    is keyed by position), so :func:`make_demo_data` writes the same grid a block at a time.
 
     Parameters
     ----------
@@ -213,10 +150,14 @@ def generate_demo_mosaic(
     seed
         Seed of every random choice: the same seed gives the same data.
     xp
-        ``numpy`` (default) or ``cupy`` (generation on the GPU; the random draws then differ).
+        ``numpy`` (default) or ``cupy`` (generation on the GPU; the noise is drawn on the host,
+        so the data match the host's up to float rounding).
     keep_tissue
         Keep the noise-free tissue volume (:attr:`DemoMosaic.tissue`), about 1.5 times the
         grid's bytes in float32; without it, the grid is made in less memory.
+    slab_bytes
+        Memory of the generation's temporaries and blocks, bytes (:data:`SLAB_BYTES`); the
+        grid and the tissue come on top.
 
     Returns
     -------
@@ -232,55 +173,89 @@ def generate_demo_mosaic(
     >>> np.array_equal(demo.mosaic, again.mosaic)  # the same seed gives the same data
     True
     """
-    if not 0.0 <= overlap <= 0.5:
-        raise LinumpyError(f"overlap must be between 0 and 0.5, got {overlap}")
-    if len(tile_shape) != 3 or min(tile_shape) < 8:
-        raise LinumpyError(f"tile shape must be three sizes of at least 8 voxels, got {tile_shape}")
-    rows, cols = grid_shape
-    depth, h, w = (int(n) for n in tile_shape)
-    rng = np.random.default_rng(seed)
-    transform = _true_transform(rng, (h, w), (rows, cols), overlap, rotation_deg)
-    positions = transform.positions()
-    extent = np.ceil(positions.reshape(-1, 2).max(axis=0)).astype(int) + (h + 2, w + 2)
-    model = _tissue(rng, (depth, int(extent[0]), int(extent[1])), xp)
-    tissue = xp.empty(model.shape, dtype=xp.float32) if keep_tissue else None
-    mask = model.mask
+    content, transform = _content(grid_shape, tile_shape, overlap, rotation_deg, seed)
+    mosaic = xp.empty(content.shape, dtype=xp.uint16)
+    parts = blocks(content.shape, content.tile_shape, slab_bytes // 4)
+    for region, block in generate(content, parts, xp, slab_bytes):
+        mosaic[region] = block
+    tissue = None
+    if keep_tissue:
+        depth, height, width = content.tissue.shape
+        tissue = xp.empty(content.tissue.shape, dtype=xp.float32)
+        step = content.planes_per_slab(((0, height), (0, width)), slab_bytes)
+        for first in range(0, depth, step):
+            planes = (first, min(depth, first + step))
+            columns = content.tissue.columns(planes, (0, height), (0, width), xp)
+            tissue[planes[0] : planes[1]] = content.tissue.box(planes, columns, xp)
+    return DemoMosaic(mosaic, tissue, transform, tissue_fraction(content, xp))
 
-    noise = xp.random.default_rng(seed)
-    ndimage = ndimage_module(xp)
-    yy = xp.linspace(-1.0, 1.0, h, dtype=xp.float32)[:, None]
-    xx = xp.linspace(-1.0, 1.0, w, dtype=xp.float32)[None, :]
-    vignetting = 1.0 - 0.12 * (yy**2 + xx**2)
-    mosaic = xp.empty((depth, rows * h, cols * w), dtype=xp.uint16)
-    tissue_fraction = np.zeros((rows, cols))
-    slab_voxels = HOST_SLAB_VOXELS if xp is np else SLAB_VOXELS
-    step = max(1, slab_voxels // int(extent[0] * extent[1]))
-    for first in range(0, depth, step):
-        last = min(depth, first + step)
-        slab = model.planes(first, last, xp)
-        if tissue is not None:
-            tissue[first:last] = slab
-        # Speckle: exponentially distributed intensity with a grain of about the optical
-        # resolution (a few pixels), fixed by the tissue itself, so overlapping tiles see the
-        # same speckle.
-        speckle = -xp.log1p(-noise.random(slab.shape, dtype=xp.float32))
-        for axis in (1, 2):
-            speckle = ndimage.gaussian_filter1d(speckle, 1.0, axis=axis, mode="nearest")
-        speckled = slab * (speckle / speckle.mean())
-        del speckle
-        for row, col in transform.tiles():
-            y, x = positions[row, col]
-            tile = _cut_tile(speckled, y, x, (h, w), xp) * vignetting
-            # Detector noise floor: Rayleigh-distributed, independent for every acquisition.
-            floor = xp.sqrt(-2.0 * xp.log1p(-noise.random(tile.shape, dtype=xp.float32)))
-            counts = 3000.0 * tile + 150.0 * floor
-            ys, xs = transform.grid_slices(row, col)
-            mosaic[first:last, ys, xs] = xp.clip(counts + 0.5, 0, 65535).astype(xp.uint16)
-            if first == 0:
-                y0, x0 = math.floor(y + 0.5), math.floor(x + 0.5)
-                tissue_fraction[row, col] = float(mask[y0 : y0 + h, x0 : x0 + w].mean())
-        del speckled
-    return DemoMosaic(mosaic, tissue, transform, tissue_fraction)
+
+def check_demo_space(
+    path: str | os.PathLike[str],
+    grid_shape: tuple[int, int],
+    tile_shape: tuple[int, int, int],
+    *,
+    free_bytes: int | None = None,
+) -> int:
+    """Refuse a demo grid the disk at ``path`` cannot hold, before anything is written.
+
+    A grid needs at most its uncompressed size (zstd stores no more, less the few bytes of its
+    frames, which the margin of 1/64 covers); the free space is that of the nearest existing
+    folder of ``path``.
+
+    Parameters
+    ----------
+    path
+        The image to create.
+    grid_shape, tile_shape
+        See :func:`generate_demo_mosaic`.
+    free_bytes
+        The free space, bytes; measured by default.
+
+    Returns
+    -------
+    int
+        The bytes the grid needs at most.
+
+    Raises
+    ------
+    DiskSpaceError
+        When the grid needs more than is free, naming both.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> check_demo_space(tempfile.mkdtemp() + "/m.ome.zarr", (2, 2), (8, 16, 16))
+    33024
+    >>> try:
+    ...     check_demo_space("m.ome.zarr", (100, 100), (512, 512, 512), free_bytes=10**12)
+    ... except DiskSpaceError as exc:
+    ...     print(exc)
+    m.ome.zarr: a 100x100 grid of (512, 512, 512) tiles needs up to 2.7 TB of disk space \
+(its uncompressed size), 1.0 TB free
+    """
+    voxels = math.prod(int(n) for n in grid_shape) * math.prod(int(n) for n in tile_shape)
+    needed = 2 * voxels + 2 * voxels // 64 + 2**14  # uint16, frames and metadata
+    if free_bytes is None:
+        folder = Path(os.path.abspath(path))
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        free_bytes = shutil.disk_usage(folder).free
+    if needed > free_bytes:
+        raise DiskSpaceError(
+            f"{path}: a {grid_shape[0]}x{grid_shape[1]} grid of {tuple(tile_shape)} tiles needs "
+            f"up to {_gigabytes(needed)} of disk space (its uncompressed size), "
+            f"{_gigabytes(free_bytes)} free"
+        )
+    return needed
+
+
+def _gigabytes(nbytes: int) -> str:
+    """``nbytes`` in MB, GB or TB (the largest below the number), one decimal."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9)):
+        if nbytes >= size:
+            return f"{nbytes / size:.1f} {unit}"
+    return f"{nbytes / 1e6:.1f} MB"
 
 
 def make_demo_data(
@@ -295,8 +270,18 @@ def make_demo_data(
     shards: ShardsArg = "auto",
     overwrite: bool = False,
     xp: ModuleType = np,
+    slab_bytes: int = SLAB_BYTES,
+    free_bytes: int | None = None,
+    progress: bool = False,
 ) -> DemoMosaic:
     """Generate a demo mosaic grid and write it as a zstd OME-Zarr (NGFF 0.5), one shard per tile.
+
+    The grid is generated and written a block of whole stored files (shards, or chunks) at a
+    time, the next block generated while the last is encoded and written: memory stays within
+    about ``slab_bytes`` and a few stored files, whatever the grid's size, and the data are
+    those of :func:`generate_demo_mosaic` with the same arguments. A grid the disk cannot hold
+    (:func:`check_demo_space`), or a layout the writer refuses, is refused before anything is
+    written.
 
     The image's attributes hold, under ``linumpy``: ``mosaic`` (``tile_shape`` ``[h, w]`` and
     ``grid_shape``) and ``demo`` (the true ``transform`` as :meth:`TileTransform.to_dict` writes
@@ -306,7 +291,7 @@ def make_demo_data(
     ----------
     path
         The OME-Zarr image to create.
-    grid_shape, tile_shape, overlap, rotation_deg, seed, xp
+    grid_shape, tile_shape, overlap, rotation_deg, seed, xp, slab_bytes
         See :func:`generate_demo_mosaic`.
     chunks
         Inner chunk shape; by default about ``linumpy.settings.get().chunk_bytes`` dividing a
@@ -317,11 +302,21 @@ def make_demo_data(
         other tools write).
     overwrite
         Replace an existing ``path``.
+    free_bytes
+        Free disk space at ``path``, bytes (see :func:`check_demo_space`); measured by default.
+    progress
+        Show a progress bar (bytes of the grid written).
 
     Returns
     -------
     DemoMosaic
-        What was written (its ``tissue`` not kept: None).
+        What was written: its ``mosaic`` the written array (a read-only zarr array, read on
+        access), its ``tissue`` None.
+
+    Raises
+    ------
+    DiskSpaceError
+        When the disk cannot hold the grid.
 
     Examples
     --------
@@ -332,52 +327,68 @@ def make_demo_data(
     >>> array, voxel_size = read_omezarr(path)
     >>> array.shape, array.chunks, array.shards, voxel_size  # a tile smaller than one chunk
     ((8, 32, 32), (8, 16, 16), None, (3.5, 2.5, 2.5))
+    >>> import numpy as np
+    >>> whole = generate_demo_mosaic(grid_shape=(2, 2), tile_shape=(8, 16, 16))
+    >>> np.array_equal(array[...], whole.mosaic)  # the grid generate_demo_mosaic makes
+    True
     >>> from linumpy import settings
     >>> with settings.set(chunk_bytes=1024):  # chunks of 1 KiB: four per tile, in its shard
     ...     _ = make_demo_data(path, grid_shape=(2, 2), tile_shape=(8, 16, 16), overwrite=True)
     >>> read_omezarr(path)[0].chunks, read_omezarr(path)[0].shards
     ((2, 16, 16), (8, 16, 16))
     """
+    import zarr
+    from tqdm import tqdm
+
     from linumpy.io.omezarr import OmeZarrWriter
     from linumpy.mosaic.attrs import write_linumpy_attrs
 
-    demo = generate_demo_mosaic(
-        grid_shape=grid_shape,
-        tile_shape=tile_shape,
-        overlap=overlap,
-        rotation_deg=rotation_deg,
-        seed=seed,
-        xp=xp,
-        keep_tissue=False,
-    )
-    chunks, shards = _demo_layout(demo.mosaic.shape, tile_shape, chunks, shards)
+    check_demo_space(path, grid_shape, tile_shape, free_bytes=free_bytes)
+    content, transform = _content(grid_shape, tile_shape, overlap, rotation_deg, seed)
+    chunks, shards = _demo_layout(content.shape, content.tile_shape, chunks, shards)
     writer = OmeZarrWriter(
         path,
-        demo.mosaic.shape,
+        content.shape,
         np.uint16,
         voxel_size=DEMO_VOXEL_SIZE,
         chunks=chunks,
         shards=shards,
         overwrite=overwrite,
     )
-    with writer:
-        writer[...] = demo.mosaic  # chunk-aligned: zarr encodes the tiles concurrently
+    written = blocks(content.shape, shards or chunks, slab_bytes // 4)
+    total = 2 * math.prod(content.shape)
+    with (
+        writer,
+        ThreadPoolExecutor(1) as writing,
+        tqdm(total=total, unit="B", unit_scale=True, disable=not progress) as bar,
+    ):
+        pending: Future[None] | None = None
+        for region, block in generate(content, written, xp, slab_bytes):
+            if pending is not None:  # one block written while the next is generated
+                pending.result()
+            pending = writing.submit(writer.__setitem__, region, block)
+            pending.add_done_callback(lambda _, n=block.nbytes: bar.update(n))
+            del block
+        if pending is not None:
+            pending.result()
     parameters = {"overlap": overlap, "rotation_deg": rotation_deg, "seed": seed}
+    fraction = tissue_fraction(content, xp)
     write_linumpy_attrs(
         path,
         {
             "mosaic": {
-                "tile_shape": list(demo.transform.tile_shape),
-                "grid_shape": list(demo.transform.grid_shape),
+                "tile_shape": list(transform.tile_shape),
+                "grid_shape": list(transform.grid_shape),
             },
             "demo": {
-                "transform": demo.transform.to_dict(),
-                "tissue_fraction": demo.tissue_fraction.round(4).tolist(),
+                "transform": transform.to_dict(),
+                "tissue_fraction": fraction.round(4).tolist(),
                 **parameters,
             },
         },
     )
-    return demo
+    mosaic = zarr.open_array(Path(path) / "0", mode="r")
+    return DemoMosaic(mosaic, None, transform, fraction)
 
 
 def _demo_layout(
