@@ -50,6 +50,37 @@ exclude_patterns = ["_build", "api/_src", "**.ipynb_checkpoints", "Thumbs.db", "
 # --- API reference (sphinx-autoapi) ------------------------------------------------------------
 autoapi_type = "python"
 
+#: The public API: the modules with pages in the API reference, each with every name it exports
+#: (``__all__``) documented with an example; a name ending in ``.*`` stands for a package and
+#: all its modules. The rest of the package (the I/O engine, the GPU layer's internals, the
+#: cluster's internals, the command-line helpers) is internal. tests/test_docs.py reads this list.
+api_modules = (
+    "linumpy",
+    "linumpy.errors",
+    "linumpy.settings",
+    "linumpy.io",
+    "linumpy.gpu",
+    "linumpy.gpu.zarr_io",
+    "linumpy.gpu.nvcomp_zstd",
+    "linumpy.mosaic.*",
+    "linumpy.parallel",
+)
+
+
+def in_api(module: str) -> bool:
+    """Whether a module (dotted name) is part of the public API (:data:`api_modules`)."""
+    return any(
+        module == name or (name.endswith(".*") and (module + ".").startswith(name[:-1]))
+        for name in api_modules
+    )
+
+
+def _skip_internal_module(
+    app: object, what: str, name: str, obj: object, skip: bool, options: object
+) -> bool | None:
+    """autoapi-skip-member: modules outside the public API get no page (nor their members)."""
+    return True if what in ("package", "module") and not in_api(name) else None
+
 
 def _package_tree() -> Path:
     """The package as it installs, for autoapi's static analysis: ``linumpy/`` with the
@@ -118,3 +149,7 @@ html_theme_options = {
 }
 html_sidebars = {"**": ["sidebar-nav-bs"]}
 html_last_updated_fmt = None
+
+
+def setup(app: object) -> None:
+    app.connect("autoapi-skip-member", _skip_internal_module)  # type: ignore[attr-defined]
