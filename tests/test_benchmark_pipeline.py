@@ -188,3 +188,24 @@ def test_a_failed_first_gpu_run_gives_no_ratio() -> None:
     ]
     first_row = [row for row in pipeline_table(result).splitlines() if "linum-estimate" in row][-1]
     assert first_row.split(" | ")[2:6] == ["failed", "15.51", "-", "0, 67 |"]
+
+
+@pytest.mark.gpu
+def test_the_gpu_half_runs_the_stitch_and_its_ceiling_on_the_gpu(tmp_path: Path) -> None:
+    config = PipelineConfig(
+        mosaics=("6x6",), layouts=("default",), scale=0.05, commands=("stitch",)
+    )
+    result = run_pipeline_benchmark(config, tmp_path, log=lambda line: None)
+    assert [(r.command, r.device, r.run) for r in result.runs] == [
+        ("stitch", "cpu", "warm"),
+        ("stitch", "gpu", "first"),
+        ("stitch", "gpu", "warm"),
+        ("rechunk", "cpu", "ceiling"),
+        ("rechunk", "gpu", "ceiling"),
+    ]
+    assert all(run.ok for run in result.runs), [run.error for run in result.runs]
+    assert "--use-gpu" in Path(result.runs[-1].log).read_text().splitlines()[0]
+    (output,) = result.outputs
+    assert output["max_rel_difference"] < 1e-3
+    gpu_row = next(row for row in pipeline_rows(result) if row["device"] == "gpu")
+    assert gpu_row["ceiling GB/s"] and gpu_row["x ceiling"]
