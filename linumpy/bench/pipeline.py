@@ -209,14 +209,17 @@ def _prepared_runs(
     return [prepare, run]
 
 
-def _output_difference(cpu: Path, gpu: Path) -> float:
-    """Largest |CPU - GPU| of the first 32 planes of two stitched images, over the CPU's max."""
-    from linumpy.io import read_volume
+def _output_difference(cpu: Path, gpu: Path) -> tuple[float, int]:
+    """Largest |CPU - GPU| of the first planes of two stitched images (at most 32, and at most
+    256 MiB of float64 per image), over the CPU's max; and the planes compared."""
+    from linumpy.io import open_array, read_volume
 
-    slab = (slice(0, 32), slice(None), slice(None))
+    shape = open_array(cpu, 0).shape
+    planes = max(1, min(32, shape[0], 2**28 // (8 * shape[1] * shape[2])))
+    slab = (slice(0, planes), slice(None), slice(None))
     a = read_volume(cpu, region=slab).astype(np.float64)
     b = read_volume(gpu, region=slab).astype(np.float64)
-    return float(np.abs(a - b).max()) / (float(np.abs(a).max()) or 1.0)
+    return float(np.abs(a - b).max()) / (float(np.abs(a).max()) or 1.0), planes
 
 
 def _typed_copy(path: Path, dtype: str, target: Path) -> Path:
@@ -342,9 +345,10 @@ def _measure_mosaic(
         cpu, gpu = stitched.get(False), stitched.get(True)
         if cpu is not None and gpu is not None:
             try:
-                difference = _output_difference(cpu, gpu)
+                difference, planes = _output_difference(cpu, gpu)
                 result.outputs.append(
                     {"mosaic": label, "dtype": dtype, "max_rel_difference": difference}
+                    | {"planes": planes}
                 )
             except Exception as exc:  # a failed stitch has no output to compare
                 result.outputs.append({"mosaic": label, "dtype": dtype, "error": str(exc)[:300]})

@@ -179,7 +179,8 @@ def pipeline_table(result: PipelineResult) -> str:
         if "max_rel_difference" in output:
             lines.append(
                 f"\nStitched {output['mosaic']} {output.get('dtype') or ''}: largest |CPU - GPU| "
-                f"over planes 0-31 is {output['max_rel_difference']:.2e} of the maximum."
+                f"over its first {output.get('planes', 32)} planes is "
+                f"{output['max_rel_difference']:.2e} of the maximum."
             )
     if result.gpu_skipped:
         lines.append(f"\nGPU half skipped: {result.gpu_skipped}.")
