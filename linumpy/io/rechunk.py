@@ -35,25 +35,15 @@ from linumpy.io.metadata import (
     parse_ngff_version,
 )
 from linumpy.io.ngff_validation import validate_image_attrs
+from linumpy.io.ome_attrs import OME_KEYS, convert_attrs, declared_version
 from linumpy.io.staging import recover_staging, staged
 from linumpy.io.validate import RegularFileStore
 from linumpy.io.writer import zstd_compressors
 from linumpy.parallel import Cluster
 
-__all__ = ["OME_KEYS", "Rechunked", "convert_attrs", "rechunk"]
+__all__ = ["OME_KEYS", "Rechunked", "convert_attrs", "copy_labels", "rechunk"]
 
 logger = logging.getLogger(__name__)
-
-#: Group attributes that NGFF 0.5 keeps under ``ome`` and NGFF 0.4 at the top.
-OME_KEYS = (
-    "multiscales",
-    "omero",
-    "labels",
-    "image-label",
-    "plate",
-    "well",
-    "bioformats2raw.layout",
-)
 
 
 class Rechunked(NamedTuple):
@@ -83,53 +73,6 @@ class Rechunked(NamedTuple):
             where = f"{path}: " if path else ""
             lines.append(f"{where}{shape}, chunks {chunks}, shards {shards or 'none'}")
         return "\n".join(lines)
-
-
-def convert_attrs(attrs: Mapping[str, Any], version: NgffVersion) -> dict[str, Any]:
-    """A group's attributes as NGFF ``version`` keeps them (0.5: the OME keys under ``ome``,
-    with its version; 0.4: at the top, each multiscales entry with its version); the other keys
-    as they are.
-
-    Examples
-    --------
-    >>> v04 = {"multiscales": [{"version": "0.4", "axes": []}], "omero": {}, "linumpy": {}}
-    >>> convert_attrs(v04, "0.5")
-    {'linumpy': {}, 'ome': {'version': '0.5', 'multiscales': [{'axes': []}], 'omero': {}}}
-    >>> convert_attrs(convert_attrs(v04, "0.5"), "0.4") == v04
-    True
-    """
-    attrs = dict(attrs)
-    ome = dict(attrs.pop("ome", {}))
-    ome.pop("version", None)
-    for key in OME_KEYS:
-        if key in attrs:
-            ome[key] = attrs.pop(key)
-    if not ome:
-        return attrs
-    multiscales = [
-        {k: v for k, v in entry.items() if k != "version"} if isinstance(entry, Mapping) else entry
-        for entry in ome.get("multiscales", [])
-    ]
-    if version == "0.5":
-        if "multiscales" in ome:
-            ome["multiscales"] = multiscales
-        return {**attrs, "ome": {"version": "0.5", **ome}}
-    if "multiscales" in ome:
-        ome["multiscales"] = [
-            {"version": "0.4", **entry} if isinstance(entry, Mapping) else entry
-            for entry in multiscales
-        ]
-    return {**ome, **attrs}
-
-
-def _declared_version(attrs: Mapping[str, Any]) -> str | None:
-    """The NGFF version a group's attributes declare (None: no OME metadata)."""
-    if "ome" in attrs:
-        return str(attrs["ome"].get("version"))
-    multiscales = attrs.get("multiscales")
-    if multiscales:
-        return str(multiscales[0].get("version", "0.4"))
-    return None
 
 
 def _tile_shape(attrs: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -286,36 +229,172 @@ def rechunk(
     checksum = settings.get().write_checksum if checksum is None else bool(checksum)
     level = settings.get().zstd_level if level is None else level
     zarr_format = 3 if version == "0.5" else 2
-    written: dict[str, Any] = {}
-    nbytes = 0
     with staged(target) as out:
         store = LocalStore(out)
         if isinstance(root, zarr.Array):
             arrays: list[tuple[str, zarr.Array, dict[str, Any]]] = [("", root, {})]
         else:
             arrays = _copy_groups(root, store, zarr_format, version, source)
-        for path, array, context in arrays:
-            budget = shard_budget(cluster, per_byte=3)
-            what = f"{target}/{path}" if path else str(target)
-            chunk, shard = _layout(
-                array,
-                context.get("space") or list(range(max(0, array.ndim - 3), array.ndim)),
-                context.get("tile"),
-                _for_array(chunks, array, "chunks"),
-                shards if isinstance(shards, str) else _for_array(shards, array, "shards"),
-                version,
-                budget,
-                what,
-            )
-            check_chunk_count(array.shape, chunk, np.dtype(array.dtype).itemsize)
-            copy = _create_like(
-                array, store, path, chunk, shard, zarr_format, level, checksum, context
-            )
-            nbytes += _copy(
-                source / path if path else source, array, copy, gpu, cluster, progress, path
-            )
-            written[path] = (tuple(array.shape), tuple(copy.chunks), copy.shards)
+        options = _Options(chunks, shards, version, level, checksum, gpu, cluster, progress)
+        written, nbytes = _copy_arrays(arrays, store, source, target, options)
     return Rechunked(written, nbytes)
+
+
+class _Options(NamedTuple):
+    chunks: Sequence[int] | None
+    shards: ShardsArg
+    version: NgffVersion
+    level: int
+    checksum: bool
+    gpu: bool
+    cluster: Cluster
+    progress: bool
+
+
+def _copy_arrays(
+    arrays: list[tuple[str, zarr.Array, dict[str, Any]]],
+    store: LocalStore,
+    source: Path,
+    target: Path,
+    options: _Options,
+) -> tuple[dict[str, Any], int]:
+    """Copy each array (path, array, what its image says of it) into ``store``; return the
+    layout of each and the bytes copied."""
+    written: dict[str, Any] = {}
+    nbytes = 0
+    zarr_format = 3 if options.version == "0.5" else 2
+    for path, array, context in arrays:
+        budget = shard_budget(options.cluster, per_byte=3)
+        what = f"{target}/{path}" if path else str(target)
+        shards = options.shards
+        chunk, shard = _layout(
+            array,
+            context.get("space") or list(range(max(0, array.ndim - 3), array.ndim)),
+            context.get("tile"),
+            _for_array(options.chunks, array, "chunks"),
+            shards if isinstance(shards, str) else _for_array(shards, array, "shards"),
+            options.version,
+            budget,
+            what,
+        )
+        check_chunk_count(array.shape, chunk, np.dtype(array.dtype).itemsize)
+        copy = _create_like(
+            array, store, path, chunk, shard, zarr_format, options.level, options.checksum, context
+        )
+        nbytes += _copy(
+            source / path if path else source,
+            array,
+            copy,
+            options.gpu,
+            options.cluster,
+            options.progress,
+            path,
+        )
+        written[path] = (tuple(array.shape), tuple(copy.chunks), copy.shards)
+    return written, nbytes
+
+
+def copy_labels(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    ngff_version: NgffVersion = "0.5",
+    gpu: bool = False,
+    cluster: Cluster | None = None,
+    progress: bool = False,
+    n_levels: int | None = None,
+) -> list[str]:
+    """Copy an OME-Zarr image's labels (its ``labels`` group and every label image in it) into
+    the image at ``target``, their metadata in NGFF ``ngff_version`` and their arrays in
+    linumpy's default layout, values bit for bit.
+
+    With ``n_levels`` (the levels of the image at ``target``), each label image keeps its first
+    ``n_levels`` levels: NGFF wants as many as the image has. Label images with fewer are not
+    copied (a warning says so), nor is anything else of the labels then.
+
+    Returns
+    -------
+    list of str
+        The label images' names (none when the source has no labels).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io import save_omezarr
+    >>> folder = tempfile.mkdtemp()
+    >>> save_omezarr(np.zeros((8, 8), np.uint8), folder + "/a", voxel_size=(1, 1))
+    >>> save_omezarr(np.ones((8, 8), np.uint8), folder + "/a/labels/cells", voxel_size=(1, 1))
+    >>> group = zarr.open_group(folder + "/a/labels")
+    >>> group.attrs["ome"] = {"version": "0.5", "labels": ["cells"]}
+    >>> save_omezarr(np.zeros((8, 8), np.uint8), folder + "/b", voxel_size=(1, 1),
+    ...              ngff_version="0.4")
+    >>> copy_labels(folder + "/a", folder + "/b", ngff_version="0.4")
+    ['cells']
+    >>> zarr.open_group(folder + "/b/labels").attrs.asdict()
+    {'labels': ['cells']}
+    """
+    version = parse_ngff_version(ngff_version)
+    source, target = Path(source), Path(target)
+    root = zarr.open_group(store=RegularFileStore(source, read_only=True), mode="r")
+    labels = root.get("labels")
+    if not isinstance(labels, zarr.Group):
+        return []
+    if n_levels is not None:
+        short = [
+            path
+            for path, node in labels.members(max_depth=None)
+            if isinstance(node, zarr.Group) and 0 < len(_datasets(node)) < n_levels
+        ]
+        if short:
+            logger.warning(
+                "%s: labels not copied: label images %s have fewer levels than the image's %d",
+                source,
+                ", ".join(short),
+                n_levels,
+            )
+            return []
+    store = LocalStore(target / "labels")
+    arrays = _copy_groups(labels, store, 3 if version == "0.5" else 2, version, source / "labels")
+    if n_levels is not None:
+        arrays = _keep_levels(store, arrays, n_levels)
+    options = _Options(
+        None,
+        "auto",
+        version,
+        settings.get().zstd_level,
+        settings.get().write_checksum,
+        gpu and version == "0.5",
+        cluster or Cluster(),
+        progress,
+    )
+    _copy_arrays(arrays, store, source / "labels", target / "labels", options)
+    attrs = labels.attrs.asdict()
+    return [str(name) for name in attrs.get("ome", attrs).get("labels", [])]
+
+
+def _datasets(group: zarr.Group) -> list[Any]:
+    attrs = group.attrs.asdict()
+    multiscales = attrs.get("ome", attrs).get("multiscales") or [{}]
+    return list(multiscales[0].get("datasets", []))
+
+
+def _keep_levels(
+    store: LocalStore, arrays: list[tuple[str, zarr.Array, dict[str, Any]]], n_levels: int
+) -> list[tuple[str, zarr.Array, dict[str, Any]]]:
+    """The first ``n_levels`` levels of each image created in ``store``, its metadata cut to
+    them; the arrays of the others are left out."""
+    dropped = set()
+    root = zarr.open_group(store=store, mode="r+")
+    for path, group in [("", root), *root.members(max_depth=None)]:
+        if not isinstance(group, zarr.Group) or len(_datasets(group)) <= n_levels:
+            continue
+        attrs = group.attrs.asdict()
+        multiscale = attrs.get("ome", attrs)["multiscales"][0]
+        for dataset in multiscale["datasets"][n_levels:]:
+            dropped.add(f"{path}/{dataset['path']}" if path else str(dataset["path"]))
+        multiscale["datasets"] = multiscale["datasets"][:n_levels]
+        group.attrs.update(attrs)
+    return [item for item in arrays if item[0] not in dropped]
 
 
 def _check_source(source: Path) -> None:
@@ -344,17 +423,17 @@ def _copy_groups(
     context: dict[str, dict[str, Any]] = {}
     for path, group in groups:
         attrs = group.attrs.asdict()
-        declared = _declared_version(attrs)
+        declared = declared_version(attrs)
         if declared is not None and declared not in ("0.4", "0.5"):
             raise LinumpyError(
                 f"{source / path}: NGFF {declared} image; linum-rechunk converts NGFF 0.4 and 0.5"
             )
-        if declared is not None:
+        multiscales = attrs.get("ome", attrs).get("multiscales") or []
+        if multiscales:  # an image (a label image too); a labels group has no multiscales
             name = "zarr.json" if group.metadata.zarr_format == 3 else ".zattrs"
             validate_image_attrs(attrs, group.metadata.zarr_format, source / path / name)
         new = convert_attrs(attrs, version) if declared is not None else attrs
         zarr.open_group(store=store, path=path, mode="w-", zarr_format=zarr_format, attributes=new)
-        multiscales = attrs.get("ome", attrs).get("multiscales") or []
         if multiscales:
             axes = axes_from_ngff(multiscales[0].get("axes", []))
             tile = _tile_shape(attrs)

@@ -34,6 +34,7 @@ from linumpy.io.dask_write import (
 from linumpy.io.layout import ShardsArg
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.io.omezarr import NgffVersion, read_coordinates
+from linumpy.io.rechunk import copy_labels
 from linumpy.io.sources import TIFF_SUFFIXES, SourceImage, open_image, open_tiff
 from linumpy.mosaic.attrs import copy_omero
 from linumpy.parallel import Cluster
@@ -192,7 +193,7 @@ def convert_to_omezarr(
 
     The axes and voxel size are the input's own (see :func:`open_image`: a TIFF's axes,
     channels and RGB samples included, and its ImageJ or OME-XML voxel sizes and units); an
-    OME-Zarr input's position (its translation) and channel metadata (``omero``) are kept.
+    OME-Zarr input's position (its translation), channel metadata (``omero``) and labels are kept.
     The data goes through in blocks of whole output shards (or chunks), one dask task each
     (zarr inputs are read with :func:`linumpy.io.open_volume`, ``.npy`` files through a memory
     map, TIFF series through tifffile's zarr view of their pages); each pyramid level is then
@@ -305,4 +306,14 @@ voxel_size argument)'
         if image.voxel_size_from == "the OME-Zarr input":
             channel = [n for a, n in zip(writer.axes, shape) if a.type == "channel"]
             copy_omero(source, writer.path, channel[0] if channel else None)
+            labels = copy_labels(
+                source,
+                writer.path,
+                ngff_version=ngff_version,
+                cluster=cluster,
+                gpu=gpu,
+                n_levels=n_levels,
+            )
+            if labels:
+                logger.info("%s: labels %s copied", target, ", ".join(labels))
     return Converted(writer.axes, writer.voxel_size, origin)
