@@ -3,19 +3,13 @@
 Library functions mark what they do (:func:`phase` as a context manager, :func:`recorded` as a
 decorator): ``metadata``, ``level 0``, ``pyramid``, ``final swap``... Nothing is measured unless a
 :class:`PhaseRecorder` is running (the ``linum-*`` scripts start one with ``-v``); without one a
-mark costs one test of a global. While one runs:
-
-- time inside a phase counts for that phase, less the phases marked inside it (the innermost
-  wins), so the rows add up to the wall time; time outside every phase is ``other``;
-- phases are marked by the thread that started the recorder (the one running the pipeline);
-  marks from other threads (dask tasks) are ignored;
-- imports (any thread) are timed apart and, with the interpreter's start-up before the recorder
-  started (from the process's start time in ``/proc/self/stat`` on Linux), make the
-  ``start-up and imports`` row;
-- with :func:`gpu_started`, the CUDA context's creation is timed apart, and so is every kernel
-  compilation by cupy's NVRTC compiler (any thread: linumpy's kernels and cupy's own);
-  kernels found in cupy's on-disk cache (``CUPY_CACHE_DIR``, by default ``~/.cupy/kernel_cache``)
-  are loaded, not compiled, and do not count.
+mark costs one test of a global. While one runs, time inside a phase counts for that phase, less
+the phases marked inside it (the innermost wins), so the rows add up to the wall time; time
+outside every phase is ``other``. Phases are marked by the thread that started the recorder (the
+one running the pipeline); marks from other threads (dask tasks) are ignored. Each row is plain
+:func:`time.perf_counter` differences; the ``start-up and imports`` row is the time the process
+ran before the recorder started (from its start time in ``/proc/self/stat`` on Linux). Where an
+import's time goes is ``python -X importtime``'s job.
 
 :func:`format_table` prints the rows; :func:`parse_table` reads them back from a command's
 output (the pipeline benchmark does).
@@ -23,11 +17,9 @@ output (the pipeline benchmark does).
 
 from __future__ import annotations
 
-import builtins
 import functools
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -42,7 +34,6 @@ __all__ = [
     "Phases",
     "active",
     "format_table",
-    "gpu_started",
     "parse_table",
     "phase",
     "process_age",
@@ -51,14 +42,10 @@ __all__ = [
 
 #: The row of time outside every marked phase.
 OTHER = "other"
-#: The row of the interpreter's start-up and every import.
+#: The row of the process's time before the recorder started (interpreter, imports).
 STARTUP = "start-up and imports"
-#: The row of the CUDA context's creation.
-CUDA_CONTEXT = "CUDA context"
-#: The row of cupy's kernel compilations (cache misses of its on-disk cache).
-KERNELS = "kernel compilation"
 # Rows in this order first, then the others as first marked; "other" last.
-_ORDER = (STARTUP, CUDA_CONTEXT, KERNELS, "metadata")
+_ORDER = (STARTUP, "metadata")
 _TITLE = "where the time went"
 
 P = ParamSpec("P")
@@ -70,7 +57,7 @@ _NULL = nullcontext()
 
 @dataclass(frozen=True)
 class Phases:
-    """The measured rows of a run: seconds per phase, the total, and counts (kernels compiled).
+    """The measured rows of a run: seconds per phase and the total.
 
     Examples
     --------
@@ -82,7 +69,6 @@ class Phases:
 
     seconds: Mapping[str, float]
     total: float
-    counts: Mapping[str, int] | None = None
 
 
 def process_age() -> float | None:
@@ -102,14 +88,6 @@ def process_age() -> float | None:
         return max(time.clock_gettime(time.CLOCK_BOOTTIME) - started, 0.0)
     except (OSError, ValueError, IndexError, AttributeError):
         return None
-
-
-class _Side:
-    """Wall time during which at least one call of some kind runs, in any thread."""
-
-    def __init__(self) -> None:
-        self.running = 0
-        self.since = 0.0
 
 
 class PhaseRecorder:
@@ -144,12 +122,8 @@ class PhaseRecorder:
         self.startup = process_age() if startup is None else startup
         self._lock = threading.Lock()
         self._totals: dict[str, float] = {}
-        self._counts: dict[str, int] = {}
         self._stack: list[list[Any]] = []
-        self._sides: dict[str, _Side] = {}
-        self._restore: list[Callable[[], None]] = []
         self._thread: int | None = None
-        self._compiles_watched = False
         self._started = self._stopped = 0.0
 
     # -- the main thread's phases --------------------------------------------------------------
@@ -182,88 +156,6 @@ class PhaseRecorder:
                     self._stack.pop()
                     self._stack[-1][1] = now
 
-    # -- activities of any thread: imports, kernel compilations ---------------------------------
-
-    def _side_begin(self, kind: str) -> None:
-        with self._lock:
-            side = self._sides.setdefault(kind, _Side())
-            if side.running == 0:
-                side.since = time.perf_counter()
-            side.running += 1
-
-    def _side_end(self, kind: str, count: bool = False) -> None:
-        with self._lock:
-            side = self._sides[kind]
-            side.running -= 1
-            if count:
-                self._counts[kind] = self._counts.get(kind, 0) + 1
-            if side.running or not self._stack:
-                return
-            spent = time.perf_counter() - side.since
-            # the main thread waited on it in whatever phase it is in: move the time over
-            label = self._stack[-1][0]
-            self._totals[label] = self._totals.get(label, 0.0) - spent
-            self._totals[kind] = self._totals.get(kind, 0.0) + spent
-
-    def timed_call(
-        self, kind: str, function: Callable[P, R], count: bool = False
-    ) -> Callable[P, R]:
-        """``function`` wrapped so that its calls count for ``kind`` (from any thread)."""
-
-        @functools.wraps(function)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            self._side_begin(kind)
-            try:
-                return function(*args, **kwargs)
-            finally:
-                self._side_end(kind, count)
-
-        return wrapper
-
-    def _watch_imports(self) -> None:
-        original = builtins.__import__
-        local = threading.local()
-
-        def timed_import(name: str, *args: Any, **kwargs: Any) -> Any:
-            level = args[3] if len(args) > 3 else kwargs.get("level", 0)
-            if getattr(local, "depth", 0) or (level == 0 and name in sys.modules):
-                return original(name, *args, **kwargs)
-            local.depth = 1
-            self._side_begin(STARTUP)
-            try:
-                return original(name, *args, **kwargs)
-            finally:
-                local.depth = 0
-                self._side_end(STARTUP)
-
-        builtins.__import__ = timed_import
-
-        def restore() -> None:
-            if builtins.__import__ is timed_import:
-                builtins.__import__ = original
-
-        self._restore.append(restore)
-
-    def watch_kernel_compiles(self) -> None:
-        """Time cupy's kernel compilations (NVRTC, or nvcc) apart, as ``kernel compilation``."""
-        compiler = sys.modules.get("cupy.cuda.compiler")
-        if compiler is None or self._compiles_watched:
-            return
-        self._compiles_watched = True
-        originals = {}
-        for name in ("compile_using_nvrtc", "compile_using_nvcc"):
-            function = getattr(compiler, name, None)
-            if callable(function):
-                originals[name] = function
-                setattr(compiler, name, self.timed_call(KERNELS, function, count=True))
-
-        def restore() -> None:
-            for name, function in originals.items():
-                setattr(compiler, name, function)
-            self._compiles_watched = False
-
-        self._restore.append(restore)
-
     # -- running ---------------------------------------------------------------------------------
 
     def start(self) -> PhaseRecorder:
@@ -274,12 +166,11 @@ class PhaseRecorder:
         self._thread = threading.get_ident()
         self._started = time.perf_counter()
         self._stack = [[OTHER, self._started]]
-        self._watch_imports()
         _ACTIVE = self
         return self
 
     def stop(self) -> Phases:
-        """Stop recording (the hooks are removed) and return the rows."""
+        """Stop recording and return the rows."""
         global _ACTIVE
         if _ACTIVE is self:
             _ACTIVE = None
@@ -291,13 +182,10 @@ class PhaseRecorder:
                     self._stack[-1][1] = now
                 self._charge(now)
                 self._stopped = now
-            for restore in reversed(self._restore):
-                restore()
-            self._restore.clear()
         return self.result()
 
     def result(self) -> Phases:
-        """The rows so far (seconds by phase in display order), the total and the counts."""
+        """The rows so far (seconds by phase in display order) and the total."""
         with self._lock:
             totals = dict(self._totals)
             if self._stack and _ACTIVE is self:
@@ -313,7 +201,7 @@ class PhaseRecorder:
         ordered.update(totals)
         ordered[OTHER] = other
         total = now - self._started + startup if self._started else sum(ordered.values())
-        return Phases(ordered, total, dict(self._counts))
+        return Phases(ordered, total)
 
     def __enter__(self) -> PhaseRecorder:
         return self.start()
@@ -392,30 +280,6 @@ def recorded(
     return decorate
 
 
-def gpu_started() -> None:
-    """With a recorder running: create the CUDA context now, timed as its own row, and time
-    cupy's kernel compilations apart from then on. Does nothing without a recorder.
-
-    Examples
-    --------
-    >>> from linumpy.phases import gpu_started
-    >>> gpu_started()  # no recorder running: nothing happens, nothing is imported
-    """
-    recorder = _ACTIVE
-    if recorder is None:
-        return
-    with recorder.phase(CUDA_CONTEXT):
-        import cupy
-        import cupy.cuda.compiler  # noqa: F401  (its compile functions are timed below)
-
-        try:
-            cupy.empty(1)  # the first allocation creates the context
-            cupy.cuda.runtime.deviceSynchronize()
-        except Exception:  # measuring never fails a run: the GPU path reports its own errors
-            return
-    recorder.watch_kernel_compiles()
-
-
 def format_table(phases: Phases, title: str = "") -> str:
     """The rows as a small text table: seconds and share of the total.
 
@@ -429,15 +293,13 @@ def format_table(phases: Phases, title: str = "") -> str:
     """
     head = f"{title}: " if title else ""
     lines = [f"{head}{_TITLE} ({phases.total:.2f} s since the process started):"]
-    counts = phases.counts or {}
     for name, seconds in phases.seconds.items():
         share = 100 * seconds / phases.total if phases.total > 0 else 0.0
-        note = f"  {counts[name]} compiled" if counts.get(name) else ""
-        lines.append(f"  {name:<22} {seconds:>7.2f} s {share:>5.1f}%{note}")
+        lines.append(f"  {name:<22} {seconds:>7.2f} s {share:>5.1f}%")
     return "\n".join(lines)
 
 
-_ROW = re.compile(r"^  (\S.*?)\s+(-?\d+\.\d+) s\s+-?\d+\.\d%(?:\s+(\d+) compiled)?\s*$")
+_ROW = re.compile(r"^  (\S.*?)\s+(-?\d+\.\d+) s\s+-?\d+\.\d%\s*$")
 _HEAD = re.compile(re.escape(_TITLE) + r" \((\d+\.\d+) s since the process started\):\s*$")
 
 
@@ -447,10 +309,10 @@ def parse_table(text: str) -> Phases | None:
     Examples
     --------
     >>> from linumpy.phases import Phases, format_table, parse_table
-    >>> phases = Phases({"metadata": 0.5, "level 0": 3.0, "other": 0.5}, 4.0, {})
+    >>> phases = Phases({"metadata": 0.5, "level 0": 3.0, "other": 0.5}, 4.0)
     >>> output = "progress...\\n" + format_table(phases, "linum-aip") + "\\nlinum-aip: done\\n"
     >>> parse_table(output)
-    Phases(seconds={'metadata': 0.5, 'level 0': 3.0, 'other': 0.5}, total=4.0, counts={})
+    Phases(seconds={'metadata': 0.5, 'level 0': 3.0, 'other': 0.5}, total=4.0)
     >>> parse_table("no table here") is None
     True
     """
@@ -461,13 +323,10 @@ def parse_table(text: str) -> Phases | None:
         if head is None:
             continue
         seconds: dict[str, float] = {}
-        counts: dict[str, int] = {}
         for row in lines[i + 1 :]:
             match = _ROW.match(row)
             if match is None:
                 break
             seconds[match[1]] = float(match[2])
-            if match[3]:
-                counts[match[1]] = int(match[3])
-        found = Phases(seconds, float(head[1]), counts)
+        found = Phases(seconds, float(head[1]))
     return found

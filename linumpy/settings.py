@@ -39,8 +39,8 @@ DEFAULT_ZSTD_LEVEL = 2
 
 def cache_dir(name: str) -> Path:
     """linumpy's cache folder ``name``: under ``$XDG_CACHE_HOME/linumpy`` (by default
-    ``~/.cache/linumpy``), where what one process found is kept for the next (valid metadata,
-    compiled GPU kernels). Not created here.
+    ``~/.cache/linumpy``), where what one process found is kept for the next (compiled GPU
+    kernels). Not created here.
 
     Examples
     --------
@@ -232,16 +232,6 @@ class Settings:
         "until a read fits the free device memory; nvCOMP's work space comes on top",
         2048 * MIB,
     )
-    metadata_cache: bool = _setting(
-        "LINUMPY_METADATA_CACHE",
-        _FLAG,
-        "true",
-        "whether OME-NGFF attributes found valid by ome-zarr-models are remembered on disk "
-        "(under `$XDG_CACHE_HOME/linumpy`, keyed by a SHA-256 of the attributes and the "
-        "validator's version), so later processes reading the same image skip importing the "
-        "validator",
-        True,
-    )
     remote_timeout: float = _setting(
         "LINUMPY_REMOTE_TIMEOUT",
         _SECONDS,
@@ -358,6 +348,9 @@ REMOVED_VARIABLES = dict.fromkeys(
         "LINUMPY_REMOTE_AHEAD_MIB",
     ),
     "a tuning knob without a measured gain, now fixed in the code",
+)
+REMOVED_VARIABLES["LINUMPY_METADATA_CACHE"] = (
+    "valid OME-NGFF metadata is no longer recorded on disk"
 )
 _warned: set[str] = set()
 

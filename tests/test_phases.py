@@ -60,42 +60,17 @@ def test_marks_from_other_threads_are_ignored_and_nothing_is_recorded_without_a_
     assert phases.active() is None
 
 
-def test_imports_count_as_start_up_and_the_hook_is_removed() -> None:
+def test_start_up_is_the_time_before_the_recorder_and_imports_are_not_hooked() -> None:
     import builtins
 
     original = builtins.__import__
-    sys.modules.pop("linumpy_phase_probe", None)
-    with PhaseRecorder(startup=0.0) as recorder, phases.phase("metadata"):
-        assert builtins.__import__ is not original
-        start = time.perf_counter()
-        # a module whose import takes a known time
-        code = compile("import time\ntime.sleep(0.03)\n", "linumpy_phase_probe", "exec")
-        import importlib.abc
-        import importlib.util
-
-        class Loader(importlib.abc.Loader):
-            def create_module(self, spec):
-                return None
-
-            def exec_module(self, module):
-                exec(code, module.__dict__)
-
-        class Finder(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path, target=None):
-                if name == "linumpy_phase_probe":
-                    return importlib.util.spec_from_loader(name, Loader())
-                return None
-
-        sys.meta_path.insert(0, Finder())
-        try:
-            import linumpy_phase_probe  # noqa: F401
-        finally:
-            sys.meta_path.pop(0)
-        elapsed = time.perf_counter() - start
-    assert builtins.__import__ is original
-    seconds = recorder.result().seconds
-    assert 0.03 <= seconds[STARTUP] <= elapsed + 0.01
-    assert seconds["metadata"] < 0.03
+    with PhaseRecorder(startup=1.5) as recorder, phases.phase("metadata"):
+        assert builtins.__import__ is original  # import timing is python -X importtime's job
+        time.sleep(0.02)
+    result = recorder.result()
+    assert result.seconds[STARTUP] == 1.5
+    assert result.seconds["metadata"] >= 0.02
+    assert result.total == pytest.approx(sum(result.seconds.values()), abs=1e-6)
 
 
 def test_a_second_recorder_is_refused() -> None:
@@ -104,19 +79,8 @@ def test_a_second_recorder_is_refused() -> None:
 
 
 def test_the_table_reads_back() -> None:
-    measured = Phases(
-        {
-            STARTUP: 1.25,
-            "CUDA context": 0.4,
-            "kernel compilation": 0.75,
-            "level 0": 2.0,
-            OTHER: 0.1,
-        },
-        4.5,
-        {"kernel compilation": 12},
-    )
+    measured = Phases({STARTUP: 1.25, "metadata": 0.4, "level 0": 2.0, OTHER: 0.1}, 3.75)
     text = "bar 10%|##  |\r bar 100%\n" + format_table(measured, "linum-stitch-3d") + "\ndone\n"
-    assert "12 compiled" in text
     assert parse_table(text) == measured
 
 

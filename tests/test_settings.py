@@ -28,7 +28,6 @@ GOOD = {
     "durable": ("0", False),
     "fetch": ("pread", "pread"),
     "scratch_bytes": ("32", 32 * MIB),
-    "metadata_cache": ("off", False),
     "remote_timeout": ("2.5", 2.5),
     "remote_retries": ("0", 0),
 }
@@ -40,7 +39,6 @@ BAD = {
     "durable": ["sometimes", ""],
     "fetch": ["gds", "PREAD", ""],
     "scratch_bytes": ["0", "lots"],
-    "metadata_cache": ["maybe"],
     "remote_timeout": ["0", "soon", "inf", "-1"],
     "remote_retries": ["-1", "many"],
 }
@@ -53,7 +51,6 @@ BAD_VALUES = {
     "durable": [0, "no"],
     "fetch": ["gds", None, 1],
     "scratch_bytes": [0, 1.5, None],
-    "metadata_cache": [1, "yes"],
     "remote_timeout": [0, -1.0, float("nan"), True, "30"],
     "remote_retries": [-1, 1.5, True],
 }
@@ -111,7 +108,7 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
         "auto",
         MIB,
     )
-    assert defaults.write_checksum is defaults.durable is defaults.metadata_cache is True
+    assert defaults.write_checksum is defaults.durable is True
     assert (defaults.remote_timeout, defaults.remote_retries) == (30.0, 3)
     assert defaults.zstd_level == 2
     assert Settings.from_env() == defaults == settings.get()

@@ -3,8 +3,8 @@
 - The module docstring is the parser's description; inputs and outputs are positional.
 - ``-f/--overwrite`` replaces existing outputs; without it an existing output is an error.
 - ``-v/--verbose`` logs what happens (``-vv`` for debug details) and ends with a table of where
-  the time went (start-up and imports, CUDA context, kernel compilation, metadata, level 0,
-  pyramid, the final swap, other: see :mod:`linumpy.phases`).
+  the time went (start-up and imports, metadata, level 0, pyramid, the final swap, other: see
+  :mod:`linumpy.phases`).
 - ``--use-gpu/--no-use-gpu`` (alias ``--use_gpu``, off by default): without a usable GPU, a warning
   says what is missing and the CPU path runs.
 - Bad arguments, unreadable or corrupt inputs, malformed metadata and unwritable outputs end with

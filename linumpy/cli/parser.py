@@ -7,8 +7,6 @@ import argparse
 import logging
 from typing import NoReturn
 
-from linumpy import phases
-
 __all__ = [
     "EXIT_USAGE",
     "LinumArgumentParser",
@@ -158,7 +156,6 @@ def resolve_gpu(use_gpu: bool) -> bool:
     except ImportError as exc:
         reason = f"linumpy's GPU support cannot be imported ({exc})"
     if reason is None:
-        phases.gpu_started()  # with -v: the CUDA context timed as its own phase
         return True
     logger.warning("--use-gpu: no usable GPU: %s; running on the CPU", reason)
     return False

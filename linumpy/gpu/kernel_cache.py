@@ -24,7 +24,6 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from linumpy import phases
 from linumpy.settings import cache_dir
 
 if TYPE_CHECKING:
@@ -151,14 +150,8 @@ def _compile(source: str, arch: str, std: str | None) -> bytes | None:
         except ImportError:
             return None
 
-    def compile_cubin() -> bytes:
-        options = ProgramOptions(arch=arch, std=std) if std else ProgramOptions(arch=arch)
-        return bytes(Program(source, "c++", options).compile("cubin").code)
-
-    recorder = phases.active()
-    if recorder is not None:  # with -v: counted and timed as a kernel compilation
-        compile_cubin = recorder.timed_call(phases.KERNELS, compile_cubin, count=True)
-    return compile_cubin()
+    options = ProgramOptions(arch=arch, std=std) if std else ProgramOptions(arch=arch)
+    return bytes(Program(source, "c++", options).compile("cubin").code)
 
 
 def _store(path: Path, cubin: bytes) -> bool:

@@ -1,8 +1,7 @@
 """OME-NGFF image attributes checked against ome-zarr-models, once per distinct attributes.
 
 The models are those of the version the attributes declare (0.4 or 0.5). ome-zarr-models and
-pydantic are imported on first use, and a valid text is recorded on disk
-(:func:`validated_marker`), so that the processes after the first skip the import.
+pydantic are imported on first use.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ import functools
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from linumpy.errors import LinumpyError
@@ -19,7 +17,7 @@ from linumpy.errors import LinumpyError
 if TYPE_CHECKING:
     from linumpy.io.metadata import NgffVersion
 
-__all__ = ["TYPES_BY_NAME", "validate_image_attrs", "validated_marker"]
+__all__ = ["TYPES_BY_NAME", "validate_image_attrs"]
 
 #: The type an axis of each of these names has when its metadata gives none.
 TYPES_BY_NAME = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
@@ -90,53 +88,11 @@ datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has d
     return version
 
 
-def validated_marker(version: NgffVersion, text: str) -> Path | None:
-    """The file whose presence records that ome-zarr-models found the image attributes ``text``
-    valid, under ``$XDG_CACHE_HOME/linumpy`` (``~/.cache/linumpy``); None when the
-    ``metadata_cache`` setting is off or ome-zarr-models is not installed.
-
-    Its name is a SHA-256 of the attributes, their NGFF version and the validator's version, so
-    a new ome-zarr-models validates everything again; only valid attributes are recorded.
-
-    Examples
-    --------
-    >>> from linumpy import settings
-    >>> with settings.set(metadata_cache=False):
-    ...     validated_marker("0.5", "{}") is None
-    True
-    """
-    import hashlib
-    from importlib import metadata
-
-    from linumpy import settings
-
-    if not settings.get().metadata_cache:
-        return None
-    try:
-        validator = metadata.version("ome-zarr-models")
-    except metadata.PackageNotFoundError:
-        return None
-    key = hashlib.sha256(f"{validator}\0{version}\0{text}".encode()).hexdigest()
-    return settings.cache_dir("ngff-valid") / key[:2] / key
-
-
 @functools.lru_cache(maxsize=256)
 def _model_error(version: NgffVersion, text: str) -> str | None:
     """What ome-zarr-models finds wrong with the image attributes ``text`` (JSON), None if
-    nothing. Cached in the process (every read of an image opens it again) and, for valid
-    attributes, on disk (:func:`validated_marker`): importing ome-zarr-models and pydantic costs
-    a process more than most runs' work."""
-    marker = validated_marker(version, text)
-    if marker is not None and marker.is_file():
-        return None
-    error = _validate(version, text)
-    if error is None and marker is not None:
-        try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-        except OSError:  # a read-only or full cache: validate again next time
-            pass
-    return error
+    nothing; cached in the process (every read of an image opens it again)."""
+    return _validate(version, text)
 
 
 def _validate(version: NgffVersion, text: str) -> str | None:
@@ -160,8 +116,8 @@ def _validate(version: NgffVersion, text: str) -> str | None:
 
 
 # Stands for every multiscale's name in the text validated: any string is a valid name, and
-# with the name in it every newly named output would be validated (and ome-zarr-models imported)
-# again instead of matching the record of an earlier one.
+# with the name in it every newly named output would be validated again instead of matching the
+# cached verdict on an earlier one.
 _ANY_NAME = "image"
 
 

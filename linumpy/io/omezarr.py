@@ -30,7 +30,6 @@ from linumpy.io.metadata import (
     translation_of,
 )
 from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
-from linumpy.io.open_cache import open_once
 from linumpy.io.staging import recover_staging
 from linumpy.io.stores import SourceLike, location, open_node, parse_source
 from linumpy.io.validate import (
@@ -165,16 +164,13 @@ def open_array(
     ((4, 4, 4), True)
     """
     source = parse_source(path, storage_options)
-    if source.local is None:  # remote metadata are read again at each opening
-        return _open_level(path, level, storage_options)[0]
-    local = source.local
-    return open_once(local, level, lambda: _open_level(local, level))
+    if source.local is None:
+        return _open_level(path, level, storage_options)
+    return _open_level(source.local, level)
 
 
-def _open_level(
-    path: SourceLike, level: int, storage_options: Any = None
-) -> tuple[zarr.Array, list[Path]]:
-    """The array, and the folders whose metadata it was opened from."""
+def _open_level(path: SourceLike, level: int, storage_options: Any = None) -> zarr.Array:
+    """The array of the image's level, or the plain array (level 0)."""
     node = _open_node(path, storage_options)
     if not isinstance(path, str | os.PathLike):  # a zarr node or store: named by its store path
         path = str(node.store_path)
@@ -184,9 +180,8 @@ def _open_level(
         check_array_shape(
             node.shape, node.dtype.itemsize, _metadata_file(location(path)), image=False
         )
-        return node, [location(path)]
-    array, folder = _level_array(node, path, level)
-    return array, [location(path), folder]
+        return node
+    return _level_array(node, path, level)[0]
 
 
 def _level_array(
