@@ -1,6 +1,6 @@
 """The remote fetch stage's read-ahead and the loopback server's processes, on 127.0.0.1 only.
 
-A read fetches ahead of its groups within ``remote_ahead_bytes`` and gives every request back
+A read fetches ahead of its groups within its read-ahead budget and gives every request back
 when it ends, whether it succeeds or fails; the server answers from processes of its own and
 none outlives its block.
 """

@@ -257,13 +257,13 @@ def test_unusual_valid_chunks_are_decoded_on_the_cpu(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["v3", "v3-sharded"])
-def test_chunks_over_gpu_chunk_bytes_are_decoded_on_the_cpu(tmp_path: Path, layout: str) -> None:
+def test_chunks_over_the_nvcomp_limit_are_decoded_on_the_cpu(tmp_path: Path, layout: str) -> None:
     data = sample_data(SHAPE, "float32")
     make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
     chunk_nbytes = int(np.prod(CHUNKS)) * 4
     for limit, on_cpu in ((chunk_nbytes - 1, True), (chunk_nbytes, False)):
-        settings = {"gpu_chunk_bytes": limit}
-        assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr", settings=settings), data)
+        with tuned(chunk_bytes=limit):
+            assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr"), data)
         report = last_read_report()
         assert report is not None
         assert report.n_fill == 0
@@ -278,9 +278,9 @@ def test_chunks_decoded_on_the_host_are_copied_up_as_zarr_reads_them(
     data = sample_data(SHAPE, "uint16")
     data[:8] = 0  # chunks not stored
     make_array(tmp_path / "a.zarr", layout, data, chunks=CHUNKS)
-    settings = {"gpu_chunk_bytes": 1024}  # below the 4 KiB chunks
     for region in REGIONS:
-        result = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=settings)
+        with tuned(chunk_bytes=1024):  # below the 4 KiB chunks
+            result = read_zarr_to_gpu(tmp_path / "a.zarr", region=region)
         assert_same_on_gpu(result, zarr_read(tmp_path / "a.zarr", region))
         report = last_read_report()
         assert report is not None and report.reader == "pread"
@@ -296,9 +296,9 @@ def test_large_chunks_of_any_order_and_byte_order_read_as_zarr_reads_them(
 ) -> None:
     data = sample_data(SHAPE, dtype)
     make_array(tmp_path / "a.zarr", "v2", data, chunks=CHUNKS, order=order)
-    settings = {"gpu_chunk_bytes": 1024}  # below the chunks: decoded on the host
     for region in REGIONS[:2]:
-        result = read_zarr_to_gpu(tmp_path / "a.zarr", region=region, settings=settings)
+        with tuned(chunk_bytes=1024):  # below the chunks: decoded on the host
+            result = read_zarr_to_gpu(tmp_path / "a.zarr", region=region)
         assert_same_on_gpu(result, zarr_read(tmp_path / "a.zarr", region, native=True))
 
 

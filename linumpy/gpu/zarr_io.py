@@ -299,7 +299,7 @@ class GpuRead:
         if decodes_on_host(plan, limit):
             return "pread", (
                 f"chunks of {format_size(plan.chunk_nbytes)}, above the {format_size(limit)} "
-                "nvCOMP is given (gpu_chunk_bytes): libzstd threads decode them, each chunk "
+                "nvCOMP is given: libzstd threads decode them, each chunk "
                 "copied up as it is decoded"
             )
         return choose_reader(settings.fetch, settings.io_threads)
