@@ -15,6 +15,7 @@ import zarr
 
 from linumpy._numpy_or_cupy import to_numpy
 from linumpy.errors import UnsupportedLayoutError
+from linumpy.io.durable import flush_on_worker
 from linumpy.io.engine.write import write_array
 
 __all__ = ["store_block"]
@@ -60,10 +61,15 @@ def store_block(
     [0, 1, 2, 3, 0, 9, 9, 0]
     """
     region = _as_region(key, array.shape)
+    written = False
     if region is not None and hasattr(block, "shape") and hasattr(block, "dtype"):
         try:
             write_array(array, block, region, settings=settings)
-            return
+            written = True
         except UnsupportedLayoutError as exc:
             logger.debug("%s: zarr writes %s: %s", array.store, key, exc)
-    array[key] = to_numpy(block)
+    if not written:
+        array[key] = to_numpy(block)
+    root = getattr(array.store, "root", None)
+    if root is not None:  # a dask worker's task: its files durable on its host before it is done
+        flush_on_worker(root)

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["flush_file", "flush_folder", "flush_tree", "start_writeback"]
+__all__ = ["flush_file", "flush_folder", "flush_on_worker", "flush_tree", "start_writeback"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,3 +162,24 @@ def flush_tree(
         list(pool.map(flush_file, regular))
         list(pool.map(flush_folder, folders))
     return "fsync"
+
+
+def flush_on_worker(path: str | os.PathLike[str]) -> bool:
+    """In a dask worker process, flush what this host wrote to the file system holding ``path``
+    (one ``syncfs``), so that a task's files are durable before it reports done: the client's
+    flush before its swap reaches its own host only. Elsewhere (local threads, whose writes the
+    swap flushes), with the ``durable`` setting off, or where the system has no ``syncfs``:
+    nothing, and False.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> flush_on_worker(tempfile.gettempdir())  # not in a dask worker
+    False
+    """
+    from linumpy import settings
+    from linumpy.parallel.task_inputs import on_dask_worker
+
+    if not on_dask_worker() or not settings.get().durable:
+        return False
+    return _syncfs(Path(path))

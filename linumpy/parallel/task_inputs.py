@@ -18,7 +18,7 @@ from pathlib import Path
 
 from linumpy.errors import InputMismatchError
 
-__all__ = ["check_same_input", "input_digest", "task_path"]
+__all__ = ["check_same_input", "input_digest", "on_dask_worker", "task_path", "worker_name"]
 
 # ``scheme://`` at the start of a string: a URL (``file://`` names a local path)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -93,6 +93,18 @@ def input_digest(path: str | os.PathLike[str]) -> str | None:
         stat = local.stat()
         digest.update(f"file:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return digest.hexdigest()
+
+
+def on_dask_worker() -> bool:
+    """Whether this runs in a task of a ``dask.distributed`` worker.
+
+    Examples
+    --------
+    >>> from linumpy.parallel.task_inputs import on_dask_worker
+    >>> on_dask_worker()
+    False
+    """
+    return worker_name() != "this process"
 
 
 def worker_name() -> str:
