@@ -61,7 +61,7 @@ def mosaic_rows(folder: Path, grid: int, tile: tuple[int, int, int], rounds: int
     tiled, sharded = folder / "tiled.ome.zarr", folder / "sharded.ome.zarr"
     demo = make_demo_data(tiled, grid_shape=(grid, grid), tile_shape=tile, shards=None)
     make_demo_data(sharded, grid_shape=(grid, grid), tile_shape=tile)
-    volume = demo.mosaic
+    volume = demo.mosaic[...]  # make_demo_data returns the written array: read it once
     out = folder / "rechunked.ome.zarr"
     written = folder / "written.ome.zarr"
 
