@@ -30,6 +30,8 @@ from linumpy.io.metadata import (
     translation_of,
 )
 from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
+from linumpy.io.ome_attrs import declared_version
+from linumpy.io.series import find_image
 from linumpy.io.staging import recover_staging
 from linumpy.io.stores import SourceLike, location, open_node, parse_source
 from linumpy.io.validate import (
@@ -169,11 +171,28 @@ def open_array(
     return _open_level(source.local, level)
 
 
+def _image(node: zarr.Array | zarr.Group, path: Any) -> tuple[zarr.Array | zarr.Group, Any]:
+    """The node an image is read from, and its name: ``node`` itself, or the one image of a
+    bioformats2raw root or a plate (:func:`linumpy.io.series.find_image`)."""
+    if isinstance(node, zarr.Group):
+        attrs = node.attrs.asdict()
+        ome = attrs.get("ome") if isinstance(attrs.get("ome"), dict) else attrs
+        version = declared_version(attrs) if isinstance(ome, dict) else None
+        if version is not None and version not in ("0.1", "0.2", "0.3", "0.4", "0.5"):
+            raise LinumpyError(f"{path}: an NGFF {version} image; linumpy reads NGFF 0.4 and 0.5")
+        if not ome.get("multiscales"):
+            found = find_image(node, path)
+            if found is not None:
+                return found
+    return node, path
+
+
 def _open_level(path: SourceLike, level: int, storage_options: Any = None) -> zarr.Array:
     """The array of the image's level, or the plain array (level 0)."""
     node = _open_node(path, storage_options)
     if not isinstance(path, str | os.PathLike):  # a zarr node or store: named by its store path
         path = str(node.store_path)
+    node, path = _image(node, path)
     if isinstance(node, zarr.Array):
         if level != 0:
             raise LinumpyError(f"{path}: a plain zarr array has only level 0, not level {level}")
@@ -215,12 +234,20 @@ def _voxel_size(
     """Level ``level``'s scale times the multiscale's own, checked finite and positive."""
     scale = scale_of(multiscale["datasets"][level].get("coordinateTransformations", []))
     if scale is None:
-        raise LinumpyError(f"{path}: level {level} has no scale transformation")
+        raise LinumpyError(f"{path}: level {level} has no scale transformation{_other(multiscale)}")
     transforms = multiscale.get("coordinateTransformations", [])
     global_scale = scale_of(transforms) or [1.0] * len(scale)
     voxel_size = tuple(s * g for s, g in zip(scale, global_scale, strict=True))
     check_scale(voxel_size, level, _metadata_file(location(path)))
     return voxel_size
+
+
+def _other(multiscale: dict[str, Any]) -> str:
+    """For an image of an NGFF version other than 0.4 and 0.5: a note naming it."""
+    version = multiscale.get("version")
+    if version is None or str(version) in ("0.4", "0.5"):
+        return ""
+    return f" (an NGFF {version} image: linumpy reads NGFF 0.4 and 0.5)"
 
 
 def read_omezarr(
@@ -261,7 +288,7 @@ def read_omezarr(
     ((4, 8, 8), (10.0, 2.5, 2.5))
     """
     group = _open_node(path, storage_options)
-    path = _name(path, group)
+    group, path = _image(group, _name(path, group))
     if isinstance(group, zarr.Array):
         raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
     array, _ = _level_array(group, path, level)
@@ -297,7 +324,7 @@ def read_axes(
     Axis(name='x', type='space', unit='nanometer')
     """
     group = _open_node(path, storage_options)
-    path = _name(path, group)
+    group, path = _image(group, _name(path, group))
     if isinstance(group, zarr.Array):
         raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
     with _malformed_metadata(path):
@@ -332,7 +359,7 @@ def read_coordinates(
     """
     axes = read_axes(path, storage_options=storage_options)
     group = _open_node(path, storage_options)
-    path = _name(path, group)
+    group, path = _image(group, _name(path, group))
     array, _ = _level_array(group, path, level)  # type: ignore[arg-type]
     with _malformed_metadata(path):
         multiscale = multiscale_metadata(group, path)  # type: ignore[arg-type]
