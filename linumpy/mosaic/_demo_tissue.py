@@ -132,17 +132,19 @@ def upsample(
     ranges: Sequence[Range],
     xp: ModuleType,
     origin: Sequence[int] | None = None,
+    steps: Sequence[int] | None = None,
 ) -> Any:
     """A coarse field linearly upsampled by ``factors``, over ``ranges`` of the fine grid (one
-    ``(first, last)`` per axis); ``coarse`` holds the coarse grid from ``origin`` on (float32:
-    the same values whatever the ranges)."""
+    ``(first, last)`` per axis, every ``steps`` voxels); ``coarse`` holds the coarse grid from
+    ``origin`` on (float32: the same values whatever the ranges)."""
     field = xp.asarray(coarse, dtype=xp.float32)
     origin = origin or (0,) * len(factors)
+    steps = steps or (1,) * len(factors)
     # Separable linear upsampling, one axis at a time (much faster than ndimage.zoom).
-    for axis, (factor, (first, last), start) in enumerate(
-        zip(factors, ranges, origin, strict=True)
+    for axis, (factor, (first, last), start, step) in enumerate(
+        zip(factors, ranges, origin, steps, strict=True)
     ):
-        t = xp.arange(first, last, dtype=xp.float32) / factor
+        t = xp.arange(first, last, step, dtype=xp.float32) / factor
         i0 = t.astype(xp.int64)
         frac = (t - i0.astype(xp.float32)).reshape((-1,) + (1,) * (len(factors) - axis - 1))
         i0 -= start
@@ -179,16 +181,16 @@ class _Fibres:
 @dataclass(frozen=True)
 class Columns:
     """What the slabs of a block share: the rows and columns of the tissue volume it covers,
-    the tissue mask there, the light's gain below the surface, and the coarse fibres of the
-    block's planes (from ``fibres_origin`` on)."""
+    the tissue mask there, the light's gain below the surface, and the reflectivity of the
+    block's planes on the fibres' coarse grid (from ``origin`` on)."""
 
     y: Range
     x: Range
     mask: Any
     surface: Any
     gain: Any
-    fibres: np.ndarray
-    fibres_origin: tuple[int, ...]
+    reflectivity: np.ndarray
+    origin: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -243,16 +245,19 @@ class Tissue:
         ranges = (z, y, x)
         lo = tuple(first // f for (first, _), f in zip(ranges, _FIBRE_FACTORS, strict=True))
         hi = [(last - 1) // f + 2 for (_, last), f in zip(ranges, _FIBRE_FACTORS, strict=True)]
-        return Columns(y, x, mask, surface, gain, self.fibres.box(lo, hi), lo)
+        # The regions, linear between knots 16 voxels apart, are sampled on the fibres' coarse
+        # grid (every 16, 2 and 2 voxels: their knots among its points), so that one upsampling
+        # of the sum gives both at every voxel.
+        points = [(a * f, b * f) for a, b, f in zip(lo, hi, _FIBRE_FACTORS, strict=True)]
+        regions = upsample(self.regions, _REGION_FACTORS, points, np, steps=_FIBRE_FACTORS)
+        reflectivity = (0.35 + regions + self.fibres.box(lo, hi)).astype(np.float32)
+        return Columns(y, x, mask, surface, gain, reflectivity, lo)
 
     def box(self, z: Range, columns: Columns, xp: ModuleType) -> Any:
         """Noise-free tissue intensity of planes ``z`` over ``columns``, float32."""
         depth = self.shape[0]
         ranges = (z, columns.y, columns.x)
-        reflectivity = upsample(self.regions, _REGION_FACTORS, ranges, xp)
-        reflectivity += 0.35
-        fibres, origin = columns.fibres, columns.fibres_origin
-        reflectivity += upsample(fibres, _FIBRE_FACTORS, ranges, xp, origin)
+        reflectivity = upsample(columns.reflectivity, _FIBRE_FACTORS, ranges, xp, columns.origin)
         planes = xp.arange(z[0], z[1], dtype=xp.float32)[:, None, None]
         decay = xp.exp(-planes / (0.45 * depth))
         attenuation = xp.where(planes >= columns.surface[None], decay * columns.gain[None], 0.0)
@@ -352,9 +357,10 @@ class DemoContent:
         # Speckle: exponentially distributed intensity with a grain of about the optical
         # resolution (a few pixels), fixed by the tissue itself, so overlapping tiles see the
         # same speckle. The margin holds the filter's reach: a box's values are the whole's.
+        # -log(1 - u): 1 - u is exact in float32, and log is faster than log1p.
         speckle = xp.asarray(self.speckle.box(z, sy, sx))
-        xp.negative(speckle, out=speckle)
-        xp.log1p(speckle, out=speckle)
+        xp.subtract(1.0, speckle, out=speckle)
+        xp.log(speckle, out=speckle)
         xp.negative(speckle, out=speckle)
         speckle = ndimage.gaussian_filter1d(speckle, _GRAIN, axis=1, mode="nearest")
         speckle = speckle[:, y0 - sy[0] : y1 - sy[0]]
@@ -378,8 +384,8 @@ class DemoContent:
             # Detector noise floor: Rayleigh-distributed, independent for every acquisition.
             gy, gx = part.row * h + ty0, part.col * w + tx0
             floor = xp.asarray(self.floor.box(z, (gy, gy + ty1 - ty0), (gx, gx + tx1 - tx0)))
-            xp.negative(floor, out=floor)
-            xp.log1p(floor, out=floor)
+            xp.subtract(1.0, floor, out=floor)
+            xp.log(floor, out=floor)
             floor *= -2.0
             xp.sqrt(floor, out=floor)
             tile *= 3000.0
