@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from linumpy.errors import SettingsError
 
-__all__ = ["Declaration", "Settings", "cache_dir", "declarations", "get", "resolve", "set", "table"]
+__all__ = ["Declaration", "Settings", "cache_dir", "declarations", "get", "resolve", "set"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -288,21 +288,6 @@ def declarations() -> dict[str, Declaration]:
     'LINUMPY_DURABLE'
     """
     return dict(_DECLARATIONS)
-
-
-def table() -> str:
-    """The settings as a Markdown table: field, environment variable, default, meaning (the
-    table of the architecture page, which a test compares with this).
-
-    Examples
-    --------
-    >>> table().splitlines()[0]
-    '| field | environment variable | default | meaning |'
-    """
-    rows = ["| field | environment variable | default | meaning |", "| --- | --- | --- | --- |"]
-    for spec in _DECLARATIONS.values():
-        rows.append(f"| `{spec.name}` | `{spec.variable}` | {spec.default_text} | {spec.doc} |")
-    return "\n".join(rows)
 
 
 def _rst(text: str) -> str:
