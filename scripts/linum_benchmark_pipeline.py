@@ -11,8 +11,8 @@ by linum-make-demo-data and written in linumpy's default layout and with one chu
 other tools write mosaics (--layout); --scale shrinks the tiles for a quick run. The page cache
 is warm (as warm as the machine's memory allows).
 
-Every command runs with -v; its table of phases (start-up and imports, CUDA context, kernel
-compilation, metadata, level 0, pyramid, final swap) goes into the results. The table gives, per
+Every command runs with -v; its table of phases (start-up and imports, metadata, level 0,
+pyramid, final swap) goes into the results. The table gives, per
 command, its seconds, its start-up apart, GB/s of mosaic through the job after start-up (the
 steady state) and through level 0, and the fraction of the ceiling's GB/s. --dtypes uint16,float32
 times the stitch (and the job) once per output dtype (--dtype), each against the ceiling in that
