@@ -1,0 +1,91 @@
+"""The size of an image about to be written, checked before any work: a transform off by a
+factor of 1000 must end in one line, not in hours of planning or a full disk.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from linumpy.errors import LinumpyError
+
+__all__ = ["COMPRESSION_ALLOWANCE", "MAX_OUTPUT_BYTES", "check_output_size", "format_bytes"]
+
+#: The largest output (uncompressed, full resolution) written without ``max_bytes``: 64 TiB.
+MAX_OUTPUT_BYTES = 64 * 2**40
+#: An output is refused when even compressed this many times it would not fit on its disk.
+COMPRESSION_ALLOWANCE = 4
+
+
+def format_bytes(size: float) -> str:
+    """A size in bytes as a short text in powers of 1024.
+
+    Examples
+    --------
+    >>> format_bytes(512), format_bytes(3 * 2**30), format_bytes(1e25)
+    ('512 B', '3.00 GiB', '9.09e+12 TiB')
+    """
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1024
+    return f"{size:.3g} TiB" if size >= 1e6 else f"{size:.2f} TiB"
+
+
+def check_output_size(
+    shape: Sequence[int],
+    dtype: np.typing.DTypeLike,
+    target: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    what: str = "output",
+) -> int:
+    """Refuse, in one line with the size, an output larger than ``max_bytes`` (by default
+    :data:`MAX_OUTPUT_BYTES`) or than the disk of ``target`` can hold compressed
+    :data:`COMPRESSION_ALLOWANCE` times; return its size in bytes (uncompressed).
+
+    Raises
+    ------
+    LinumpyError
+        Naming ``target``, the shape and the size.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> check_output_size((10, 100, 100), "float32", folder + "/out.ome.zarr")
+    400000
+    >>> check_output_size((10, 10**12, 10**12), "float32", folder + "/out.ome.zarr",
+    ...                   what="stitched image")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: .../out.ome.zarr: the stitched image of shape (10, ..., \
+...) would hold 3.64e+13 TiB, more than the 64.00 TiB allowed; check the transform
+    """
+    shape = tuple(int(n) for n in shape)
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    limit = MAX_OUTPUT_BYTES if max_bytes is None else int(max_bytes)
+    where = os.fspath(target)
+    start = f"{where}: the {what} of shape {shape} would hold {format_bytes(size)}"
+    if size > limit:
+        raise LinumpyError(
+            f"{start}, more than the {format_bytes(limit)} allowed; check the transform"
+        )
+    folder = Path(target).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:  # a folder that cannot be checked: the write will say what fails
+        return size
+    if size > free * COMPRESSION_ALLOWANCE:
+        raise LinumpyError(
+            f"{start}, more than {COMPRESSION_ALLOWANCE} times the {format_bytes(free)} free "
+            f"in {folder}; check the transform, or free space"
+        )
+    return size
