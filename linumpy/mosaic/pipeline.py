@@ -32,6 +32,7 @@ from linumpy.io.dask_write import (
 from linumpy.io.layout import ShardsArg, inner_chunks, slab_shards, tile_layout, tile_shards
 from linumpy.io.lazy import storage_unit
 from linumpy.io.levels import store_levels
+from linumpy.io.output_size import check_output_size, format_bytes
 from linumpy.io.sources import open_source
 from linumpy.mosaic.attrs import (
     mosaic_tile_shape,
@@ -358,6 +359,7 @@ def stitch_omezarr(
     overwrite: bool = False,
     progress: bool = False,
     cluster: Cluster | None = None,
+    max_output_bytes: int | None = None,
 ) -> None:
     """Stitch a mosaic grid OME-Zarr into a float32 OME-Zarr image with a pyramid, out of core.
 
@@ -394,6 +396,9 @@ def stitch_omezarr(
     cluster
         Where the tasks run and how much memory each may use
         (:func:`linumpy.parallel.dask_cluster`); local threads by default.
+    max_output_bytes
+        The largest output allowed (uncompressed level 0), checked with the room on the
+        target's disk before any planning (:func:`linumpy.io.output_size.check_output_size`).
 
     Raises
     ------
@@ -421,6 +426,11 @@ def stitch_omezarr(
     transform = transform.normalized()
     transform.check_mosaic_shape(array.shape, f"{source}: mosaic grid")
     out_shape = (*array.shape[:-2], *transform.output_shape())
+    # refused in one line before any planning: a transform off by 1000 would plan for hours
+    size = check_output_size(
+        out_shape, np.float32, target, max_bytes=max_output_bytes, what="stitched image"
+    )
+    logger.info("%s: stitched image %s, %s uncompressed", target, out_shape, format_bytes(size))
     chunks = tuple(chunks) if chunks else _output_chunks(out_shape, slab_depth, n_levels)
     cluster = cluster or Cluster()
     # a task holds the output, its blending weights and encoded copy, and the tiles beside each
