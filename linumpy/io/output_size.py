@@ -37,6 +37,17 @@ def format_bytes(size: float) -> str:
     return f"{size:.3g} TiB" if size >= 1e6 else f"{size:.2f} TiB"
 
 
+def _named(target: str | os.PathLike[str]) -> str:
+    """The path a user gave for ``target``: a script's staging copy is named by its output."""
+    from linumpy.io.recovery import STAGING_SUFFIX
+
+    path = Path(target)
+    for folder in path.parents:
+        if folder.name.endswith(STAGING_SUFFIX):
+            return os.fspath(folder.parent / path.name)
+    return os.fspath(target)
+
+
 def check_output_size(
     shape: Sequence[int],
     dtype: np.typing.DTypeLike,
@@ -70,13 +81,13 @@ def check_output_size(
     shape = tuple(int(n) for n in shape)
     size = math.prod(shape) * np.dtype(dtype).itemsize
     limit = MAX_OUTPUT_BYTES if max_bytes is None else int(max_bytes)
-    where = os.fspath(target)
+    where = _named(target)
     start = f"{where}: the {what} of shape {shape} would hold {format_bytes(size)}"
     if size > limit:
         raise LinumpyError(
             f"{start}, more than the {format_bytes(limit)} allowed; check the transform"
         )
-    folder = Path(target).parent
+    folder = Path(where).parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     try:

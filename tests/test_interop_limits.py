@@ -1,0 +1,69 @@
+"""An absurd output is refused before any work: the stitch checks its output's size (against a
+stated limit and the room on the disk) before planning, in one line naming the output, its shape
+and size; ``-v`` states the shape and size first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from linumpy.errors import LinumpyError
+from linumpy.io.output_size import check_output_size
+from linumpy.mosaic.demo import make_demo_data, read_demo_truth
+from linumpy.mosaic.transform import TileTransform
+
+
+@pytest.fixture
+def grid(tmp_path: Path) -> tuple[Path, TileTransform]:
+    path = tmp_path / "grid.ome.zarr"
+    make_demo_data(path, grid_shape=(2, 2), tile_shape=(8, 32, 32))
+    return path, read_demo_truth(path)
+
+
+@pytest.mark.parametrize("step", [1e12, 1e6])
+def test_absurd_transform_is_refused_in_one_line(
+    tmp_path: Path, grid: tuple[Path, TileTransform], step: float, capsys
+) -> None:
+    from linumpy.scripts.linum_stitch_3d import main
+
+    source, truth = grid
+    TileTransform([[step, 0], [0, step]], (0, 0), truth.tile_shape, truth.grid_shape).save(
+        tmp_path / "absurd.json"
+    )
+    output = tmp_path / "stitched.ome.zarr"
+    with pytest.raises(SystemExit) as caught:
+        main([str(source), str(tmp_path / "absurd.json"), str(output)])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert f"{output}: the stitched image of shape (8, " in err and "TiB" in err
+    assert not output.exists()
+
+
+def test_verbose_states_the_output_size_first(
+    tmp_path: Path, grid: tuple[Path, TileTransform], capsys
+) -> None:
+    from linumpy.scripts.linum_stitch_3d import main
+
+    source, truth = grid
+    truth.save(tmp_path / "transform.json")
+    output = tmp_path / "stitched.ome.zarr"
+    main([str(source), str(tmp_path / "transform.json"), str(output), "-v"])
+    shape = (8, *truth.normalized().output_shape())
+    lines = [line for line in capsys.readouterr().err.splitlines() if "linumpy" in line]
+    first = next(i for i, line in enumerate(lines) if "stitched image" in line)
+    assert f"stitched image {shape}, " in lines[first] and "KiB uncompressed" in lines[first]
+    assert not any("stitched" in line and "->" in line for line in lines[:first])
+
+
+def test_stated_limit_and_disk_room(tmp_path: Path, grid: tuple[Path, TileTransform]) -> None:
+    from linumpy.mosaic.pipeline import stitch_omezarr
+
+    source, truth = grid
+    with pytest.raises(LinumpyError, match=r"more than the 1000 B allowed"):
+        stitch_omezarr(source, tmp_path / "out.ome.zarr", truth, max_output_bytes=1000)
+    assert not (tmp_path / "out.ome.zarr").exists()
+    with pytest.raises(LinumpyError, match="times the .* free in"):
+        check_output_size((2**20, 2**20, 2**20), "float32", tmp_path / "x", max_bytes=2**80)
