@@ -67,3 +67,19 @@ def test_stated_limit_and_disk_room(tmp_path: Path, grid: tuple[Path, TileTransf
     assert not (tmp_path / "out.ome.zarr").exists()
     with pytest.raises(LinumpyError, match="times the .* free in"):
         check_output_size((2**20, 2**20, 2**20), "float32", tmp_path / "x", max_bytes=2**80)
+
+
+def test_complex_input_is_refused_with_the_magnitude_named(tmp_path: Path, capsys) -> None:
+    import numpy as np
+
+    from linumpy.io import save_omezarr
+    from linumpy.scripts.linum_aip import main
+
+    volume = (np.arange(4 * 8 * 8) * (1 + 1j)).reshape(4, 8, 8).astype(np.complex64)
+    save_omezarr(volume, tmp_path / "complex.ome.zarr", voxel_size=(1, 1, 1))
+    with pytest.raises(SystemExit) as caught:
+        main([str(tmp_path / "complex.ome.zarr"), str(tmp_path / "aip.ome.zarr")])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "complex data (complex64)" in err and "magnitude" in err
+    assert not (tmp_path / "aip.ome.zarr").exists()

@@ -216,6 +216,11 @@ def projection_lazy(
             f"{path}: an average intensity projection needs a 3D volume, not "
             f"{array.ndim}D {array.shape}"
         )
+    if np.dtype(array.dtype).kind == "c":  # its real part would be projected, with a warning
+        raise LinumpyError(
+            f"{path}: complex data ({array.dtype}); project its magnitude: write np.abs of it "
+            "as an image first"
+        )
     # The projection itself is held in memory (float32): refuse absurd metadata before the graph
     # of its blocks, which would take longer than the computation, is built.
     check_host_memory(
