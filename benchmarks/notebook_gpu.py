@@ -122,7 +122,7 @@ show(
 )
 
 # %% [markdown]
-# The 3D stitch writes a float32 OME-Zarr with a pyramid; here one plane of each level:
+# The 3D stitch writes an OME-Zarr with a pyramid in the tiles' dtype (uint16 here: the float32 blend rounded; `dtype=np.float32` keeps the fractions); here one plane of each level:
 
 # %%
 stitch_omezarr(mosaic_path, workdir / "stitched.ome.zarr", transform, blending="linear", n_levels=3)

@@ -102,7 +102,8 @@ def measure(folder: Path, limit: str, factor: float, tile: int, grid: int, chunk
         "stitch": run_script(
             "linumpy.scripts.linum_stitch_3d",
             [mosaic, os.fspath(folder / "transform.json"), stitched, "--memory-limit", limit]
-            + chunks,
+            + chunks
+            + ["--dtype", "float32"],  # the projection's input: twice the mosaic's bytes
         ),
         "aip": run_script(
             "linumpy.scripts.linum_aip",

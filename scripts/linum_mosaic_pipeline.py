@@ -67,11 +67,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     with cli.fail_on_errors(parser):
         from linumpy.io import open_array
         from linumpy.mosaic.job import JobOutputs, run_mosaic_job
+        from linumpy.mosaic.stitch import stitch_dtype
         from linumpy.mosaic.transform import describe_fit
 
-        ndim = open_array(args.input).ndim  # malformed metadata: an error naming its file first
-        if ndim != 3:
-            parser.error(f"{args.input}: a 3D mosaic grid is needed, this one is {ndim}D")
+        source = open_array(args.input)  # malformed metadata: an error naming its file first
+        if source.ndim != 3:
+            parser.error(f"{args.input}: a 3D mosaic grid is needed, this one is {source.ndim}D")
+        stitch_dtype(source.dtype, args.dtype, option="--dtype")
         with cli.output_folder(parser, args.output_dir) as folder:
             outputs = JobOutputs.in_folder(folder, png=args.png)
             for path, kind in zip(outputs.paths(), ("file", "directory", "directory", "file")):

@@ -3,8 +3,9 @@
 
 Every tile of the grid (rows * tile_h, cols * tile_w) is placed at the pixel position the transform
 (from linum-estimate-transform) gives it; overlaps are blended ("none": later tiles overwrite,
-"average": mean, "linear": feathered ramps across the overlaps). The result is a float32 OME-Zarr
-image with a pyramid.
+"average": mean, "linear": feathered ramps across the overlaps). The result is an OME-Zarr image
+with a pyramid, in the tiles' dtype unless --dtype says otherwise (a projection's float32 stays
+float32): values are blended in float32 and, for an integer dtype, rounded to the nearest integer.
 """
 
 from __future__ import annotations

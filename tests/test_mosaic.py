@@ -427,12 +427,18 @@ def test_estimate_transform_from_file(demo, demo_path) -> None:
 def test_stitch_file_slabs_and_pyramid(tmp_path, demo, demo_path) -> None:
     stitch_omezarr(demo_path, tmp_path / "one.ome.zarr", demo.transform, n_levels=3)
     stitch_omezarr(demo_path, tmp_path / "slabs.ome.zarr", demo.transform, n_levels=3, slab_depth=4)
-    expected = stitch(demo.mosaic, demo.transform, "linear")
-    for name in ("one", "slabs"):
+    stitch_omezarr(
+        demo_path, tmp_path / "float.ome.zarr", demo.transform, n_levels=3, dtype=np.float32
+    )
+    expected = stitch(demo.mosaic, demo.transform, "linear", dtype=demo.mosaic.dtype)
+    for name in ("one", "slabs", "float"):
         path = tmp_path / f"{name}.ome.zarr"
         level0, voxel_size = read_omezarr(path)
         assert voxel_size == (3.5, 2.5, 2.5)
-        np.testing.assert_allclose(level0[...], expected, rtol=1e-6)
+        if name == "float":
+            expected = stitch(demo.mosaic, demo.transform, "linear")
+        assert level0.dtype == expected.dtype
+        np.testing.assert_array_equal(level0[...], expected)
         level2, voxel_size2 = read_omezarr(path, 2)
         np.testing.assert_allclose(
             level2[...], downsample_mean(downsample_mean(expected)), rtol=1e-5, atol=1e-3

@@ -13,6 +13,7 @@ from typing import Any
 from linumpy.settings import DEFAULT_ZSTD_LEVEL, ZSTD_LEVELS
 
 __all__ = [
+    "STITCH_DTYPES",
     "ZSTD_LEVELS",
     "add_blending_args",
     "add_layout_args",
@@ -143,8 +144,14 @@ def add_registration_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: The ``--dtype`` choices of the stitch (:data:`linumpy.mosaic.stitch.OUTPUT_DTYPES`, kept here
+#: so that building a parser imports no numpy).
+STITCH_DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "float32")
+
+
 def add_blending_args(parser: argparse.ArgumentParser, image: str = "the output") -> None:
-    """Add the stitch's ``--blending`` and ``--n-levels`` (the pyramid of ``image``).
+    """Add the stitch's ``--blending``, ``--dtype`` (of ``image``) and ``--n-levels`` (its
+    pyramid).
 
     Examples
     --------
@@ -153,14 +160,24 @@ def add_blending_args(parser: argparse.ArgumentParser, image: str = "the output"
     >>> parser = build_parser("Demo.", prog="linum-demo")
     >>> add_blending_args(parser)
     >>> args = parser.parse_args(["--blending", "average"])
-    >>> args.blending, args.n_levels
-    ('average', 3)
+    >>> args.blending, args.dtype, args.n_levels
+    ('average', None, 3)
+    >>> parser.parse_args(["--dtype", "float32"]).dtype
+    'float32'
     """
     parser.add_argument(
         "--blending",
         choices=("none", "average", "linear"),
         default="linear",
         help="How overlapping tiles are combined [%(default)s].",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=STITCH_DTYPES,
+        default=None,
+        help=f"dtype of {image} (default: the tiles', float32 for float64 tiles). Blended in "
+        "float32, rounded to the nearest integer for an integer dtype; float32 stores about "
+        "1.7x the bytes of uint16.",
     )
     parser.add_argument(
         "--n-levels",
@@ -215,13 +232,14 @@ def stitch_options(args: argparse.Namespace) -> dict[str, Any]:
     Examples
     --------
     >>> import argparse
-    >>> args = argparse.Namespace(blending="linear", n_levels=3, chunks=None, shards=None,
-    ...                           no_shards=True, zstd_level=None)
+    >>> args = argparse.Namespace(blending="linear", dtype=None, n_levels=3, chunks=None,
+    ...                           shards=None, no_shards=True, zstd_level=None)
     >>> stitch_options(args)["shards"] is None
     True
     """
     return {
         "blending": args.blending,
+        "dtype": args.dtype,
         "n_levels": args.n_levels,
         "chunks": args.chunks,
         "shards": layout_shards(args),

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from numpy.typing import DTypeLike
+
 from linumpy.io.layout import ShardsArg
 from linumpy.io.reader import read_volume
 from linumpy.io.staging import staged
@@ -93,6 +95,7 @@ def run_mosaic_job(
     tile_shape: tuple[int, int] | None = None,
     min_score: float = 0.3,
     blending: Blending = "linear",
+    dtype: DTypeLike | None = None,
     n_levels: int = 3,
     chunks: tuple[int, ...] | None = None,
     shards: ShardsArg = "auto",
@@ -112,7 +115,7 @@ def run_mosaic_job(
         Run every step on the GPU.
     tile_shape, min_score
         As for :func:`linumpy.mosaic.pipeline.estimate_transform_omezarr`.
-    blending, n_levels, chunks, shards, level
+    blending, dtype, n_levels, chunks, shards, level
         As for :func:`linumpy.mosaic.pipeline.stitch_omezarr` (the stitched image).
     progress
         Show progress bars.
@@ -153,6 +156,7 @@ def run_mosaic_job(
             partial,
             transform,
             blending=blending,
+            dtype=dtype,
             n_levels=n_levels,
             chunks=chunks,
             shards=shards,

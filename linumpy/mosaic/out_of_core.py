@@ -16,13 +16,20 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from numpy.typing import DTypeLike
 
 from linumpy._numpy_or_cupy import gpu_module
 from linumpy.io import open_array, read_volume
 from linumpy.io.dask_write import empty_meta
 from linumpy.io.engine.memory import available_memory
 from linumpy.io.lazy import aligned_chunks, grow_block
-from linumpy.mosaic.stitch import Blending, parse_blending, stitch_region, tiles_in_region
+from linumpy.mosaic.stitch import (
+    Blending,
+    parse_blending,
+    stitch_dtype,
+    stitch_region,
+    tiles_in_region,
+)
 from linumpy.mosaic.transform import TileTransform
 from linumpy.parallel import TASK_SHARE, Cluster
 from linumpy.parallel.task_inputs import check_same_input, input_digest, task_path
@@ -201,6 +208,7 @@ def _stitch_block(
     gpu: bool,
     threads: int,
     digest: str | None = None,
+    dtype: DTypeLike = np.float32,
     block_info: dict[Any, Any] | None = None,
 ) -> Any:
     check_same_input(source, digest)  # once per worker: it sees the client's mosaic grid
@@ -208,7 +216,7 @@ def _stitch_block(
     (y0, y1), (x0, x1) = info["array-location"][-2:]
     hit = tiles_in_region(transform, (y0, x0), (y1 - y0, x1 - x0))
     if hit is None:
-        return gpu_module(gpu).zeros(info["chunk-shape"], dtype=np.float32)
+        return gpu_module(gpu).zeros(info["chunk-shape"], dtype=dtype)
     rows, cols = hit
     th, tw = transform.tile_shape
     region = tuple(slice(a, b) for a, b in info["array-location"][:-2]) + (
@@ -223,6 +231,7 @@ def _stitch_block(
         origin=(y0, x0),
         shape=(y1 - y0, x1 - x0),
         grid_origin=(rows.start, cols.start),
+        dtype=dtype,
         threads=1 if gpu else threads,
     )
 
@@ -235,8 +244,9 @@ def stitch_lazy(
     block: Sequence[int],
     gpu: bool = False,
     threads: int = 1,
+    dtype: DTypeLike | None = None,
 ) -> da.Array:
-    """The stitched image of a mosaic grid as a lazy float32 dask array.
+    """The stitched image of a mosaic grid as a lazy dask array, in the tiles' dtype by default.
 
     Each block is one task: it reads the tiles that overlap it (one :func:`read_volume` call)
     and stitches them with :func:`linumpy.mosaic.stitch.stitch_region` (in ``threads`` bands of
@@ -257,6 +267,14 @@ def stitch_lazy(
         Read and stitch on the GPU (cupy blocks).
     threads
         Threads stitching each block on the CPU (see :func:`stitch_threads`).
+    dtype
+        The stitched image's dtype (:func:`linumpy.mosaic.stitch.stitch_dtype`): by default the
+        tiles' own; blended in float32, then rounded and clipped to an integer dtype.
+
+    Raises
+    ------
+    LinumpyError
+        For an integer ``dtype`` and float tiles.
 
     Examples
     --------
@@ -269,13 +287,16 @@ def stitch_lazy(
     >>> _ = make_demo_data(path, grid_shape=(2, 3), tile_shape=(8, 64, 64))
     >>> transform = read_demo_truth(path).normalized()
     >>> lazy = stitch_lazy(path, transform, block=(4, 64, 64))
-    >>> lazy.numblocks
-    (2, 2, 3)
-    >>> bool((lazy.compute() == stitch(read_volume(path), transform)).all())
+    >>> lazy.numblocks, lazy.dtype
+    ((2, 2, 3), dtype('uint16'))
+    >>> expected = stitch(read_volume(path), transform, dtype=np.uint16)
+    >>> bool((lazy.compute() == expected).all())
     True
     """
     blending = parse_blending(blending)
-    shape = open_array(source).shape
+    array = open_array(source)
+    shape = array.shape
+    dtype = stitch_dtype(array.dtype, dtype)
     transform.check_mosaic_shape(shape, f"{source}: mosaic grid")
     out_shape = (*shape[:-2], *transform.output_shape())
     path = task_path(source)  # absolute: a worker's working directory is its own
@@ -287,9 +308,10 @@ def stitch_lazy(
         gpu,
         threads,
         input_digest(path),
+        dtype,
         chunks=aligned_chunks(_whole(out_shape), block),
-        dtype=np.float32,
-        meta=empty_meta(np.float32, len(out_shape), gpu),
+        dtype=dtype,
+        meta=empty_meta(dtype, len(out_shape), gpu),
     )
 
 

@@ -17,12 +17,14 @@ from typing import Any
 
 import numpy as np
 import zarr
+from numpy.typing import DTypeLike
 
 from linumpy import phases, settings
 from linumpy._numpy_or_cupy import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
 from linumpy.io.dask_write import (
+    _downsample_cost,
     committed,
     shard_budget,
     space_axes,
@@ -49,7 +51,7 @@ from linumpy.mosaic.out_of_core import (
 )
 from linumpy.mosaic.projection import projection_lazy
 from linumpy.mosaic.registration import PairMeasurement, estimate_transform
-from linumpy.mosaic.stitch import Blending, parse_blending
+from linumpy.mosaic.stitch import Blending, parse_blending, stitch_dtype
 from linumpy.mosaic.transform import TileTransform
 from linumpy.parallel import Cluster
 
@@ -291,13 +293,29 @@ def estimate_transform_omezarr(
     return estimate_transform(image, shape, progress=progress, **options)
 
 
+def _bytes_per_byte(dtype: np.dtype, ndim: int, n_levels: int) -> float:
+    """A stitch task's working set per byte of its output shard: the output, float32 sums and
+    weights, the encoded copy and the tiles beside it (4 for float32, as much per element for
+    other dtypes); a pyramid task's, the level above and its averaging temporaries (10 for
+    float32, scaled by what :func:`~linumpy.io.dask_write.write_pyramid` counts for ``dtype``)."""
+    level0 = 4 * 4 / dtype.itemsize
+    if n_levels == 1:
+        return level0
+    factors = (2,) * ndim
+    f32 = np.dtype(np.float32)
+    ratio = (_downsample_cost(dtype, factors) / dtype.itemsize) / (
+        _downsample_cost(f32, factors) / f32.itemsize
+    )
+    return max(level0, 10 * ratio)
+
+
 def _output_chunks(
-    shape: tuple[int, ...], slab_depth: int | None, n_levels: int
+    shape: tuple[int, ...], slab_depth: int | None, n_levels: int, dtype: np.dtype
 ) -> tuple[int, ...]:
-    """The default layout's chunks (:func:`linumpy.io.layout.inner_chunks`), ``slab_depth``
-    (rounded up to a multiple of ``2 ** (n_levels - 1)``) setting their depth: the largest
-    power of 2 up to 128 dividing it."""
-    chunks = inner_chunks(shape, np.float32)
+    """The default layout's chunks for ``dtype`` (:func:`linumpy.io.layout.inner_chunks`),
+    ``slab_depth`` (rounded up to a multiple of ``2 ** (n_levels - 1)``) setting their depth:
+    the largest power of 2 up to 128 dividing it."""
+    chunks = inner_chunks(shape, dtype)
     if len(shape) == 2 or slab_depth is None:
         return chunks
     unit = 2 ** (n_levels - 1)
@@ -313,6 +331,7 @@ def _stitch_shards(
     shard_bytes: int,
     cluster: Cluster,
     gpu: bool,
+    dtype: np.dtype,
 ) -> ShardsArg:
     """The stitched image's default shards: slabs of whole planes (``"auto"``), unless blocks
     over such slabs would decode the grid's stored chunks more than once in depth, as with one
@@ -335,11 +354,11 @@ def _stitch_shards(
         )[0]
         return depth % int(array.chunks[0]) == 0 or depth >= out_shape[0]
 
-    slabs = slab_shards(out_shape, chunks, np.float32, shard_bytes=shard_bytes) or chunks
+    slabs = slab_shards(out_shape, chunks, dtype, shard_bytes=shard_bytes) or chunks
     if whole_depth(slabs):
         return "auto"
     tile = [-(-int(n) // c) * c for n, c in zip(transform.tile_shape, chunks[1:])]
-    footprint = tile_shards(out_shape, chunks, np.float32, tile, shard_bytes=shard_bytes)
+    footprint = tile_shards(out_shape, chunks, dtype, tile, shard_bytes=shard_bytes)
     return footprint if footprint is not None and whole_depth(footprint) else "auto"
 
 
@@ -351,6 +370,7 @@ def stitch_omezarr(
     *,
     blending: Blending = "linear",
     gpu: bool = False,
+    dtype: DTypeLike | None = None,
     n_levels: int = 3,
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
@@ -361,7 +381,7 @@ def stitch_omezarr(
     cluster: Cluster | None = None,
     max_output_bytes: int | None = None,
 ) -> None:
-    """Stitch a mosaic grid OME-Zarr into a float32 OME-Zarr image with a pyramid, out of core.
+    """Stitch a mosaic grid OME-Zarr into an OME-Zarr image with a pyramid, out of core.
 
     The output is cut into blocks of whole shards (or chunks): whole planes, as many as fit the
     memory one task may use, else parts of planes. Each block is one dask task that reads the
@@ -382,6 +402,12 @@ def stitch_omezarr(
         ``none``, ``average`` or ``linear`` (see :func:`linumpy.mosaic.stitch.stitch`).
     gpu
         Read, stitch and encode on the GPU.
+    dtype
+        The stitched image's dtype (:func:`linumpy.mosaic.stitch.stitch_dtype`): by default the
+        tiles' own (float32 for tiles of another float dtype). Values are blended in float32;
+        for an integer dtype they are rounded to the nearest integer (half to even) and clipped
+        to its range, so they equal float32's output rounded. float32 stores about 1.7 times
+        the bytes of uint16 and costs as much more to encode and write.
     n_levels, chunks, shards, level
         Pyramid levels, chunk and shard shapes, zstd level of the output; by default linumpy's
         layout (:func:`linumpy.io.layout.default_layout`): chunks of about 1 MiB in shards of
@@ -402,6 +428,8 @@ def stitch_omezarr(
 
     Raises
     ------
+    LinumpyError
+        For an integer ``dtype`` and float tiles.
     MemoryLimitError
         When the cluster's memory limit cannot hold one output shard (or chunk) and its tiles.
 
@@ -419,10 +447,11 @@ def stitch_omezarr(
     >>> stitch_omezarr(folder + "/mosaic.ome.zarr", folder + "/stitched.ome.zarr", transform)
     >>> stitched, voxel_size = read_omezarr(folder + "/stitched.ome.zarr")
     >>> stitched.shape, str(stitched.dtype), voxel_size
-    ((8, 119, 167), 'float32', (3.5, 2.5, 2.5))
+    ((8, 119, 167), 'uint16', (3.5, 2.5, 2.5))
     """
     blending = parse_blending(blending)
     array, voxel_size = read_omezarr(source)
+    dtype = stitch_dtype(array.dtype, dtype)
     transform = transform.normalized()
     transform.check_mosaic_shape(array.shape, f"{source}: mosaic grid")
     out_shape = (*array.shape[:-2], *transform.output_shape())
@@ -431,18 +460,16 @@ def stitch_omezarr(
         out_shape, np.float32, target, max_bytes=max_output_bytes, what="stitched image"
     )
     logger.info("%s: stitched image %s, %s uncompressed", target, out_shape, format_bytes(size))
-    chunks = tuple(chunks) if chunks else _output_chunks(out_shape, slab_depth, n_levels)
+    chunks = tuple(chunks) if chunks else _output_chunks(out_shape, slab_depth, n_levels, dtype)
     cluster = cluster or Cluster()
-    # a task holds the output, its blending weights and encoded copy, and the tiles beside each
-    # shard; a pyramid task the level above (8 times the shard) and the output
-    budget = shard_budget(cluster, per_byte=10 if n_levels > 1 else 4)
+    budget = shard_budget(cluster, per_byte=_bytes_per_byte(dtype, len(out_shape), n_levels))
     if shards == "auto":
-        shards = _stitch_shards(array, transform, out_shape, chunks, budget, cluster, gpu)
+        shards = _stitch_shards(array, transform, out_shape, chunks, budget, cluster, gpu, dtype)
     coordinates = stitch_coordinates(source, transform)  # the grid's units, the output's origin
     writer = OmeZarrWriter(
         target,
         out_shape,
-        np.float32,
+        dtype,
         voxel_size=coordinates.scale,
         axes=coordinates.axes,
         translation=coordinates.translation,
@@ -466,7 +493,9 @@ def stitch_omezarr(
     threads = stitch_threads(out_shape, block, cluster)
     start = time.perf_counter()
     with committed(writer):
-        stitched = stitch_lazy(source, transform, blending, block=block, gpu=gpu, threads=threads)
+        stitched = stitch_lazy(
+            source, transform, blending, block=block, gpu=gpu, threads=threads, dtype=dtype
+        )
         # level 1 from the stitched blocks themselves: level 0 is not read back
         rest = store_levels(
             stitched,

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from linumpy._numpy_or_cupy import array_module
 from linumpy.errors import LinumpyError
@@ -14,9 +15,11 @@ from linumpy.mosaic.transform import TileTransform
 
 __all__ = [
     "BLENDING_MODES",
+    "OUTPUT_DTYPES",
     "Blending",
     "blending_weights",
     "stitch",
+    "stitch_dtype",
     "stitch_region",
     "tiles_in_region",
 ]
@@ -30,6 +33,77 @@ def parse_blending(value: str) -> Blending:
     if value not in BLENDING_MODES:
         raise LinumpyError(f"blending must be one of {', '.join(BLENDING_MODES)}, got {value!r}")
     return value  # type: ignore[return-value]
+
+
+#: The dtypes a stitched image can be written in.
+OUTPUT_DTYPES: tuple[str, ...] = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "float32")
+
+
+def stitch_dtype(
+    tiles: DTypeLike, dtype: DTypeLike | None = None, *, option: str = "dtype"
+) -> np.dtype:
+    """The dtype of the stitched image of tiles of dtype ``tiles``.
+
+    Parameters
+    ----------
+    tiles
+        The mosaic grid's dtype.
+    dtype
+        The dtype asked for, one of :data:`OUTPUT_DTYPES`; by default the tiles' own, float32
+        for tiles of a dtype not in that list (float64, complex).
+    option
+        The option's name in the error message (``--dtype`` for a script).
+
+    Raises
+    ------
+    LinumpyError
+        For a dtype not in :data:`OUTPUT_DTYPES`, or an integer dtype for float or complex
+        tiles (their blend is not an integer).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linumpy.mosaic.stitch import stitch_dtype
+    >>> stitch_dtype(np.uint16), stitch_dtype(np.uint16, "float32"), stitch_dtype(np.float64)
+    (dtype('uint16'), dtype('float32'), dtype('float32'))
+    >>> stitch_dtype(np.float32, "uint16", option="--dtype")
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.LinumpyError: --dtype uint16 cannot hold a blend of float32 tiles: give float32
+    """
+    source = np.dtype(tiles)
+    if dtype is None:
+        return np.dtype(source.name if source.name in OUTPUT_DTYPES else np.float32)
+    try:
+        chosen = np.dtype(dtype)
+    except TypeError:
+        chosen = None
+    if chosen is None or chosen.name not in OUTPUT_DTYPES:
+        raise LinumpyError(f"{option} must be one of {', '.join(OUTPUT_DTYPES)}, got {dtype!r}")
+    if chosen.kind in "iu" and source.kind not in "biu":
+        raise LinumpyError(f"{option} {chosen} cannot hold a blend of {source} tiles: give float32")
+    return np.dtype(chosen.name)  # in the native byte order
+
+
+def _float32_bounds(dtype: np.dtype) -> tuple[np.float32, np.float32]:
+    """The smallest and largest float32 within an integer dtype's range."""
+    info = np.iinfo(dtype)
+    low, high = np.float32(info.min), np.float32(info.max)
+    if int(high) > info.max:  # float32 rounds 2**31 - 1 and 2**32 - 1 up
+        high = np.nextafter(high, np.float32(0))
+    return low, high
+
+
+def _to_dtype(values: Any, dtype: np.dtype) -> Any:
+    """float32 ``values`` in ``dtype``: integers rounded to the nearest (half to even) and
+    clipped to the dtype's range; ``values`` may be overwritten."""
+    xp = array_module(values)
+    if dtype == values.dtype:
+        return values
+    if dtype.kind in "iu":
+        xp.rint(values, out=values)
+        xp.clip(values, *_float32_bounds(dtype), out=values)
+    return values.astype(dtype)
 
 
 def _ramp(size: int, width: int) -> np.ndarray:
@@ -71,6 +145,7 @@ def stitch(
     transform: TileTransform,
     blending: Blending = "linear",
     *,
+    dtype: DTypeLike = np.float32,
     on_tile: Callable[[], None] | None = None,
 ) -> Any:
     """Stitch a mosaic grid into one image.
@@ -86,13 +161,16 @@ def stitch(
         ``none``: each tile overwrites what the tiles before it (row-major order) put there;
         ``average``: overlaps hold the mean of the tiles; ``linear``: a weighted mean with
         :func:`blending_weights`' feathered borders.
+    dtype
+        The result's dtype (see :func:`stitch_dtype`): values are blended in float32, and for an
+        integer dtype rounded to the nearest integer (half to even) and clipped to its range.
     on_tile
         Called after each tile is placed (for progress bars).
 
     Returns
     -------
     array
-        ``(H, W)`` or ``(Z, H, W)`` float32 stitched image, ``(H, W) = transform.output_shape()``;
+        ``(H, W)`` or ``(Z, H, W)`` stitched image, ``(H, W) = transform.output_shape()``;
         pixels no tile covers are 0.
 
     Examples
@@ -111,6 +189,8 @@ def stitch(
     >>> stitch(mosaic, transform, "linear").round(2)
     array([[1.  , 1.  , 1.  , 1.  , 1.67, 2.33, 3.  , 3.  , 3.  , 3.  ]],
           dtype=float32)
+    >>> stitch(mosaic, transform, "linear", dtype=mosaic.dtype)  # rounded
+    array([[1, 1, 1, 1, 2, 2, 3, 3, 3, 3]], dtype=uint16)
 
     A 3D grid ``(Z, rows * tile_h, cols * tile_w)`` is stitched plane by plane:
 
@@ -118,7 +198,7 @@ def stitch(
     (2, 1, 10)
     """
     transform.check_mosaic_shape(mosaic.shape)
-    return stitch_region(mosaic, transform, blending, on_tile=on_tile)
+    return stitch_region(mosaic, transform, blending, dtype=dtype, on_tile=on_tile)
 
 
 def tiles_in_region(
@@ -168,6 +248,7 @@ def stitch_region(
     origin: Sequence[int] = (0, 0),
     shape: Sequence[int] | None = None,
     grid_origin: Sequence[int] = (0, 0),
+    dtype: DTypeLike = np.float32,
     on_tile: Callable[[], None] | None = None,
     threads: int = 1,
 ) -> Any:
@@ -191,6 +272,8 @@ def stitch_region(
         image by default.
     grid_origin
         Grid ``(row, col)`` of the first tile in ``mosaic``.
+    dtype
+        As for :func:`stitch`.
     on_tile
         Called after each tile is placed.
     threads
@@ -200,7 +283,7 @@ def stitch_region(
     Returns
     -------
     array
-        ``([Z,] height, width)`` float32.
+        ``([Z,] height, width)`` of ``dtype``.
 
     Examples
     --------
@@ -224,6 +307,7 @@ def stitch_region(
     """
     xp = array_module(mosaic)
     blending = parse_blending(blending)
+    dtype = np.dtype(dtype)
     h, w = transform.tile_shape
     volume = mosaic if mosaic.ndim == 3 else mosaic[None]
     if volume.shape[1] % h or volume.shape[2] % w:
@@ -232,7 +316,14 @@ def stitch_region(
     height, width = transform.output_shape() if shape is None else (int(n) for n in shape)
     if threads > 1 and height > 1:
         bands = _stitch_bands(
-            mosaic, transform, blending, (origin, (height, width)), grid_origin, on_tile, threads
+            mosaic,
+            transform,
+            blending,
+            (origin, (height, width)),
+            grid_origin,
+            dtype,
+            on_tile,
+            threads,
         )
         return xp.concatenate(bands, axis=-2)
     out = xp.zeros((volume.shape[0], height, width), dtype=xp.float32)
@@ -262,6 +353,7 @@ def stitch_region(
     if blending != "none":
         covered = weight_sum > 0
         out *= xp.where(covered, 1.0 / xp.where(covered, weight_sum, 1.0), 0.0).astype(xp.float32)
+    out = _to_dtype(out, dtype)
     return out if mosaic.ndim == 3 else out[0]
 
 
@@ -271,6 +363,7 @@ def _stitch_bands(
     blending: Blending,
     region: tuple[Sequence[int], tuple[int, int]],
     grid_origin: Sequence[int],
+    dtype: np.dtype,
     on_tile: Callable[[], None] | None,
     threads: int,
 ) -> list[Any]:
@@ -287,12 +380,12 @@ def _stitch_bands(
     def band(start: int, stop: int) -> Any:
         hit = tiles_in_region(transform, (y0 + start, x0), (stop - start, width))
         if hit is None:
-            return xp.zeros((*mosaic.shape[:-2], stop - start, width), dtype=xp.float32)
+            return xp.zeros((*mosaic.shape[:-2], stop - start, width), dtype=dtype)
         # the band's tiles that ``mosaic`` holds, in its own grid coordinates
         r0, r1 = max(hit[0].start - g0, 0), min(hit[0].stop - g0, n_rows)
         c0, c1 = max(hit[1].start - g1, 0), min(hit[1].stop - g1, n_cols)
         if r0 >= r1 or c0 >= c1:
-            return xp.zeros((*mosaic.shape[:-2], stop - start, width), dtype=xp.float32)
+            return xp.zeros((*mosaic.shape[:-2], stop - start, width), dtype=dtype)
         return stitch_region(
             mosaic[..., r0 * h : r1 * h, c0 * w : c1 * w],
             transform,
@@ -300,6 +393,7 @@ def _stitch_bands(
             origin=(y0 + start, x0),
             shape=(stop - start, width),
             grid_origin=(g0 + r0, g1 + c0),
+            dtype=dtype,
             on_tile=on_tile,
         )
 
