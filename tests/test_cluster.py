@@ -208,6 +208,15 @@ def test_no_workers_is_a_named_timeout(tmp_path: Path, capsys: pytest.CaptureFix
         assert time.monotonic() - start < 30, "the job waited on without workers"
         assert f"at '{alone.address}' was lost" in str(lost.value)
         assert "within 1 s (--cluster-timeout)" in str(lost.value)
+        # the scheduler itself dies mid-job: one line naming it, without waiting
+        alone.start_worker("staying")
+        with (
+            pytest.raises(ClusterLostError, match="lost the dask scheduler at") as gone,
+            dask_cluster(scheduler=alone.address, timeout=30) as orphan,
+        ):
+            threading.Timer(2.0, alone.scheduler.kill).start()
+            orphan.compute(da.ones(60, chunks=1).map_blocks(sleep_a_second, meta=np.empty(0)))
+        assert alone.address in str(gone.value)
     finally:
         alone.close()
     assert status == 1
@@ -221,10 +230,10 @@ def test_killing_a_worker_mid_stitch_gives_the_local_output(
     cluster: LoopbackCluster, stitched: Path, tmp_path: Path
 ) -> None:
     grid = tmp_path / "grid.ome.zarr"
-    make_demo_data(grid, grid_shape=(3, 3), tile_shape=(32, 128, 128), seed=3)
+    make_demo_data(grid, grid_shape=(3, 3), tile_shape=(64, 128, 128), seed=3)
     read_demo_truth(grid).save(tmp_path / "transform.json")
     common = [str(grid), str(tmp_path / "transform.json")]
-    linum_stitch_3d.main([*common, str(tmp_path / "local"), "--memory-limit", "64MiB"])
+    linum_stitch_3d.main([*common, str(tmp_path / "local"), "--memory-limit", "96MiB"])
     cluster.start_worker("victim")
     killed = threading.Event()
 
@@ -247,7 +256,7 @@ def test_killing_a_worker_mid_stitch_gives_the_local_output(
     killer.start()
     try:
         linum_stitch_3d.main(
-            [*common, str(tmp_path / "remote"), "--memory-limit", "64MiB"]
+            [*common, str(tmp_path / "remote"), "--memory-limit", "96MiB"]
             + ["--scheduler", cluster.address]
         )
     finally:

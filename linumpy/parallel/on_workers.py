@@ -12,6 +12,7 @@ the worker. Ctrl-C cancels the futures the same way.
 from __future__ import annotations
 
 import time
+from concurrent.futures import CancelledError
 from typing import Any
 
 from linumpy.errors import ClusterError, ClusterLostError
@@ -139,6 +140,8 @@ def compute_on_workers(
                 done, pending = wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
+            except CancelledError:  # by the client, which lost its scheduler
+                raise _lost_scheduler(address) from None
             for future in done:
                 if future.status != "finished":
                     raise _translated(future, address)
@@ -157,7 +160,10 @@ def compute_on_workers(
                     f"every dask worker of the scheduler at {address!r} was lost, and none "
                     f"joined within {timeout:g} s (--cluster-timeout)"
                 )
-        return client.compute(persisted, sync=True)
+        try:
+            return client.compute(persisted, sync=True)
+        except CancelledError:
+            raise _lost_scheduler(address) from None
     except KeyboardInterrupt:
         _stop(client, futures, INTERRUPT_GRACE_S)
         raise
