@@ -70,3 +70,17 @@ def test_channels_kept(tmp_path: Path, script: str, version: str, out_version: s
     if out_version == "0.5":
         assert "omero" not in attrs
     open_ome_zarr(group)  # ome-zarr-models validates the image, omero included
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_channels_passed_to_napari(tmp_path: Path, version: str) -> None:
+    from linumpy.io.labelled import napari_image
+
+    source = tmp_path / "input.ome.zarr"
+    _write(source, version)
+    _, kwargs = napari_image(source)
+    assert kwargs["channel_axis"] == 0
+    assert kwargs["name"] == ["DAPI", "GFP"]
+    assert kwargs["colormap"] == [["#000000", "#0000FF"], ["#000000", "#00FF00"]]
+    assert kwargs["contrast_limits"] == [[0.0, 200.0], [10.0, 100.0]]
+    assert kwargs["visible"] == [True, True]

@@ -210,7 +210,9 @@ def napari_image(
         ``multiscale``, ``name``, ``axis_labels``, ``units``, and ``scale`` and ``translate``
         of level 0 (napari derives the other levels' from their shapes), with
         ``channel_axis`` for an image with a channel axis (``scale`` and ``translate`` then
-        leave that axis out, as napari wants).
+        leave that axis out, as napari wants) and, from its ``omero`` metadata, each
+        channel's ``name``, ``colormap`` (black to its colour), ``contrast_limits`` (its
+        window) and ``visible``.
 
     Examples
     --------
@@ -241,4 +243,30 @@ def napari_image(
     channels = [i for i, a in enumerate(where.axes) if a.type == "channel"]
     if channels:
         kwargs["channel_axis"] = channels[0]
+        kwargs.update(_channel_kwargs(path, data[0].shape[channels[0]], storage_options))
     return (data if len(data) > 1 else data[0]), kwargs
+
+
+def _channel_kwargs(path: Any, n_channels: int, storage_options: Any) -> dict[str, Any]:
+    """napari's per-channel arguments from an image's ``omero`` metadata, when it describes
+    ``n_channels`` channels: names, colormaps (black to the channel's colour), contrast limits
+    (its window) and visibility; nothing otherwise."""
+    node = open_node(parse_source(path, storage_options))
+    attrs = node.attrs.asdict() if isinstance(node, zarr.Group) else {}
+    omero = attrs.get("ome", attrs).get("omero")
+    channels = omero.get("channels") if isinstance(omero, dict) else None
+    if not isinstance(channels, list) or len(channels) != n_channels:
+        return {}
+    if not all(isinstance(c, dict) for c in channels):
+        return {}
+    kwargs: dict[str, Any] = {}
+    if all(isinstance(c.get("label"), str) for c in channels):
+        kwargs["name"] = [c["label"] for c in channels]
+    if all(isinstance(c.get("color"), str) and len(c["color"]) == 6 for c in channels):
+        kwargs["colormap"] = [["#000000", "#" + c["color"]] for c in channels]
+    windows = [c.get("window") for c in channels]
+    if all(isinstance(w, dict) and "start" in w and "end" in w for w in windows):
+        kwargs["contrast_limits"] = [[float(w["start"]), float(w["end"])] for w in windows]
+    if all(isinstance(c.get("active"), bool) for c in channels):
+        kwargs["visible"] = [c["active"] for c in channels]
+    return kwargs
