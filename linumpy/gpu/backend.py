@@ -63,9 +63,7 @@ _OVERLAP_MIN_BYTES = 32 * 1024 * 1024
 STREAMS = 4
 #: Fraction of a read's chunks, the last ones read, that libzstd decodes on the CPU.
 CPU_SHARE = 0.0
-#: The order a read takes chunks in: "file", "size" (the best-compressed first) or "auto".
-READ_ORDER = "auto"
-# From this decoded chunk size, READ_ORDER "auto" reads the best-compressed chunks first:
+# From this decoded chunk size a read takes the best-compressed chunks first, else file order:
 # large frames decode slowly enough for their order to matter, small ones do not
 # (docs/gpu_guide.md, "Measurements behind the GPU defaults": read order).
 SIZE_ORDER_MIN_CHUNK = 1024 * 1024
@@ -173,11 +171,8 @@ class GpuBackend:
         self._lease = PinnedLease()
         self._device_id = cupy.cuda.runtime.getDevice()
         self._cpu_share = CPU_SHARE
-        order = READ_ORDER
-        #: Whether the run reads the best-compressed chunks first (:data:`READ_ORDER`).
-        self.size_order = order == "size" or (
-            order == "auto" and plan.chunk_nbytes >= SIZE_ORDER_MIN_CHUNK
-        )
+        #: Whether the run reads the best-compressed chunks first (:data:`SIZE_ORDER_MIN_CHUNK`).
+        self.size_order = plan.chunk_nbytes >= SIZE_ORDER_MIN_CHUNK
         self._staging_room = 0  # the most compressed bytes a group may hold
         self._decoded_room = 0  # the most decoded bytes a group may hold
         self.phases = dict.fromkeys(

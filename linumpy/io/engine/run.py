@@ -378,7 +378,7 @@ def run(
         Read the chunks in order of compressed size, smallest first, instead of file order: the
         GPU back end's nvCOMP call lasts as long as its slowest frame, and the best-compressed
         frames (the most matches) decode slowest, so they go in the first group, which also
-        reads fastest (:data:`linumpy.gpu.backend.READ_ORDER`).
+        reads fastest (:data:`linumpy.gpu.backend.SIZE_ORDER_MIN_CHUNK`).
 
     Returns
     -------
