@@ -90,6 +90,22 @@ def test_relative_paths_are_the_clients_and_both_workers_project(
         assert sorted(p.name for p in cluster.folder(name).iterdir()) == ["dask-local", "stitched"]
 
 
+def test_the_registration_projection_runs_on_the_workers(
+    cluster: LoopbackCluster, stitched: Path
+) -> None:
+    from linumpy.mosaic.pipeline import estimate_transform_omezarr
+
+    grid = stitched / "grid.ome.zarr"
+    local, _ = estimate_transform_omezarr(grid, min_score=0.3)
+    with (
+        dask_cluster(scheduler=cluster.address, timeout=30) as on_workers,
+        distributed.get_task_stream(on_workers.client) as stream,
+    ):
+        remote, _ = estimate_transform_omezarr(grid, min_score=0.3, cluster=on_workers)
+    assert any("column" in task["key"][0] for task in stream.data), stream.data
+    assert remote.to_dict() == local.to_dict()
+
+
 def test_a_worker_seeing_another_input_fails_naming_itself(
     cluster: LoopbackCluster, stitched: Path
 ) -> None:
