@@ -7,8 +7,9 @@ mark costs one test of a global. While one runs, time inside a phase counts for 
 the phases marked inside it (the innermost wins), so the rows add up to the wall time; time
 outside every phase is ``other``. Phases are marked by the thread that started the recorder (the
 one running the pipeline); marks from other threads (dask tasks) are ignored. Each row is plain
-:func:`time.perf_counter` differences; the ``start-up and imports`` row is the time the process
-ran before the recorder started (from its start time in ``/proc/self/stat`` on Linux). Where an
+:func:`time.perf_counter` differences; the ``start-up and imports`` row is the time before the
+first marked phase: the process's before the recorder started (from its start time in
+``/proc/self/stat`` on Linux), then the command's own lazy imports and argument checks. Where an
 import's time goes is ``python -X importtime``'s job.
 
 :func:`format_table` prints the rows; :func:`parse_table` reads them back from a command's
@@ -42,7 +43,7 @@ __all__ = [
 
 #: The row of time outside every marked phase.
 OTHER = "other"
-#: The row of the process's time before the recorder started (interpreter, imports).
+#: The row of the time before the first marked phase (interpreter, imports).
 STARTUP = "start-up and imports"
 # Rows in this order first, then the others as first marked; "other" last.
 _ORDER = (STARTUP, "metadata")
@@ -145,6 +146,7 @@ class PhaseRecorder:
                 name = self._stack[-1][0]
             now = time.perf_counter()
             self._charge(now)
+            self._stack[0][0] = OTHER  # unmarked time after the first phase is "other"
             self._stack.append([name, now])
         try:
             yield
@@ -165,7 +167,7 @@ class PhaseRecorder:
             raise RuntimeError("a PhaseRecorder is already running")
         self._thread = threading.get_ident()
         self._started = time.perf_counter()
-        self._stack = [[OTHER, self._started]]
+        self._stack = [[STARTUP, self._started]]  # until the first phase: the lazy imports
         _ACTIVE = self
         return self
 

@@ -18,14 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_rows_add_up_to_the_wall_time_and_inner_phases_win() -> None:
     with PhaseRecorder(startup=0.0) as recorder:
-        time.sleep(0.02)  # other
+        time.sleep(0.02)  # before the first phase: start-up (a command's lazy imports)
         with phases.phase("metadata"):
             time.sleep(0.02)
             with phases.phase("level 0"):
                 time.sleep(0.05)
             time.sleep(0.02)
+        time.sleep(0.02)  # other
     result = recorder.result()
     assert list(result.seconds) == [STARTUP, "metadata", "level 0", OTHER]
+    assert 0.02 <= result.seconds[STARTUP] < 0.06
     assert 0.05 <= result.seconds["level 0"] < 0.09
     assert 0.04 <= result.seconds["metadata"] < 0.08
     assert result.seconds[OTHER] >= 0.02
@@ -68,7 +70,7 @@ def test_start_up_is_the_time_before_the_recorder_and_imports_are_not_hooked() -
         assert builtins.__import__ is original  # import timing is python -X importtime's job
         time.sleep(0.02)
     result = recorder.result()
-    assert result.seconds[STARTUP] == 1.5
+    assert 1.5 <= result.seconds[STARTUP] < 1.52  # and the moments before the first phase
     assert result.seconds["metadata"] >= 0.02
     assert result.total == pytest.approx(sum(result.seconds.values()), abs=1e-6)
 
@@ -122,7 +124,10 @@ def test_main_called_from_python_leaves_the_start_up_out(tmp_path: Path, capsys)
     from linumpy.scripts.linum_aip import main
 
     make_demo_data(tmp_path / "grid.ome.zarr", grid_shape=(1, 2), tile_shape=(8, 16, 16))
+    started = time.perf_counter()
     main([str(tmp_path / "grid.ome.zarr"), str(tmp_path / "aip.ome.zarr"), "-v"])
+    elapsed = time.perf_counter() - started
     table = parse_table(capsys.readouterr().err)
-    assert table is not None and table.seconds[STARTUP] < 1.0
+    # the call's own time (its lazy imports as start-up), not the process's age
+    assert table is not None and table.total <= elapsed + 0.01
     assert "level 0" in table.seconds and phases.active() is None
