@@ -224,3 +224,33 @@ def test_gpu_stitch_omezarr_writes_the_cpu_values(tmp_path: Path, grid: Path) ->
             on_gpu = read_omezarr(gpu, level)[0][...]
             assert on_gpu.dtype == expected.dtype
             np.testing.assert_allclose(on_gpu, expected, rtol=1e-5, atol=1 if level else 0)
+
+
+def test_tile_pieces_cover_each_pixel_once_and_add_the_overlaps() -> None:
+    from linumpy.mosaic.pieces import tile_pieces
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        rects = []
+        for _ in range(int(rng.integers(1, 9))):
+            y0, x0 = (int(n) for n in rng.integers(0, 30, 2))
+            rects.append((y0, y0 + int(rng.integers(1, 20)), x0, x0 + int(rng.integers(1, 20))))
+        coverage = np.zeros((50, 50), int)
+        for y0, y1, x0, x1 in rects:
+            coverage[y0:y1, x0:x1] += 1
+        owned, added, alone = (
+            np.zeros_like(coverage),
+            np.zeros_like(coverage),
+            np.zeros_like(coverage),
+        )
+        for pieces in tile_pieces(rects):
+            for target, rects_of in (
+                (alone, pieces.alone),
+                (owned, pieces.first),
+                (added, pieces.added),
+            ):
+                for y0, y1, x0, x1 in rects_of:
+                    target[y0:y1, x0:x1] += 1
+        np.testing.assert_array_equal(alone, coverage == 1)
+        np.testing.assert_array_equal(owned, coverage > 1)
+        np.testing.assert_array_equal(added, np.maximum(coverage - 1, 0))

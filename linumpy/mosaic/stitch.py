@@ -11,6 +11,7 @@ from numpy.typing import DTypeLike
 
 from linumpy._numpy_or_cupy import array_module
 from linumpy.errors import LinumpyError
+from linumpy.mosaic.blend import PlacedTile, blend_tiles, store_values
 from linumpy.mosaic.transform import TileTransform
 
 __all__ = [
@@ -83,27 +84,6 @@ def stitch_dtype(
     if chosen.kind in "iu" and source.kind not in "biu":
         raise LinumpyError(f"{option} {chosen} cannot hold a blend of {source} tiles: give float32")
     return np.dtype(chosen.name)  # in the native byte order
-
-
-def _float32_bounds(dtype: np.dtype) -> tuple[np.float32, np.float32]:
-    """The smallest and largest float32 within an integer dtype's range."""
-    info = np.iinfo(dtype)
-    low, high = np.float32(info.min), np.float32(info.max)
-    if int(high) > info.max:  # float32 rounds 2**31 - 1 and 2**32 - 1 up
-        high = np.nextafter(high, np.float32(0))
-    return low, high
-
-
-def _to_dtype(values: Any, dtype: np.dtype) -> Any:
-    """float32 ``values`` in ``dtype``: integers rounded to the nearest (half to even) and
-    clipped to the dtype's range; ``values`` may be overwritten."""
-    xp = array_module(values)
-    if dtype == values.dtype:
-        return values
-    if dtype.kind in "iu":
-        xp.rint(values, out=values)
-        xp.clip(values, *_float32_bounds(dtype), out=values)
-    return values.astype(dtype)
 
 
 def _ramp(size: int, width: int) -> np.ndarray:
@@ -326,11 +306,9 @@ def stitch_region(
             threads,
         )
         return xp.concatenate(bands, axis=-2)
-    out = xp.zeros((volume.shape[0], height, width), dtype=xp.float32)
+    out = xp.zeros((volume.shape[0], height, width), dtype=dtype)
     positions = transform.pixel_positions() - np.asarray(origin, dtype=np.int64)
-    weights = xp.asarray(blending_weights(transform, blending))
-    weight_sum = xp.zeros((height, width), dtype=xp.float32)
-    scratch = xp.empty((volume.shape[0], h, w), dtype=xp.float32)
+    placed = []  # each tile: its rectangle in the region, and its offsets in volume and weights
     for row, col in transform.tiles():
         r, c = row - grid_origin[0], col - grid_origin[1]
         y, x = (int(v) for v in positions[row, col])
@@ -338,22 +316,16 @@ def stitch_region(
         tx0, tx1 = max(0, -x), min(w, width - x)
         if not (0 <= r < n_rows and 0 <= c < n_cols) or ty0 >= ty1 or tx0 >= tx1:
             continue
-        target = out[:, y + ty0 : y + ty1, x + tx0 : x + tx1]
-        tile = volume[:, r * h + ty0 : r * h + ty1, c * w + tx0 : c * w + tx1]
-        if blending == "none":
-            target[...] = tile
-        else:
-            part = weights[ty0:ty1, tx0:tx1]
-            weighted = scratch[:, : ty1 - ty0, : tx1 - tx0]
-            xp.multiply(tile, part, out=weighted)
-            target += weighted
-            weight_sum[y + ty0 : y + ty1, x + tx0 : x + tx1] += part
-        if on_tile is not None:
-            on_tile()
-    if blending != "none":
-        covered = weight_sum > 0
-        out *= xp.where(covered, 1.0 / xp.where(covered, weight_sum, 1.0), 0.0).astype(xp.float32)
-    out = _to_dtype(out, dtype)
+        placed.append(
+            PlacedTile((y + ty0, y + ty1, x + tx0, x + tx1), (r * h - y, c * w - x), (y, x))
+        )
+    if blending == "none":
+        for tile in placed:
+            store_values(tile.pixels(volume, tile.rect), tile.slices(out, tile.rect))
+            if on_tile is not None:
+                on_tile()
+    else:
+        blend_tiles(volume, placed, xp.asarray(blending_weights(transform, blending)), out, on_tile)
     return out if mosaic.ndim == 3 else out[0]
 
 
