@@ -83,3 +83,27 @@ def test_complex_input_is_refused_with_the_magnitude_named(tmp_path: Path, capsy
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "complex data (complex64)" in err and "magnitude" in err
     assert not (tmp_path / "aip.ome.zarr").exists()
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 4, 8, 8), (1, 4, 8, 8)], ids=["tczyx", "czyx"])
+def test_volume_with_leading_axes_of_one_is_projected(tmp_path: Path, shape: tuple) -> None:
+    import numpy as np
+
+    from linumpy.io import Axis, save_omezarr
+    from linumpy.io.omezarr import read_coordinates
+    from linumpy.scripts.linum_aip import main
+
+    volume = np.arange(int(np.prod(shape)), dtype=np.uint16).reshape(shape)
+    names = "tczyx"[-len(shape) :]
+    axes = [Axis(n, None, "nanometer" if n in "zyx" else None) for n in names]
+    save_omezarr(volume, tmp_path / "v.ome.zarr", voxel_size=(1,) * (len(shape) - 3) + (5, 2, 2),
+                 axes=axes, translation=(0,) * (len(shape) - 3) + (7, 8, 9))  # fmt: skip
+    main([str(tmp_path / "v.ome.zarr"), str(tmp_path / "aip.ome.zarr")])
+    from linumpy.io import read_volume
+
+    aip = read_volume(tmp_path / "aip.ome.zarr")
+    np.testing.assert_allclose(aip, volume.reshape(shape[-3:]).mean(axis=0), rtol=1e-6)
+    coordinates = read_coordinates(tmp_path / "aip.ome.zarr")
+    assert [a.name for a in coordinates.axes] == ["y", "x"]
+    assert [a.unit for a in coordinates.axes] == ["nanometer"] * 2
+    assert coordinates.scale == (2.0, 2.0) and coordinates.translation == (8.0, 9.0)

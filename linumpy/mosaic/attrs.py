@@ -132,8 +132,9 @@ def stitch_coordinates(source: str | os.PathLike[str], transform: TileTransform)
 
 
 def projection_coordinates(source: str | os.PathLike[str], axis: int) -> Coordinates:
-    """The coordinates of a projection of ``source`` along ``axis``: the other axes, their
-    units, voxel sizes and positions (the plane's).
+    """The coordinates of a projection of ``source`` along ``axis``: the axes after it (the
+    plane's; those before, of length 1 in a ``(1, 1, Z, Y, X)`` image, go too), their units,
+    voxel sizes and positions.
 
     Examples
     --------
@@ -146,7 +147,7 @@ def projection_coordinates(source: str | os.PathLike[str], axis: int) -> Coordin
     (20.0, 30.0)
     """
     coordinates = read_coordinates(source)
-    keep = [i for i in range(len(coordinates.axes)) if i != axis]
+    keep = list(range(axis + 1, len(coordinates.axes)))
     return derive_coordinates(coordinates, keep=keep)
 
 

@@ -76,16 +76,40 @@ def read_threads(blocks: int, threads: int, io_threads: int | None = None) -> in
     return max(1, io_threads // max(1, min(blocks, threads)))
 
 
+def leading_axes(shape: Sequence[int]) -> int | None:
+    """How many axes of length 1 come before a volume's ``(Z, Y, X)`` (a ``(1, 1, Z, Y, X)``
+    image, as many tools write one volume: 2); None when ``shape`` is no such volume.
+
+    Examples
+    --------
+    >>> leading_axes((1, 1, 4, 8, 8)), leading_axes((4, 8, 8)), leading_axes((2, 4, 8, 8))
+    (2, 0, None)
+    """
+    if len(shape) < 3 or len(shape) > 5 or any(n != 1 for n in shape[:-3]):
+        return None
+    return len(shape) - 3
+
+
 def _column_sum(
-    path: str, gpu: bool, step: int, z0: int, z1: int, rows: slice, cols: slice, io_threads: Any
+    path: str,
+    gpu: bool,
+    step: int,
+    z0: int,
+    z1: int,
+    rows: slice,
+    cols: slice,
+    io_threads: Any,
+    lead: int = 0,
 ) -> Any:
-    """The float64 sum over planes ``z0:z1`` of a column, read ``step`` planes at a time."""
+    """The float64 sum over planes ``z0:z1`` of a column, read ``step`` planes at a time, past
+    ``lead`` leading axes of length 1."""
     xp = gpu_module(gpu)
     total = xp.zeros((rows.stop - rows.start, cols.stop - cols.start), dtype=xp.float64)
     overrides = None if io_threads is None else {"io_threads": io_threads}
     for start in range(z0, z1, step):
-        region = (slice(start, min(start + step, z1)), rows, cols)
+        region = (*(slice(0, 1),) * lead, slice(start, min(start + step, z1)), rows, cols)
         slab = read_volume(path, gpu=gpu, region=region, settings=overrides)
+        slab = slab.reshape(slab.shape[lead:])
         # integer sums below 2**53 are exact in float64: the result is the same either way
         total += slab.sum(axis=0, dtype=_slab_sum_dtype(slab.dtype, step))
     return total
@@ -99,10 +123,12 @@ def _project_column(
     io_threads: int | None = None,
     digest: str | None = None,
     block_info: dict[Any, Any] | None = None,
+    lead: int = 0,
 ) -> Any:
     check_same_input(path, digest)
     (y0, y1), (x0, x1) = block_info[None]["array-location"]
-    total = _column_sum(path, gpu, step, 0, depth, slice(y0, y1), slice(x0, x1), io_threads)
+    rows, cols = slice(y0, y1), slice(x0, x1)
+    total = _column_sum(path, gpu, step, 0, depth, rows, cols, io_threads, lead)
     return (total / depth).astype(gpu_module(gpu).float32)
 
 
@@ -114,11 +140,13 @@ def _partial_column(
     io_threads: int | None = None,
     digest: str | None = None,
     block_info: dict[Any, Any] | None = None,
+    lead: int = 0,
 ) -> Any:
     check_same_input(path, digest)
     (g, _), (y0, y1), (x0, x1) = block_info[None]["array-location"]
     z0, z1 = edges[g], edges[g + 1]
-    return _column_sum(path, gpu, step, z0, z1, slice(y0, y1), slice(x0, x1), io_threads)[None]
+    rows, cols = slice(y0, y1), slice(x0, x1)
+    return _column_sum(path, gpu, step, z0, z1, rows, cols, io_threads, lead)[None]
 
 
 def _mean(total: Any, depth: int) -> Any:
@@ -158,7 +186,8 @@ def projection_lazy(
     align: Sequence[int] | None = None,
     cluster: Cluster | None = None,
 ) -> da.Array:
-    """Mean of a 3D volume along z as a lazy float32 dask array of ``(Y, X)`` blocks.
+    """Mean of a 3D volume along z as a lazy float32 dask array of ``(Y, X)`` blocks (a
+    ``(1, 1, Z, Y, X)`` or ``(1, Z, Y, X)`` image too: its volume).
 
     Each block is one task that reads its column of the volume ``slab_depth`` planes at a time
     and adds the slabs' sums in z order, so the result equals summing slab by slab over whole
@@ -211,7 +240,8 @@ def projection_lazy(
     True
     """
     array = open_array(path)
-    if array.ndim != 3:
+    lead = leading_axes(array.shape)
+    if lead is None:
         raise LinumpyError(
             f"{path}: an average intensity projection needs a 3D volume, not "
             f"{array.ndim}D {array.shape}"
@@ -224,12 +254,14 @@ def projection_lazy(
     # The projection itself is held in memory (float32): refuse absurd metadata before the graph
     # of its blocks, which would take longer than the computation, is built.
     check_host_memory(
-        math.prod(array.shape[1:]) * 4, str(path), f"a projection of shape {array.shape[1:]}"
+        math.prod(array.shape[-2:]) * 4, str(path), f"a projection of shape {array.shape[-2:]}"
     )
-    step = min(slab_depth or storage_unit(array)[0], array.shape[0])
+    # the volume's own axes: a (1, 1, Z, Y, X) image is projected as its (Z, Y, X)
+    shape, stored, chunked = array.shape[lead:], storage_unit(array)[lead:], array.chunks[lead:]
+    step = min(slab_depth or stored[0], shape[0])
     itemsize = np.dtype(array.dtype).itemsize
-    plane = array.shape[1:]
-    chunks = tuple(min(int(c), n) for c, n in zip(array.chunks[1:], plane))
+    plane = shape[1:]
+    chunks = tuple(min(int(c), n) for c, n in zip(chunked[1:], plane))
 
     def aligned(unit: tuple[int, ...]) -> tuple[int, ...]:
         if align is None:
@@ -244,15 +276,13 @@ def projection_lazy(
     # and decodes its chunks, and the job's tasks are few enough to share the cores.
     units = [aligned(chunks), chunks]
     if not gpu:
-        units.insert(
-            0, aligned(tuple(min(int(u), n) for u, n in zip(storage_unit(array)[1:], plane)))
-        )
+        units.insert(0, aligned(tuple(min(int(u), n) for u, n in zip(stored[1:], plane))))
     cluster = cluster or Cluster()
     unit = units[0]
     if cluster.memory_limit is not None:
         if slab_depth is None:
             # slabs a chunk deep: smaller reads, each chunk still read once
-            step = min(int(array.chunks[0]), array.shape[0])
+            step = min(int(chunked[0]), shape[0])
         room = int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads
         # a shard, or ``align``, too large for the limit: smaller blocks, joined before the write
         unit = next((u for u in units if cost(u) <= room), chunks)
@@ -277,12 +307,12 @@ def projection_lazy(
         io_threads = read_threads(math.prod(len(b) for b in blocks), cluster.threads)
     source = task_path(path)  # the same file for every worker, whatever its working directory
     digest = input_digest(source)
-    depth = array.shape[0]
+    depth = shape[0]
     edges = (0, depth)
     if cluster.client is not None:  # local threads share each task's reads instead
         # ranges of whole shards (a shard's index read once per column), else of whole chunks
         columns = math.prod(len(b) for b in blocks)
-        for unit in (storage_unit(array)[0], int(array.chunks[0])):
+        for unit in (stored[0], int(chunked[0])):
             edges = depth_groups(depth, unit, columns, cluster.slots)
             if len(edges) - 1 >= cluster.slots:
                 break
@@ -298,6 +328,7 @@ def projection_lazy(
             chunks=blocks,
             dtype=np.float32,
             meta=empty_meta(np.float32, 2, gpu),
+            lead=lead,
         )
     partial = da.map_blocks(
         _partial_column,
@@ -310,6 +341,7 @@ def projection_lazy(
         chunks=((1,) * (len(edges) - 1), *blocks),
         dtype=np.float64,
         meta=empty_meta(np.float64, 3, gpu),
+        lead=lead,
     )
     total = partial.sum(axis=0, dtype=np.float64)
     return total.map_blocks(_mean, depth, dtype=np.float32, meta=empty_meta(np.float32, 2, gpu))
