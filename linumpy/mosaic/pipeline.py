@@ -49,7 +49,7 @@ from linumpy.mosaic.out_of_core import (
     stitch_lazy,
     stitch_threads,
 )
-from linumpy.mosaic.projection import projection_lazy
+from linumpy.mosaic.projection import leading_axes, projection_lazy
 from linumpy.mosaic.registration import PairMeasurement, estimate_transform
 from linumpy.mosaic.stitch import Blending, parse_blending, stitch_dtype
 from linumpy.mosaic.transform import TileTransform
@@ -168,15 +168,16 @@ def projection_omezarr(
     array([6., 7., 8., 9.], dtype=float32)
     """
     array, voxel_size = read_omezarr(source)
-    if array.ndim != 3:
+    lead = leading_axes(array.shape)  # (1, 1, Z, Y, X): projected as its (Z, Y, X)
+    if lead is None:
         raise LinumpyError(f"{source}: need a 3D volume, got shape {array.shape}")
     mosaic = read_linumpy_attrs(source).get("mosaic")
     cluster = cluster or Cluster()
-    shape = tuple(array.shape[1:])
+    shape = tuple(array.shape[-2:])
     # a task reading the columns of one output shard holds a slab a chunk deep of them (under a
     # memory limit) and its sums; one writing it, the shard, zarr's and the encoded copy; one
     # building the pyramid, the level above (4 times the shard)
-    reading = (array.chunks[0] * np.dtype(array.dtype).itemsize + 32) / 4
+    reading = (array.chunks[-3] * np.dtype(array.dtype).itemsize + 32) / 4
     budget = shard_budget(cluster, per_byte=max(reading, 6 if n_levels > 1 else 3))
     # chunks a task can project whole (under a memory limit: smaller), so none is written by two
     chunks: Any = inner_chunks(
@@ -185,7 +186,7 @@ def projection_omezarr(
     shards: ShardsArg = "auto"
     if mosaic:
         chunks, shards = tile_layout(shape, np.float32, mosaic["tile_shape"], shard_bytes=budget)
-    coordinates = projection_coordinates(source, 0)  # the source's units and plane position
+    coordinates = projection_coordinates(source, lead)  # the source's units and plane position
     writer = OmeZarrWriter(
         target,
         shape,
@@ -208,7 +209,7 @@ def projection_omezarr(
         write_pyramid(writer.arrays, axes=space_axes(writer), cluster=cluster, progress=progress)
         if mosaic:
             write_linumpy_attrs(writer.path, {"mosaic": mosaic})
-    return tuple(array.shape[1:])
+    return tuple(array.shape[-2:])
 
 
 def save_png(image: Any, path: str | os.PathLike[str], *, percentiles=(0.5, 99.5)) -> None:
