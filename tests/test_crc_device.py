@@ -54,7 +54,7 @@ def _fuzz() -> ModuleType:
 
 def test_the_standin_frame_decodes_to_zeros_of_the_chunk_size() -> None:
     for nbytes in (1, 4096, 3 * 2**20 + 5):
-        frame = standin_frame(nbytes)
+        frame = standin_frame(zstd, nbytes)
         decoded = zstd.decode(frame, key="standin", expected_size=nbytes)
         assert decoded.nbytes == nbytes and not decoded.any()
         assert frame.nbytes < 64 + nbytes // 1000

@@ -28,13 +28,8 @@ from zarr_layouts import (
 )
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.engine.codecs.zstd import (
-    FRAME_CHECKSUM,
-    FRAME_GPU,
-    FRAME_NEEDS_CHECK,
-    check_frames,
-    inspect_chunk,
-)
+from linumpy.io.engine.codecs.protocol import FRAME_CHECKSUM, FRAME_GPU, FRAME_NEEDS_CHECK
+from linumpy.io.engine.codecs.zstd import check_frames, inspect_chunk
 from linumpy.io.engine.cpu import CpuBackend, read_plan
 from linumpy.io.engine.fetch import (
     ALIGN,

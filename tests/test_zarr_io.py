@@ -42,7 +42,8 @@ from linumpy.gpu.zarr_io import (
     read_zarr_to_gpu,
 )
 from linumpy.io import read_volume
-from linumpy.io.engine.codecs.zstd import FRAME_GPU, check_frames
+from linumpy.io.engine.codecs.protocol import FRAME_GPU
+from linumpy.io.engine.codecs.zstd import check_frames
 from linumpy.io.engine.fetch import ALIGN, align_up, chunk_sizes
 from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason
 from linumpy.io.engine.plan import plan_read

@@ -39,8 +39,7 @@ from linumpy.gpu.pinned_buffers import PinnedLease, count_moved, pinned_allowanc
 from linumpy.gpu.read_checks import ReadChecks
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
 from linumpy.io.engine import plan as engine_plan
-from linumpy.io.engine.codecs import zstd
-from linumpy.io.engine.codecs.zstd import FRAME_CHECKSUM, FRAME_NEEDS_CHECK
+from linumpy.io.engine.codecs.protocol import FRAME_CHECKSUM, FRAME_NEEDS_CHECK
 from linumpy.io.engine.fetch import ALIGN, align_up
 from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason, use_kvikio_threads
 from linumpy.io.engine.plan import ReadPlan
@@ -80,14 +79,14 @@ def fast_path_obstacle(plan: ReadPlan) -> str | None:
     >>> fast_path_obstacle(plan_read(array)) is None
     True
     """
-    if plan.codec is not zstd:
-        return f"nvCOMP decodes zstd here, not {plan.codec.NAME}"
+    if plan.codec.NVCOMP is None:
+        return f"nvCOMP does not decode {plan.codec.NAME} here"
     dtype = plan.dtype
     components = 2 if dtype.kind == "c" else 1
     if dtype.kind not in "biufc" or dtype.itemsize // components not in (1, 2, 4, 8):
         return f"dtype {dtype} has no cupy equivalent"
     if plan.chunk_nbytes > nvcomp.MAX_DECODE_BYTES:
-        return f"chunks of {plan.chunk_nbytes} bytes exceed nvCOMP's zstd limit of 2 GiB"
+        return f"chunks of {plan.chunk_nbytes} bytes exceed nvCOMP's limit of 2 GiB"
     return None
 
 
@@ -271,6 +270,7 @@ class GpuBackend:
         already = dict(fetched.decoded)
         offsets, sizes = fetched.group.layout.offsets, fetched.sizes
         chunk = self.plan.chunk_nbytes
+        codec = self.plan.codec
 
         def decode(first: int, last: int) -> None:
             for i in range(first, last):
@@ -280,7 +280,7 @@ class GpuBackend:
                     continue
                 frame = fetched.staging[offsets[i] : offsets[i] + sizes[i]]
                 try:
-                    zstd.decode(frame, key="", out=target, checked=True)
+                    codec.decode(frame, key="", out=target, checked=True)
                 except ChunkDecodeError as exc:
                     key = self.plan.key(int(fetched.group.entries[i]))
                     raise ChunkDecodeError(key, exc.reason) from None
@@ -355,13 +355,16 @@ class GpuBackend:
             state.copied = stream.record()
             mark = time.perf_counter()
             if len(on_gpu):
+                codec = self.plan.codec  # nvCOMP decodes its span of each chunk
+                starts, sizes = codec.nvcomp_span(layout.offsets[on_gpu], fetched.sizes[on_gpu])
                 pending = nvcomp.decode(
-                    base + layout.offsets[on_gpu],
-                    fetched.sizes[on_gpu],
+                    base + starts,
+                    sizes,
                     slots[on_gpu],
                     np.full(len(on_gpu), self.plan.chunk_nbytes, dtype=np.int64),
                     stream=stream,
                     before_decode=self._checks.before_decode(fetched, on_gpu, stream),
+                    algorithm=codec.NVCOMP,  # type: ignore[arg-type]
                 )
                 self._checks.decoded(pending, entries[on_gpu])
             checked = np.flatnonzero(fetched.verdicts == FRAME_CHECKSUM)

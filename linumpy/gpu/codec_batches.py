@@ -3,13 +3,13 @@
 :class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` hands its batches here. Decoding gathers every
 chunk into one device buffer (:mod:`linumpy.gpu.codec_transfers`: host chunks uploaded through
 pinned memory a piece at a time, device chunks copied there and downloaded once) and checks each
-frame on the CPU where its bytes are (:mod:`linumpy.io.engine.codecs.zstd`): host chunks as their
-codec call arrives (:func:`prepare_items`), device chunks in the merged call. The merged call
-decodes with one call of the nvCOMP layer (:mod:`linumpy.gpu.nvcomp`) and verifies stored
-checksums with the XXH64 kernel. Valid chunks that nvCOMP cannot decode (several frames,
-skippable frames, no declared content size) go to libzstd. Encoding packs chunks into one device
-buffer, encodes them with one nvCOMP call, brings the frames back through pinned memory, checks
-every frame like a stored chunk and adds checksums when asked.
+frame on the CPU where its bytes are (the zstd compressor of :mod:`linumpy.io.engine.codecs`):
+host chunks as their codec call arrives (:func:`prepare_items`), device chunks in the merged
+call. The merged call decodes with one call of the nvCOMP layer (:mod:`linumpy.gpu.nvcomp`) and
+verifies stored checksums with the XXH64 kernel. Valid chunks that nvCOMP cannot decode (several
+frames, skippable frames, no declared content size) go to libzstd. Encoding packs chunks into one
+device buffer, encodes them with one nvCOMP call, brings the frames back through pinned memory,
+checks every frame like a stored chunk and adds checksums when asked.
 """
 
 from __future__ import annotations
@@ -43,8 +43,7 @@ from linumpy.gpu.codec_transfers import (
     stage_inputs,
     upload_host_chunks,
 )
-from linumpy.io.engine.codecs import zstd
-from linumpy.io.engine.codecs.zstd import CHECKSUM_BYTES
+from linumpy.io.engine.codecs import lookup
 
 if TYPE_CHECKING:
     import cupy
@@ -56,6 +55,11 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 logger = logging.getLogger(__name__)
+
+#: The compressor of :class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec`, the one zarr hands
+#: these batches to.
+zstd: Any = lookup("zstd")
+CHECKSUM_BYTES = zstd.CHECKSUM_BYTES
 
 
 async def _stream_done(stream: cupy.cuda.Stream) -> None:
@@ -157,14 +161,14 @@ class PreparedChunk:
 
     spec: ArraySpec
     key: str
-    info: zstd.FrameInfo
+    info: Any  # the compressor's FrameInfo
     size: int
     address: int
     host: np.ndarray | None
     keep: Any
 
 
-def _nvcomp_decodable(info: zstd.FrameInfo, size: int) -> bool:
+def _nvcomp_decodable(info: Any, size: int) -> bool:
     return (
         info.gpu_decodable
         and 0 < (info.content_size or 0) <= nvcomp.MAX_DECODE_BYTES

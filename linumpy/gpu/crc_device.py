@@ -1,7 +1,7 @@
 """crc32c checked on the device before nvCOMP decodes a frame, with no wait for the host.
 
-Chunks stored with zarr's ``crc32c`` codec end with the crc32c of their zstd frame. nvCOMP's zstd
-decoder trusts its input (a flipped bit inside a frame can make it fault or hang), so no
+Chunks stored with zarr's ``crc32c`` codec end with the crc32c of their compressed frame. nvCOMP's
+decoders trust their input (a flipped bit inside a frame can make it fault or hang), so no
 frame whose crc32c fails may reach it. Checking on the CPU costs a pass over the compressed bytes
 on the reading threads; here the check runs on the device, on the stream that decodes the group,
 between the upload of the decode's tables and the decode itself
@@ -34,9 +34,12 @@ import numpy as np
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
 from linumpy.gpu.kernel_cache import raw_kernel
+from linumpy.io.engine.codecs.protocol import FRAME_GPU
 
 if TYPE_CHECKING:
     import cupy
+
+    from linumpy.io.engine.codecs.protocol import Compressor
 
 __all__: list[str] = []
 
@@ -234,25 +237,25 @@ def crc32c_of_buffers(
 
 
 @functools.lru_cache(maxsize=8)
-def standin_frame(nbytes: int) -> np.ndarray:
-    """A valid zstd frame of ``nbytes`` zeros that declares its size (a few hundred bytes).
+def standin_frame(compressor: Compressor, nbytes: int) -> np.ndarray:
+    """A valid frame of ``compressor`` holding ``nbytes`` zeros, nvCOMP-ready (a few hundred
+    bytes).
 
     nvCOMP decodes it in place of a frame whose crc32c failed; the read then raises, so its
     zeros are never returned.
 
     Examples
     --------
-    >>> frame = standin_frame(4 * 2**20)
+    >>> from linumpy.io.engine.codecs import DEFAULT
+    >>> frame = standin_frame(DEFAULT, 4 * 2**20)
     >>> frame.nbytes < 1000
     True
     """
-    from numcodecs import Zstd
-
-    from linumpy.io.engine.codecs.zstd import FRAME_GPU, check_frames
-
-    frame = np.frombuffer(Zstd(level=1).encode(np.zeros(nbytes, dtype=np.uint8)), np.uint8)
-    verdict = check_frames(frame, np.zeros(1, np.int64), np.array([frame.nbytes]), nbytes)
-    if verdict[0] != FRAME_GPU:  # pragma: no cover - libzstd declares the size of one-shot frames
+    encoded = compressor.encoder(1, False).encode(np.zeros(nbytes, dtype=np.uint8))
+    frame = np.frombuffer(encoded, np.uint8)
+    one = np.zeros(1, np.int64)
+    verdict = compressor.check_frames(frame, one, np.array([frame.nbytes]), nbytes)
+    if verdict[0] != FRAME_GPU:  # pragma: no cover - one-shot frames pass their checks
         raise RuntimeError(f"the stand-in frame of {nbytes} bytes is not nvCOMP-ready")
     return frame
 
@@ -276,6 +279,8 @@ class DeviceCrc32c:
 
     Parameters
     ----------
+    compressor
+        The chunks' compressor (its whole frames are what nvCOMP decodes).
     chunk_nbytes
         Decoded size of every chunk (the stand-in frame decodes to it).
     stream
@@ -285,17 +290,17 @@ class DeviceCrc32c:
     --------
     As :class:`linumpy.gpu.backend.GpuBackend` uses it:
 
-    >>> check = DeviceCrc32c(plan.chunk_nbytes, stream)  # doctest: +SKIP
+    >>> check = DeviceCrc32c(plan.codec, plan.chunk_nbytes, stream)  # doctest: +SKIP
     >>> guard = check.guard(entries, largest, stream)  # doctest: +SKIP
     >>> nvcomp.decode(sources, sizes, targets, capacities, stream=stream,
     ...               before_decode=guard)  # doctest: +SKIP
     >>> stream.synchronize(); check.raise_first(plan.key)  # doctest: +SKIP
     """
 
-    def __init__(self, chunk_nbytes: int, stream: cupy.cuda.Stream) -> None:
+    def __init__(self, compressor: Compressor, chunk_nbytes: int, stream: cupy.cuda.Stream) -> None:
         import cupy
 
-        frame = standin_frame(chunk_nbytes)
+        frame = standin_frame(compressor, chunk_nbytes)
         with stream:
             self._standin = cupy.asarray(frame)
         stream.synchronize()  # every stream may need it: uploaded once, before any group

@@ -12,7 +12,7 @@ For each group of files (a box of shards or chunks, sized by ``settings.scratch_
 4. download: nvCOMP's statuses and sizes are checked, then each frame is copied into page-locked
    host memory (with four spare bytes for the checksum);
 5. assemble and write: in the file threads, every frame is walked like a stored chunk
-   (:func:`~linumpy.io.engine.codecs.zstd.inspect_chunk`) before it is written, the checksum is
+   (the compressor's ``inspect_chunk``) before it is written, the checksum is
    patched in, and each file is assembled (crc32c of each frame, shard index) and written whole.
 
 The GPU work of a group overlaps the file writes of the group before (two host buffers take
@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.engine.codecs import zstd
-from linumpy.io.engine.codecs.zstd import CHECKSUM_BYTES
+from linumpy.io.engine.codecs.protocol import FRAME_GPU
 from linumpy.io.engine.fetch import align_up
 from linumpy.io.engine.write_files import (
     FilePool,
@@ -59,6 +58,8 @@ def gpu_encode_unusable_reason(plan: WritePlan) -> str | None:
     reason = gpu_unavailable_reason()
     if reason is not None:
         return reason
+    if not plan.layout.compressor.NVCOMP_ENCODE:
+        return f"nvCOMP does not write {plan.layout.compressor.NAME}"
     if not 0 < plan.layout.chunk_nbytes <= nvcomp.MAX_ENCODE_BYTES:
         return f"chunks of {plan.layout.chunk_nbytes} bytes: nvCOMP encodes 1 B to 16 MiB"
     return None
@@ -100,14 +101,13 @@ def _finish_file(
         if frame is None:
             continue
         key = f"{path} [inner chunk {j}]" if layout.sharded else path
-        body = frame[:-CHECKSUM_BYTES] if layout.checksum else frame
-        info = zstd.inspect_chunk(body, key=key, expected_size=layout.chunk_nbytes)
-        if info.n_frames != 1 or info.n_skippable or info.checksum is not None:
+        compressor = layout.compressor
+        body = frame[: -compressor.CHECKSUM_BYTES] if layout.checksum else frame
+        info = compressor.inspect_chunk(body, key=key, expected_size=layout.chunk_nbytes)
+        if info.verdict != FRAME_GPU:  # one frame, size declared, no checksum yet
             raise ChunkDecodeError(key, f"nvCOMP wrote an unexpected frame layout: {info}")
-        if info.content_size is None:
-            raise ChunkDecodeError(key, "nvCOMP wrote a frame without its content size")
         if layout.checksum:
-            zstd.set_checksum(frame, hashes[j])
+            compressor.set_checksum(frame, hashes[j])
         finished[j] = frame
     parts = assemble_file(plan, finished)
     nbytes = write_file(path, parts, writeback=writeback)
@@ -205,7 +205,7 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
                 slot = g % 2
                 for future in in_flight[slot]:
                     future.result()
-                extra = CHECKSUM_BYTES if layout.checksum else 0
+                extra = layout.compressor.CHECKSUM_BYTES if layout.checksum else 0
                 offsets = np.zeros(k + 1, dtype=np.int64)
                 np.cumsum([align_up(int(s) + extra, _ALIGN) for s in sizes], out=offsets[1:])
                 room = k * align_up(capacity + extra, _ALIGN)  # the most k frames can take

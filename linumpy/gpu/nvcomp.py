@@ -1,8 +1,13 @@
-"""The nvCOMP layer: batched zstd decode and encode through nvCOMP's C API, on a CuPy stream.
+"""The nvCOMP layer: batched decode and encode through nvCOMP's C API, on a CuPy stream.
+
+A compressor (:class:`~linumpy.io.engine.codecs.protocol.Compressor`) names the algorithm that
+decodes it (its ``NVCOMP``), a key of :data:`ALGORITHMS`, the one table of the algorithms used
+here: zstd (decode and encode) and DEFLATE (decode: zlib and gzip streams without their
+wrappers).
 
 Both the fast read path and the zarr codec (:mod:`linumpy.gpu.nvcomp_zstd`) call
 :func:`decode` and :func:`encode`. They use ``libnvcomp``'s batched, asynchronous C functions
-(``nvcompBatchedZstdDecompressAsync``, ``nvcompBatchedZstdCompressAsync``) through ``ctypes``
+(``nvcompBatched<Algorithm>DecompressAsync``, ``nvcompBatchedZstdCompressAsync``) through ``ctypes``
 rather than the ``nvidia.nvcomp.Codec`` Python object: a ``Codec`` call allocates its work space,
 asks the device for the frames' sizes and waits for the answer, a fixed cost per call that made
 overlapping reads with decoding (several calls) lose. Here a call
@@ -10,7 +15,7 @@ queues its work and returns: the work space is allocated once per stream and gro
 the output sizes come from the plan, and per-chunk statuses are checked when the caller waits.
 
 nvCOMP checks little (a corrupt frame may decode to wrong bytes or fault): callers hand it only
-frames that passed :mod:`linumpy.io.engine.codecs.zstd` and, for chunks stored with a crc32c, whose
+frames that passed their compressor's checks and, for chunks stored with a crc32c, whose
 crc32c matched (on the CPU, or on the device between the upload of a decode's tables and the
 decode: ``before_decode`` and :mod:`linumpy.gpu.crc_device`). The
 statuses and decoded sizes it reports are still checked, as a second line of defence.
@@ -68,27 +73,34 @@ class _Alignments(ctypes.Structure):
     _fields_ = [("input", ctypes.c_size_t), ("output", ctypes.c_size_t), ("temp", ctypes.c_size_t)]
 
 
+#: The algorithms a compressor's ``NVCOMP`` may name, and their name in nvCOMP's C functions.
+ALGORITHMS = {"zstd": "Zstd", "deflate": "Deflate"}
+
 _P = ctypes.c_void_p
 _N = ctypes.c_size_t
 _SIGNATURES: dict[str, tuple[Any, ...]] = {
-    "nvcompBatchedZstdDecompressGetRequiredAlignments": (
-        _DecompressOpts,
-        ctypes.POINTER(_Alignments),
-    ),
     "nvcompBatchedZstdCompressGetRequiredAlignments": (_CompressOpts, ctypes.POINTER(_Alignments)),
-    "nvcompBatchedZstdDecompressGetTempSize": (
-        _N,
-        _N,
-        _DecompressOpts,
-        ctypes.POINTER(_N),
-        _N,
-        _P,
-    ),
-    "nvcompBatchedZstdDecompressAsync": (_P, _P, _P, _P, _N, _P, _N, _P, _DecompressOpts, _P, _P),
     "nvcompBatchedZstdCompressGetTempSize": (_N, _N, _CompressOpts, ctypes.POINTER(_N), _N, _P),
     "nvcompBatchedZstdCompressGetMaxOutputChunkSize": (_N, _CompressOpts, ctypes.POINTER(_N)),
     "nvcompBatchedZstdCompressAsync": (_P, _P, _N, _N, _P, _N, _P, _P, _CompressOpts, _P, _P),
 }
+for _name in ALGORITHMS.values():  # every algorithm's decoder has the same signatures
+    _SIGNATURES |= {
+        f"nvcompBatched{_name}DecompressGetRequiredAlignments": (
+            _DecompressOpts,
+            ctypes.POINTER(_Alignments),
+        ),
+        f"nvcompBatched{_name}DecompressGetTempSize": (
+            _N,
+            _N,
+            _DecompressOpts,
+            ctypes.POINTER(_N),
+            _N,
+            _P,
+        ),
+        f"nvcompBatched{_name}DecompressAsync": (_P, _P, _P, _P, _N, _P, _N, _P)
+        + (_DecompressOpts, _P, _P),
+    }
 
 
 #: The nvCOMP major version whose C API this module declares.
@@ -144,12 +156,17 @@ def _check(status: int, what: str) -> None:
         raise RuntimeError(f"nvCOMP {what} failed: {_STATUS_NAMES.get(status, status)}")
 
 
+def _function(algorithm: str, suffix: str) -> Any:
+    """nvCOMP's ``nvcompBatched<Algorithm><suffix>`` C function."""
+    return getattr(_library(), f"nvcompBatched{ALGORITHMS[algorithm]}{suffix}")
+
+
 @functools.cache
-def alignments() -> tuple[int, int]:
-    """Byte alignment nvCOMP's zstd decoder needs of (compressed inputs, decoded outputs)."""
+def alignments(algorithm: str = "zstd") -> tuple[int, int]:
+    """Byte alignment an nvCOMP decoder needs of (compressed inputs, decoded outputs)."""
     result = _Alignments()
     _check(
-        _library().nvcompBatchedZstdDecompressGetRequiredAlignments(
+        _function(algorithm, "DecompressGetRequiredAlignments")(
             _DecompressOpts(), ctypes.byref(result)
         ),
         "alignment query",
@@ -255,8 +272,9 @@ def decode(
     *,
     stream: cupy.cuda.Stream,
     before_decode: Callable[[int, int], None] | None = None,
+    algorithm: str = "zstd",
 ) -> PendingStatuses:
-    """Queue one batched nvCOMP zstd decode on ``stream``; return its pending statuses.
+    """Queue one batched nvCOMP decode on ``stream``; return its pending statuses.
 
     Parameters
     ----------
@@ -271,6 +289,8 @@ def decode(
         Called with the device addresses of the sources and sizes columns (int64, one entry
         per frame) once their upload is queued, before the decode is: it may queue work on
         ``stream`` that rewrites them (the device crc32c check gives a failed frame a stand-in).
+    algorithm
+        A key of :data:`ALGORITHMS` (the compressor's ``NVCOMP``).
 
     Returns
     -------
@@ -281,11 +301,10 @@ def decode(
     expected = np.asarray(capacities, dtype=np.int64)
     if n == 0:
         return PendingStatuses(np.zeros((2, 0), dtype=np.int64), expected)
-    library = _library()
     opts = _DecompressOpts()
     needed = ctypes.c_size_t()
     _check(
-        library.nvcompBatchedZstdDecompressGetTempSize(
+        _function(algorithm, "DecompressGetTempSize")(
             n, int(expected.max()), opts, ctypes.byref(needed), int(expected.sum()), stream.ptr
         ),
         "decode work-space query",
@@ -297,7 +316,7 @@ def decode(
     if before_decode is not None:
         before_decode(src, src_n)
     _check(
-        library.nvcompBatchedZstdDecompressAsync(
+        _function(algorithm, "DecompressAsync")(
             src, src_n, dst_n, actual, n, temp, temp_bytes, dst, opts, statuses, stream.ptr
         ),
         "decode launch",

@@ -16,11 +16,11 @@ Use it by registering it and routing zarr's ``zstd`` through it while opening ar
             volume = zarr.open_array("volume.zarr")[...]  # a cupy array, decoded by nvCOMP
 
 nvCOMP is not handed anything it could get wrong (the GPU guide's "Checksums and corrupt data"
-section says why): every chunk is
-first walked on the CPU by :func:`linumpy.io.engine.codecs.zstd.inspect_chunk`. Malformed chunks
-raise :class:`~linumpy.errors.ChunkDecodeError`; valid chunks that nvCOMP cannot decode (several
-frames, skippable frames, no declared content size) are decoded by libzstd on the CPU; stored
-content checksums, which nvCOMP ignores, are verified on the GPU with an XXH64 kernel.
+section says why): every chunk is first walked on the CPU by the zstd compressor's
+``inspect_chunk`` (:mod:`linumpy.io.engine.codecs`). Malformed chunks raise
+:class:`~linumpy.errors.ChunkDecodeError`; valid chunks that nvCOMP cannot decode (several frames,
+skippable frames, no declared content size) are decoded by libzstd on the CPU; stored content
+checksums, which nvCOMP ignores, are verified on the GPU with an XXH64 kernel.
 
 Importing this module imports neither nvCOMP nor kvikio and touches no device (zarr itself imports
 cupy when it is installed, which creates no CUDA context); that happens on the first decode or

@@ -23,7 +23,6 @@ from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
 from linumpy.gpu.crc_device import DeviceCrc32c, crc32c_unavailable_reason
 from linumpy.io.engine import plan as engine_plan
-from linumpy.io.engine.codecs.zstd import CHECKSUM_BYTES
 from linumpy.io.engine.keys import EntryKeys
 from linumpy.io.engine.plan import ReadPlan
 from linumpy.io.engine.run import Fetched, Group
@@ -59,12 +58,13 @@ class ReadChecks:
         """
         if not plan.crc32c:
             return cls(plan)
-        # Chunks too large for nvCOMP are all decoded by libzstd, after the CPU's check.
+        # Chunks too large for nvCOMP are all decoded on the CPU, after the CPU's check; the
+        # device checks the bytes nvCOMP decodes, which must then be the whole frames.
         fits = plan.chunk_nbytes <= min(engine_plan.GPU_CHUNK_BYTES, nvcomp.MAX_DECODE_BYTES)
-        if CRC32C_WHERE != "cpu" and fits:
+        if CRC32C_WHERE != "cpu" and fits and _decodes_whole_frames(plan.codec):
             reason = crc32c_unavailable_reason()
             if reason is None:
-                return cls(plan, "device", DeviceCrc32c(plan.chunk_nbytes, stream))
+                return cls(plan, "device", DeviceCrc32c(plan.codec, plan.chunk_nbytes, stream))
             if CRC32C_WHERE == "device":
                 raise GPUUnavailableError(f"the crc32c check on the device needs {reason}")
         return cls(plan, "cpu")
@@ -105,7 +105,7 @@ class ReadChecks:
 
         start = stream.record()
         ends = fetched.group.layout.offsets[checked] + fetched.sizes[checked]
-        trailers = ends[:, None] + np.arange(-CHECKSUM_BYTES, 0)
+        trailers = ends[:, None] + np.arange(-self.plan.codec.CHECKSUM_BYTES, 0)
         stored = fetched.staging[trailers].copy().view("<u4").reshape(-1)
         sizes = np.full(len(checked), self.plan.chunk_nbytes, dtype=np.int64)
         hashes = xxh64_batch(device, offsets, sizes, stream=stream)
@@ -135,3 +135,10 @@ class ReadChecks:
                     f"content checksum mismatch: the frame stores 0x{int(stored[i]):08X}, the "
                     f"decoded bytes hash to 0x{int(computed[i]):08X}",
                 )
+
+
+def _decodes_whole_frames(codec: Any) -> bool:
+    """Whether nvCOMP decodes a compressor's whole frames (its span is the chunk)."""
+    sizes = np.array([64], dtype=np.int64)
+    starts, spans = codec.nvcomp_span(np.zeros(1, dtype=np.int64), sizes)
+    return int(starts[0]) == 0 and int(spans[0]) == 64

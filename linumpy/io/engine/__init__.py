@@ -9,11 +9,12 @@ plan       :mod:`~linumpy.io.engine.plan`            chunks (or inner chunks of 
                                                      region; codec chains by
                                                      :mod:`~linumpy.io.engine.codecs`
 fetch      :mod:`~linumpy.io.engine.fetch`           file reads: shard indexes, merged ranges
-validate   :mod:`~linumpy.io.engine.codecs.zstd`     zstd frame and block headers, on the CPU
+validate   :mod:`~linumpy.io.engine.codecs`          the plan's compressor checks its frames
+                                                     on the CPU (its ``check_frames``)
 run        :mod:`~linumpy.io.engine.run`             groups, fetched ahead while the back end
                                                      works
-decode,    :mod:`~linumpy.io.engine.cpu`,            libzstd threads and numpy, or nvCOMP and a
-scatter    :mod:`linumpy.gpu.backend`                CUDA kernel
+decode,    :mod:`~linumpy.io.engine.cpu`,            the compressor's CPU decoder in threads and
+scatter    :mod:`linumpy.gpu.backend`                numpy, or nvCOMP and a CUDA kernel
 ========== ========================================= ===========================================
 
 Imports run one way: ``plan`` uses ``codecs`` and ``fetch``; ``run`` uses ``plan``, ``fetch``

@@ -8,10 +8,10 @@ A chunk whose destination in the output is one contiguous block is decoded strai
 others are decoded into a per-thread scratch buffer and copied by the same thread (numpy copies
 release the GIL); when a thread reads them, whole chunks side by side along the last axis a run
 of them at a time (:data:`RUN_BYTES`). A new output's pages are faulted in first, in parallel
-(:data:`PREFAULT_BYTES`). The plan's compressor decodes (:mod:`linumpy.io.engine.codecs.zstd`:
-libzstd through ctypes on a context each thread keeps, the GIL released for the decode and held
-only for a few microseconds of bookkeeping per chunk; it verifies stored content checksums). A
-chunk it rejects is decoded again by the compressor's ``decode`` for the message.
+(:data:`PREFAULT_BYTES`). The plan's compressor decodes (its ``decode_into``: for zstd, libzstd
+through ctypes on a context each thread keeps, the GIL released for the decode and held only for
+a few microseconds of bookkeeping per chunk, stored content checksums verified). A chunk it
+rejects is decoded again by the compressor's ``decode`` for the message.
 Chunks are handed to threads in batches, not one task each.
 """
 
@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError, LinumpyError
-from linumpy.io.engine.codecs.zstd import FRAME_NEEDS_CHECK
+from linumpy.io.engine.codecs.protocol import FRAME_NEEDS_CHECK
 from linumpy.io.engine.cpu_files import ChunkReads, OpenShards, RemoteChunkReads
 from linumpy.io.engine.cpu_layout import (
     Run,

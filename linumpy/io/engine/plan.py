@@ -4,10 +4,11 @@ A read is planned once: which chunk files (or which byte ranges inside shards) c
 and where each decoded chunk lands in the output. Both back ends (:mod:`linumpy.io.engine.cpu`,
 :mod:`linumpy.gpu.backend`) run the same plan through the same fetch and validate stages.
 
-Layouts planned here: zarr v3 ``bytes`` + ``zstd``, optionally followed by ``crc32c`` (checked
-before decoding, see :mod:`linumpy.io.engine.crc`); zarr v3 sharding with those inner codecs (the
-shard index is read and its crc32c checked while planning); zarr v2 with a ``zstd`` compressor and
-no filters (the chains :mod:`linumpy.io.engine.codecs` recognises). Anything else raises
+Layouts planned here: zarr v3 ``bytes`` + a registered compressor (``zstd``, ``gzip``...),
+optionally followed by ``crc32c`` (checked before decoding, see :mod:`linumpy.io.engine.crc`);
+zarr v3 sharding with those inner codecs (the shard index is read and its crc32c checked while
+planning); zarr v2 with a registered compressor (``zstd``, ``zlib``, ``gzip``) and no filters
+(the chains :mod:`linumpy.io.engine.codecs` recognises). Anything else raises
 :class:`UnsupportedLayoutError` so that callers fall back to zarr itself.
 """
 
@@ -17,7 +18,6 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -26,7 +26,8 @@ from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from linumpy.errors import UnsupportedLayoutError
-from linumpy.io.engine.codecs import parse_codecs, parse_v2, zstd
+from linumpy.io.engine.codecs import DEFAULT, parse_codecs, parse_v2
+from linumpy.io.engine.codecs.protocol import Compressor
 from linumpy.io.engine.fetch import EMPTY_INNER_CHUNK, SHARD_INDEX_ENTRY, read_shard_index
 from linumpy.io.engine.keys import chunk_keys
 from linumpy.io.engine.memory import check_host_memory
@@ -121,13 +122,13 @@ class ReadPlan:
         For sharded arrays, the inner chunks along each axis of a shard (keys name the inner
         chunk); None otherwise.
     crc32c
-        Whether each stored chunk ends with the crc32c of its zstd frame (codec ``crc32c``).
+        Whether each stored chunk ends with the crc32c of its compressed bytes (codec ``crc32c``).
     remote
         For an array on a remote store, the :class:`~linumpy.io.remote.RangeClient` that
         fetches its chunks (``files`` are then URLs); None for local files.
     codec
-        The compressor's package (:mod:`linumpy.io.engine.codecs.zstd`): frame checks and CPU
-        decoding.
+        The compressor (:class:`~linumpy.io.engine.codecs.protocol.Compressor`): frame checks,
+        CPU decoding, the nvCOMP algorithm of GPU reads.
 
     Examples
     --------
@@ -156,7 +157,7 @@ class ReadPlan:
     chunks_per_shard: tuple[int, ...] | None = None
     crc32c: bool = False
     remote: Any = None
-    codec: ModuleType = zstd
+    codec: Compressor = DEFAULT
 
     @property
     def chunk_nbytes(self) -> int:
@@ -248,7 +249,7 @@ class _Layout:
     order: Literal["C", "F"]
     shard_index_location: Literal["start", "end"] | None  # None: not sharded
     shard_index_crc32c: bool
-    codec: ModuleType  # the compressor's package (linumpy.io.engine.codecs)
+    codec: Compressor
     chunk_crc32c: bool = False
     remote: Any = None  # the RangeClient of a remote store
 
@@ -492,7 +493,6 @@ def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
     --------
     >>> import numpy as np, tempfile, zarr
     >>> from linumpy.io.engine.fetch import read_chunk_file
-    >>> from linumpy.io.engine.codecs import zstd
     >>> path = tempfile.mkdtemp() + "/array.zarr"
     >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
     >>> array[:] = np.arange(16, dtype=np.uint8).reshape(4, 4)
@@ -500,7 +500,7 @@ def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
     >>> read = plan.reads[-1]
     >>> data = read_chunk_file(read.path, read.offset, read.nbytes, lambda: read.key,
     ...                        lambda n: np.empty(n, np.uint8))
-    >>> chunk_view(zstd.decode(data, key=read.key), plan)
+    >>> chunk_view(plan.codec.decode(data, key=read.key), plan)
     array([[10, 11],
            [14, 15]], dtype=uint8)
     """

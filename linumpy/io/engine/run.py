@@ -3,11 +3,12 @@
 :func:`run` takes a :class:`~linumpy.io.engine.plan.ReadPlan` and a back end. It sizes the chunk
 files, splits the stored chunks into groups (:func:`make_groups`), and for each group reads the
 chunks into a host staging buffer that the back end lends (:mod:`~linumpy.io.engine.fetch`) and
-checks their frames (the plan's compressor, :mod:`~linumpy.io.engine.codecs.zstd`) on a producer
-thread, while the back end decodes and scatters the previous group. Back ends differ only in
-decode and scatter: the CPU back end (:mod:`linumpy.io.engine.cpu`) decodes with libzstd in a
-thread pool, the GPU back end (:mod:`linumpy.gpu.backend`) queues one nvCOMP call and one scatter
-kernel per group on a CUDA stream of its own.
+checks their frames (the plan's compressor,
+:class:`~linumpy.io.engine.codecs.protocol.Compressor`) on a producer thread, while the back end
+decodes and scatters the previous group. Back ends differ only in decode and scatter: the CPU
+back end (:mod:`linumpy.io.engine.cpu`) decodes with the compressor's CPU decoder in a thread
+pool, the GPU back end (:mod:`linumpy.gpu.backend`) queues one nvCOMP call and one scatter kernel
+per group on a CUDA stream of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from linumpy.io.engine.codecs.zstd import FRAME_CHECKSUM, FRAME_GPU, FRAME_NEEDS_CHECK
+from linumpy.io.engine.codecs.protocol import FRAME_NEEDS_CHECK
 from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_bodies, strip_crc32c_many
 from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, read_group
 from linumpy.io.engine.keys import EntryKeys
@@ -332,8 +333,8 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
         frame = staging[offsets[i] : offsets[i] + nbytes[i]]
         if verdicts[i] == FRAME_NEEDS_CHECK:
             info = codec.inspect_chunk(frame, key=key(i), expected_size=plan.chunk_nbytes)
-            if info.gpu_decodable and backend_decodes:
-                verdicts[i] = FRAME_GPU if info.checksum is None else FRAME_CHECKSUM
+            if info.verdict != FRAME_NEEDS_CHECK and backend_decodes:
+                verdicts[i] = info.verdict
                 continue
         on_cpu.append(int(i))
 

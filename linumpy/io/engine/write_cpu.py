@@ -1,4 +1,5 @@
-"""The write engine's CPU back end: chunks of a numpy array encoded by libzstd in threads.
+"""The write engine's CPU back end: chunks of a numpy array encoded in threads by
+the array's compressor (:class:`~linumpy.io.engine.codecs.protocol.Compressor`).
 
 Chunk files are each one task (encode, assemble, write); a shard's inner chunks are encoded by
 tasks of their own, and a task per shard waits for them and writes the file (a shard is not one
@@ -12,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from linumpy.io.engine.codecs import zstd
 from linumpy.io.engine.write_files import (
     FilePool,
     WriteReport,
@@ -29,7 +29,7 @@ __all__: list[str] = []
 def _encode_chunk_cpu(
     plan: WritePlan, block: np.ndarray, inner: tuple[int, ...], codec: Any
 ) -> np.ndarray | None:
-    """The zstd frame of one chunk of ``block`` (a file's data), or None when it is not stored
+    """The compressed bytes of one chunk of ``block`` (a file's data), or None when it is not stored
     (past the array's end, or equal to the fill value)."""
     layout = plan.layout
     chunk = layout.chunk_shape
@@ -94,7 +94,7 @@ def write_cpu(plan: WritePlan, data: np.ndarray, config: Settings) -> WriteRepor
     report = WriteReport("cpu", data_bytes=int(data.nbytes))
     if data.dtype != layout.stored_dtype:
         data = data.astype(layout.stored_dtype)
-    codec = zstd.encoder(layout.level, layout.checksum)
+    codec = layout.compressor.encoder(layout.level, layout.checksum)
     threads = config.io_threads
     if not layout.sharded:
         with FilePool(threads) as pool:

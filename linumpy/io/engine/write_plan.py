@@ -6,9 +6,10 @@ every file, its block of the array, and, for shards, the order inner chunks are 
 ``subchunk_write_order``, so that files match zarr's byte for byte).
 
 Layouts planned here (anything else raises :class:`UnsupportedLayoutError`, and callers let zarr
-write): zarr v3 on a local directory, codecs ``bytes`` (little endian) + ``zstd`` optionally
-followed by ``crc32c``, either directly or as the inner codecs of a shard whose index codecs are
-``bytes`` + ``crc32c`` (index at the start or the end); chunk keys ``default`` or ``v2``.
+write): zarr v3 on a local directory, codecs ``bytes`` (little endian) + a registered compressor
+(:data:`linumpy.io.engine.codecs.COMPRESSORS`) optionally followed by ``crc32c``, either directly
+or as the inner codecs of a shard whose index codecs are ``bytes`` + ``crc32c`` (index at the
+start or the end); chunk keys ``default`` or ``v2``.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
+from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from linumpy.errors import UnsupportedLayoutError
-from linumpy.io.engine.codecs import parse_codecs, zstd
+from linumpy.io.engine.codecs import CodecChain, parse_codecs
+from linumpy.io.engine.codecs.protocol import Compressor
 from linumpy.io.engine.region import Region, parse_region
 
 __all__: list[str] = []
@@ -57,8 +59,10 @@ class WriteLayout:
         Whether files are shards.
     index_at_start
         Shards only: the index precedes the chunks.
+    compressor
+        The compressor encoding the chunks.
     level, checksum
-        zstd level and content checksum flag.
+        Its level and content checksum flag.
     crc32c
         Every compressed chunk is followed by its crc32c (4 bytes, little endian).
     write_empty_chunks
@@ -87,6 +91,7 @@ class WriteLayout:
     block_shape: tuple[int, ...]
     sharded: bool
     index_at_start: bool
+    compressor: Compressor
     level: int
     checksum: bool
     crc32c: bool
@@ -105,13 +110,11 @@ class WriteLayout:
         return math.prod(self.chunk_shape) * self.stored_dtype.itemsize
 
 
-def _zstd_chain(codecs: Sequence[Any]) -> tuple[BytesCodec, ZstdCodec, bool]:
+def _chain(codecs: Sequence[Any]) -> CodecChain:
     chain = parse_codecs(codecs)  # the read planner's recognition
-    if chain.compressor is not zstd:  # the writers encode zstd only
-        raise UnsupportedLayoutError(f"codec chain {chain.codecs} is not bytes+zstd(+crc32c)")
     if chain.endian not in (None, "little"):
         raise UnsupportedLayoutError(f"chunks are stored {chain.endian} endian")
-    return chain.codecs[0], chain.codecs[1], chain.crc32c
+    return chain
 
 
 @functools.cache
@@ -168,7 +171,7 @@ def write_layout(array: zarr.Array) -> WriteLayout:
         ):
             raise UnsupportedLayoutError(f"shard index codecs {index} are not bytes+crc32c")
         codecs = sharding.codecs
-    _, zstd, crc32c = _zstd_chain(codecs)
+    chain = _chain(codecs)
     fill = metadata.fill_value
     fill_value = np.zeros((), dtype)[()] if fill is None else np.asarray(fill, dtype)[()]
     chunk_shape = tuple(sharding.chunk_shape) if sharding else tuple(array.chunks)
@@ -187,9 +190,10 @@ def write_layout(array: zarr.Array) -> WriteLayout:
         block_shape=block_shape,
         sharded=sharding is not None,
         index_at_start=location == "start",
-        level=int(zstd.level),
-        checksum=bool(zstd.checksum),
-        crc32c=crc32c,
+        compressor=chain.compressor,
+        level=chain.level,
+        checksum=chain.checksum,
+        crc32c=chain.crc32c,
         write_empty_chunks=bool(getattr(config, "write_empty_chunks", False)),
         encode_key=metadata.encode_chunk_key,
         inner_order=_inner_order(sharding, per_block) if sharding else np.zeros(1, dtype=np.int64),

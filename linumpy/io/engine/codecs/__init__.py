@@ -5,28 +5,52 @@ A chunk is stored through ``bytes`` (its byte order), one compressor, and option
 :func:`parse_codecs` and :func:`parse_v2` turn zarr's metadata into a :class:`CodecChain`, or
 raise :class:`~linumpy.errors.UnsupportedLayoutError` so that callers fall back to zarr itself.
 
-The compressors are packages of one shape (:mod:`~linumpy.io.engine.codecs.zstd` is the one
-today: recognition, frame checks, CPU decode and encode, the GPU's hooks), registered in
-:data:`COMPRESSORS`; a read plan carries its chain's compressor, which the run loop and the CPU
-back end call.
+A compressor implements :class:`~linumpy.io.engine.codecs.protocol.Compressor` (recognition,
+frame checks and verdicts, checksum bytes, CPU decode and encode, the nvCOMP algorithm it maps
+to): :mod:`~linumpy.io.engine.codecs.zstd`, and zlib and gzip
+(:mod:`~linumpy.io.engine.codecs.deflate`), registered in :data:`COMPRESSORS`. A plan carries
+its chain's compressor, and the run loop, the back ends and the GPU modules ask it; none of them
+names a compressor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any, Literal
 
 from zarr.codecs import BytesCodec, Crc32cCodec
 
 from linumpy.errors import UnsupportedLayoutError
 from linumpy.io.engine.codecs import zstd
+from linumpy.io.engine.codecs.deflate import GZIP, ZLIB
+from linumpy.io.engine.codecs.protocol import Compressor
 
 __all__: list[str] = []
 
-#: The compressors the engine reads and writes: one package each, asked in turn.
-COMPRESSORS: tuple[ModuleType, ...] = (zstd,)
+#: The compressors the engine reads and writes, asked in turn.
+COMPRESSORS: tuple[Compressor, ...] = (zstd, ZLIB, GZIP)  # type: ignore[assignment]
+#: The compressor the engine's writers use by default, and a plan's when none is given.
+DEFAULT: Compressor = zstd  # type: ignore[assignment]
+
+
+def lookup(name: str) -> Compressor:
+    """The registered compressor called ``name``.
+
+    Raises
+    ------
+    UnsupportedLayoutError
+        When no compressor has that name.
+
+    Examples
+    --------
+    >>> lookup("zlib").NAME
+    'zlib'
+    """
+    for compressor in COMPRESSORS:
+        if name == compressor.NAME:
+            return compressor
+    raise UnsupportedLayoutError(f"no compressor {name!r}: the engine reads {_names()}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +62,7 @@ class CodecChain:
     codecs
         The chain as zarr holds it (empty for zarr v2).
     compressor
-        The compressor's package (:mod:`~linumpy.io.engine.codecs.zstd`).
+        The compressor (:class:`~linumpy.io.engine.codecs.protocol.Compressor`).
     endian
         The ``bytes`` codec's byte order (None for single-byte types and zarr v2).
     crc32c
@@ -55,7 +79,7 @@ class CodecChain:
     """
 
     codecs: tuple[Any, ...]
-    compressor: ModuleType
+    compressor: Compressor
     endian: Literal["little", "big"] | None
     crc32c: bool
     level: int
@@ -66,7 +90,7 @@ def _names() -> str:
     return "|".join(c.NAME for c in COMPRESSORS)
 
 
-def _recognise(codec: Any) -> tuple[ModuleType, int, bool] | None:
+def _recognise(codec: Any) -> tuple[Compressor, int, bool] | None:
     for compressor in COMPRESSORS:
         config = compressor.config_of(codec)
         if config is not None:
@@ -88,7 +112,7 @@ def parse_codecs(codecs: Sequence[Any]) -> CodecChain:
     >>> parse_codecs([BytesCodec(), BloscCodec()])
     Traceback (most recent call last):
     ...
-    linumpy.errors.UnsupportedLayoutError: codec chain (...) is not bytes+zstd(+crc32c)
+    linumpy.errors.UnsupportedLayoutError: codec chain (...) is not bytes+zstd|zlib|gzip(+crc32c)
     """
     codecs = tuple(codecs)
     crc32c = len(codecs) == 3 and isinstance(codecs[2], Crc32cCodec)

@@ -10,16 +10,14 @@
   it loaded), and :func:`decode`, which decodes every valid layout and says what is wrong with
   the others;
 - **CPU encoding**: :func:`encoder`, numcodecs' codec of a level and checksum flag;
-- **GPU hooks**: the verdicts of :func:`check_frames`
-  (:data:`~linumpy.io.engine.codecs.zstd.frames.FRAME_GPU`,
-  :data:`~linumpy.io.engine.codecs.zstd.frames.FRAME_CHECKSUM`: one frame nvCOMP decodes, with or
-  without a stored content checksum), the size of a content checksum
-  (:data:`~linumpy.io.engine.codecs.zstd.frames.CHECKSUM_BYTES`), and :func:`set_checksum`, which
-  gives nvCOMP's frames (written without one) the content checksum hashed on the device.
+- **GPU hooks**: the verdicts of :func:`check_frames` (one frame nvCOMP decodes, with or
+  without a stored content checksum), :data:`NVCOMP` (nvCOMP's zstd decodes whole frames,
+  :func:`nvcomp_span`), the size of a content checksum (:data:`CHECKSUM_BYTES`), and
+  :func:`set_checksum`, which gives nvCOMP's frames (written without one) the content checksum
+  hashed on the device.
 
-Another compressor is a package of this shape (``NAME``, ``config_of``, ``check_frames``,
-``inspect_chunk``, ``decode``, ``decode_into``, ``FAST_DECODE``, ``encoder``) registered in
-:data:`linumpy.io.engine.codecs.COMPRESSORS`.
+The package implements :class:`~linumpy.io.engine.codecs.protocol.Compressor`; it is registered
+in :data:`linumpy.io.engine.codecs.COMPRESSORS`.
 """
 
 from __future__ import annotations
@@ -40,15 +38,13 @@ from linumpy.io.engine.codecs.zstd.frames import (
     check_frames,
     inspect_chunk,
 )
-from linumpy.io.engine.codecs.zstd.frames import FRAME_CHECKSUM as FRAME_CHECKSUM
-from linumpy.io.engine.codecs.zstd.frames import FRAME_GPU as FRAME_GPU
-from linumpy.io.engine.codecs.zstd.frames import FRAME_NEEDS_CHECK as FRAME_NEEDS_CHECK
 
-# The verdicts and CHECKSUM_BYTES are imported from here too; their home (and their page) is
-# the frames module.
 __all__ = [
+    "CHECKSUM_BYTES",
     "FAST_DECODE",
     "NAME",
+    "NVCOMP",
+    "NVCOMP_ENCODE",
     "FrameInfo",
     "check_frames",
     "config_of",
@@ -56,11 +52,16 @@ __all__ = [
     "decode_into",
     "encoder",
     "inspect_chunk",
+    "nvcomp_span",
     "set_checksum",
 ]
 
 #: The compressor's name in messages.
 NAME = "zstd"
+#: nvCOMP's algorithm for its frames (:data:`linumpy.gpu.nvcomp.ALGORITHMS`).
+NVCOMP = "zstd"
+#: nvCOMP writes zstd frames (:mod:`linumpy.gpu.encode`).
+NVCOMP_ENCODE = True
 #: Whether :func:`decode_into` works here (libzstd loaded through ctypes); :func:`decode` works
 #: everywhere (numcodecs).
 FAST_DECODE = libzstd.AVAILABLE
@@ -96,6 +97,17 @@ def encoder(level: int, checksum: bool) -> Zstd:
     True
     """
     return Zstd(level=level, checksum=checksum)
+
+
+def nvcomp_span(offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """nvCOMP decodes the whole frame.
+
+    Examples
+    --------
+    >>> nvcomp_span(np.array([0, 64]), np.array([60, 30]))[1].tolist()
+    [60, 30]
+    """
+    return offsets, sizes
 
 
 _ZSTD = Zstd()

@@ -16,6 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine.codecs.protocol import (
+    FRAME_CHECKSUM,
+    FRAME_GPU,
+    FRAME_NEEDS_CHECK,
+    BytesLike,
+)
 
 __all__: list[str] = []
 
@@ -37,15 +43,6 @@ _DICT_ID_MASK = 0x03
 _BLOCK_RLE = 1
 _BLOCK_RESERVED = 3
 _MIN_FRAME = 6  # magic, descriptor and the smallest block header
-
-#: :func:`check_frames` verdict: one frame of the chunk's size, nvCOMP can decode it.
-FRAME_GPU = 0
-#: :func:`check_frames` verdict: the same, with a stored content checksum to verify.
-FRAME_CHECKSUM = 1
-#: :func:`check_frames` verdict: left to :func:`inspect_chunk` (and maybe libzstd).
-FRAME_NEEDS_CHECK = 2
-
-BytesLike = bytes | bytearray | memoryview | np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +82,14 @@ class FrameInfo:
     def gpu_decodable(self) -> bool:
         """True when nvCOMP can decode the chunk: one data frame, nothing else, size declared."""
         return self.n_frames == 1 and self.n_skippable == 0 and self.content_size is not None
+
+    @property
+    def verdict(self) -> int:
+        """The chunk's verdict (:mod:`~linumpy.io.engine.codecs.protocol`): nvCOMP decodes it,
+        with or without a content checksum to verify, or only libzstd does."""
+        if not self.gpu_decodable:
+            return FRAME_NEEDS_CHECK
+        return FRAME_GPU if self.checksum is None else FRAME_CHECKSUM
 
 
 @dataclass(frozen=True, slots=True)

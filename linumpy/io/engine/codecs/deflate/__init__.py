@@ -1,0 +1,302 @@
+"""zlib and gzip, the DEFLATE compressors of public OME-Zarr data, in one package.
+
+Two compressors share DEFLATE (RFC 1951) and differ in their wrapper: ``zlib`` (RFC 1950: a
+2-byte header, an Adler-32 trailer; zarr v2's ``zlib`` compressor) and ``gzip`` (RFC 1952: a
+10-byte header or more, a CRC-32 and the size modulo 2^32 as trailer; zarr v3's ``gzip`` codec
+and zarr v2's ``gzip`` compressor). :data:`ZLIB` and :data:`GZIP` implement
+:class:`~linumpy.io.engine.codecs.protocol.Compressor`:
+
+- **recognition**: zarr v3's :class:`~zarr.codecs.GzipCodec`, numcodecs' ``Zlib`` and ``GZip``
+  (zarr v2 compressors, or wrapped as zarr v3 codecs);
+- **validation**: headers checked on the CPU, many chunks at once with numpy
+  (:meth:`Deflate.check_frames`) or one with a precise message (:meth:`Deflate.inspect_chunk`);
+  the gzip trailer's size is compared with the chunk's;
+- **CPU decoding**: libdeflate through ctypes, a decompressor per thread, the GIL released, the
+  trailer's checksum verified (:mod:`~linumpy.io.engine.codecs.deflate.libdeflate`), or Python's
+  :mod:`zlib` (also in threads: it releases the GIL while inflating) where libdeflate is not
+  installed;
+- **CPU encoding**: numcodecs' ``Zlib`` and ``GZip``;
+- **GPU**: nvCOMP's DEFLATE decoder takes the stream between header and trailer
+  (:meth:`Deflate.nvcomp_span`); only plain headers (no gzip name, comment or extra field) go to
+  it. The trailer's checksum is not verified on the device: nvCOMP's statuses and the decoded
+  size are. nvCOMP writes neither wrapper.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numcodecs import GZip, Zlib
+from zarr.codecs import GzipCodec
+
+from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine.codecs.deflate import libdeflate
+from linumpy.io.engine.codecs.protocol import FRAME_GPU, FRAME_NEEDS_CHECK, BytesLike
+
+__all__: list[str] = []
+
+_DEFLATE = 8  # the compression method of both wrappers
+_ZLIB_HEADER, _ZLIB_TRAILER = 2, 4
+_ZLIB_PRESET_DICTIONARY = 0x20
+_GZIP_MAGIC = (0x1F, 0x8B)
+_GZIP_HEADER, _GZIP_TRAILER = 10, 8
+_GZIP_RESERVED = 0xE0
+_GZIP_EXTRA, _GZIP_NAME, _GZIP_COMMENT, _GZIP_HEADER_CRC = 0x04, 0x08, 0x10, 0x02
+_SIZE_MASK = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """What one chunk's wrapper declares.
+
+    Attributes
+    ----------
+    checksum
+        The trailer's Adler-32 (zlib) or CRC-32 (gzip).
+    verdict
+        :data:`~linumpy.io.engine.codecs.protocol.FRAME_GPU` when nvCOMP may decode it,
+        else :data:`~linumpy.io.engine.codecs.protocol.FRAME_NEEDS_CHECK` (the CPU decodes it).
+
+    Examples
+    --------
+    >>> ZLIB.inspect_chunk(zlib.compress(b"abc"), key="c/0").verdict == FRAME_GPU
+    True
+    """
+
+    checksum: int
+    verdict: int
+
+
+def _uint(buffer: np.ndarray, positions: np.ndarray, width: int, valid: np.ndarray) -> np.ndarray:
+    """Little-endian unsigned integers of ``width`` bytes at ``positions`` (0 where not valid)."""
+    value = np.zeros(len(positions), dtype=np.int64)
+    safe = np.where(valid, positions, 0)
+    for k in range(width):
+        value |= buffer[safe + k].astype(np.int64) << (8 * k)
+    return np.where(valid, value, 0)
+
+
+class Deflate:
+    """A DEFLATE compressor in one wrapper, ``"zlib"`` or ``"gzip"`` (:data:`ZLIB`,
+    :data:`GZIP`).
+
+    Examples
+    --------
+    >>> data = np.arange(1000, dtype=np.uint16)
+    >>> GZIP.decode(GZip(5).encode(data), key="c/0", expected_size=2000).view(np.uint16)[-1]
+    np.uint16(999)
+    """
+
+    NVCOMP: str | None = "deflate"
+    NVCOMP_ENCODE = False
+    CHECKSUM_BYTES = 0  # no verdict asks the GPU to verify a trailer
+    FAST_DECODE = libdeflate.AVAILABLE
+
+    def __init__(self, name: str) -> None:
+        self.NAME = name
+        self._zlib = name == "zlib"
+        self._head = _ZLIB_HEADER if self._zlib else _GZIP_HEADER
+        self._tail = _ZLIB_TRAILER if self._zlib else _GZIP_TRAILER
+
+    def __repr__(self) -> str:
+        return f"<compressor {self.NAME}>"
+
+    def config_of(self, codec: Any) -> tuple[int, bool] | None:
+        """The level of a codec of this wrapper (no content checksum flag), or None.
+
+        Examples
+        --------
+        >>> ZLIB.config_of(Zlib(level=3)), GZIP.config_of(GzipCodec(level=6))
+        ((3, False), (6, False))
+        >>> ZLIB.config_of(GZip()) is None
+        True
+        """
+        ours = isinstance(codec, Zlib) if self._zlib else isinstance(codec, GZip | GzipCodec)
+        if not ours:  # numcodecs' codecs wrapped for zarr v3
+            config = getattr(codec, "codec_config", None)
+            ours = isinstance(config, dict) and config.get("id") == self.NAME
+            if ours:
+                return int(config.get("level", 1)), False
+            return None
+        return int(codec.level), False
+
+    def encoder(self, level: int, checksum: bool) -> Any:
+        """numcodecs' codec of ``level`` (``checksum`` is ignored: the trailer always has one).
+
+        Examples
+        --------
+        >>> ZLIB.encoder(1, False).encode(b"x")[:1]
+        b'x'
+        """
+        return Zlib(level=level) if self._zlib else GZip(level=level)
+
+    def nvcomp_span(self, offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The raw DEFLATE stream between a plain header and the trailer.
+
+        Examples
+        --------
+        >>> ZLIB.nvcomp_span(np.array([0]), np.array([20]))
+        (array([2]), array([14]))
+        """
+        return offsets + self._head, sizes - self._head - self._tail
+
+    def set_checksum(self, frame: np.ndarray, checksum: int) -> None:
+        """nvCOMP writes no zlib or gzip stream: nothing to complete."""
+        raise NotImplementedError(f"nvCOMP does not write {self.NAME} streams")
+
+    def check_frames(
+        self, buffer: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, expected_size: int
+    ) -> np.ndarray:
+        """The headers (and gzip's size) of many chunks of one buffer, checked at once.
+
+        Examples
+        --------
+        >>> one = np.frombuffer(zlib.compress(bytes(100)), np.uint8)
+        >>> buffer = np.concatenate([one, one[1:]])  # a stream, then one without its first byte
+        >>> ZLIB.check_frames(buffer, np.array([0, one.size]), np.array([one.size, one.size - 1]),
+        ...                   100)
+        array([0, 2], dtype=int8)
+        """
+        start = np.asarray(offsets, dtype=np.int64)
+        size = np.asarray(sizes, dtype=np.int64)
+        ok = size > self._head + self._tail
+        first = _uint(buffer, start, 1, ok)
+        second = _uint(buffer, start + 1, 1, ok)
+        if self._zlib:
+            ok &= (first & 0x0F) == _DEFLATE
+            ok &= (first >> 4) <= 7
+            ok &= (first * 256 + second) % 31 == 0
+            ok &= (second & _ZLIB_PRESET_DICTIONARY) == 0
+        else:
+            ok &= (first == _GZIP_MAGIC[0]) & (second == _GZIP_MAGIC[1])
+            ok &= _uint(buffer, start + 2, 1, ok) == _DEFLATE
+            ok &= _uint(buffer, start + 3, 1, ok) == 0  # a plain header: no optional fields
+            isize = _uint(buffer, start + size - 4, 4, ok)
+            ok &= isize == (expected_size & _SIZE_MASK)
+        verdict = np.full(len(start), FRAME_NEEDS_CHECK, dtype=np.int8)
+        verdict[ok] = FRAME_GPU
+        return verdict
+
+    def inspect_chunk(
+        self, data: BytesLike, *, key: str, expected_size: int | None = None
+    ) -> StreamInfo:
+        """Check one chunk's wrapper, saying precisely what is wrong with it.
+
+        Raises
+        ------
+        ChunkDecodeError
+            When the chunk is too short, not of this wrapper, or needs a preset dictionary.
+
+        Examples
+        --------
+        >>> GZIP.inspect_chunk(zlib.compress(bytes(range(256))), key="c/0")
+        Traceback (most recent call last):
+        ...
+        linumpy.errors.ChunkDecodeError: chunk 'c/0': not a gzip member (it starts with 78 9c)
+        """
+        view = memoryview(data).cast("B")
+        if len(view) <= self._head + self._tail:
+            raise ChunkDecodeError(key, f"{len(view)} bytes are too few for a {self.NAME} stream")
+        if self._zlib:
+            cmf, flg = view[0], view[1]
+            if (cmf & 0x0F) != _DEFLATE or cmf >> 4 > 7 or (cmf * 256 + flg) % 31:
+                raise ChunkDecodeError(
+                    key, f"not a zlib stream (it starts with {cmf:02x} {flg:02x})"
+                )
+            if flg & _ZLIB_PRESET_DICTIONARY:
+                raise ChunkDecodeError(key, "the zlib stream needs a preset dictionary")
+            return StreamInfo(int.from_bytes(view[-4:], "big"), FRAME_GPU)
+        if (view[0], view[1]) != _GZIP_MAGIC:
+            raise ChunkDecodeError(
+                key, f"not a gzip member (it starts with {view[0]:02x} {view[1]:02x})"
+            )
+        if view[2] != _DEFLATE or view[3] & _GZIP_RESERVED:
+            raise ChunkDecodeError(
+                key, f"gzip method {view[2]} or flags {view[3]:#x} are not DEFLATE's"
+            )
+        isize = int.from_bytes(view[-4:], "little")
+        plain = view[3] == 0 and (expected_size is None or isize == expected_size & _SIZE_MASK)
+        # Optional header fields, or several members: valid, decoded on the CPU.
+        verdict = FRAME_GPU if plain else FRAME_NEEDS_CHECK
+        return StreamInfo(int.from_bytes(view[-8:-4], "little"), verdict)
+
+    def decode_into(self, src: Any, src_size: int, dst: int, dst_size: int) -> bool:
+        """libdeflate's decode of one stream into exactly ``dst_size`` bytes at ``dst``.
+
+        Examples
+        --------
+        >>> stream, out = zlib.compress(b"abcd"), np.zeros(4, np.uint8)
+        >>> not ZLIB.FAST_DECODE or ZLIB.decode_into(stream, len(stream), out.ctypes.data, 4)
+        True
+        """
+        return libdeflate.decode_into(self.NAME, src, src_size, dst, dst_size)
+
+    def decode(
+        self,
+        data: BytesLike,
+        *,
+        key: str,
+        out: np.ndarray | None = None,
+        expected_size: int | None = None,
+        checked: bool = False,
+    ) -> np.ndarray:
+        """Check and decode one chunk on the CPU: libdeflate, or Python's :mod:`zlib`.
+
+        Raises
+        ------
+        ChunkDecodeError
+            When the wrapper is wrong, the stream or its trailer is corrupt, or it decodes to
+            another size than expected.
+
+        Examples
+        --------
+        >>> ZLIB.decode(zlib.compress(bytes(range(5))), key="c/0", expected_size=5)
+        array([0, 1, 2, 3, 4], dtype=uint8)
+        >>> ZLIB.decode(zlib.compress(bytes(5)), key="c/0", expected_size=6)
+        Traceback (most recent call last):
+        ...
+        linumpy.errors.ChunkDecodeError: chunk 'c/0': decoded to 5 bytes, the chunk holds 6
+        """
+        if out is not None:
+            expected_size = out.nbytes
+        if not checked:
+            self.inspect_chunk(data, key=key)
+        target = out
+        if target is None and expected_size is not None:
+            target = np.empty(expected_size, dtype=np.uint8)
+        if target is not None and self.FAST_DECODE:
+            source = data if isinstance(data, bytes) else np.frombuffer(data, dtype=np.uint8)
+            address = source if isinstance(source, bytes) else source.ctypes.data
+            if self.decode_into(address, len(source), target.ctypes.data, target.nbytes):
+                return target
+        try:
+            if self._zlib:
+                stream = zlib.decompressobj()
+                decoded = stream.decompress(data)
+                if not stream.eof:
+                    raise zlib.error("the stream is truncated")
+                if stream.unused_data:
+                    raise zlib.error(f"{len(stream.unused_data)} bytes follow the stream")
+            else:  # several members are valid gzip
+                decoded = gzip.decompress(data)
+        except (zlib.error, OSError, EOFError) as exc:
+            raise ChunkDecodeError(key, f"{self.NAME} decode failed: {exc}") from None
+        result = np.frombuffer(decoded, dtype=np.uint8)
+        if expected_size is not None and result.nbytes != expected_size:
+            raise ChunkDecodeError(
+                key, f"decoded to {result.nbytes} bytes, the chunk holds {expected_size}"
+            )
+        if target is None:
+            return result
+        target[...] = result
+        return target
+
+
+#: zlib (RFC 1950): zarr v2's ``zlib`` compressor.
+ZLIB = Deflate("zlib")
+#: gzip (RFC 1952): zarr v3's ``gzip`` codec, zarr v2's ``gzip`` compressor.
+GZIP = Deflate("gzip")

@@ -1,0 +1,118 @@
+"""libdeflate called through ctypes: one reused decompressor per thread, no GIL held.
+
+libdeflate decodes a whole zlib or gzip stream into a buffer of known size in one call, about
+twice as fast as zlib's ``inflate``, and verifies the stream's Adler-32 or CRC-32 trailer. The
+system's ``libdeflate`` is used where it is installed; elsewhere :data:`AVAILABLE` is False and
+callers decode with Python's :mod:`zlib` (:func:`linumpy.io.engine.codecs.deflate.decode`).
+
+Only the fast path lives here: a stream that fails, does not fill its destination exactly, or is
+followed by other bytes is handed back (False) for the slow path to decode or explain.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+from typing import Any
+
+__all__: list[str] = []
+
+_SUCCESS = 0
+
+
+def _load() -> Any:
+    name = ctypes.util.find_library("deflate")
+    if not name:
+        return None
+    try:
+        lib = ctypes.CDLL(name)
+        lib.libdeflate_alloc_decompressor.restype = ctypes.c_void_p
+        lib.libdeflate_alloc_decompressor.argtypes = []
+        lib.libdeflate_free_decompressor.restype = None
+        lib.libdeflate_free_decompressor.argtypes = [ctypes.c_void_p]
+        for function in (lib.libdeflate_zlib_decompress_ex, lib.libdeflate_gzip_decompress_ex):
+            function.restype = ctypes.c_int
+            function.argtypes = [
+                ctypes.c_void_p,  # decompressor
+                ctypes.c_void_p,  # in
+                ctypes.c_size_t,  # in_nbytes
+                ctypes.c_void_p,  # out
+                ctypes.c_size_t,  # out_nbytes_avail
+                ctypes.POINTER(ctypes.c_size_t),  # actual_in_nbytes_ret
+                ctypes.c_void_p,  # actual_out_nbytes_ret: NULL, the output must be filled
+            ]
+    except (OSError, AttributeError):
+        return None
+    return lib
+
+
+_LIB = _load()
+#: Whether libdeflate could be loaded; when False, :func:`decode_into` must not be called.
+AVAILABLE = _LIB is not None
+
+
+class _Decompressor:
+    """A libdeflate decompressor, freed with its thread's locals."""
+
+    __slots__ = ("consumed", "pointer")
+
+    def __init__(self) -> None:
+        self.pointer = _LIB.libdeflate_alloc_decompressor()
+        if not self.pointer:
+            raise MemoryError("libdeflate_alloc_decompressor failed")
+        self.consumed = ctypes.c_size_t()
+
+    def __del__(self) -> None:
+        if self.pointer and _LIB is not None:
+            _LIB.libdeflate_free_decompressor(self.pointer)
+            self.pointer = None
+
+
+_local = threading.local()
+
+
+def _decompressor() -> _Decompressor:
+    found = getattr(_local, "decompressor", None)
+    if found is None:
+        found = _local.decompressor = _Decompressor()
+    return found
+
+
+def decode_into(wrapper: str, src: Any, src_size: int, dst: int, dst_size: int) -> bool:
+    """Decode one ``"zlib"`` or ``"gzip"`` stream into exactly ``dst_size`` bytes at ``dst``.
+
+    Parameters
+    ----------
+    wrapper
+        ``"zlib"`` (RFC 1950) or ``"gzip"`` (RFC 1952, one member).
+    src, src_size
+        The compressed bytes (``bytes`` or an address) and their length.
+    dst, dst_size
+        Address and size of the destination; libdeflate writes no byte past it.
+
+    Returns
+    -------
+    bool
+        True when the stream, trailer checked, decoded to exactly ``dst_size`` bytes and used
+        all ``src_size`` bytes; False otherwise (the destination may hold garbage).
+
+    Examples
+    --------
+    >>> import zlib, numpy as np
+    >>> stream = zlib.compress(bytes(range(8)))
+    >>> out = np.zeros(8, np.uint8)
+    >>> not AVAILABLE or decode_into("zlib", stream, len(stream), out.ctypes.data, 8)
+    True
+    >>> not AVAILABLE or not decode_into("zlib", stream[:-1], len(stream) - 1, out.ctypes.data, 8)
+    True
+    """
+    state = _decompressor()
+    lib = _LIB
+    function = lib.libdeflate_zlib_decompress_ex
+    if wrapper != "zlib":
+        function = lib.libdeflate_gzip_decompress_ex
+    status = function(
+        state.pointer, src, src_size, dst, dst_size, ctypes.byref(state.consumed), None
+    )
+    return status == _SUCCESS and state.consumed.value == src_size

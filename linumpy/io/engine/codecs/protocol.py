@@ -1,0 +1,138 @@
+"""What the engine asks of a compressor: the :class:`Compressor` protocol and the frame verdicts.
+
+A compressor is one package under :mod:`linumpy.io.engine.codecs` (``zstd``, ``zlib``...)
+implementing this protocol at module level. The read and write planners find it from zarr's
+metadata (:func:`~linumpy.io.engine.codecs.parse_codecs`), a plan carries it, and the run loop,
+the back ends, the GPU modules and the benchmarks ask it, never a compressor by name: adding a
+compressor is adding a package and, for GPU decoding, a line in the nvCOMP layer's table
+(:data:`linumpy.gpu.nvcomp.ALGORITHMS`).
+
+The verdicts of :meth:`Compressor.check_frames` say what each chunk may go to:
+
+- :data:`FRAME_GPU`: a chunk nvCOMP decodes (its :meth:`~Compressor.nvcomp_span`), of the
+  chunk's size;
+- :data:`FRAME_CHECKSUM`: the same, with a stored content checksum the GPU back end verifies
+  after the decode (:attr:`Compressor.CHECKSUM_BYTES` at the chunk's end);
+- :data:`FRAME_NEEDS_CHECK`: left to :meth:`~Compressor.inspect_chunk`, which raises a precise
+  error, or accepts the chunk for the CPU decoder (:meth:`~Compressor.decode`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__: list[str] = []
+
+#: Verdict: a chunk nvCOMP decodes to the chunk's size, no content checksum to verify.
+FRAME_GPU = 0
+#: Verdict: the same, with a stored content checksum for the GPU back end to verify.
+FRAME_CHECKSUM = 1
+#: Verdict: left to the compressor's ``inspect_chunk`` (and maybe its CPU decoder).
+FRAME_NEEDS_CHECK = 2
+
+BytesLike = bytes | bytearray | memoryview | np.ndarray
+
+
+class ChunkInfo(Protocol):
+    """What a compressor's ``inspect_chunk`` says of one chunk.
+
+    Examples
+    --------
+    >>> from linumpy.io.engine.codecs import parse_v2
+    >>> from numcodecs import Zstd
+    >>> info = parse_v2(Zstd(), None).compressor.inspect_chunk(Zstd().encode(b"ab"), key="c")
+    >>> info.verdict == FRAME_GPU, info.checksum
+    (True, None)
+    """
+
+    @property
+    def checksum(self) -> int | None:
+        """The stored content checksum, or None."""
+        ...
+
+    @property
+    def verdict(self) -> int:
+        """:data:`FRAME_GPU`, :data:`FRAME_CHECKSUM`, or :data:`FRAME_NEEDS_CHECK` (valid, but
+        only the CPU decoder takes it)."""
+        ...
+
+
+class Compressor(Protocol):
+    """A compressor as the engine uses it: one module per compressor implements it.
+
+    Attributes
+    ----------
+    NAME
+        The compressor's name in messages.
+    NVCOMP
+        The nvCOMP algorithm that decodes its :meth:`nvcomp_span` on the GPU (a key of
+        :data:`linumpy.gpu.nvcomp.ALGORITHMS`), or None: GPU reads then go through zarr.
+    NVCOMP_ENCODE
+        Whether nvCOMP writes chunks of it (the GPU writer's encoder).
+    CHECKSUM_BYTES
+        Bytes of the content checksum a :data:`FRAME_CHECKSUM` chunk ends with.
+    FAST_DECODE
+        Whether :meth:`decode_into` works here.
+
+    Examples
+    --------
+    >>> from linumpy.io.engine.codecs import COMPRESSORS
+    >>> sorted(c.NAME for c in COMPRESSORS)
+    ['gzip', 'zlib', 'zstd']
+    """
+
+    NAME: str
+    NVCOMP: str | None
+    NVCOMP_ENCODE: bool
+    CHECKSUM_BYTES: int
+    FAST_DECODE: bool
+
+    def config_of(self, codec: Any) -> tuple[int, bool] | None:
+        """Its level and checksum flag when ``codec`` (zarr v3 codec or zarr v2 compressor) is
+        this compressor, else None."""
+        ...
+
+    def check_frames(
+        self, buffer: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, expected_size: int
+    ) -> np.ndarray:
+        """Verdicts (int8) of many chunks of one host buffer, at once."""
+        ...
+
+    def inspect_chunk(
+        self, data: BytesLike, *, key: str, expected_size: int | None = None
+    ) -> ChunkInfo:
+        """Check one chunk; raise :class:`~linumpy.errors.ChunkDecodeError` naming ``key``."""
+        ...
+
+    def decode(
+        self,
+        data: BytesLike,
+        *,
+        key: str,
+        out: np.ndarray | None = None,
+        expected_size: int | None = None,
+        checked: bool = False,
+    ) -> np.ndarray:
+        """Check and decode one chunk on the CPU (into ``out`` when given)."""
+        ...
+
+    def decode_into(self, src: Any, src_size: int, dst: int, dst_size: int) -> bool:
+        """Decode bytes (``bytes`` or an address) into exactly ``dst_size`` bytes at ``dst``,
+        the GIL released; False on any doubt (:meth:`decode` then says what is wrong)."""
+        ...
+
+    def encoder(self, level: int, checksum: bool) -> Any:
+        """A numcodecs codec writing chunks of ``level`` (with content checksums when
+        ``checksum``)."""
+        ...
+
+    def nvcomp_span(self, offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where the bytes nvCOMP decodes lie in chunks at ``offsets`` of ``sizes``."""
+        ...
+
+    def set_checksum(self, frame: np.ndarray, checksum: int) -> None:
+        """Give a chunk nvCOMP wrote (followed by :attr:`CHECKSUM_BYTES` spare bytes) the content
+        checksum hashed on the device (compressors with :attr:`NVCOMP_ENCODE`)."""
+        ...
