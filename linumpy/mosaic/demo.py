@@ -201,7 +201,8 @@ def check_demo_space(
 
     A grid needs at most its uncompressed size (zstd stores no more, less the few bytes of its
     frames, which the margin of 1/64 covers); the free space is that of the nearest existing
-    folder of ``path``.
+    folder of ``path`` (not checked in a folder that cannot be written or on a file system that
+    reports no size: the write's own error, if any, says what is wrong).
 
     Parameters
     ----------
@@ -240,7 +241,12 @@ def check_demo_space(
         folder = Path(os.path.abspath(path))
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent
-        free_bytes = shutil.disk_usage(folder).free
+        usage = shutil.disk_usage(folder)
+        # A folder that cannot be written, or a file system of no size (sysfs, some network
+        # mounts): the write's own error, if any, says what is wrong.
+        if usage.total == 0 or not os.access(folder, os.W_OK):
+            return needed
+        free_bytes = usage.free
     if needed > free_bytes:
         raise DiskSpaceError(
             f"{path}: a {grid_shape[0]}x{grid_shape[1]} grid of {tuple(tile_shape)} tiles needs "
