@@ -107,3 +107,36 @@ def test_volume_with_leading_axes_of_one_is_projected(tmp_path: Path, shape: tup
     assert [a.name for a in coordinates.axes] == ["y", "x"]
     assert [a.unit for a in coordinates.axes] == ["nanometer"] * 2
     assert coordinates.scale == (2.0, 2.0) and coordinates.translation == (8.0, 9.0)
+
+
+def test_text_named_npy_is_one_line_without_unsafe_advice(tmp_path: Path, capsys) -> None:
+    from linumpy.scripts.linum_convert_to_omezarr import main
+
+    (tmp_path / "notes.npy").write_text("not an array\n")
+    with pytest.raises(SystemExit) as caught:
+        main([str(tmp_path / "notes.npy"), str(tmp_path / "out.ome.zarr")])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "not a .npy array of numbers" in err
+    assert "unsafe" not in err and "allow_pickle" not in err
+
+
+def test_levels_stop_at_one_voxel(tmp_path: Path, caplog) -> None:
+    import numpy as np
+
+    from linumpy.io import read_omezarr, save_omezarr
+
+    with caplog.at_level("WARNING", logger="linumpy.io.writer"):
+        save_omezarr(np.ones((4, 16, 8), np.uint8), tmp_path / "a", voxel_size=(1, 1, 1),
+                     n_levels=50)  # fmt: skip
+    assert "writing 5 levels" in caplog.text
+    assert read_omezarr(tmp_path / "a", level=4)[0].shape == (1, 1, 1)
+    with pytest.raises(LinumpyError, match="levels 0 to 4"):
+        read_omezarr(tmp_path / "a", level=5)
+
+
+def test_remote_install_hint_names_a_package_that_is_linumpys() -> None:
+    from linumpy.io.remote import REMOTE_INSTALL_HINT
+
+    assert "pip install obstore" in REMOTE_INSTALL_HINT
+    assert "linumpy[" not in REMOTE_INSTALL_HINT  # "linumpy" on the index is another project

@@ -42,7 +42,8 @@ __all__ = [
 ]
 
 #: How to get remote support.
-REMOTE_INSTALL_HINT = "install the remote extra (pip install 'linumpy[remote]', or obstore)"
+# "linumpy" on the package index is another project: the hint names the package itself
+REMOTE_INSTALL_HINT = "install obstore (pip install obstore)"
 #: Schemes of remote stores, and the obstore store each one opens.
 REMOTE_SCHEMES = {"http": "HTTPStore", "https": "HTTPStore", "s3": "S3Store", "gs": "GCSStore"}
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

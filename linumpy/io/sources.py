@@ -266,7 +266,7 @@ def open_image(path: str | os.PathLike[str], *, series: int | None = None) -> So
         raise SeriesError(f"{path}: only TIFF files have series")
     try:
         if suffix == ".npy":
-            data = np.load(path, mmap_mode="r")
+            data = _load_npy(path)
             image = SourceImage(data, _default_axes(path, data.ndim), tuple(range(data.ndim)))
         elif suffix in TIFF_SUFFIXES:
             image = _open_tiff_image(path, series or 0)
@@ -286,6 +286,19 @@ def open_image(path: str | os.PathLike[str], *, series: int | None = None) -> So
     if image.dtype.kind not in "biufc":
         raise LinumpyError(f"{path}: data of type {image.dtype} are not numbers")
     return image
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    """A ``.npy`` file as a memory map; anything else (text, pickles) a one-line LinumpyError."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        if "pickle" not in str(exc):
+            raise
+        # numpy's own message advises loading the file unsafely: never for a file to convert
+        raise LinumpyError(
+            f"{path}: not a .npy array of numbers (text, or pickled objects)"
+        ) from None
 
 
 def _default_axes(path: Path, ndim: int) -> tuple[Axis, ...]:

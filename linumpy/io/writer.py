@@ -7,6 +7,8 @@ and swapped in once complete. :func:`~linumpy.io.save_omezarr` writes a whole ar
 from __future__ import annotations
 
 import itertools
+import logging
+import math
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -108,6 +110,9 @@ def zstd_compressors(zarr_format: int, level: int, checksum: bool) -> Any:
     if not checksum:
         return [zarr.codecs.ZstdCodec(level=level, checksum=False)]
     return [zarr.codecs.ZstdCodec(level=level, checksum=True), zarr.codecs.Crc32cCodec()]
+
+
+logger = logging.getLogger(__name__)
 
 
 def _level_shapes(
@@ -290,6 +295,19 @@ class OmeZarrWriter:
             shards = "auto"  # computed for each level's shape
         if not isinstance(n_levels, int) or n_levels < 1:
             raise ValueError(f"n_levels must be a positive integer, got {n_levels!r}")
+        useful = 1 + max(
+            (math.ceil(math.log2(n)) for n, a in zip(self.shape, self.axes) if a.type == "space"),
+            default=0,
+        )
+        if n_levels > useful:  # more would be copies of a 1-voxel level
+            logger.warning(
+                "%s: n_levels %d: the image is 1 voxel wide at level %d; writing %d levels",
+                self.target,
+                n_levels,
+                useful - 1,
+                useful,
+            )
+            n_levels = useful
         check_chunk_count(self.shape, chunks, self.dtype.itemsize)
         self._staged: StagedWrite | None = None
         self._finalized = self._committed = self._created = False
