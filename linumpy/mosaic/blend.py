@@ -11,6 +11,7 @@ integer dtype that holds them; weights of 1).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from linumpy._numpy_or_cupy import array_module, to_numpy
-from linumpy.mosaic.pieces import Rect, minus, tile_pieces
+from linumpy.mosaic.pieces import Rect, TilePieces, minus, tile_pieces
 
 __all__ = ["PlacedTile", "blend_tiles", "store_values"]
 
@@ -155,11 +156,24 @@ def blend_tiles(
     inverse = xp.where(covered, 1.0 / xp.where(covered, weight_sum, 1.0), 0.0).astype(xp.float32)
     pieces = tile_pieces([tile.rect for tile in placed])
     in_place = out.dtype == np.float32  # the sums in the output's own pixels, normalised there
-    sums = out
-    if not in_place and any(p.first for p in pieces):
-        sums = xp.empty((depth, height, width), dtype=xp.float32)
+    # else each overlap piece's sums side by side in one buffer, reused from block to block (a
+    # fresh block-sized array costs its page faults, as much as the arithmetic)
+    starts = [] if in_place else _offsets(pieces, depth)
     largest = max((_area(r) for p in pieces for r in (*p.alone, *p.first, *p.added)), default=0)
-    scratch = xp.empty(depth * largest, dtype=xp.float32)
+    used = starts[-1][-1] if starts and starts[-1] else 0
+    buffer = _buffer(xp, used + depth * largest)
+    scratch = buffer[used:]
+
+    def sums(index: int, rect: Rect) -> Any:
+        """The sums of tile ``index``'s ``first`` piece ``rect``."""
+        if in_place:
+            return PlacedTile.slices(out, rect)
+        start = starts[index][pieces[index].first.index(rect)]
+        shape = (depth, rect[1] - rect[0], rect[3] - rect[2])
+        return buffer[start : start + depth * _area(rect)].reshape(shape)
+
+    firsts = [(i, rect) for i, part in enumerate(pieces) for rect in part.first]
+    earlier = np.cumsum([0] + [len(part.first) for part in pieces]).tolist()
     signed_zero = volume.dtype.kind in "fc"  # 0 + t * w turns -0.0 into 0.0
     copy = _exact_copy(volume.dtype, out.dtype)
     # where a tile's weights are 1 its float32 blend alone is the tile itself, t * 1 * (1 / 1)
@@ -170,7 +184,7 @@ def blend_tiles(
     def temporary(rect: Rect) -> Any:
         return scratch[: depth * _area(rect)].reshape(depth, rect[1] - rect[0], rect[3] - rect[2])
 
-    for tile, part in zip(placed, pieces):
+    for index, (tile, part) in enumerate(zip(placed, pieces)):
         alone = part.alone
         if core is not None and not copy:
             y, x = tile.position
@@ -197,22 +211,64 @@ def blend_tiles(
             if values is not target:
                 store_values(values, target)
         for rect in part.first:
-            values = PlacedTile.slices(sums, rect)
+            values = sums(index, rect)
             xp.multiply(tile.pixels(volume, rect), tile.weights(weights, rect), out=values)
             if signed_zero:
                 values += 0
         for rect in part.added:
-            weighted = temporary(rect)
-            xp.multiply(tile.pixels(volume, rect), tile.weights(weights, rect), out=weighted)
-            PlacedTile.slices(sums, rect)[...] += weighted
+            # the earlier tiles' pieces it adds to (their sums are laid out piece by piece)
+            parts = [(rect, (index, rect))] if in_place else []
+            if not in_place:
+                for i, first in firsts[: earlier[index]]:
+                    inner = _meet(rect, first)
+                    if inner is not None:
+                        parts.append((inner, (i, first)))
+            for inner, (i, first) in parts:
+                weighted = temporary(inner)
+                xp.multiply(tile.pixels(volume, inner), tile.weights(weights, inner), out=weighted)
+                if in_place:
+                    PlacedTile.slices(out, inner)[...] += weighted
+                    continue
+                local = (inner[0] - first[0], inner[1] - first[0], inner[2] - first[2])
+                local += (inner[3] - first[2],)
+                PlacedTile.slices(sums(i, first), local)[...] += weighted
         if on_tile is not None:
             on_tile()
+    for i, rect in firsts:
+        values = sums(i, rect)
+        values *= PlacedTile.slices(inverse, rect)
+        if not in_place:
+            store_values(values, PlacedTile.slices(out, rect))
+
+
+#: Each thread's buffer of overlap sums, kept from one block to the next (numpy only: cupy's
+#: memory pool reuses device memory itself).
+_BUFFERS = threading.local()
+
+
+def _buffer(xp: Any, size: int) -> Any:
+    """A flat float32 array of ``size`` elements, on the host this thread's reused buffer."""
+    if xp is not np:
+        return xp.empty(size, dtype=xp.float32)
+    buffer = getattr(_BUFFERS, "array", None)
+    if buffer is None or buffer.size < size:
+        buffer = np.empty(size, dtype=np.float32)
+        _BUFFERS.array = buffer
+    return buffer[:size]
+
+
+def _offsets(pieces: list[TilePieces], depth: int) -> list[list[int]]:
+    """Where each tile's ``first`` pieces start in a buffer laid out piece after piece, with the
+    end of the last as the last tile's last entry."""
+    offsets, start = [], 0
     for part in pieces:
+        row = []
         for rect in part.first:
-            values = PlacedTile.slices(sums, rect)
-            values *= PlacedTile.slices(inverse, rect)
-            if not in_place:
-                store_values(values, PlacedTile.slices(out, rect))
+            row.append(start)
+            start += depth * _area(rect)
+        offsets.append(row)
+    offsets.append([start])
+    return offsets
 
 
 def _area(rect: Rect) -> int:
