@@ -9,12 +9,13 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import zarr
 
 from linumpy.errors import LinumpyError
 from linumpy.io.ngff_validation import TYPES_BY_NAME, validate_image_attrs
+from linumpy.io.ngff_validation import NgffVersion as NgffVersion
 
 __all__ = [
     "Axis",
@@ -32,7 +33,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-NgffVersion = Literal["0.4", "0.5"]
 _DEFAULT_NAMES = "tczyx"
 
 #: More chunks than this at full resolution is an error whatever their size: file systems and

@@ -10,12 +10,12 @@ import functools
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from linumpy.errors import LinumpyError
 
-if TYPE_CHECKING:
-    from linumpy.io.metadata import NgffVersion
+# Defined here, below linumpy.io.metadata which uses it, so that neither imports the other back.
+NgffVersion = Literal["0.4", "0.5"]
 
 __all__ = ["TYPES_BY_NAME", "validate_image_attrs"]
 
