@@ -215,11 +215,13 @@ def blend_tiles(
             xp.multiply(tile.pixels(volume, rect), tile.weights(weights, rect), out=values)
             if signed_zero:
                 values += 0
+        # the earlier tiles' pieces this one adds to (their sums are laid out piece by piece)
+        below = [] if in_place or not part.added else firsts[: earlier[index]]
+        below = [(i, first) for i, first in below if _meet(tile.rect, first) is not None]
         for rect in part.added:
-            # the earlier tiles' pieces it adds to (their sums are laid out piece by piece)
             parts = [(rect, (index, rect))] if in_place else []
             if not in_place:
-                for i, first in firsts[: earlier[index]]:
+                for i, first in below:
                     inner = _meet(rect, first)
                     if inner is not None:
                         parts.append((inner, (i, first)))
