@@ -493,3 +493,40 @@ def test_cpu_projection_blocks_are_whole_shards_read_with_a_share_of_the_threads
     for region, overrides in calls:
         assert overrides == {"io_threads": 4}  # 8 threads shared by the 2 tasks at once
         assert all(s.start % 32 == 0 and s.stop - s.start == 32 for s in region[1:])  # a shard
+
+
+@pytest.mark.parametrize("threads", [2, 16])
+def test_uint16_stitch_blocks_decode_and_encode_each_chunk_once(tmp_path: Path, threads) -> None:
+    """An 8 x 8 grid of (512, 256, 256) uint16 tiles in linumpy's layout, stitched to uint16:
+    blocks take the grid's chunks whole in depth (each decoded once: whole planes on 2 threads;
+    on 16, halves of planes, a row of tiles read by both halves), and each output shard lies in
+    one block (each output chunk encoded once)."""
+    from linumpy.io.dask_write import shard_budget
+    from linumpy.io.layout import slab_shards
+    from linumpy.mosaic.pipeline import _bytes_per_byte, _output_chunks, _stitch_shards
+
+    array = zarr.create_array(
+        tmp_path / "grid.zarr",
+        shape=(512, 2048, 2048),
+        chunks=(32, 128, 128),
+        shards=(512, 256, 256),
+        dtype="uint16",
+    )  # metadata only
+    matrix = [[205.3, -7.2], [5.4, 203.7]]
+    transform = TileTransform(matrix, (50.0, 0.0), (256, 256), (8, 8)).normalized()
+    out_shape = (512, *transform.output_shape())
+    cluster = Cluster(threads=threads)
+    u16 = np.dtype(np.uint16)
+    chunks = _output_chunks(out_shape, None, 3, u16)
+    budget = shard_budget(cluster, per_byte=_bytes_per_byte(u16, 3, 3))
+    shards = _stitch_shards(array, transform, out_shape, chunks, budget, cluster, False, u16)
+    if shards == "auto":
+        shards = slab_shards(out_shape, chunks, u16, shard_bytes=budget)
+    block = plan_stitch_block(
+        array.shape, 2, transform, shards, cluster, array.chunks, source_shards=array.shards
+    )
+    assert chunks == (32, 128, 128) and block[0] % 32 == 0
+    for size, unit, extent in zip(block, shards, out_shape):
+        assert size % unit == 0 or size == extent
+    if threads == 2:
+        assert tuple(block[1:]) == tuple(out_shape[1:])
