@@ -140,3 +140,30 @@ def test_remote_install_hint_names_a_package_that_is_linumpys() -> None:
 
     assert "pip install obstore" in REMOTE_INSTALL_HINT
     assert "linumpy[" not in REMOTE_INSTALL_HINT  # "linumpy" on the index is another project
+
+
+def test_second_of_two_writers_to_one_output_is_told(tmp_path: Path) -> None:
+    import numpy as np
+
+    from linumpy.io import OmeZarrWriter, read_volume
+    from linumpy.io.staging import StagedWrite
+
+    target = tmp_path / "result.txt"
+    first, second = StagedWrite(target), StagedWrite(target)
+    first.path.write_text("first")
+    second.path.write_text("second")
+    first.commit()
+    with pytest.raises(LinumpyError, match="changed by another writer while this one ran"):
+        second.commit()
+    assert target.read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.txt"]  # nothing left behind
+
+    image = tmp_path / "image.ome.zarr"
+    kwargs = dict(voxel_size=(1, 1), always_stage=True)
+    one = OmeZarrWriter(image, (4, 4), np.uint8, **kwargs)
+    two = OmeZarrWriter(image, (4, 4), np.uint8, **kwargs)
+    one[...], two[...] = np.full((4, 4), 1, np.uint8), np.full((4, 4), 2, np.uint8)
+    one.finalize()
+    with pytest.raises(LinumpyError, match="another writer"):
+        two.finalize()
+    assert (read_volume(image) == 1).all()

@@ -176,6 +176,8 @@ class StagedWrite:
             raise LinumpyError(f"{target}: not a file or directory name to write")
         self.durable = settings.get().durable if durable is None else bool(durable)
         recover_staging(self.target)
+        # what the target is now: another writer's commit before this one's is not replaced
+        self._found = identity(self.target)
         name = f".{self.target.name[:PREFIX_CHARS]}.{secrets.token_hex(4)}{STAGING_SUFFIX}"
         self.staging = self.target.parent / name
         self.staging.mkdir(parents=True)
@@ -214,7 +216,9 @@ class StagedWrite:
         Raises
         ------
         LinumpyError
-            When nothing was written at :attr:`path`.
+            When nothing was written at :attr:`path`, or when another writer replaced, created
+            or removed the target since this write began (its output is kept; this one is
+            thrown away).
         OSError
             When flushing or a rename fails: the target is left as it was.
         """
@@ -222,6 +226,12 @@ class StagedWrite:
             return
         if not exists(self.path):
             raise LinumpyError(f"{self.target}: nothing was written to replace it with")
+        if identity(self.target) != self._found:
+            self.abort()
+            raise LinumpyError(
+                f"{self.target}: changed by another writer while this one ran; kept as that "
+                "writer left it, this write thrown away (run it again to replace it)"
+            )
         _step("flush")
         if self.durable and not flushed_on_commit(self.staging.parent):  # else the outer write's
             flush_tree(self.staging)
