@@ -17,8 +17,9 @@ import pytest
 import zarr
 
 from linumpy.errors import UnsupportedLayoutError
-from linumpy.gpu.encode import _finish_file
+from linumpy.gpu.encode import GPU_ENCODER, _finish_file
 from linumpy.io import OmeZarrWriter, read_volume, save_omezarr
+from linumpy.io.block_write import device_encoder
 from linumpy.io.engine import write as write_module
 from linumpy.io.engine.write import write_array
 from linumpy.io.engine.write_files import empty_rows, write_file
@@ -307,7 +308,7 @@ def test_gpu_writes_what_zarr_reads_on_the_cpu(tmp_path: Path, layout: str) -> N
     data = sample()
     ours, cpu = create(tmp_path / "g.zarr", layout), create(tmp_path / "c.zarr", layout)
     with write_module.encode_min_bytes(1):
-        report = write_array(ours, cupy.asarray(data))
+        report = write_array(ours, cupy.asarray(data), encoder=GPU_ENCODER)
     assert report.backend == "gpu"
     write_array(cpu, data)
     back = zarr.open_array(str(tmp_path / "g.zarr"))[...]  # libzstd verifies checksums, crc32c
@@ -325,10 +326,12 @@ def test_gpu_small_groups_and_dtypes(tmp_path: Path, dtype: str, fill: float) ->
     array = create(tmp_path / "g.zarr", "sharded-crc32c", dtype, fill)
     # one shard per group: several groups, the host buffers taking turns
     with write_module.encode_min_bytes(1):
-        report = write_array(array, cupy.asarray(data), settings={"scratch_bytes": 1})
+        report = write_array(
+            array, cupy.asarray(data), settings={"scratch_bytes": 1}, encoder=GPU_ENCODER
+        )
     assert report.backend == "gpu" and report.chunks_empty > 0
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "g.zarr"))[...], data)
-    write_array(array, cupy.asarray(data[16:]), (slice(16, None),))
+    write_array(array, cupy.asarray(data[16:]), (slice(16, None),), encoder=GPU_ENCODER)
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "g.zarr"))[...], data)
 
 
@@ -341,13 +344,18 @@ def test_small_device_writes_are_encoded_on_the_cpu(tmp_path: Path) -> None:
         str(tmp_path / "s.zarr"), shape=data.shape, chunks=CHUNKS, dtype=data.dtype
     )
     with write_module.encode_min_bytes(1 << 30):
-        small = write_array(array, cupy.asarray(data))
+        small = write_array(array, cupy.asarray(data), encoder=GPU_ENCODER)
     assert small.backend == "cpu"
     np.testing.assert_array_equal(array[...], data)
     with write_module.encode_min_bytes(1):
-        large = write_array(array, cupy.asarray(data + 1))
+        large = write_array(array, cupy.asarray(data + 1), encoder=GPU_ENCODER)
     assert large.backend == "gpu"
     np.testing.assert_array_equal(array[...], data + 1)
+    # The engine imports nothing of the GPU layer: without an encoder, device data is encoded on
+    # the host; store_block looks nvCOMP's encoder up for cupy blocks.
+    with write_module.encode_min_bytes(1):
+        assert write_array(array, cupy.asarray(data)).backend == "cpu"
+    assert device_encoder(cupy.asarray(data)) is GPU_ENCODER
 
 
 @pytest.mark.gpu

@@ -365,9 +365,11 @@ def _remover(path: Path) -> Callable[[], None]:
 
 def _engine_write(path: Path, volume: Any, layout: Layout, codec: Any) -> Any:
     """Create the array as :func:`write_volume` does, then fill it with linumpy's write engine."""
+    from linumpy.io.block_write import device_encoder
     from linumpy.io.engine.write import write_array
 
-    return write_array(_create(path, volume, layout, codec), volume)
+    array = _create(path, volume, layout, codec)
+    return write_array(array, volume, encoder=device_encoder(volume))
 
 
 def _codecs(zstd: type, level: int, checksum: bool) -> Any:

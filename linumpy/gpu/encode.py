@@ -251,3 +251,21 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
         report.add(*outcome)
     report.phases = phases
     return report
+
+
+class _GpuEncoder:
+    """nvCOMP's encoder as the write engine asks it
+    (:class:`~linumpy.io.engine.write.DeviceEncoder`)."""
+
+    def unusable_reason(self, plan: WritePlan) -> str | None:
+        """See :func:`gpu_encode_unusable_reason`."""
+        return gpu_encode_unusable_reason(plan)
+
+    def write(self, plan: WritePlan, data: Any, config: Settings) -> WriteReport:
+        """See :func:`write_gpu`."""
+        return write_gpu(plan, data, config)
+
+
+#: The write engine's encoder of cupy data, looked up by
+#: :func:`linumpy.io.block_write.device_encoder`.
+GPU_ENCODER = _GpuEncoder()

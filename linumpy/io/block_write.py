@@ -11,12 +11,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import zarr
 
-from linumpy._numpy_or_cupy import to_numpy
+from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.errors import UnsupportedLayoutError
 from linumpy.io.durable import flush_on_worker
-from linumpy.io.engine.write import write_array
+from linumpy.io.engine.write import DeviceEncoder, write_array
 
 __all__ = ["store_block"]
 
@@ -44,6 +45,23 @@ def _as_region(key: Any, shape: tuple[int, ...]) -> tuple[slice, ...] | None:
     return tuple(region)
 
 
+def device_encoder(data: Any) -> DeviceEncoder | None:
+    """The write engine's encoder of ``data``: nvCOMP's for a cupy array (the GPU layer imported
+    only then), None for host data (the CPU encodes it).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> device_encoder(np.zeros(4)) is None
+    True
+    """
+    if array_module(data) is np:
+        return None
+    from linumpy.gpu.encode import GPU_ENCODER
+
+    return GPU_ENCODER
+
+
 def store_block(
     array: zarr.Array, key: Any, block: Any, settings: Mapping[str, Any] | None = None
 ) -> None:
@@ -64,7 +82,7 @@ def store_block(
     written = False
     if region is not None and hasattr(block, "shape") and hasattr(block, "dtype"):
         try:
-            write_array(array, block, region, settings=settings)
+            write_array(array, block, region, settings=settings, encoder=device_encoder(block))
             written = True
         except UnsupportedLayoutError as exc:
             logger.debug("%s: zarr writes %s: %s", array.store, key, exc)

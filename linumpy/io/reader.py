@@ -1,22 +1,25 @@
 """:func:`read_volume`: a zarr volume, or a region of it, into host or GPU memory.
 
-Both destinations go through the same read orchestrator (:func:`linumpy.io.engine.read.read`):
-the CPU back end decodes with libzstd in threads, the GPU back end (:mod:`linumpy.gpu`) with
-nvCOMP. Layouts the engine does not plan are read by zarr itself. What the last read of a thread
-did: :func:`linumpy.io.engine.read.last_read_report`.
+A read goes down once: :func:`read_to` opens the array, names it (one label in every error, for
+both destinations), looks up the destination's back end (the GPU's imported only when asked for)
+and hands both to the read orchestrator (:func:`linumpy.io.engine.read.read`). The CPU back end
+decodes with the array's compressor in threads, the GPU back end
+(:class:`linumpy.gpu.gpu_read.GpuRead`) with nvCOMP; layouts the engine does not plan are read by
+zarr itself. :func:`linumpy.gpu.zarr_io.read_zarr_to_gpu` is an alias of the GPU destination.
+What the last read of a thread did: :func:`linumpy.io.engine.read.last_read_report`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from linumpy import settings as _settings
 from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError, LinumpyError
 from linumpy.io.engine.cpu import CpuRead
-from linumpy.io.engine.read import read
+from linumpy.io.engine.read import ReadBackend, read
 from linumpy.io.omezarr import open_array
 from linumpy.io.stores import SourceLike, describe
 
@@ -86,6 +89,39 @@ def read_volume(
     >>> read_volume(path, region=(slice(0, 1),), settings={"io_threads": 1}).shape
     (1, 16, 16)
     """
+    return read_to(
+        "gpu" if gpu else "cpu",
+        path,
+        level=level,
+        region=region,
+        settings=settings,
+        storage_options=storage_options,
+    )
+
+
+Destination = Literal["cpu", "gpu"]
+
+
+def read_to(
+    destination: Destination,
+    path: SourceLike,
+    *,
+    level: int = 0,
+    region: slice | Sequence[slice] | None = None,
+    out: Any = None,
+    settings: _settings.Settings | Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Any:
+    """:func:`read_volume` to a destination, into ``out`` when given (see :func:`read_volume`).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint8")
+    >>> out = np.zeros(4, np.uint8)
+    >>> read_to("cpu", array, out=out) is out
+    True
+    """
     resolved = _settings.resolve(settings)
     array = open_array(path, level, storage_options=storage_options)
     source = f"{describe(path)} (level {level})"
@@ -94,12 +130,20 @@ def read_volume(
             f"{source}: dtype {array.dtype} is not supported; read_volume reads numeric arrays "
             "(bool, integers, floats, complex)"
         )
-    if gpu:
-        try:
-            from linumpy.gpu.zarr_io import read_zarr_to_gpu
-        except ImportError as exc:
-            raise GPUUnavailableError(
-                f"read_volume(gpu=True) needs linumpy's GPU support ({exc}): {GPU_INSTALL_HINT}"
-            ) from None
-        return read_zarr_to_gpu(array, region=region, settings=resolved)
-    return read(array, region, backend=CpuRead(), settings=resolved, source=source)
+    backend = _backend(destination)
+    return read(array, region, backend=backend, settings=resolved, source=source, out=out)
+
+
+def _backend(destination: Destination) -> ReadBackend:
+    """The read back end of ``destination``; the GPU's is imported only when asked for."""
+    if destination == "cpu":
+        return CpuRead()
+    try:
+        from linumpy.gpu.availability import require_gpu
+        from linumpy.gpu.gpu_read import GpuRead
+    except ImportError as exc:
+        raise GPUUnavailableError(
+            f"read_volume(gpu=True) needs linumpy's GPU support ({exc}): {GPU_INSTALL_HINT}"
+        ) from None
+    require_gpu("read_volume(gpu=True)")
+    return GpuRead()

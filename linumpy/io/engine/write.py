@@ -2,14 +2,15 @@
 
 A whole numpy or cupy array (or a region aligned to the array's files) is written into an existing
 zarr v3 array. The plan (:mod:`~linumpy.io.engine.write_plan`) names the files; :func:`write_array`
-hands the chunks to one of two encoders: libzstd in a thread pool for numpy data
-(:mod:`~linumpy.io.engine.write_cpu`), nvCOMP for cupy data (:mod:`linumpy.gpu.encode`, imported
-only then). Both assemble each file (frames, their crc32c, the shard index) and write it whole with
-one ``open`` and one ``writev``, in a thread pool (:mod:`~linumpy.io.engine.write_files`). The
-files mean what zarr's would: chunks equal to the fill value everywhere are left out (a file with
-nothing left is removed), edge chunks are padded with the fill value, inner chunks are laid out in
-zarr's order. Layouts the plan does not know raise :class:`UnsupportedLayoutError`, and callers
-let zarr write.
+hands the chunks to one of two encoders: the array's compressor in a thread pool for numpy data
+(:mod:`~linumpy.io.engine.write_cpu`), or the :class:`DeviceEncoder` its caller looked up for device
+data (nvCOMP for cupy data: :data:`linumpy.gpu.encode.GPU_ENCODER`, found by
+:func:`linumpy.io.block_write.device_encoder`); the engine imports nothing of the GPU layer. Both
+assemble each file (frames, their crc32c, the shard index) and write it whole with one ``open`` and
+one ``writev``, in a thread pool (:mod:`~linumpy.io.engine.write_files`). The files mean what zarr's
+would: chunks equal to the fill value everywhere are left out (a file with nothing left is removed),
+edge chunks are padded with the fill value, inner chunks are laid out in zarr's order. Layouts the
+plan does not know raise :class:`UnsupportedLayoutError`, and callers let zarr write.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import zarr
@@ -26,9 +27,28 @@ from linumpy import settings as settings_module
 from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.io.engine.write_cpu import write_cpu
 from linumpy.io.engine.write_files import WriteReport, make_directories
-from linumpy.io.engine.write_plan import check_data, plan_write
+from linumpy.io.engine.write_plan import WritePlan, check_data, plan_write
 
 __all__: list[str] = []
+
+
+class DeviceEncoder(Protocol):
+    """What :func:`write_array` asks of the encoder of device data.
+
+    Examples
+    --------
+    >>> from linumpy.io.block_write import device_encoder
+    >>> device_encoder(np.zeros(2)) is None  # host data: the CPU encodes it
+    True
+    """
+
+    def unusable_reason(self, plan: WritePlan) -> str | None:
+        """Why it cannot encode this plan's chunks (then the CPU does), or None."""
+        ...
+
+    def write(self, plan: WritePlan, data: Any, config: settings_module.Settings) -> WriteReport:
+        """Encode and write ``data`` (the plan's region, on the device)."""
+        ...
 
 
 #: The smallest device array the GPU encodes, per I/O thread: below about 2 MiB per host thread
@@ -86,12 +106,14 @@ def write_array(
     region: slice | Sequence[slice] | None = None,
     *,
     settings: settings_module.Settings | Mapping[str, Any] | None = None,
+    encoder: DeviceEncoder | None = None,
 ) -> WriteReport:
     """Write ``data`` into ``array[region]`` without zarr's codec pipeline.
 
-    cupy data is encoded on its GPU with nvCOMP (:mod:`linumpy.gpu.encode`); anything else with
-    libzstd in ``settings.io_threads`` threads. Files are written into the array's directory,
-    each whole, in as many threads.
+    Device data is encoded on its device by ``encoder`` (nvCOMP for cupy data, as
+    :func:`linumpy.io.block_write.device_encoder` finds it) when large enough; anything else by
+    the array's compressor in ``settings.io_threads`` threads. Files are written into the
+    array's directory, each whole, in as many threads.
 
     Parameters
     ----------
@@ -105,6 +127,9 @@ def write_array(
         chunks when unsharded) and ending on it or at the array's end.
     settings
         :class:`~linumpy.settings.Settings` or a dict of fields overriding the current ones.
+    encoder
+        The encoder of device data; without one, device data is copied to the host and encoded
+        there.
 
     Returns
     -------
@@ -132,11 +157,9 @@ def write_array(
     config = settings_module.resolve(settings)
     make_directories(plan)
     if array_module(data) is not np:
-        from linumpy.gpu.encode import gpu_encode_unusable_reason, write_gpu
-
         small = int(data.nbytes) < gpu_encode_min_bytes(config)
-        if not small and gpu_encode_unusable_reason(plan) is None:
-            report = write_gpu(plan, data, config)
+        if encoder is not None and not small and encoder.unusable_reason(plan) is None:
+            report = encoder.write(plan, data, config)
             report.seconds = time.perf_counter() - started
             return report
         data = to_numpy(data)
