@@ -59,7 +59,7 @@ class HostDecodeBackend(CpuBackend):
 
     Examples
     --------
-    What :class:`~linumpy.gpu.zarr_io.GpuRead` does for such a plan:
+    What :class:`~linumpy.gpu.gpu_read.GpuRead` does for such a plan:
 
     >>> out = cupy.empty(plan.shape, plan.dtype)  # doctest: +SKIP
     >>> backend = HostDecodeBackend(plan, threads=16, out=out, ready=after_current_stream([]))

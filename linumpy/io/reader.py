@@ -18,7 +18,7 @@ import numpy as np
 
 from linumpy import settings as _settings
 from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError, LinumpyError
-from linumpy.io.engine.cpu import CpuRead
+from linumpy.io.engine.cpu_read import CpuRead
 from linumpy.io.engine.read import ReadBackend, read
 from linumpy.io.omezarr import open_array
 from linumpy.io.stores import SourceLike, describe

@@ -22,7 +22,7 @@ import mmap
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +42,6 @@ from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
 from linumpy.io.engine.read import execute, output_nbytes
 from linumpy.io.engine.run import Fetched, Stats
-from linumpy.settings import Settings
 
 __all__: list[str] = []
 
@@ -421,46 +420,6 @@ class CpuBackend:
         self._pool.shutdown()
 
 
-class CpuRead:
-    """The CPU back end as the read orchestrator asks it: host memory checks, zarr's own read
-    as the fallback, a :class:`CpuBackend` (see :class:`~linumpy.io.engine.read.ReadBackend`).
-
-    Examples
-    --------
-    See :func:`linumpy.io.engine.read.read`:
-
-    >>> CpuRead().name
-    'cpu'
-    """
-
-    name: Literal["cpu"] = "cpu"
-
-    def check_output(self, shape: tuple[int, ...], dtype: np.dtype, source: str) -> None:
-        """Refuse an output larger than the host's available memory."""
-        check_host_memory(output_nbytes(shape, dtype), source, f"an output of shape {shape}")
-
-    def obstacle(self, plan: ReadPlan) -> str | None:
-        """None: the CPU back end reads every planned layout."""
-        return None
-
-    def through_zarr(self, array: Any, region: tuple[slice, ...], out: Any) -> Any:
-        """zarr's own read of the region."""
-        if out is None:
-            return array[region]
-        out[...] = array[region]
-        return out
-
-    def choose_reader(self, plan: ReadPlan, settings: Any) -> tuple[str, str]:
-        """``pread``: threads read their own chunks (remote ones from the read ahead)."""
-        local = plan.remote is None
-        return "pread", "threads read their own chunks" + ("" if local else ", fetched ahead")
-
-    def open(self, plan: ReadPlan, settings: Any, reader: str, out: Any) -> CpuBackend:
-        """Check the threads' buffers against host memory; allocate the output."""
-        check_thread_memory(plan, settings.io_threads)
-        return CpuBackend(plan, threads=settings.io_threads, out=out)
-
-
 def check_thread_memory(plan: ReadPlan, threads: int) -> None:
     """Raise MemoryLimitError unless the host has room for ``threads`` decoding threads' buffers.
 
@@ -517,7 +476,9 @@ def read_plan(
            [ 8,  9, 10, 11]], dtype=int16)
     """
     if out is None:
-        CpuRead().check_output(plan.shape, plan.dtype, plan.source)
-    backend = CpuRead().open(plan, Settings(io_threads=threads), reader, out)
+        nbytes, shape = output_nbytes(plan.shape, plan.dtype), plan.shape
+        check_host_memory(nbytes, plan.source, f"an output of shape {shape}")
+    check_thread_memory(plan, threads)
+    backend = CpuBackend(plan, threads=threads, out=out)
     stats = execute(plan, backend, reader=reader, threads=threads)
     return backend.out, stats

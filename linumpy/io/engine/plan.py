@@ -9,7 +9,7 @@ optionally followed by ``crc32c`` (checked before decoding, see :mod:`linumpy.io
 zarr v3 sharding with those inner codecs (the shard index is read and its crc32c checked while
 planning); zarr v2 with a registered compressor (``zstd``, ``zlib``, ``gzip``) and no filters
 (the chains :mod:`linumpy.io.engine.codecs` recognises). Anything else raises
-:class:`UnsupportedLayoutError` so that callers fall back to zarr itself.
+:class:`~linumpy.errors.UnsupportedLayoutError` so that callers fall back to zarr itself.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import zarr
-from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
-from zarr.storage import LocalStore
 
-from linumpy.errors import UnsupportedLayoutError
-from linumpy.io.engine.codecs import DEFAULT, parse_codecs, parse_v2
+from linumpy.io.engine.array_layout import ArrayLayout, parse_layout
+from linumpy.io.engine.codecs import DEFAULT
 from linumpy.io.engine.codecs.protocol import Compressor
 from linumpy.io.engine.fetch import EMPTY_INNER_CHUNK, SHARD_INDEX_ENTRY, read_shard_index
 from linumpy.io.engine.keys import chunk_keys
@@ -240,82 +238,6 @@ class ReadPlan:
         return tuple(self.entry(i) for i in np.flatnonzero(~self.stored).tolist())
 
 
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    root: str
-    grid_shape: tuple[int, ...]  # chunks, or shards when sharded
-    chunk_shape: tuple[int, ...]  # decoded (inner) chunks
-    stored_dtype: np.dtype
-    order: Literal["C", "F"]
-    shard_index_location: Literal["start", "end"] | None  # None: not sharded
-    shard_index_crc32c: bool
-    codec: Compressor
-    chunk_crc32c: bool = False
-    remote: Any = None  # the RangeClient of a remote store
-
-
-def _parse_layout(array: zarr.Array) -> _Layout:
-    store = array.store
-    remote = None
-    if isinstance(store, LocalStore):
-        root = os.path.join(str(store.root), array.path)
-    else:  # chunks named by URL, fetched by fetch_remote
-        from linumpy.io.engine.fetch_remote import remote_root
-
-        root, remote = remote_root(array)
-    metadata = array.metadata
-    dtype = np.dtype(array.dtype)
-    if metadata.zarr_format == 2:
-        chain = parse_v2(metadata.compressor, metadata.filters)
-        chunks = tuple(array.chunks)
-        return _Layout(
-            root,
-            chunks,
-            chunks,
-            dtype,
-            metadata.order,
-            None,
-            False,
-            chain.compressor,
-            remote=remote,
-        )
-    codecs = metadata.codecs
-    sharding = None
-    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
-        sharding = codecs[0]
-        codecs = sharding.codecs
-        index_codecs = sharding.index_codecs
-        if not (
-            isinstance(index_codecs[0], BytesCodec)
-            and index_codecs[0].endian in (None, "little")
-            and index_codecs[1:] in ((), (Crc32cCodec(),))
-        ):
-            raise UnsupportedLayoutError(f"shard index codecs {index_codecs} are not bytes+crc32c")
-    chain = parse_codecs(codecs)
-    crc = chain.crc32c
-    endian = chain.endian
-    stored = dtype if endian is None else dtype.newbyteorder("<" if endian == "little" else ">")
-    if sharding is None:
-        chunks = tuple(array.chunks)
-        return _Layout(
-            root, chunks, chunks, stored, "C", None, False, chain.compressor, crc, remote
-        )
-    return _Layout(
-        root,
-        tuple(array.shards),
-        tuple(sharding.chunk_shape),
-        stored,
-        "C",
-        sharding.index_location.value
-        if hasattr(sharding.index_location, "value")
-        else sharding.index_location,
-        len(sharding.index_codecs) == 2,
-        chain.compressor,
-        crc,
-        remote,
-    )
-
-
 #: Host bytes a plan holds per chunk (coordinates, offsets, sizes, flags), for the memory check.
 _PLAN_BYTES_PER_CHUNK = 96
 
@@ -372,7 +294,7 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
     >>> len(plan.reads), len(plan.missing)
     (1, 3)
     """
-    layout = _parse_layout(array)
+    layout = parse_layout(array)
     return _plan(array, layout, parse_region(region, array.shape, layout.root))
 
 
@@ -387,10 +309,10 @@ def plan_region(array: zarr.Array, region: Region) -> ReadPlan:
     >>> plan_region(array, parse_region((slice(1, 3),), array.shape)).n_entries
     2
     """
-    return _plan(array, _parse_layout(array), region)
+    return _plan(array, parse_layout(array), region)
 
 
-def _plan(array: zarr.Array, layout: _Layout, region: Region) -> ReadPlan:
+def _plan(array: zarr.Array, layout: ArrayLayout, region: Region) -> ReadPlan:
     source = layout.root
     metadata = array.metadata
     fill = metadata.fill_value
@@ -428,13 +350,13 @@ def _plan(array: zarr.Array, layout: _Layout, region: Region) -> ReadPlan:
 _Entries = tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _prefix(layout: _Layout) -> str:
+def _prefix(layout: ArrayLayout) -> str:
     """What precedes a chunk's key in its name: the array's folder, or its URL."""
     sep = "/" if layout.remote is not None else os.sep
     return layout.root.rstrip(sep) + sep
 
 
-def _unsharded(metadata: Any, layout: _Layout, coords: np.ndarray) -> _Entries:
+def _unsharded(metadata: Any, layout: ArrayLayout, coords: np.ndarray) -> _Entries:
     """One file per chunk, sized when read."""
     files = tuple(chunk_keys(metadata, coords, _prefix(layout)))
     n = len(files)
@@ -447,7 +369,7 @@ def _unsharded(metadata: Any, layout: _Layout, coords: np.ndarray) -> _Entries:
     )
 
 
-def _sharded(metadata: Any, layout: _Layout, coords: np.ndarray) -> _Entries:
+def _sharded(metadata: Any, layout: ArrayLayout, coords: np.ndarray) -> _Entries:
     """Inner chunks of shards: each shard index is read once (in this thread: the reads are too
     short to gain from threads) and looked up for all its chunks at once."""
     per_shard = tuple(s // c for s, c in zip(layout.grid_shape, layout.chunk_shape))

@@ -7,9 +7,9 @@ through zarr (the back end's fallback) or opens the back end's run-loop
 :class:`~linumpy.io.engine.run.Backend` and executes the plan (:func:`execute`). Every read, on
 the CPU or the GPU, ends with the same :class:`ReadReport` (:func:`last_read_report`).
 
-Back ends: :class:`linumpy.io.engine.cpu.CpuRead` (libzstd threads, numpy output) and
-:class:`linumpy.gpu.zarr_io.GpuRead` (nvCOMP, cupy output). This module imports neither: the
-caller hands one in.
+Back ends: :class:`linumpy.io.engine.cpu_read.CpuRead` (the compressor's CPU decoder in threads,
+numpy output) and :class:`linumpy.gpu.gpu_read.GpuRead` (nvCOMP, cupy output). This module
+imports neither: :func:`linumpy.io.reader.read_to` looks the destination's up and hands it in.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class ReadReport:
     Examples
     --------
     >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.cpu import CpuRead
+    >>> from linumpy.io.engine.cpu_read import CpuRead
     >>> from linumpy.settings import Settings
     >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
     ...                           dtype="uint8")
@@ -108,7 +108,7 @@ class ReadBackend(Protocol):
 
     Examples
     --------
-    >>> from linumpy.io.engine.cpu import CpuRead
+    >>> from linumpy.io.engine.cpu_read import CpuRead
     >>> CpuRead().name
     'cpu'
     """
@@ -210,8 +210,8 @@ def read(
     region
         A slice or tuple of slices (step 1); the whole array when None.
     backend
-        The back end: :class:`~linumpy.io.engine.cpu.CpuRead` or
-        :class:`~linumpy.gpu.zarr_io.GpuRead`.
+        The back end: :class:`~linumpy.io.engine.cpu_read.CpuRead` or
+        :class:`~linumpy.gpu.gpu_read.GpuRead`.
     settings
         The call's resolved settings.
     source

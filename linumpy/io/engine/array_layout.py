@@ -1,0 +1,113 @@
+"""What an array's metadata says of how its chunks are stored, for the plan stage.
+
+:func:`parse_layout` reads a zarr array's metadata once: where its chunks are (a local folder, or
+a remote store's URL and client), the chunk or shard grid, the decoded (inner) chunk's shape,
+dtype and memory order, the shard index's place and checksum, and the codec chain's compressor
+(recognised by :mod:`linumpy.io.engine.codecs`). Layouts outside these raise
+:class:`~linumpy.errors.UnsupportedLayoutError`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import zarr
+from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+from zarr.storage import LocalStore
+
+from linumpy.errors import UnsupportedLayoutError
+from linumpy.io.engine.codecs import parse_codecs, parse_v2
+from linumpy.io.engine.codecs.protocol import Compressor
+
+__all__: list[str] = []
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayLayout:
+    """How an array's chunks are stored (see the module docstring).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
+    ...                           shards=(8,), dtype="uint16")
+    >>> layout = parse_layout(array)
+    >>> layout.grid_shape, layout.chunk_shape, layout.shard_index_location, layout.codec.NAME
+    ((8,), (4,), 'end', 'zstd')
+    """
+
+    root: str
+    grid_shape: tuple[int, ...]  # chunks, or shards when sharded
+    chunk_shape: tuple[int, ...]  # decoded (inner) chunks
+    stored_dtype: np.dtype
+    order: Literal["C", "F"]
+    shard_index_location: Literal["start", "end"] | None  # None: not sharded
+    shard_index_crc32c: bool
+    codec: Compressor
+    chunk_crc32c: bool = False
+    remote: Any = None  # the RangeClient of a remote store
+
+
+def parse_layout(array: zarr.Array) -> ArrayLayout:
+    store = array.store
+    remote = None
+    if isinstance(store, LocalStore):
+        root = os.path.join(str(store.root), array.path)
+    else:  # chunks named by URL, fetched by fetch_remote
+        from linumpy.io.engine.fetch_remote import remote_root
+
+        root, remote = remote_root(array)
+    metadata = array.metadata
+    dtype = np.dtype(array.dtype)
+    if metadata.zarr_format == 2:
+        chain = parse_v2(metadata.compressor, metadata.filters)
+        chunks = tuple(array.chunks)
+        return ArrayLayout(
+            root,
+            chunks,
+            chunks,
+            dtype,
+            metadata.order,
+            None,
+            False,
+            chain.compressor,
+            remote=remote,
+        )
+    codecs = metadata.codecs
+    sharding = None
+    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
+        sharding = codecs[0]
+        codecs = sharding.codecs
+        index_codecs = sharding.index_codecs
+        if not (
+            isinstance(index_codecs[0], BytesCodec)
+            and index_codecs[0].endian in (None, "little")
+            and index_codecs[1:] in ((), (Crc32cCodec(),))
+        ):
+            raise UnsupportedLayoutError(f"shard index codecs {index_codecs} are not bytes+crc32c")
+    chain = parse_codecs(codecs)
+    crc = chain.crc32c
+    endian = chain.endian
+    stored = dtype if endian is None else dtype.newbyteorder("<" if endian == "little" else ">")
+    if sharding is None:
+        chunks = tuple(array.chunks)
+        return ArrayLayout(
+            root, chunks, chunks, stored, "C", None, False, chain.compressor, crc, remote
+        )
+    return ArrayLayout(
+        root,
+        tuple(array.shards),
+        tuple(sharding.chunk_shape),
+        stored,
+        "C",
+        sharding.index_location.value
+        if hasattr(sharding.index_location, "value")
+        else sharding.index_location,
+        len(sharding.index_codecs) == 2,
+        chain.compressor,
+        crc,
+        remote,
+    )
