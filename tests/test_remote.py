@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from tests.remote_server import RangeRequestHandler, serve_directory
 
 from linumpy import settings
 from linumpy.errors import (
@@ -32,6 +31,7 @@ from linumpy.errors import (
 from linumpy.io import open_array, open_volume, read_axes, read_omezarr, read_volume, save_omezarr
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.stores import open_store, parse_source
+from tests.remote_server import RangeRequestHandler, serve_directory
 from tests.zarr_layouts import CHUNKS, LAYOUTS, REGIONS, SHAPE, make_array, sample_data
 
 pytest.importorskip("obstore")

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from tests.remote_server import RangeRequestHandler, serve_directory
 
 from linumpy.io import open_array, read_omezarr, read_volume, save_omezarr
 from linumpy.io.stores import METADATA_NAMES, MetadataOnceStore, open_store, parse_source
+from tests.remote_server import RangeRequestHandler, serve_directory
 from tests.zarr_layouts import CHUNKS, LAYOUTS, SHAPE, make_array, sample_data
 
 pytest.importorskip("obstore")

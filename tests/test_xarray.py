@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from tests.remote_server import serve_directory
 
 from linumpy.io import open_volume, read_volume, save_omezarr
 from linumpy.io.labelled import napari_image, open_dataarray, placement
+from tests.remote_server import serve_directory
 from tests.zarr_layouts import sample_data
 
 xr = pytest.importorskip("xarray")
