@@ -77,12 +77,17 @@ class ChunkDecodeError(LinumpyError, ValueError):
 
     Examples
     --------
-    >>> from linumpy.io.engine.codecs import zstd
+    >>> import os, tempfile, zarr
+    >>> from linumpy.io import read_volume
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> zarr.create_array(path, shape=(4,), chunks=(4,), dtype="uint8")[...] = 1
+    >>> with open(os.path.join(path, "c", "0"), "wb") as chunk:
+    ...     _ = chunk.write(b"junk")
     >>> try:
-    ...     zstd.decode(b"junk", key="0/c/0")
+    ...     read_volume(path)
     ... except ChunkDecodeError as exc:
-    ...     print(exc.key, "|", exc.reason)
-    0/c/0 | not zstd data: bad magic number 0x6B6E756A
+    ...     print(os.path.relpath(exc.key, path), "|", exc.reason)
+    c/0 | not zstd data: bad magic number 0x6B6E756A
     """
 
     def __init__(self, key: str, reason: str) -> None:
