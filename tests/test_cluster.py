@@ -77,7 +77,7 @@ def test_relative_paths_are_the_clients_and_both_workers_project(
     monkeypatch.chdir(stitched)
     linum_aip.main(["stitched", "local.ome.zarr"])
     with (
-        distributed.Client(cluster.address) as client,
+        distributed.Client(cluster.address, set_as_default=False) as client,
         distributed.get_task_stream(client) as stream,
     ):
         linum_aip.main(["stitched", "remote.ome.zarr", "--scheduler", cluster.address])
@@ -111,7 +111,7 @@ def test_a_worker_seeing_another_input_fails_naming_itself(
 ) -> None:
     path = str(stitched / "stitched")
     check_same_input(path, _digest(path))  # the client's own view agrees
-    with distributed.Client(cluster.address) as client:
+    with distributed.Client(cluster.address, set_as_default=False) as client:
         future = client.submit(check_same_input, path, "0" * 64, pure=False)
         with pytest.raises(InputMismatchError, match=r"dask worker tcp://127\.0\.0\.1:\d+ sees"):
             future.result(timeout=30)
@@ -167,7 +167,7 @@ def test_ctrl_c_cancels_the_jobs_tasks(cluster: LoopbackCluster) -> None:
 def test_each_task_flushes_its_files_on_its_host(cluster: LoopbackCluster, tmp_path: Path) -> None:
     from linumpy.io.durable import flush_on_worker
 
-    with distributed.Client(cluster.address) as client:
+    with distributed.Client(cluster.address, set_as_default=False) as client:
         assert client.submit(flush_on_worker, str(tmp_path), pure=False).result(timeout=30)
     assert not flush_on_worker(tmp_path)  # the client's writes are flushed by its swap
 
@@ -254,7 +254,7 @@ def test_killing_one_of_two_workers_mid_stitch_gives_the_local_output(
     finished = threading.Event()
 
     def kill_the_first_busy_worker() -> None:
-        with distributed.Client(cluster.address) as client:
+        with distributed.Client(cluster.address, set_as_default=False) as client:
             while not finished.is_set():
                 workers = client.scheduler_info()["workers"]
                 busy = [workers[w]["name"] for w, keys in client.processing().items() if keys]
