@@ -233,6 +233,7 @@ def save_png(image: Any, path: str | os.PathLike[str], *, percentiles=(0.5, 99.5
     finite = data[np.isfinite(data)]
     low, high = np.percentile(finite, percentiles) if finite.size else (0.0, 1.0)
     scaled = np.clip((data - low) / max(high - low, 1e-12), 0.0, 1.0)
+    scaled[~np.isfinite(data)] = 0.0  # NaN (no data) black, and no warning casting it
     Image.fromarray(np.round(scaled * 255).astype(np.uint8)).save(os.fspath(path), format="PNG")
 
 
