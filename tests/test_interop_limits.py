@@ -167,3 +167,20 @@ def test_second_of_two_writers_to_one_output_is_told(tmp_path: Path) -> None:
     with pytest.raises(LinumpyError, match="another writer"):
         two.finalize()
     assert (read_volume(image) == 1).all()
+
+
+def test_png_of_nan_voxels_without_warning(tmp_path: Path) -> None:
+    import warnings
+
+    import numpy as np
+    from PIL import Image
+
+    from linumpy.mosaic.pipeline import save_png
+
+    image = np.arange(16, dtype=np.float32).reshape(4, 4)
+    image[0, :2] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_png(image, tmp_path / "preview.png")
+    pixels = np.asarray(Image.open(tmp_path / "preview.png"))
+    assert pixels[0, 0] == 0 and pixels[-1, -1] == 255
