@@ -22,7 +22,7 @@ def grid(tmp_path: Path) -> tuple[Path, TileTransform]:
     return path, read_demo_truth(path)
 
 
-@pytest.mark.parametrize("step", [1e12, 1e6])
+@pytest.mark.parametrize("step", [1e12, 1e7])
 def test_absurd_transform_is_refused_in_one_line(
     tmp_path: Path, grid: tuple[Path, TileTransform], step: float, capsys
 ) -> None:
