@@ -47,6 +47,7 @@ from linumpy.io.engine.codecs.zstd import check_frames
 from linumpy.io.engine.fetch import ALIGN, align_up, chunk_sizes
 from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason
 from linumpy.io.engine.plan import plan_read
+from linumpy.io.engine.read import last_read_report as engine_last_read_report
 from linumpy.settings import Settings
 
 # Settings that force groups of one or two chunks on two streams.
@@ -712,3 +713,27 @@ def _installed(name: str) -> bool:
     except importlib.metadata.PackageNotFoundError:
         return False
     return True
+
+
+@pytest.mark.gpu
+def test_both_destinations_name_the_array_alike(tmp_path: Path) -> None:
+    """One descent, one label: a region out of bounds is reported the same way by the CPU read,
+    read_volume(gpu=True) and read_zarr_to_gpu, and both GPU reads leave a GPU report."""
+    make_array(tmp_path / "a.zarr", "v3", sample_data(SHAPE, "uint16"), chunks=CHUNKS)
+    bad = (slice(0, SHAPE[0] + 1),)
+    messages = []
+    for read in (
+        lambda: read_volume(tmp_path / "a.zarr", region=bad),
+        lambda: read_volume(tmp_path / "a.zarr", region=bad, gpu=True),
+        lambda: read_zarr_to_gpu(tmp_path / "a.zarr", region=bad),
+    ):
+        with pytest.raises(LinumpyError) as info:
+            read()
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] == messages[2] and "(level 0)" in messages[0]
+    read_volume(tmp_path / "a.zarr", region=(slice(0, 2),))
+    cpu = engine_last_read_report("cpu")
+    read_zarr_to_gpu(tmp_path / "a.zarr", region=(slice(0, 2),))
+    gpu = last_read_report()
+    assert cpu is not None and gpu is not None and gpu.backend == "gpu"
+    assert gpu.source == cpu.source and gpu.path == cpu.path == "fast"
