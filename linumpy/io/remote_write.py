@@ -149,5 +149,9 @@ def remove_image(store: Any, url: str, keys: Iterable[str] = ()) -> None:
 
     obstore = _obstore()
     with remote_errors(url):
-        obstore.delete(store, [*METADATA_NAMES, *keys])  # missing objects are no error
+        for key in (*METADATA_NAMES, *keys):
+            try:
+                obstore.delete(store, key)
+            except FileNotFoundError:  # some stores refuse to delete what is not there
+                continue
     delete_all(store, url)
