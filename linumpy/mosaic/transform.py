@@ -297,9 +297,13 @@ class PairMeasurement:
 
 
 def _robust_mean(values: np.ndarray, weights: np.ndarray, tolerance: float) -> np.ndarray:
-    """Weighted mean of the rows of ``values`` within ``tolerance`` pixels of their median."""
-    median = np.median(values, axis=0)
-    inliers = np.linalg.norm(values - median, axis=1) <= tolerance
+    """Weighted mean of the rows of ``values`` within ``tolerance`` pixels of their median, or
+    of the best-scored row when none (or none of any weight) is that close: an even count of
+    measurements that disagree has a median between them."""
+    for center in (np.median(values, axis=0), values[np.argmax(weights)]):
+        inliers = np.linalg.norm(values - center, axis=1) <= tolerance
+        if weights[inliers].sum() > 0:
+            break
     return np.average(values[inliers], axis=0, weights=weights[inliers])
 
 
