@@ -254,12 +254,17 @@ def _downsample_block(
 
 
 def _downsample_cost(dtype: np.dtype, factors: Sequence[int]) -> int:
-    """Bytes of working set per output element: the source block, its float64 copy (integers),
-    the halved temporaries while averaging (at most the source's size), and the output with its
-    encoded copy."""
+    """Bytes of working set per output element: the source block, the halved temporaries while
+    averaging (the first half the source's elements, in the dtype the sums are taken in: the
+    dtype for floats, 32- or 64-bit integers for integers up to 32 bits, float64 beyond, after a
+    float64 copy), and the output with its encoded copy."""
     source = math.prod(factors)
-    work = dtype.itemsize if dtype.kind in "fc" else 8
-    copy = 0 if dtype.kind in "fc" else source * work
+    if dtype.kind in "fc":
+        work, copy = dtype.itemsize, 0
+    elif dtype.itemsize <= 4:
+        work, copy = (4 if dtype.itemsize <= 2 else 8), 0
+    else:
+        work, copy = 8, source * 8
     return source * dtype.itemsize + copy + source * work + 2 * dtype.itemsize
 
 

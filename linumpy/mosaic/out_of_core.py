@@ -187,8 +187,7 @@ def plan_stitch_block(
             slabs = -(-out_shape[0] // reuse[0]) if len(out_shape) == 3 else 1
             if planes and not gpu and slabs < cluster.threads:
                 # fewer slabs of whole planes than threads: their reads, stitching and writes
-                # would not overlap (on 2 CPUs, one block of a single-chunk-per-tile grid
-                # stitched 1.5x slower than three that each decode the tiles' chunks whole)
+                # would not overlap, which costs more than decoding some chunks twice
                 continue
             if cost(reuse) <= room:
                 unit, minimum = reuse, cost(reuse)

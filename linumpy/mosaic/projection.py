@@ -49,8 +49,7 @@ def read_threads(blocks: int, threads: int, io_threads: int | None = None) -> in
     """Threads each task's :func:`read_volume` may use: the ``io_threads`` setting shared by the
     tasks that run at once (``threads``, or fewer when the job has fewer ``blocks``).
 
-    All of them in every task would oversubscribe the cores: on 2 CPUs, two tasks of 16 reading
-    threads each projected a sharded volume 1.3x slower than with 2 threads in all.
+    All of them in every task would oversubscribe the cores: tasks running at once share them.
 
     Parameters
     ----------
