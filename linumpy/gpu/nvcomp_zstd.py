@@ -294,8 +294,8 @@ def gpu_zstd_config(
         zarr's ``async.concurrency``: how many shards (or batches) zarr reads and decodes at once.
         The inner chunks of shards decoded at once share nvCOMP calls, so sharded arrays read
         faster with more than zarr's default of 10 (docs/gpu_guide.md, "Measurements behind the
-        GPU defaults"); each shard in flight holds its decoded bytes in device memory. Default:
-        :data:`DEFAULT_CONCURRENCY`.
+        GPU defaults", row "zarr's concurrency"); each shard in flight holds its decoded bytes in
+        device memory. Default: :data:`DEFAULT_CONCURRENCY`.
 
     Returns
     -------
