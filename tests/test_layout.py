@@ -171,7 +171,7 @@ def test_demo_stitch_and_projection_outputs(tmp_path: Path) -> None:
 
     transform = read_demo_truth(grid)
     stitch_omezarr(grid, tmp_path / "stitched.ome.zarr", transform, n_levels=2)
-    _expect_default(open_array(tmp_path / "stitched.ome.zarr"), "float32")
+    _expect_default(open_array(tmp_path / "stitched.ome.zarr"))  # the tiles' dtype, uint16
     projection_omezarr(grid, tmp_path / "aip.ome.zarr")
     aip = open_array(tmp_path / "aip.ome.zarr")  # a mosaic's projection: one tile per shard
     assert aip.metadata.zarr_format == 3 and (aip.shards or aip.chunks) == (128, 128)

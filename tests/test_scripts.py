@@ -136,7 +136,9 @@ def test_small_pipeline_outputs(small) -> None:
     stitched = read_volume(small / "stitched.ome.zarr")
     stitched_2d = read_volume(small / "s2.ome.zarr")
     assert stitched.shape == (16, *transform.output_shape())
-    np.testing.assert_allclose(stitched_2d, stitched.mean(axis=0), rtol=1e-4, atol=1e-3)
+    # the 3D stitch rounds each voxel to uint16: its planes' mean is within 0.5 of the 2D one's
+    assert stitched.dtype == np.uint16
+    np.testing.assert_allclose(stitched_2d, stitched.mean(axis=0), rtol=0, atol=0.5)
     assert read_omezarr(small / "stitched.ome.zarr", 1)[0].shape == (
         8,
         *(-(-n // 2) for n in stitched.shape[1:]),
