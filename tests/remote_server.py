@@ -280,5 +280,35 @@ def serve_socket(fd: int, root: str, delay: float = 0.0) -> None:
     server.serve_forever()
 
 
+#: Credentials moto accepts, for the S3 servers of :func:`serve_s3` and the processes using them.
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@contextlib.contextmanager
+def serve_s3(bucket: str) -> Iterator[dict[str, str]]:
+    """A moto S3 server on 127.0.0.1 holding the empty ``bucket``, with :data:`S3_CREDENTIALS`
+    in the environment while it runs; yields the storage options that reach it."""
+    import boto3
+    import pytest
+    from moto.server import ThreadedMotoServer
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in S3_CREDENTIALS.items():
+            patch.setenv(name, value)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        try:
+            host, port = server.get_host_and_port()
+            endpoint = f"http://{host}:{port}"
+            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+            yield {"endpoint_url": endpoint, "region": "us-east-1"}
+        finally:
+            server.stop()
+
+
 if __name__ == "__main__":
     serve_socket(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]))

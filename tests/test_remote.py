@@ -31,7 +31,7 @@ from linumpy.errors import (
 from linumpy.io import open_array, open_volume, read_axes, read_omezarr, read_volume, save_omezarr
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.stores import open_store, parse_source
-from tests.remote_server import RangeRequestHandler, serve_directory
+from tests.remote_server import RangeRequestHandler, serve_directory, serve_s3
 from tests.zarr_layouts import CHUNKS, LAYOUTS, REGIONS, SHAPE, make_array, sample_data
 
 pytest.importorskip("obstore")
@@ -83,26 +83,9 @@ def http(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
     pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    from moto.server import ThreadedMotoServer
-
-    credentials = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in credentials.items():
-            patch.setenv(name, value)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        try:
-            host, port = server.get_host_and_port()
-            endpoint = f"http://{host}:{port}"
-            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-            yield {"endpoint_url": endpoint, "region": "us-east-1"}
-        finally:
-            server.stop()
+    pytest.importorskip("boto3")
+    with serve_s3(BUCKET) as options:
+        yield options
 
 
 def _s3_store(url: str, options: dict[str, str]) -> zarr.storage.ObjectStore:

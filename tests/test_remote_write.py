@@ -20,6 +20,7 @@ import zarr
 from linumpy.errors import LinumpyError
 from linumpy.io import read_omezarr, read_volume, save_omezarr
 from linumpy.io.remote_write import MetadataLastStore
+from tests.remote_server import S3_CREDENTIALS, serve_s3
 
 pytest.importorskip("obstore")
 
@@ -27,11 +28,6 @@ BUCKET = "linumpy-kill"
 SHAPE = (32, 128, 128)
 CHUNKS = (4, 32, 32)  # 128 chunks, each a request to moto
 
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 WRITER = """
 import sys, numpy as np
@@ -49,21 +45,9 @@ print("done", flush=True)
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
     pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    from moto.server import ThreadedMotoServer
-
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in CREDENTIALS.items():
-            patch.setenv(name, value)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        try:
-            host, port = server.get_host_and_port()
-            endpoint = f"http://{host}:{port}"
-            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-            yield {"endpoint_url": endpoint, "region": "us-east-1"}
-        finally:
-            server.stop()
+    pytest.importorskip("boto3")
+    with serve_s3(BUCKET) as options:
+        yield options
 
 
 def _objects(s3: dict[str, str], prefix: str) -> list[str]:
@@ -93,7 +77,7 @@ def test_killed_overwrite_never_reads_as_wrong_values(s3: dict[str, str], versio
     url = f"s3://{BUCKET}/kill-{version}.ome.zarr"
     prefix = f"kill-{version}.ome.zarr/"
     writer = WRITER.format(shape=SHAPE, chunks=CHUNKS)
-    env = {**os.environ, **CREDENTIALS}
+    env = {**os.environ, **S3_CREDENTIALS}
     states = []
     # killed once the old image is deleted, once a quarter of the new chunks are stored, and
     # once nearly all are

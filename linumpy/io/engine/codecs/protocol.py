@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from linumpy.errors import ChunkDecodeError
+
 __all__: list[str] = []
 
 #: Verdict: a chunk nvCOMP decodes to the chunk's size, no content checksum to verify.
@@ -33,6 +35,32 @@ FRAME_CHECKSUM = 1
 FRAME_NEEDS_CHECK = 2
 
 BytesLike = bytes | bytearray | memoryview | np.ndarray
+
+
+def decoded_chunk(
+    decoded: Any, *, key: str, expected_size: int | None, out: np.ndarray | None
+) -> np.ndarray:
+    """A CPU decoder's bytes as uint8, checked against the chunk's size and copied into ``out``
+    when given: the common end of every compressor's :meth:`Compressor.decode`.
+
+    Examples
+    --------
+    >>> decoded_chunk(b"ab", key="c/0", expected_size=2, out=None)
+    array([97, 98], dtype=uint8)
+    >>> decoded_chunk(b"ab", key="c/0", expected_size=3, out=None)
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.ChunkDecodeError: chunk 'c/0': decoded to 2 bytes, the chunk holds 3
+    """
+    result = np.frombuffer(decoded, dtype=np.uint8)
+    if expected_size is not None and result.nbytes != expected_size:
+        raise ChunkDecodeError(
+            key, f"decoded to {result.nbytes} bytes, the chunk holds {expected_size}"
+        )
+    if out is None:
+        return result
+    out[...] = result
+    return out
 
 
 class ChunkInfo(Protocol):

@@ -35,7 +35,12 @@ from zarr.codecs import GzipCodec
 
 from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine.codecs.deflate import libdeflate
-from linumpy.io.engine.codecs.protocol import FRAME_GPU, FRAME_NEEDS_CHECK, BytesLike
+from linumpy.io.engine.codecs.protocol import (
+    FRAME_GPU,
+    FRAME_NEEDS_CHECK,
+    BytesLike,
+    decoded_chunk,
+)
 
 __all__: list[str] = []
 
@@ -285,15 +290,7 @@ class Deflate:
                 decoded = gzip.decompress(data)
         except (zlib.error, OSError, EOFError) as exc:
             raise ChunkDecodeError(key, f"{self.NAME} decode failed: {exc}") from None
-        result = np.frombuffer(decoded, dtype=np.uint8)
-        if expected_size is not None and result.nbytes != expected_size:
-            raise ChunkDecodeError(
-                key, f"decoded to {result.nbytes} bytes, the chunk holds {expected_size}"
-            )
-        if target is None:
-            return result
-        target[...] = result
-        return target
+        return decoded_chunk(decoded, key=key, expected_size=expected_size, out=out)
 
 
 #: zlib (RFC 1950): zarr v2's ``zlib`` compressor.

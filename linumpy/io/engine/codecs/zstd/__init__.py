@@ -29,6 +29,7 @@ from numcodecs import Zstd
 from zarr.codecs import ZstdCodec
 
 from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine.codecs.protocol import decoded_chunk
 from linumpy.io.engine.codecs.zstd import libzstd
 from linumpy.io.engine.codecs.zstd.frames import (
     CHECKSUM_BIT,
@@ -186,15 +187,7 @@ def decode(
         raise ChunkDecodeError(key, f"zstd decode failed: {exc}") from None
     if single and target is not None:
         return target
-    result = np.frombuffer(decoded, dtype=np.uint8)
-    if expected_size is not None and result.nbytes != expected_size:
-        raise ChunkDecodeError(
-            key, f"decoded to {result.nbytes} bytes, the chunk holds {expected_size}"
-        )
-    if out is None:
-        return result
-    out[...] = result
-    return out
+    return decoded_chunk(decoded, key=key, expected_size=expected_size, out=out)
 
 
 def set_checksum(frame: np.ndarray, checksum: int) -> None:
