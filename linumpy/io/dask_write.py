@@ -214,7 +214,9 @@ def store_dask(
 
 #: Working set of the averaging temporaries of one pyramid task: the source block is read whole
 #: (each stored chunk once) and averaged a slab of planes at a time, so a task holds the source
-#: block, its output and one slab's float64 temporaries, not the whole block's.
+#: block, its output and one slab's temporaries, not the whole block's. On the device the task
+#: averages slabs of this size; on the host :func:`~linumpy.io.downsample.downsample_mean` takes
+#: smaller slabs of its own, so the cost counted here is an upper bound there.
 PYRAMID_SLAB_BYTES = 32 * 2**20
 
 
@@ -241,7 +243,7 @@ def _downsample_block(
     data = read_volume(source, gpu=gpu, region=region)
     shape = tuple(info["chunk-shape"])
     step = _slab_planes(shape, full)
-    if step >= shape[0]:
+    if not gpu or step >= shape[0]:  # on the host, downsample_mean averages in slabs itself
         return downsample_mean(data, axes)
     # slabs start at even source planes: the pairs, and the odd last plane, are the whole
     # block's, so the result is the same bit for bit
