@@ -419,7 +419,7 @@ def test_stitch_output_shards_keep_one_chunk_per_tile_decoded_once(tmp_path: Pat
     take whole tiles in depth, and the stitched values are the same."""
     from linumpy import settings
     from linumpy.io.layout import slab_shards
-    from linumpy.mosaic.pipeline import _output_chunks, _stitch_shards
+    from linumpy.mosaic.stitch_file import _output_chunks, _stitch_shards
 
     path = tmp_path / "tiles.ome.zarr"
     make_demo_data(path, grid_shape=(2, 6), tile_shape=(16, 64, 64), shards=None)
