@@ -6,23 +6,21 @@ chunks) is generated, or taken from --input (a zarr array, or an OME-Zarr image'
 written in each layout: 128^3 and 64^3 chunks, and both in 128x512x512 shards by default,
 each twice: without checksums and with linumpy's (zstd's content checksum and a crc32c, what
 linumpy writes by default; --checksum on or off for one of them).
-For each layout, in GB/s of decompressed volume (warm-up runs, then medians of repeats):
+For each layout, in GB/s of decompressed volume (a warm-up run, then medians of repeats, page
+cache warm):
 
 - CPU reads: linumpy read_volume, zarr, tensorstore and zarr with the zarrs codec pipeline (these
   two when installed);
-- GPU reads: read_volume(gpu=True) (on checksummed layouts also with the crc32c checked on the
-  CPU instead of the GPU), zarr in gpu_zarr_context (nvCOMP codec), zarr enable_gpu();
-- writes: zarr's CPU write and the GPU write (nvCOMP encode); --no-writes skips them;
+- GPU reads: read_volume(gpu=True), zarr in gpu_zarr_context (nvCOMP codec), zarr enable_gpu();
+- writes: zarr's CPU write, linumpy's write engine, and the GPU writes (nvCOMP encode);
+  --no-writes skips them;
 - ceilings: N-thread os.preadv of the stored files (into pinned memory with a GPU), numcodecs
   decode of the frames in memory (N threads), pinned host->device copy, nvCOMP decode of all
-  frames on the device in one call, N-thread write of the stored files;
-- with --cold: read_volume (CPU and GPU) and the file read after posix_fadvise(DONTNEED).
+  frames on the device in one call.
 
-Every read is checked against the volume. The checksum table gives each path's GB/s without
-and with checksums and their ratio; the last table printed gives each row's fraction of its
-ceilings. Results: OUT_DIR/benchmark_io.md, benchmark_io.json and benchmark_io.png (the chart
-needs matplotlib: pip install -e ".[bench]"). Without a GPU, or with --cpu-only, the CPU rows
-and ceilings run; e.g. a quick CPU run:
+Every read is checked against the volume. The table printed last gives each row's GB/s and its
+fraction of its ceilings; OUT_DIR/benchmark_io.json holds the run (machine, versions, every row).
+Without a GPU, or with --cpu-only, the CPU rows and ceilings run; e.g. a quick CPU run:
 linum-benchmark-io OUT --size-mib 64 --chunks 64 --no-shard --cpu-only --checksum on
 """
 
@@ -32,22 +30,14 @@ import argparse
 import functools
 import math
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from linumpy import settings
 from linumpy.bench import BenchConfig, BenchResult, Layout, run_benchmark
-from linumpy.bench.report import (
-    bar_chart,
-    checksum_table,
-    details_table,
-    header,
-    reads_by_layout,
-    summary_table,
-    write_json,
-)
+from linumpy.bench.report import header, summary_table, write_json
+from linumpy.bench.run import gpu_reason
 from linumpy.cli import (
     add_overwrite_arg,
     add_verbose_arg,
@@ -56,7 +46,7 @@ from linumpy.cli import (
     fail_on_errors,
     parse_args,
 )
-from linumpy.cli.options import add_zstd_level_arg, number, positive_int
+from linumpy.cli.options import add_zstd_level_arg, positive_int
 from linumpy.io import open_array
 
 _DEFAULT_SHARD = BenchConfig().layouts[-1].shards
@@ -64,7 +54,7 @@ _DEFAULT_SHARD = BenchConfig().layouts[-1].shards
 
 def _build_arg_parser() -> argparse.ArgumentParser:
     p = build_parser(__doc__, prog="linum-benchmark-io")
-    p.add_argument("out_dir", type=Path, help="Folder for the tables, JSON and chart.")
+    p.add_argument("out_dir", type=Path, help="Folder for the JSON and the volumes measured.")
     p.add_argument(
         "--input", type=Path, help="Benchmark this zarr array or OME-Zarr image (level 0)."
     )
@@ -114,41 +104,12 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         "of each frame; reads verify both): on, off, or both: each layout twice, to measure "
         "their cost [%(default)s].",
     )
-    timing = p.add_argument_group("timing")
-    timing.add_argument(
-        "--warmup", type=number(int, 0), default=1, help="Untimed runs per row [%(default)s]."
-    )
-    timing.add_argument(
+    rows = p.add_argument_group("rows")
+    rows.add_argument(
         "--repeats", type=positive_int, default=3, help="Timed runs per row [%(default)s]."
     )
-    timing.add_argument(
-        "--row-budget",
-        type=number(float, 0, strict=True),
-        default=4.0,
-        help="Stop repeating a row after this many seconds (one run at least) [%(default)s].",
-    )
-    timing.add_argument(
-        "--threads",
-        type=positive_int,
-        help="Threads of the file and numcodecs ceilings [the CPUs available].",
-    )
-    rows = p.add_argument_group("rows")
-    rows.add_argument("--cold", action="store_true", help="Add cold page-cache reads.")
     rows.add_argument("--cpu-only", action="store_true", help="Run the CPU rows only.")
     rows.add_argument("--no-writes", action="store_true", help="Skip the write rows.")
-    rows.add_argument(
-        "--fetch",
-        nargs="+",
-        choices=("auto", "pread", "kvikio"),
-        default=["auto"],
-        help="File readers of read_volume(gpu=True) to time [auto: the default settings].",
-    )
-    p.add_argument(
-        "--workdir",
-        type=Path,
-        help="Write the volumes here [a temporary folder in OUT_DIR, removed at the end].",
-    )
-    p.add_argument("--keep", action="store_true", help="Keep the volumes written in --workdir.")
     add_overwrite_arg(p)
     add_verbose_arg(p)
     return p
@@ -192,7 +153,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> BenchC
     _check_memory(parser, nbytes, option)
     gpu = not args.cpu_only
     if gpu:
-        reason = _gpu_missing()
+        reason = gpu_reason()
         if reason is not None:
             print(f"no GPU ({reason}): running the CPU rows only", flush=True)
             gpu = False
@@ -204,14 +165,8 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> BenchC
         input=args.input,
         gpu=gpu,
         writes=not args.no_writes,
-        cold=args.cold,
-        warmup=args.warmup,
         repeats=args.repeats,
-        budget=args.row_budget,
-        threads=args.threads,
-        fetch=tuple(args.fetch),
-        workdir=args.workdir,
-        keep=args.keep,
+        workdir=args.out_dir,
     )
 
 
@@ -235,14 +190,6 @@ def _check_memory(parser: argparse.ArgumentParser, nbytes: int, option: str) -> 
         )
 
 
-def _gpu_missing() -> str | None:
-    try:
-        from linumpy.gpu.zarr_io import gpu_unavailable_reason
-    except ImportError as exc:
-        return f"linumpy's GPU support cannot be imported ({exc})"
-    return gpu_unavailable_reason()
-
-
 def _check_out_dir(parser: argparse.ArgumentParser, out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         parser.error(f"output {str(out_dir)!r} is not a folder")
@@ -261,15 +208,15 @@ def main(argv: list[str] | None = None) -> None:
 
     Examples
     --------
-    A CPU run on a tiny volume in 16^3 chunks; the tables are printed (not shown here):
+    A CPU run on a tiny volume in 16^3 chunks; the table is printed (not shown here):
 
     >>> import contextlib, io, os, tempfile
     >>> out = tempfile.mkdtemp() + "/bench"
     >>> argv = [out, "--shape", "16", "32", "32", "--chunks", "16", "--no-shard", "--cpu-only"]
     >>> with contextlib.redirect_stdout(io.StringIO()) as printed:
     ...     main([*argv, "--repeats", "1"])
-    >>> sorted(os.listdir(out))[:2]  # and benchmark_io.png, the chart, with matplotlib
-    ['benchmark_io.json', 'benchmark_io.md']
+    >>> os.listdir(out)
+    ['benchmark_io.json']
     >>> "| 16^3 | linumpy read_volume (CPU) |" in printed.getvalue()
     True
     """
@@ -277,38 +224,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(parser, argv)
     config = _config(parser, args)
     _check_out_dir(parser, args.out_dir, args.overwrite)
+    target = args.out_dir / "benchmark_io.json"
     with fail_on_errors(parser):
-        save = functools.partial(_save, args.out_dir)
-        if config.workdir is None:
-            with tempfile.TemporaryDirectory(prefix=".volumes-", dir=args.out_dir) as workdir:
-                result = run_benchmark(replace(config, workdir=Path(workdir)), on_layout=save)
-        else:
-            result = run_benchmark(config, on_layout=save)
-        details, summary = _save(args.out_dir, result)
-        title = f"{result.shape} {result.dtype}, {result.machine.get('device', 'CPU only')}"
-        charted = bar_chart(result.rows, args.out_dir / "benchmark_io.png", title[:150])
-    print(details, "", reads_by_layout(result.rows), "", sep="\n")
-    if costs := checksum_table(result.rows):
-        print("Checksum cost (GB/s without and with checksums):", "", costs, "", sep="\n")
-    if not charted:
-        print("no chart: matplotlib is not installed (pip install -e '.[bench]')\n")
-    print("\n".join(header(result)), "", summary, sep="\n", flush=True)
+        # saved after each layout too: a run cut short keeps the layouts measured
+        result = run_benchmark(config, on_layout=functools.partial(_saved, target))
+        write_json(result, target)
+    print("\n".join(header(result)), "", summary_table(result.rows), sep="\n", flush=True)
 
 
-def _save(out_dir: Path, result: BenchResult) -> tuple[str, str]:
-    """Write the tables and JSON of ``result`` (after each layout too: a cut run keeps them)."""
-    details = details_table(result.rows)
-    summary = summary_table(result.rows)
-    text = "\n".join(
-        [f"# I/O benchmark, {result.machine['date']}", "", *header(result), ""]
-        + ["## All rows", "", details, ""]
-        + ["## Reads (fraction of the decode ceiling)", "", reads_by_layout(result.rows), ""]
-        + (["## Checksum cost", "", costs, ""] if (costs := checksum_table(result.rows)) else [])
-        + ["## Fractions of the ceilings", "", summary]
-    )
-    (out_dir / "benchmark_io.md").write_text(text + "\n")
-    write_json(result, out_dir / "benchmark_io.json")
-    return details, summary
+def _saved(target: Path, result: BenchResult) -> None:
+    write_json(result, target)
+    print(f"{result.rows[-1].layout}: measured", flush=True)
 
 
 if __name__ == "__main__":

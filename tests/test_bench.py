@@ -12,12 +12,15 @@ import zarr
 from linumpy.bench import (
     BenchConfig,
     Layout,
+    Timer,
     ceilings_of,
+    cpu_read_rows,
     oct_volume,
     read_files,
     run_benchmark,
     stored_files,
     summary_table,
+    write_rows,
     write_volume,
 )
 
@@ -82,17 +85,9 @@ def test_stored_frames_decode_to_the_chunks(tmp_path: Path, layout: Layout | Non
 
 def test_cpu_run_has_every_row_and_fractions(tmp_path: Path) -> None:
     config = BenchConfig(
-        shape=SHAPE,
-        layouts=LAYOUTS,
-        gpu=False,
-        cold=True,
-        warmup=0,
-        repeats=2,
-        budget=1.0,
-        threads=2,
-        workdir=tmp_path,
+        shape=SHAPE, layouts=LAYOUTS, gpu=False, warmup=0, repeats=2, budget=1.0, workdir=tmp_path
     )
-    result = run_benchmark(config, progress=False)
+    result = run_benchmark(config)
     assert result.shape == SHAPE and set(result.ratios) == {layout.name for layout in LAYOUTS}
     assert all(1.2 < ratio < 3 for ratio in result.ratios.values())
     for layout in LAYOUTS:
@@ -100,22 +95,21 @@ def test_cpu_run_has_every_row_and_fractions(tmp_path: Path) -> None:
         measured = {
             "linumpy read_volume (CPU)",
             "zarr CPU read",
-            "linumpy read_volume (CPU), cold",
             "zarr CPU write",
+            "linumpy CPU write (write engine)",
         }
         assert measured <= set(rows)
         assert {"tensorstore read", "zarr with the zarrs codec pipeline"} <= set(rows)
         ops = {row.op for row in rows.values() if row.kind == "ceiling" and row.runs}
-        assert ops == {"file-read", "file-read-cold", "decode-cpu", "file-write"}
+        assert ops == {"file-read", "decode-cpu"}
         for name in measured:
             assert 1 <= rows[name].runs <= 2 and rows[name].gbps > 0, rows[name]
         for row in rows.values():
             assert row.runs or row.note.startswith("skipped:"), row
-            if row.op == "read" and row.runs:
+            if row.op == "read" and row.runs or row.name == "linumpy CPU write (write engine)":
                 assert row.matches is True, row
-        assert ceilings_of(rows["linumpy read_volume (CPU), cold"])["file read"] == "file-read-cold"
     assert not [row for row in result.rows if row.kind == "gpu"]
-    assert not list(tmp_path.glob("layout-*"))  # measured arrays are removed
+    assert list(tmp_path.iterdir()) == []  # measured arrays are removed
     table = summary_table(result.rows).splitlines()
     row = next(line for line in table if "| 16^3 | linumpy read_volume (CPU) |" in line)
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
@@ -123,31 +117,25 @@ def test_cpu_run_has_every_row_and_fractions(tmp_path: Path) -> None:
     reader = next(r for r in result.rows if r.layout == "16^3" and r.name == cells[1])
     ceiling = next(r for r in result.rows if r.layout == "16^3" and r.op == "decode-cpu")
     assert decode == pytest.approx(reader.gbps / ceiling.gbps, abs=0.006)
-    assert read > 0 and cells[5] == cells[6] == "" and cells[7] == "yes"
+    assert read > 0 and cells[5] == "" and cells[6] == "yes"
+    assert ceilings_of(reader) == {"decode": "decode-cpu", "file read": "file-read"}
 
 
-def test_checksum_layout_writes_checksummed_frames_and_keep_leaves_them(tmp_path: Path) -> None:
+def test_checksum_layout_writes_checksummed_frames(tmp_path: Path) -> None:
     layouts = (Layout.cubic(16, 3), Layout.cubic(16, 3, checksum=True))
-    config = BenchConfig(
-        shape=(16, 32, 32),
-        dtype="float32",
-        layouts=layouts,
-        gpu=False,
-        warmup=0,
-        repeats=1,
-        workdir=tmp_path,
-        keep=True,
-    )
-    result = run_benchmark(config, progress=False)
-    assert {row.layout for row in result.rows} == {"16^3", "16^3, checksums"}
-    reads = [row for row in result.rows if row.op == "read" and row.runs]
-    assert len(reads) >= 4 and all(row.matches for row in reads)
-    for i, checksum in enumerate((False, True)):
-        path = tmp_path / f"layout-{i}.zarr"  # kept
+    volume = oct_volume((16, 32, 32), "float32")
+    for i, layout in enumerate(layouts):
+        path = tmp_path / f"layout-{i}.zarr"
+        timer = Timer(warmup=0, repeats=1)
+        rows = write_rows(timer, layout, path, volume, zstd_level=3)
+        assert [row.matches for row in rows] == [None, True]
+        rows = cpu_read_rows(timer, layout.name, path, volume)
+        assert all(row.matches for row in rows if row.runs)
         files = stored_files(zarr.open_array(path, mode="r"))
         frame = Path(files.paths[0]).read_bytes()
         assert frame[:4] == b"\x28\xb5\x2f\xfd"  # zstd magic
-        assert bool(frame[4] & 0x04) is checksum  # frame header: Content_Checksum_flag
+        assert bool(frame[4] & 0x04) is layout.checksum  # frame header: Content_Checksum_flag
+        assert files.chunk_trailer == (4 if layout.checksum else 0)  # the crc32c after the frame
 
 
 def test_input_without_zstd_is_read_and_its_ceilings_skipped(tmp_path: Path) -> None:
@@ -157,7 +145,7 @@ def test_input_without_zstd_is_read_and_its_ceilings_skipped(tmp_path: Path) -> 
         path, shape=volume.shape, chunks=(8, 16, 16), dtype="u2", compressors=None
     )
     array[...] = volume
-    result = run_benchmark(BenchConfig(input=path, gpu=False, warmup=0, repeats=1), progress=False)
+    result = run_benchmark(BenchConfig(input=path, gpu=False, warmup=0, repeats=1))
     ceilings = [row for row in result.rows if row.kind == "ceiling"]
     assert len(ceilings) == 1 and "the ceilings need zstd chunks" in ceilings[0].note
     reads = [row for row in result.rows if row.op == "read" and row.runs]
@@ -172,27 +160,3 @@ def test_volume_on_the_gpu_has_the_same_bytes() -> None:
     volume = oct_volume((64, 128, 128), xp=cupy)
     assert isinstance(volume, cupy.ndarray) and volume.dtype == np.uint16
     assert np.array_equal(cupy.asnumpy(volume), oct_volume((64, 128, 128)))
-
-
-def test_checksum_pairs_are_also_read_in_turn_and_then_removed(tmp_path: Path) -> None:
-    from linumpy.bench.report import checksum_table, reads_by_layout
-    from linumpy.bench.rows import INTERLEAVED_READ
-
-    layouts = (
-        Layout.cubic(16, 3),
-        Layout.cubic(16, 3, checksum=True),
-        Layout.cubic(8, 3, checksum=True),  # no layout without checksums to pair with
-    )
-    config = BenchConfig(
-        shape=(16, 32, 32), layouts=layouts, gpu=False, warmup=0, repeats=2, workdir=tmp_path
-    )
-    result = run_benchmark(config, progress=False)
-    in_turn = [row for row in result.rows if row.name == INTERLEAVED_READ]
-    assert [(row.layout, row.runs, row.matches) for row in in_turn] == [
-        ("16^3", 2, True),
-        ("16^3, checksums", 2, True),
-    ]
-    costs = checksum_table(result.rows)
-    assert f"| 16^3 | {INTERLEAVED_READ} |" in costs and "| 8^3 |" not in costs
-    assert INTERLEAVED_READ not in reads_by_layout(result.rows)
-    assert not list(tmp_path.glob("layout-*"))  # the pair kept for its partner, then removed

@@ -8,39 +8,22 @@ row's fraction of a ceiling is a plain ratio. Their notes give GB/s of compresse
   memory when a GPU is used);
 - CPU decode: numcodecs zstd decodes the frames already in memory, N threads;
 - host->device copy: the stored bytes, from pinned memory, in one copy;
-- GPU decode: nvCOMP decodes all frames, already on the device, in ONE call;
-- file write: N threads write the stored files' bytes to new files.
+- GPU decode: nvCOMP decodes all frames, already on the device, in ONE call.
 
 cupy, nvCOMP and kvikio are imported inside the GPU functions only.
 """
 
 from __future__ import annotations
 
-import functools
-import shutil
-from pathlib import Path
 from typing import Any
 
 import numcodecs
 import numpy as np
 
-from linumpy.bench.files import (
-    ALIGN,
-    StoredFiles,
-    drop_page_cache,
-    in_threads,
-    read_files,
-    write_files,
-)
+from linumpy.bench.files import ALIGN, StoredFiles, in_threads, read_files
 from linumpy.bench.timing import Row, Timer
 
-__all__ = [
-    "cpu_decode_ceiling",
-    "file_read_ceiling",
-    "file_write_ceiling",
-    "gpu_ceilings",
-    "host_buffer",
-]
+__all__ = ["cpu_decode_ceiling", "file_read_ceiling", "gpu_ceilings", "host_buffer"]
 
 
 def host_buffer(nbytes: int, *, pinned: bool) -> np.ndarray:
@@ -73,11 +56,8 @@ def file_read_ceiling(
     nbytes: int,
     threads: int,
     pinned: bool = False,
-    cold_from: Path | None = None,
 ) -> Row:
-    """Time reading every stored file whole into ``buffer`` (cold: after dropping ``cold_from``).
-
-    ``pinned`` says that ``buffer`` is page-locked (for the row's name).
+    """Time reading every stored file whole into ``buffer`` (page-locked when ``pinned``).
 
     Examples
     --------
@@ -93,17 +73,13 @@ def file_read_ceiling(
     'file-read'
     """
     where = "pinned memory" if pinned else "host memory"
-    cold = cold_from is not None
     row = timer.measure(
         layout,
-        f"ceiling: {threads}-thread os.preadv of the files into {where}" + (", cold" * cold),
+        f"ceiling: {threads}-thread os.preadv of the files into {where}",
         "ceiling",
-        "file-read-cold" if cold else "file-read",
+        "file-read",
         lambda: read_files(files, buffer, threads=threads),
         nbytes=nbytes,
-        before=(lambda: drop_page_cache(cold_from)) if cold else None,
-        warmup=0 if cold else None,
-        cold=cold,
     )
     _compressed_note(row, files)
     return row
@@ -148,47 +124,6 @@ def cpu_decode_ceiling(
         nbytes=n * size,
         note=f"{n} frames of {size / 2**10:.0f} KiB",
     )
-
-
-def file_write_ceiling(
-    timer: Timer,
-    layout: str,
-    files: StoredFiles,
-    buffer: np.ndarray,
-    directory: Path,
-    *,
-    nbytes: int,
-    threads: int,
-) -> Row:
-    """Time writing the stored files' bytes (read into ``buffer``) to new files, N threads.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from pathlib import Path
-    >>> from linumpy.bench import Timer, file_write_ceiling, read_files, stored_files
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> array = zarr.create_array(path, shape=(64, 64), chunks=(16, 16), dtype="u2")
-    >>> array[...] = 3
-    >>> files = stored_files(array)
-    >>> buffer = np.empty(files.nbytes, np.uint8)
-    >>> read_files(files, buffer, threads=2)
-    >>> scratch = Path(tempfile.mkdtemp())
-    >>> timer = Timer(warmup=0, repeats=1)
-    >>> file_write_ceiling(timer, "16^2", files, buffer, scratch, nbytes=8192, threads=2).op
-    'file-write'
-    """
-    row = timer.measure(
-        layout,
-        f"ceiling: {threads}-thread write of the compressed files",
-        "ceiling",
-        "file-write",
-        lambda: write_files(files, buffer, directory, threads=threads),
-        nbytes=nbytes,
-        before=functools.partial(shutil.rmtree, directory, ignore_errors=True),  # new files
-    )
-    _compressed_note(row, files)
-    return row
 
 
 def _packed_frames(files: StoredFiles, buffer: np.ndarray) -> tuple[np.ndarray, list[int]]:

@@ -2,19 +2,19 @@
 
 CPU reads: linumpy's ``read_volume``, zarr's own read, tensorstore and zarr with the ``zarrs``
 codec pipeline (each when installed; otherwise the row says so). GPU reads:
-``read_volume(gpu=True)`` (the fast path), zarr inside ``gpu_zarr_context`` (the nvCOMP codec),
-``zarr.config.enable_gpu()`` alone. Writes: zarr's CPU write, and the GPU write (nvCOMP encode
-inside ``gpu_zarr_context``). Every read is checked against the volume.
+``read_volume(gpu=True)``, zarr inside ``gpu_zarr_context`` (the nvCOMP codec),
+``zarr.config.enable_gpu()`` alone. Writes: zarr's CPU write, linumpy's write engine (CPU and
+GPU), and zarr's GPU write (nvCOMP encode inside ``gpu_zarr_context``). Every read is checked
+against the volume.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import shutil
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, is_dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,31 +22,14 @@ from typing import Any
 import numpy as np
 import zarr
 
-from linumpy.bench.files import drop_page_cache
 from linumpy.bench.timing import Row, Timer
 from linumpy.io import read_volume
 
-__all__ = [
-    "Layout",
-    "cpu_read_rows",
-    "gpu_read_rows",
-    "interleaved_read_rows",
-    "write_rows",
-    "write_volume",
-]
+__all__ = ["Layout", "cpu_read_rows", "gpu_read_rows", "write_rows", "write_volume"]
 
 ZARRS_PIPELINE = "zarrs.ZarrsCodecPipeline"
 #: Names of checksummed layouts end with this (:meth:`Layout.cubic`).
 CHECKSUM_SUFFIX = ", checksums"
-#: A row of a checksummed layout only: the same path with the crc32c checked on the CPU.
-CPU_CHECK_SUFFIX = ", crc32c on the CPU"
-#: The CPU reads of a layout with and without checksums, timed in turn
-#: (:func:`interleaved_read_rows`).
-INTERLEAVED_READ = "linumpy read_volume (CPU), with and without checksums in turn"
-#: The same for the GPU reads (with a GPU).
-INTERLEAVED_GPU_READ = "read_volume(gpu=True), with and without checksums in turn"
-#: Their ``op``: they are left out of the tables and charts of reads, which they repeat.
-INTERLEAVED_OP = "read in turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +115,7 @@ def _create(path: Path, volume: Any, layout: Layout, codec: Any) -> zarr.Array:
     )
 
 
-def cpu_read_rows(
-    timer: Timer, layout: str, path: Path, volume: np.ndarray, *, cold: bool = False
-) -> list[Row]:
+def cpu_read_rows(timer: Timer, layout: str, path: Path, volume: np.ndarray) -> list[Row]:
     """Time the CPU reads of the array at ``path``, each checked against ``volume``.
 
     Examples
@@ -168,18 +149,6 @@ def cpu_read_rows(
         rows.append(timer.skip(layout, name, "cpu", "read", note))
     else:
         rows.append(measure(name=name, run=lambda: _zarrs_read(path), check=same))
-    if cold:
-        rows.append(
-            measure(
-                name="linumpy read_volume (CPU), cold",
-                run=lambda: read_volume(path),
-                check=same,
-                before=functools.partial(drop_page_cache, path),
-                warmup=0,
-                cold=True,
-                note="cold cache (posix_fadvise DONTNEED)",
-            )
-        )
     return rows
 
 
@@ -193,108 +162,8 @@ def _equals_on_device(device_volume: Any, result: Any) -> bool:
     return isinstance(result, cupy.ndarray) and bool(cupy.array_equal(result, device_volume))
 
 
-def interleaved_read_rows(
-    timer: Timer,
-    plain: tuple[str, Path],
-    checked: tuple[str, Path],
-    volume: np.ndarray,
-    device_volume: Any = None,
-) -> list[Row]:
-    """Time the CPU reads of a layout without checksums and of the same with them in turn
-    (:meth:`Timer.measure_interleaved`): a row for each, named :data:`INTERLEAVED_READ` (``op``
-    :data:`INTERLEAVED_OP`), whose ratio is the checksums' cost even on a machine whose speed
-    drifts between rows. With ``device_volume`` (the volume on the GPU), the GPU reads too, in
-    rows named :data:`INTERLEAVED_GPU_READ`.
-
-    ``plain`` and ``checked`` are each a layout's name and its array's path.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from pathlib import Path
-    >>> from linumpy.bench import Layout, Timer, oct_volume, write_volume
-    >>> from linumpy.bench.rows import interleaved_read_rows
-    >>> volume, root = oct_volume((16, 16, 16)), Path(tempfile.mkdtemp())
-    >>> for name, checksum in (("a", False), ("b", True)):
-    ...     write_volume(root / name, volume, Layout.cubic(8, 3),
-    ...                  zarr.codecs.ZstdCodec(checksum=checksum))
-    >>> rows = interleaved_read_rows(Timer(warmup=0, repeats=2), ("8^3", root / "a"),
-    ...                              ("8^3, checksums", root / "b"), volume)
-    >>> [(row.layout, row.runs, row.matches) for row in rows]
-    [('8^3', 2, True), ('8^3, checksums', 2, True)]
-    """
-    pair = (plain, checked)
-    cases = [(name, functools.partial(read_volume, path)) for name, path in pair]
-    same = functools.partial(_equals, volume)
-    rows = timer.measure_interleaved(
-        cases, INTERLEAVED_READ, "cpu", INTERLEAVED_OP, nbytes=volume.nbytes, check=same
-    )
-    if device_volume is not None:
-        cases = [(name, functools.partial(read_volume, path, gpu=True)) for name, path in pair]
-        rows += timer.measure_interleaved(
-            cases,
-            INTERLEAVED_GPU_READ,
-            "gpu",
-            INTERLEAVED_OP,
-            nbytes=volume.nbytes,
-            check=functools.partial(_equals_on_device, device_volume),
-        )
-    return rows
-
-
-def _report_note(row: Row) -> None:
-    """Attach the fast path's own report of its last read to ``row``."""
-    from linumpy.gpu.zarr_io import last_read_report
-
-    report = last_read_report()
-    if report is None or not row.runs:
-        return
-    row.extra = asdict(report) if is_dataclass(report) else {"report": repr(report)}
-    extra = row.extra
-    parts = [f"{extra.get('path')} path, reader {extra.get('reader')}"]
-    if "n_batches" in extra:
-        parts.append(f"{extra['n_batches']} batches")
-    if "device_extra_bytes" in extra:
-        parts.append(
-            f"device memory beyond the output {extra['device_extra_bytes'] / 2**20:.0f} MiB"
-        )
-    phases = extra.get("phases")
-    if isinstance(phases, dict) and phases:
-        parts.append("last run, ms: " + ", ".join(f"{k} {1e3 * v:.1f}" for k, v in phases.items()))
-    row.note = "; ".join([row.note, *parts] if row.note else parts)
-
-
-def _crc32c_on_the_cpu(run: Callable[[], Any]) -> Callable[[], Any]:
-    """``run`` with GPU reads checking stored crc32c on the reading threads, not the device."""
-    from linumpy.gpu import read_checks
-
-    def checked() -> Any:
-        before, read_checks.CRC32C_WHERE = read_checks.CRC32C_WHERE, "cpu"
-        try:
-            return run()
-        finally:
-            read_checks.CRC32C_WHERE = before
-
-    return checked
-
-
-def gpu_read_rows(
-    timer: Timer,
-    layout: str,
-    path: Path,
-    device_volume: Any,
-    *,
-    fetch: Sequence[str] = ("auto",),
-    cold: bool = False,
-    checksum: bool = False,
-) -> list[Row]:
+def gpu_read_rows(timer: Timer, layout: str, path: Path, device_volume: Any) -> list[Row]:
     """Time the GPU reads of the array at ``path``, each checked against ``device_volume``.
-
-    ``fetch`` lists the file readers of the fast path to time (``"auto"``: the settings in
-    force; ``"pread"``, ``"kvikio"``: passed as ``settings={"fetch": ...}``). With
-    ``checksum`` (the array stores crc32c), the fast path is also timed with the crc32c checked
-    on the CPU (:data:`~linumpy.gpu.read_checks.CRC32C_WHERE` ``"cpu"``), beside the default
-    (on the device where nvCOMP can).
 
     Examples
     --------
@@ -304,23 +173,15 @@ def gpu_read_rows(
     """
     from linumpy.gpu.zarr_io import gpu_zarr_context
 
-    same = functools.partial(_equals_on_device, device_volume)
     nbytes = int(device_volume.nbytes)
-    measure = functools.partial(timer.measure, layout, kind="gpu", op="read", nbytes=nbytes)
-
-    def fast(fetch: str, **more: str) -> Callable[[], Any]:
-        settings = ({} if fetch == "auto" else {"fetch": fetch}) | more
-        return lambda: read_volume(path, gpu=True, settings=settings or None)
-
-    rows = []
-    for reader in fetch:
-        name = "read_volume(gpu=True)" + ("" if reader == "auto" else f", fetch={reader}")
-        rows.append(measure(name=name, run=fast(reader), check=same))
-        _report_note(rows[-1])
-        if checksum:
-            run = _crc32c_on_the_cpu(fast(reader))
-            rows.append(measure(name=name + CPU_CHECK_SUFFIX, run=run, check=same))
-            _report_note(rows[-1])
+    measure = functools.partial(
+        timer.measure,
+        layout,
+        kind="gpu",
+        op="read",
+        nbytes=nbytes,
+        check=functools.partial(_equals_on_device, device_volume),
+    )
 
     def in_context() -> Any:
         with gpu_zarr_context():
@@ -330,37 +191,11 @@ def gpu_read_rows(
         with zarr.config.enable_gpu():
             return _zarr_read(path)
 
-    rows.append(measure(name="gpu_zarr_context (nvCOMP codec in zarr)", run=in_context, check=same))
-    name = "zarr enable_gpu() (CPU decode, copy per chunk)"
-    rows.append(measure(name=name, run=enable_gpu, check=same))
-    if cold:
-        rows.append(
-            measure(
-                name="read_volume(gpu=True), cold",
-                run=fast("auto"),
-                check=same,
-                before=functools.partial(drop_page_cache, path),
-                warmup=0,
-                cold=True,
-                note="cold cache (posix_fadvise DONTNEED)",
-            )
-        )
-        _report_note(rows[-1])
-    return rows
-
-
-@contextlib.contextmanager
-def _scratch(path: Path) -> Iterator[Path]:
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _remover(path: Path) -> Callable[[], None]:
-    """Untimed, before each run of a write row: the last run's output goes, so that every run
-    writes new files (as the write ceiling does) and none pays for deleting the one before."""
-    return functools.partial(shutil.rmtree, path, ignore_errors=True)
+    return [
+        measure(name="read_volume(gpu=True)", run=lambda: read_volume(path, gpu=True)),
+        measure(name="gpu_zarr_context (nvCOMP codec in zarr)", run=in_context),
+        measure(name="zarr enable_gpu() (CPU decode, copy per chunk)", run=enable_gpu),
+    ]
 
 
 def _engine_write(path: Path, volume: Any, layout: Layout, codec: Any) -> Any:
@@ -400,7 +235,8 @@ def write_rows(
 
     The zarr CPU write leaves the array that the read rows read. With ``timed=False`` it is
     written once, untimed, and no rows are returned. The other writes go to a scratch array
-    beside ``path``, read back on the CPU to check them, then removed.
+    beside ``path``, read back on the CPU to check them, then removed. Before each run the last
+    run's output is removed, untimed: every run writes new files.
 
     Examples
     --------
@@ -420,70 +256,61 @@ def write_rows(
     if not timed:
         write_volume(path, volume, layout, cpu_codec)
         return []
+    remove = functools.partial(shutil.rmtree, path, ignore_errors=True)
+    run = functools.partial(write_volume, path, volume, layout, cpu_codec)
     rows = [
         timer.measure(
             layout.name,
             "zarr CPU write",
             "cpu",
             "write",
-            lambda: write_volume(path, volume, layout, cpu_codec),
+            run,
             nbytes=volume.nbytes,
             warmup=0,
-            before=_remover(path),
+            before=remove,
         )
     ]
+    writes: list[tuple[str, str, Callable[[Path], Any]]] = [
+        (
+            "linumpy CPU write (write engine)",
+            "cpu",
+            lambda target: _engine_write(target, volume, layout, cpu_codec),
+        ),
+    ]
+    if device_volume is not None:
+        from linumpy.gpu.nvcomp_zstd import NvcompZstdCodec
+        from linumpy.gpu.zarr_io import gpu_zarr_context
 
-    def checked(row: Row, target: Path) -> Row:
-        if row.runs:
-            row.matches = bool(np.array_equal(_zarr_read(target), volume))
-            row.note = "; ".join(filter(None, [row.note, "checked by reading it back on the CPU"]))
-        return row
+        def gpu_write(target: Path) -> None:
+            with gpu_zarr_context():
+                codec = _codecs(NvcompZstdCodec, zstd_level, layout.checksum)
+                write_volume(target, device_volume, layout, codec)
 
-    with _scratch(path.with_name(path.name + ".engine-write")) as target:
-        name = "linumpy CPU write (write engine)"
-        run = functools.partial(_engine_write, target, volume, layout, cpu_codec)
-        rows.append(
-            checked(
-                timer.measure(
-                    layout.name,
-                    name,
-                    "cpu",
-                    "write",
-                    run,
-                    nbytes=volume.nbytes,
-                    before=_remover(target),
-                ),
-                target,
+        writes += [
+            (
+                "linumpy GPU write (nvCOMP, write engine)",
+                "gpu",
+                lambda target: _engine_write(target, device_volume, layout, cpu_codec),
+            ),
+            ("GPU write (nvCOMP encode in gpu_zarr_context)", "gpu", gpu_write),
+        ]
+    for name, kind, write in writes:
+        target = path.with_name(f"{path.name}.{kind}-write")
+        remove = functools.partial(shutil.rmtree, target, ignore_errors=True)
+        try:
+            row = timer.measure(
+                layout.name,
+                name,
+                kind,
+                "write",
+                functools.partial(write, target),
+                nbytes=volume.nbytes,
+                before=remove,
             )
-        )
-    if device_volume is None:
-        return rows
-    from linumpy.gpu.nvcomp_zstd import NvcompZstdCodec
-    from linumpy.gpu.zarr_io import gpu_zarr_context
-
-    with _scratch(path.with_name(path.name + ".gpu-engine-write")) as target:
-        name = "linumpy GPU write (nvCOMP, write engine)"
-        run = functools.partial(_engine_write, target, device_volume, layout, cpu_codec)
-        row = timer.measure(
-            layout.name, name, "gpu", "write", run, nbytes=volume.nbytes, before=_remover(target)
-        )
-        rows.append(checked(row, target))
-
-    def gpu_write() -> None:
-        with gpu_zarr_context():
-            codec = _codecs(NvcompZstdCodec, zstd_level, layout.checksum)
-            write_volume(target, device_volume, layout, codec)
-
-    with _scratch(path.with_name(path.name + ".gpu-write")) as target:
-        name = "GPU write (nvCOMP encode in gpu_zarr_context)"
-        row = timer.measure(
-            layout.name,
-            name,
-            "gpu",
-            "write",
-            gpu_write,
-            nbytes=volume.nbytes,
-            before=_remover(target),
-        )
-        rows.append(checked(row, target))
+            if row.runs:
+                row.matches = bool(np.array_equal(_zarr_read(target), volume))
+                row.note = "checked by reading it back on the CPU"
+        finally:
+            remove()
+        rows.append(row)
     return rows

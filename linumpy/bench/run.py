@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import importlib.metadata
 import platform
@@ -10,36 +9,27 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import zarr
-from tqdm import tqdm
 
 from linumpy.bench.ceilings import (
     cpu_decode_ceiling,
     file_read_ceiling,
-    file_write_ceiling,
     gpu_ceilings,
     host_buffer,
 )
 from linumpy.bench.files import BenchInputError, array_directory, stored_files
-from linumpy.bench.rows import (
-    CHECKSUM_SUFFIX,
-    Layout,
-    cpu_read_rows,
-    gpu_read_rows,
-    interleaved_read_rows,
-    write_rows,
-)
+from linumpy.bench.rows import Layout, cpu_read_rows, gpu_read_rows, write_rows
 from linumpy.bench.timing import Row, Timer
 from linumpy.bench.volume import oct_volume
 from linumpy.io import open_array, read_volume
 from linumpy.settings import DEFAULT_ZSTD_LEVEL, available_cpus
 
-__all__ = ["BenchConfig", "BenchResult", "run_benchmark"]
+__all__ = ["BenchConfig", "BenchResult", "gpu_reason", "machine_info", "run_benchmark"]
 
 # 128^3 and 64^3 chunk files, and both in (128, 512, 512) shards.
 _DEFAULT_LAYOUTS = (
@@ -66,20 +56,12 @@ class BenchConfig:
     gpu
         Run the GPU rows and ceilings too (needs a usable GPU).
     writes
-        Time the writes and the file-write ceiling (else the volume is written once, untimed).
-    cold
-        Add cold page-cache rows (files dropped with ``posix_fadvise`` before each run).
+        Time the writes (else the volume is written once, untimed).
     warmup, repeats, budget
         Untimed runs, at most this many timed runs, and the seconds after which a row stops
         repeating (see :class:`~linumpy.bench.timing.Timer`).
-    threads
-        Threads of the file-read, file-write and CPU-decode ceilings (None: the CPUs available).
-    fetch
-        File readers of ``read_volume(gpu=True)`` to time (``"auto"``, ``"pread"``, ``"kvikio"``).
     workdir
-        Where the volumes are written (None: a temporary folder, removed at the end).
-    keep
-        Keep each layout's array in ``workdir`` (else it is removed once measured).
+        Where the volumes are written, each removed once measured (None: a temporary folder).
 
     Examples
     --------
@@ -96,14 +78,10 @@ class BenchConfig:
     input: Path | None = None
     gpu: bool = True
     writes: bool = True
-    cold: bool = False
     warmup: int = 1
     repeats: int = 3
     budget: float = 4.0
-    threads: int | None = None
-    fetch: tuple[str, ...] = ("auto",)
     workdir: Path | None = None
-    keep: bool = False
 
 
 @dataclass
@@ -171,17 +149,13 @@ def machine_info(gpu: bool) -> dict[str, str]:
     return info
 
 
-@contextlib.contextmanager
-def _workdir(config: BenchConfig) -> Iterator[Path]:
-    if config.workdir is not None:
-        config.workdir.mkdir(parents=True, exist_ok=True)
-        yield config.workdir
-        return
-    path = Path(tempfile.mkdtemp(prefix="linumpy-bench-"))
+def gpu_reason() -> str | None:
+    """Why the GPU rows cannot run here, or None when a GPU is usable."""
     try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+        from linumpy.gpu.zarr_io import gpu_unavailable_reason
+    except ImportError as exc:
+        return f"linumpy's GPU support cannot be imported ({exc})"
+    return gpu_unavailable_reason()
 
 
 def _input_volume(config: BenchConfig) -> tuple[Path, np.ndarray, Layout]:
@@ -194,63 +168,35 @@ def _input_volume(config: BenchConfig) -> tuple[Path, np.ndarray, Layout]:
     return path, read_volume(path), Layout(name, tuple(array.chunks), shards)
 
 
-def _ceilings(
-    timer: Timer, config: BenchConfig, layout: str, path: Path, nbytes: int, scratch: Path
-) -> int:
+def _ceilings(timer: Timer, config: BenchConfig, layout: str, path: Path, nbytes: int) -> int:
     """Measure the layout's ceilings; return the stored bytes (0 when they could not run)."""
-    threads = config.threads or available_cpus()
+    threads = available_cpus()
     try:
         files = stored_files(zarr.open_array(path, mode="r"))
     except BenchInputError as exc:
         timer.skip(layout, "ceilings", "ceiling", "none", f"skipped: {exc}")
         return 0
     buffer = host_buffer(files.nbytes, pinned=config.gpu)
-    pinned = config.gpu
     read = file_read_ceiling(
-        timer, layout, files, buffer, nbytes=nbytes, threads=threads, pinned=pinned
+        timer, layout, files, buffer, nbytes=nbytes, threads=threads, pinned=config.gpu
     )
-    if not read.runs:
-        return files.stored_bytes
-    files = files.with_frames(buffer)
-    cpu_decode_ceiling(timer, layout, files, buffer, threads=threads)
-    if config.gpu:
-        gpu_ceilings(timer, layout, files, buffer, nbytes=nbytes)
-    if config.writes and config.input is None:
-        target = scratch / "file-write-ceiling"
-        try:
-            file_write_ceiling(timer, layout, files, buffer, target, nbytes=nbytes, threads=threads)
-        finally:
-            shutil.rmtree(target, ignore_errors=True)
-    if config.cold:
-        file_read_ceiling(
-            timer,
-            layout,
-            files,
-            buffer,
-            nbytes=nbytes,
-            threads=threads,
-            pinned=pinned,
-            cold_from=path,
-        )
+    if read.runs:
+        files = files.with_frames(buffer)
+        cpu_decode_ceiling(timer, layout, files, buffer, threads=threads)
+        if config.gpu:
+            gpu_ceilings(timer, layout, files, buffer, nbytes=nbytes)
     return files.stored_bytes
 
 
 def run_benchmark(
-    config: BenchConfig,
-    *,
-    progress: bool | None = None,
-    on_layout: Callable[[BenchResult], None] | None = None,
+    config: BenchConfig, *, on_layout: Callable[[BenchResult], None] | None = None
 ) -> BenchResult:
     """Run the benchmark that ``config`` describes and return its rows.
 
-    ``progress`` shows a progress bar (None: when the output is a terminal); ``on_layout`` is
-    called with the result so far after each layout (to save partial results, say).
-
     For each layout: the writes (which leave the array read next), the ceilings, the CPU reads,
-    and, with ``config.gpu``, the GPU reads; after a checksummed layout whose layout without
-    checksums was measured too, the CPU (and GPU) reads of the two in turn
-    (:func:`interleaved_read_rows`).
-    A row that fails is recorded with its error and the run goes on.
+    and, with ``config.gpu``, the GPU reads. A row that fails is recorded with its error and the
+    run goes on. ``on_layout`` is called with the result so far after each layout (to save
+    partial results, say).
 
     Raises
     ------
@@ -263,7 +209,7 @@ def run_benchmark(
     >>> config = BenchConfig(
     ...     shape=(16, 32, 32), layouts=(Layout.cubic(8, 3),), gpu=False, warmup=0, repeats=1
     ... )
-    >>> result = run_benchmark(config, progress=False)
+    >>> result = run_benchmark(config)
     >>> all(row.ok for row in result.rows if row.runs), result.ratios["8^3"] > 1
     (True, True)
     """
@@ -273,65 +219,58 @@ def run_benchmark(
 
         sync = cupy.cuda.runtime.deviceSynchronize
     timer = Timer(warmup=config.warmup, repeats=config.repeats, budget=config.budget, sync=sync)
-    # GPU rows measure repeated reads: staged as a process's after its first reads (CPU reads
-    # do not stage)
+    # GPU rows measure repeated reads: staged as a process's after its first reads
     from linumpy.gpu.pinned_buffers import steady_staging
 
-    with _workdir(config) as workdir, steady_staging():
-        if config.input is not None:
-            path, volume, layout = _input_volume(config)
-            plan = [(layout, path)]
-            config = replace(config, writes=False)
-        else:
-            plan = [
-                (layout, workdir / f"layout-{i}.zarr") for i, layout in enumerate(config.layouts)
-            ]
-            volume = oct_volume(config.shape, config.dtype)
-        device_volume = cupy.asarray(volume) if config.gpu else None
-        result = BenchResult(config, machine_info(config.gpu), volume.shape, str(volume.dtype))
-        result.rows = timer.rows  # the same list: rows show up as they are measured
-        names = {layout.name for layout, _ in plan}
-        # a layout without checksums waits, kept, for the same layout with them
-        waiting: dict[str, Path] = {}
-        for layout, path in tqdm(
-            plan, desc="layouts", disable=None if progress is None else not progress
-        ):
-            if config.input is None:
-                write_rows(
-                    timer,
-                    layout,
-                    path,
-                    volume,
-                    zstd_level=config.zstd_level,
-                    device_volume=device_volume,
-                    timed=config.writes,
-                )
-            stored = _ceilings(timer, config, layout.name, path, volume.nbytes, workdir)
-            if stored:
-                result.ratios[layout.name] = round(volume.nbytes / stored, 3)
-            cpu_read_rows(timer, layout.name, path, volume, cold=config.cold)
-            if config.gpu:
-                gpu_read_rows(
-                    timer,
-                    layout.name,
-                    path,
-                    device_volume,
-                    fetch=config.fetch,
-                    cold=config.cold,
-                    checksum=layout.checksum,
-                )
-            plain = layout.name.removesuffix(CHECKSUM_SUFFIX)
-            done = [path]
-            if layout.checksum and plain in waiting:
-                done.append(waiting.pop(plain))
-                interleaved_read_rows(
-                    timer, (plain, done[1]), (layout.name, path), volume, device_volume
-                )
-            elif not layout.checksum and layout.name + CHECKSUM_SUFFIX in names:
-                waiting[layout.name], done = path, []
-            if config.input is None and not config.keep:
-                for folder in done:
-                    shutil.rmtree(folder, ignore_errors=True)
-            if on_layout is not None:
-                on_layout(result)
+    if config.workdir is not None:
+        config.workdir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix=".linumpy-bench-", dir=config.workdir))
+    try:
+        with steady_staging():
+            return _run(config, timer, workdir, on_layout)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(
+    config: BenchConfig,
+    timer: Timer,
+    workdir: Path,
+    on_layout: Callable[[BenchResult], None] | None,
+) -> BenchResult:
+    if config.input is not None:
+        path, volume, layout = _input_volume(config)
+        plan = [(layout, path)]
+        config = replace(config, writes=False)
+    else:
+        plan = [(layout, workdir / f"layout-{i}.zarr") for i, layout in enumerate(config.layouts)]
+        volume = oct_volume(config.shape, config.dtype)
+    device_volume = None
+    if config.gpu:
+        import cupy
+
+        device_volume = cupy.asarray(volume)
+    result = BenchResult(config, machine_info(config.gpu), volume.shape, str(volume.dtype))
+    result.rows = timer.rows  # the same list: rows show up as they are measured
+    for layout, path in plan:
+        if config.input is None:
+            write_rows(
+                timer,
+                layout,
+                path,
+                volume,
+                zstd_level=config.zstd_level,
+                device_volume=device_volume,
+                timed=config.writes,
+            )
+        stored = _ceilings(timer, config, layout.name, path, volume.nbytes)
+        if stored:
+            result.ratios[layout.name] = round(volume.nbytes / stored, 3)
+        cpu_read_rows(timer, layout.name, path, volume)
+        if device_volume is not None:
+            gpu_read_rows(timer, layout.name, path, device_volume)
+        if config.input is None:
+            shutil.rmtree(path, ignore_errors=True)
+        if on_layout is not None:
+            on_layout(result)
     return result
