@@ -32,6 +32,7 @@ from linumpy import cli
 from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
 from linumpy.cli.options import (
     add_layout_args,
+    add_ngff_version_arg,
     add_zstd_level_arg,
     layout_shards,
     number,
@@ -61,9 +62,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
         "--n-levels", type=positive_int, default=1, help="Pyramid levels [%(default)s]."
     )
     add_zstd_level_arg(parser)
-    parser.add_argument(
-        "--ngff-version", choices=("0.4", "0.5"), default="0.5", help="OME-NGFF version."
-    )
+    add_ngff_version_arg(parser)
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser, "Encode")

@@ -24,7 +24,12 @@ from collections.abc import Sequence
 
 from linumpy import cli
 from linumpy.cli.cluster_args import add_cluster_args, cluster_from_args
-from linumpy.cli.options import add_layout_args, add_zstd_level_arg, layout_shards
+from linumpy.cli.options import (
+    add_layout_args,
+    add_ngff_version_arg,
+    add_zstd_level_arg,
+    layout_shards,
+)
 
 
 def _build_arg_parser() -> cli.LinumArgumentParser:
@@ -37,12 +42,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
         shards_help="Shard shape, a multiple of the chunks (default: a tile, or slabs of whole "
         "planes).",
     )
-    parser.add_argument(
-        "--ngff-version",
-        choices=("0.4", "0.5"),
-        default="0.5",
-        help="OME-NGFF version of the output [%(default)s].",
-    )
+    add_ngff_version_arg(parser, "OME-NGFF version of the output")
     add_zstd_level_arg(parser)
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)

@@ -13,10 +13,12 @@ from typing import Any
 from linumpy.settings import DEFAULT_ZSTD_LEVEL, ZSTD_LEVELS
 
 __all__ = [
+    "NGFF_VERSIONS",
     "STITCH_DTYPES",
     "ZSTD_LEVELS",
     "add_blending_args",
     "add_layout_args",
+    "add_ngff_version_arg",
     "add_registration_args",
     "add_zstd_level_arg",
     "layout_shards",
@@ -113,6 +115,31 @@ def add_zstd_level_arg(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"zstd compression level, 1 to 22 (--level: its old name, deprecated) "
         f"[{DEFAULT_ZSTD_LEVEL}, or LINUMPY_ZSTD_LEVEL].",
+    )
+
+
+#: The OME-NGFF versions the scripts write: those of :mod:`linumpy.io.formats` (not imported
+#: here: a script's parser loads no zarr).
+NGFF_VERSIONS = ("0.4", "0.5")
+
+
+def add_ngff_version_arg(parser: argparse.ArgumentParser, help: str = "OME-NGFF version") -> None:
+    """Add ``--ngff-version`` (:data:`NGFF_VERSIONS`, the last by default).
+
+    Examples
+    --------
+    >>> from linumpy.cli import build_parser
+    >>> from linumpy.cli.options import add_ngff_version_arg
+    >>> parser = build_parser("Demo.", prog="linum-demo")
+    >>> add_ngff_version_arg(parser, "OME-NGFF version of the output")
+    >>> [parser.parse_args(argv).ngff_version for argv in ([], ["--ngff-version", "0.4"])]
+    ['0.5', '0.4']
+    """
+    parser.add_argument(
+        "--ngff-version",
+        choices=NGFF_VERSIONS,
+        default=NGFF_VERSIONS[-1],
+        help=f"{help} [%(default)s].",
     )
 
 

@@ -29,6 +29,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from linumpy import settings
+from linumpy.io.formats import NgffFormat, NgffVersion, format_of
 
 __all__ = [
     "PLANE_EDGE",
@@ -317,7 +318,7 @@ def default_layout(
     *,
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
-    ngff_version: Literal["0.4", "0.5"] = "0.5",
+    ngff_version: NgffVersion | NgffFormat = "0.5",
     space: Sequence[int] | None = None,
     what: str = "this image",
 ) -> Layout:
@@ -346,6 +347,7 @@ def default_layout(
     Layout(chunks=(32, 96, 96), shards=(64, 96, 96))
     """
     shape = tuple(int(n) for n in shape)
+    sharding = format_of(ngff_version).sharding
     given = chunks is not None
     explicit = shards is not None and not isinstance(shards, str)
     shard = _parse(shards, shape, "shards") if explicit else None
@@ -356,16 +358,16 @@ def default_layout(
     if isinstance(shards, str):
         if shards != "auto":
             raise ValueError(f"shards must be a shape, 'auto' or None, got {shards!r}")
-        if ngff_version == "0.4":
+        if not sharding:
             warn_file_count(shape, chunk, what=what)
             return Layout(chunk, None)
         return Layout(chunk, slab_shards(shape, chunk, dtype, space=space))
     if shards is None:
-        if ngff_version == "0.4" and not given:
+        if not sharding and not given:
             warn_file_count(shape, chunk, what=what)
         return Layout(chunk, None)
     assert shard is not None
-    if ngff_version == "0.4":
+    if not sharding:
         raise ValueError("shards need zarr v3: use ngff_version='0.5'")
     if any(s % c for s, c in zip(shard, chunk)):
         raise ValueError(f"shards {shard} must be multiples of chunks {chunk}")

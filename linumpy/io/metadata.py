@@ -14,8 +14,9 @@ from typing import Any, NamedTuple
 import zarr
 
 from linumpy.errors import LinumpyError
+from linumpy.io.formats import NgffFormat, for_zarr_format, format_of, writable_format
+from linumpy.io.formats import NgffVersion as NgffVersion
 from linumpy.io.ngff_validation import TYPES_BY_NAME, validate_image_attrs
-from linumpy.io.ngff_validation import NgffVersion as NgffVersion
 
 __all__ = [
     "Axis",
@@ -174,17 +175,16 @@ def level_translation(
     return [t + (f - 1) * s / 2 for t, s, f in zip(translation, scale, factor)]
 
 
-def parse_ngff_version(value: str) -> NgffVersion:
-    """Return ``value`` if it is a supported OME-NGFF version, else raise ValueError.
+def parse_ngff_version(value: str | NgffFormat) -> NgffVersion:
+    """Return the version ``value`` names if linumpy writes it, else raise ValueError
+    (:func:`~linumpy.io.formats.writable_format`).
 
     Examples
     --------
     >>> parse_ngff_version("0.4")
     '0.4'
     """
-    if value not in ("0.4", "0.5"):
-        raise ValueError(f"ngff_version must be '0.4' or '0.5', got {value!r}")
-    return value  # type: ignore[return-value]
+    return writable_format(value).version  # type: ignore[return-value]
 
 
 def parse_voxel_size(value: Sequence[float], ndim: int) -> tuple[float, ...]:
@@ -309,7 +309,7 @@ def image_attrs(
     name: str,
     axes: Sequence[Axis],
     scales: Sequence[Sequence[float]],
-    version: NgffVersion,
+    version: NgffVersion | NgffFormat,
     translations: Sequence[Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """The attributes of an OME-Zarr image group, as ome-zarr-models would serialise them.
@@ -327,7 +327,8 @@ def image_attrs(
     scales
         Each level's scale, level 0 first (paths ``"0"``, ``"1"``...).
     version
-        ``"0.5"`` (zarr v3: under ``"ome"``) or ``"0.4"`` (zarr v2).
+        ``"0.5"`` (zarr v3: under ``"ome"``) or ``"0.4"`` (zarr v2), or its format object
+        (:mod:`linumpy.io.formats`).
     translations
         Each level's translation, after its scale; none by default.
 
@@ -370,9 +371,7 @@ def image_attrs(
         ],
         "name": name,
     }
-    if version == "0.5":
-        return {"ome": {"version": "0.5", "multiscales": [multiscale]}}
-    return {"multiscales": [{**multiscale, "version": "0.4"}]}
+    return format_of(version).image_attrs(multiscale)
 
 
 def axes_from_ngff(entries: Sequence[Any]) -> tuple[Axis, ...]:
@@ -456,17 +455,17 @@ def multiscale_metadata(group: zarr.Group, path: str | os.PathLike[str]) -> dict
     if not multiscales:
         raise LinumpyError(f"{path}: a zarr group without OME-NGFF multiscales metadata")
     zarr_format = group.metadata.zarr_format
-    validate_image_attrs(
-        attrs, zarr_format, _where(path, "zarr.json" if zarr_format == 3 else ".zattrs")
-    )
+    attributes_file = _where(path, for_zarr_format(zarr_format).attributes_file)
+    validate_image_attrs(attrs, zarr_format, attributes_file)
     if not multiscales[0].get("datasets"):
         raise LinumpyError(f"{path}: a zarr group without OME-NGFF multiscales metadata")
     for dataset in multiscales[0]["datasets"]:
         where = dataset.get("path") if isinstance(dataset, Mapping) else None
         parts = where.split("/") if isinstance(where, str) else [""]
         if any(part in ("", ".", "..") for part in parts):  # a leading "/" gives "" too
-            file = _where(path, "zarr.json" if zarr_format == 3 else ".zattrs")
-            raise LinumpyError(f"{file}: dataset path {where!r} is not a folder inside the image")
+            raise LinumpyError(
+                f"{attributes_file}: dataset path {where!r} is not a folder inside the image"
+            )
     return multiscales[0]
 
 

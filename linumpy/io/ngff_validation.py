@@ -10,12 +10,10 @@ import functools
 import json
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from linumpy.errors import LinumpyError
-
-# Defined here, below linumpy.io.metadata which uses it, so that neither imports the other back.
-NgffVersion = Literal["0.4", "0.5"]
+from linumpy.io.formats import NgffVersion, for_zarr_format, format_of
 
 __all__ = ["TYPES_BY_NAME", "validate_image_attrs"]
 
@@ -69,18 +67,11 @@ def validate_image_attrs(
 (multiscales.0: The length of axes does not match the dimensionality of the scale transform in \
 datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has dimensionality 3)
     """
-    version: NgffVersion | None = None
-    if zarr_format == 3:
-        ome = attrs.get("ome")
-        if isinstance(ome, Mapping) and ome.get("version") == "0.5":
-            version, data = "0.5", ome
-    else:
-        multiscales = attrs.get("multiscales")
-        first = multiscales[0] if isinstance(multiscales, list) and multiscales else {}
-        if not isinstance(first, Mapping) or first.get("version", "0.4") == "0.4":
-            version, data = "0.4", attrs
-    if version is None:
+    fmt = for_zarr_format(zarr_format)
+    data = fmt.validated_part(attrs)
+    if data is None:
         return None
+    version: NgffVersion = fmt.version  # type: ignore[assignment]
     data = {**data, "multiscales": _for_validation(data.get("multiscales"))}
     error = _model_error(version, json.dumps(data, sort_keys=True))
     if error is not None:
@@ -100,12 +91,8 @@ def _validate(version: NgffVersion, text: str) -> str | None:
     # imported on first use: ome-zarr-models (pydantic) would slow every import of linumpy
     import pydantic
 
-    if version == "0.5":
-        from ome_zarr_models.v05.image import ImageAttrs
-    else:
-        from ome_zarr_models.v04.image import ImageAttrs  # type: ignore[assignment]
     try:
-        ImageAttrs.model_validate_json(text)
+        format_of(version).image_model().model_validate_json(text)
     except pydantic.ValidationError as exc:
         return _first_error(exc)
     except (IndexError, KeyError, TypeError) as exc:

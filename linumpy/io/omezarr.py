@@ -20,6 +20,7 @@ from typing import Any
 import zarr
 
 from linumpy.errors import LinumpyError
+from linumpy.io.formats import format_of
 from linumpy.io.metadata import (
     Axis,
     Coordinates,
@@ -30,7 +31,6 @@ from linumpy.io.metadata import (
     translation_of,
 )
 from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
-from linumpy.io.ome_attrs import declared_version
 from linumpy.io.series import find_image
 from linumpy.io.staging import recover_staging
 from linumpy.io.stores import SourceLike, location, open_node, parse_source
@@ -177,9 +177,7 @@ def _image(node: zarr.Array | zarr.Group, path: Any) -> tuple[zarr.Array | zarr.
     if isinstance(node, zarr.Group):
         attrs = node.attrs.asdict()
         ome = attrs.get("ome") if isinstance(attrs.get("ome"), dict) else attrs
-        version = declared_version(attrs) if isinstance(ome, dict) else None
-        if version is not None and version not in ("0.1", "0.2", "0.3", "0.4", "0.5"):
-            raise LinumpyError(f"{path}: an NGFF {version} image; linumpy reads NGFF 0.4 and 0.5")
+        format_of(attrs, source=path)  # an unknown version is named
         if not ome.get("multiscales"):
             found = find_image(node, path)
             if found is not None:
@@ -245,8 +243,9 @@ def _voxel_size(
 def _other(multiscale: dict[str, Any]) -> str:
     """For an image of an NGFF version other than 0.4 and 0.5: a note naming it."""
     version = multiscale.get("version")
-    if version is None or str(version) in ("0.4", "0.5"):
-        return ""
+    with contextlib.suppress(ValueError):  # a version linumpy does not know is named too
+        if version is None or format_of(str(version)).writable:
+            return ""
     return f" (an NGFF {version} image: linumpy reads NGFF 0.4 and 0.5)"
 
 

@@ -26,19 +26,14 @@ from zarr.storage import LocalStore
 from linumpy import settings
 from linumpy.errors import LinumpyError
 from linumpy.io.dask_write import shard_budget, store_dask
+from linumpy.io.formats import NgffFormat, for_zarr_format, format_of, writable_format
 from linumpy.io.layout import ShardsArg, default_layout, slab_shards, tile_layout, tile_shards
 from linumpy.io.lazy import grow_block, open_volume, storage_unit
-from linumpy.io.metadata import (
-    NgffVersion,
-    axes_from_ngff,
-    check_chunk_count,
-    parse_ngff_version,
-)
+from linumpy.io.metadata import NgffVersion, axes_from_ngff, check_chunk_count
 from linumpy.io.ngff_validation import validate_image_attrs
-from linumpy.io.ome_attrs import OME_KEYS, convert_attrs, declared_version
+from linumpy.io.ome_attrs import OME_KEYS, convert_attrs
 from linumpy.io.staging import recover_staging, staged
 from linumpy.io.validate import RegularFileStore
-from linumpy.io.writer import zstd_compressors
 from linumpy.parallel import Cluster
 
 __all__ = ["OME_KEYS", "Rechunked", "convert_attrs", "copy_labels", "rechunk"]
@@ -93,7 +88,7 @@ def _layout(
     tile: tuple[int, int] | None,
     chunks: Sequence[int] | None,
     shards: ShardsArg,
-    version: NgffVersion,
+    fmt: NgffFormat,
     budget: int,
     what: str,
 ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
@@ -104,14 +99,14 @@ def _layout(
         shards = tuple(
             min(int(s), -(-n // c) * c) for s, n, c in zip(shards, shape, chunks or shape)
         )
-    if tile is not None and shards == "auto" and version == "0.5":
+    if tile is not None and shards == "auto" and fmt.sharding:
         if chunks is None:
             return tuple(tile_layout(shape, dtype, tile, space=space, shard_bytes=budget))
         return chunks, tile_shards(shape, chunks, dtype, tile, space=space, shard_bytes=budget)
     layout = default_layout(
-        shape, dtype, chunks=chunks, shards=shards, ngff_version=version, space=space, what=what
+        shape, dtype, chunks=chunks, shards=shards, ngff_version=fmt, space=space, what=what
     )
-    if shards == "auto" and version == "0.5":
+    if shards == "auto" and fmt.sharding:
         return layout.chunks, slab_shards(
             shape, layout.chunks, dtype, space=space, shard_bytes=budget
         )
@@ -212,14 +207,14 @@ def rechunk(
     >>> bool((read_volume(folder + "/new.ome.zarr") == volume).all())
     True
     """
-    version = parse_ngff_version(ngff_version)
+    fmt = writable_format(ngff_version)
     source, target = Path(source), Path(target)
     _check_source(source)  # names the file at fault, before anything is written
     recover_staging(target)
     if (target.exists() or target.is_symlink()) and not overwrite:
         raise LinumpyError(f"{target} exists; pass overwrite=True to replace it")
-    if gpu and version != "0.5":
-        logger.warning("GPU encoding writes zarr v3 only: encoding NGFF 0.4 on the CPU")
+    if gpu and not fmt.gpu_encoding:
+        logger.warning("GPU encoding writes zarr v3 only: encoding NGFF %s on the CPU", fmt)
         gpu = False
     try:
         root = zarr.open(store=RegularFileStore(source, read_only=True), mode="r")
@@ -228,14 +223,13 @@ def rechunk(
     cluster = cluster or Cluster()
     checksum = settings.get().write_checksum if checksum is None else bool(checksum)
     level = settings.get().zstd_level if level is None else level
-    zarr_format = 3 if version == "0.5" else 2
     with staged(target) as out:
         store = LocalStore(out)
         if isinstance(root, zarr.Array):
             arrays: list[tuple[str, zarr.Array, dict[str, Any]]] = [("", root, {})]
         else:
-            arrays = _copy_groups(root, store, zarr_format, version, source)
-        options = _Options(chunks, shards, version, level, checksum, gpu, cluster, progress)
+            arrays = _copy_groups(root, store, fmt, source)
+        options = _Options(chunks, shards, fmt, level, checksum, gpu, cluster, progress)
         written, nbytes = _copy_arrays(arrays, store, source, target, options)
     return Rechunked(written, nbytes)
 
@@ -243,7 +237,7 @@ def rechunk(
 class _Options(NamedTuple):
     chunks: Sequence[int] | None
     shards: ShardsArg
-    version: NgffVersion
+    format: NgffFormat
     level: int
     checksum: bool
     gpu: bool
@@ -262,7 +256,6 @@ def _copy_arrays(
     layout of each and the bytes copied."""
     written: dict[str, Any] = {}
     nbytes = 0
-    zarr_format = 3 if options.version == "0.5" else 2
     for path, array, context in arrays:
         budget = shard_budget(options.cluster, per_byte=3)
         what = f"{target}/{path}" if path else str(target)
@@ -273,13 +266,21 @@ def _copy_arrays(
             context.get("tile"),
             _for_array(options.chunks, array, "chunks"),
             shards if isinstance(shards, str) else _for_array(shards, array, "shards"),
-            options.version,
+            options.format,
             budget,
             what,
         )
         check_chunk_count(array.shape, chunk, np.dtype(array.dtype).itemsize)
         copy = _create_like(
-            array, store, path, chunk, shard, zarr_format, options.level, options.checksum, context
+            array,
+            store,
+            path,
+            chunk,
+            shard,
+            options.format,
+            options.level,
+            options.checksum,
+            context,
         )
         nbytes += _copy(
             source / path if path else source,
@@ -333,7 +334,7 @@ def copy_labels(
     >>> zarr.open_group(folder + "/b/labels").attrs.asdict()
     {'labels': ['cells']}
     """
-    version = parse_ngff_version(ngff_version)
+    fmt = writable_format(ngff_version)
     source, target = Path(source), Path(target)
     root = zarr.open_group(store=RegularFileStore(source, read_only=True), mode="r")
     labels = root.get("labels")
@@ -354,16 +355,16 @@ def copy_labels(
             )
             return []
     store = LocalStore(target / "labels")
-    arrays = _copy_groups(labels, store, 3 if version == "0.5" else 2, version, source / "labels")
+    arrays = _copy_groups(labels, store, fmt, source / "labels")
     if n_levels is not None:
         arrays = _keep_levels(store, arrays, n_levels)
     options = _Options(
         None,
         "auto",
-        version,
+        fmt,
         settings.get().zstd_level,
         settings.get().write_checksum,
-        gpu and version == "0.5",
+        gpu and fmt.gpu_encoding,
         cluster or Cluster(),
         progress,
     )
@@ -411,9 +412,9 @@ def _check_source(source: Path) -> None:
 
 
 def _copy_groups(
-    root: zarr.Group, store: LocalStore, zarr_format: int, version: NgffVersion, source: Path
+    root: zarr.Group, store: LocalStore, fmt: NgffFormat, source: Path
 ) -> list[tuple[str, zarr.Array, dict[str, Any]]]:
-    """Create every group of ``root`` in ``store`` with its attributes (in NGFF ``version``);
+    """Create every group of ``root`` in ``store`` with its attributes (in NGFF ``fmt``);
     return the arrays to copy, each with its path and what its image says about it: the space
     axes, the dimension names, the tile of a mosaic grid."""
     arrays: list[tuple[str, zarr.Array, dict[str, Any]]] = []
@@ -423,17 +424,20 @@ def _copy_groups(
     context: dict[str, dict[str, Any]] = {}
     for path, group in groups:
         attrs = group.attrs.asdict()
-        declared = declared_version(attrs)
-        if declared is not None and declared not in ("0.4", "0.5"):
+        declared = format_of(attrs, source=source / path)
+        if declared is not None and not declared.writable:
             raise LinumpyError(
                 f"{source / path}: NGFF {declared} image; linum-rechunk converts NGFF 0.4 and 0.5"
             )
         multiscales = attrs.get("ome", attrs).get("multiscales") or []
         if multiscales:  # an image (a label image too); a labels group has no multiscales
-            name = "zarr.json" if group.metadata.zarr_format == 3 else ".zattrs"
-            validate_image_attrs(attrs, group.metadata.zarr_format, source / path / name)
-        new = convert_attrs(attrs, version) if declared is not None else attrs
-        zarr.open_group(store=store, path=path, mode="w-", zarr_format=zarr_format, attributes=new)
+            zarr_format = group.metadata.zarr_format
+            name = for_zarr_format(zarr_format).attributes_file
+            validate_image_attrs(attrs, zarr_format, source / path / name)
+        new = fmt.convert_attrs(attrs) if declared is not None else attrs
+        zarr.open_group(
+            store=store, path=path, mode="w-", zarr_format=fmt.zarr_format, attributes=new
+        )
         if multiscales:
             axes = axes_from_ngff(multiscales[0].get("axes", []))
             tile = _tile_shape(attrs)
@@ -461,14 +465,12 @@ def _create_like(
     path: str,
     chunks: tuple[int, ...],
     shards: tuple[int, ...] | None,
-    zarr_format: int,
+    fmt: NgffFormat,
     level: int,
     checksum: bool,
     context: dict[str, Any],
 ) -> zarr.Array:
-    names = None
-    if zarr_format == 3:
-        names = getattr(array.metadata, "dimension_names", None) or context.get("names")
+    names = getattr(array.metadata, "dimension_names", None) or context.get("names")
     return zarr.create_array(
         store=store,
         name=path or None,
@@ -476,12 +478,10 @@ def _create_like(
         dtype=array.dtype,
         chunks=chunks,
         shards=shards,
-        compressors=zstd_compressors(zarr_format, level, checksum),
         fill_value=array.fill_value,
-        chunk_key_encoding={"name": "default" if zarr_format == 3 else "v2", "separator": "/"},
         attributes=array.attrs.asdict(),
-        zarr_format=zarr_format,
-        **({"dimension_names": names} if names else {}),
+        zarr_format=fmt.zarr_format,
+        **fmt.array_options(level, checksum, names),
     )
 
 

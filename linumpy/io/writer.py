@@ -17,7 +17,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-import numcodecs
 import numpy as np
 import zarr
 from zarr.storage import LocalStore
@@ -27,6 +26,7 @@ from linumpy.errors import LinumpyError
 from linumpy.io.block_write import store_block
 from linumpy.io.downsample import downsample_mean
 from linumpy.io.durable import flush_folder, flush_tree
+from linumpy.io.formats import ChecksummedZstd, writable_format
 from linumpy.io.layout import SHARD_BYTES, ShardsArg, default_layout, slab_shards
 from linumpy.io.metadata import (
     Axis,
@@ -36,80 +36,13 @@ from linumpy.io.metadata import (
     level_translation,
     make_axes,
     parse_block,
-    parse_ngff_version,
     parse_voxel_size,
 )
 from linumpy.io.ngff_validation import validate_image_attrs
 from linumpy.io.staging import StagedWrite, flushed_on_commit, recover_staging
 from linumpy.io.stores import UrlPath, is_url, open_store, parse_source
 
-__all__ = [
-    "ChecksummedZstd",
-    "OmeZarrWriter",
-    "downsample_mean",
-    "store_block",
-    "zstd_compressors",
-]
-
-
-class ChecksummedZstd(numcodecs.Zstd):
-    """numcodecs' zstd codec whose frames carry their content checksum while its configuration
-    (a zarr v2 ``.zarray``'s ``compressor``) names only ``id`` and ``level``.
-
-    A zstd frame flags its checksum in its own header, so every libzstd verifies it whatever the
-    metadata says; the ``checksum`` key itself is refused by tensorstore, ngff-zarr and zarr 2.18
-    with numcodecs 0.12. Registered under ``zstd`` when :mod:`linumpy.io` is imported, so that
-    zarr v2 arrays opened again (by the tasks of a write) keep writing checksummed frames.
-
-    Parameters
-    ----------
-    level
-        zstd compression level.
-    checksum
-        Write the content checksum; by default ``linumpy.settings.get().write_checksum``.
-
-    Examples
-    --------
-    >>> codec = ChecksummedZstd(3, checksum=True)
-    >>> frame = codec.encode(bytes(100))
-    >>> bool(frame[4] & 4)  # the frame header's checksum flag
-    True
-    >>> sorted(k for k, v in codec.get_config().items() if v is not None)
-    ['id', 'level']
-    """
-
-    codec_id = "zstd"
-
-    def __init__(self, level: int = 3, checksum: bool | None = None) -> None:
-        on = settings.get().write_checksum if checksum is None else bool(checksum)
-        super().__init__(level=level, checksum=on)
-
-    def get_config(self) -> dict[str, Any]:
-        # zarr-python leaves a "checksum" key out of .zarray when it is not true
-        return {"id": "zstd", "level": self.level, "checksum": None}
-
-
-numcodecs.register_codec(ChecksummedZstd)
-
-
-def zstd_compressors(zarr_format: int, level: int, checksum: bool) -> Any:
-    """The compressors linumpy writes: zstd at ``level``, and with ``checksum`` zstd's content
-    checksum and, in zarr v3, a crc32c of each compressed chunk: readers reject a damaged frame on
-    the crc32c before any decoder sees it (nvCOMP may crash or hang on one); zstd's content
-    checksum still verifies the decoded bytes.
-
-    Examples
-    --------
-    >>> [type(c).__name__ for c in zstd_compressors(3, 3, True)]
-    ['ZstdCodec', 'Crc32cCodec']
-    >>> zstd_compressors(2, 5, False).get_config()["level"]
-    5
-    """
-    if zarr_format == 2:
-        return ChecksummedZstd(level, checksum=checksum)
-    if not checksum:
-        return [zarr.codecs.ZstdCodec(level=level, checksum=False)]
-    return [zarr.codecs.ZstdCodec(level=level, checksum=True), zarr.codecs.Crc32cCodec()]
+__all__ = ["ChecksummedZstd", "OmeZarrWriter", "downsample_mean", "store_block"]
 
 
 logger = logging.getLogger(__name__)
@@ -273,7 +206,8 @@ class OmeZarrWriter:
             raise ValueError(f"{self.target}: dtype {self.dtype} is not a number type")
         if 0 in self.shape:
             raise ValueError(f"{self.target}: shape {self.shape} has an empty axis (no voxel)")
-        self.ngff_version = parse_ngff_version(ngff_version)
+        self.format = writable_format(ngff_version)
+        self.ngff_version: NgffVersion = self.format.version  # type: ignore[assignment]
         self.voxel_size = parse_voxel_size(voxel_size, len(self.shape))
         self.axes = make_axes(len(self.shape), axes, unit)
         self.translation = _parse_translation(translation, len(self.shape))
@@ -291,7 +225,7 @@ class OmeZarrWriter:
             what=str(self.target),
         )
         self._shard_bytes = int(shard_bytes)
-        if auto_shards and self.ngff_version == "0.5":
+        if auto_shards and self.format.sharding:
             shards = "auto"  # computed for each level's shape
         if not isinstance(n_levels, int) or n_levels < 1:
             raise ValueError(f"n_levels must be a positive integer, got {n_levels!r}")
@@ -338,7 +272,7 @@ class OmeZarrWriter:
         level: int,
         fill_value: Any,
     ) -> list[zarr.Array]:
-        zarr_format = 3 if self.ngff_version == "0.5" else 2
+        zarr_format = self.format.zarr_format
         if self._remote is not None:  # an image there may go: overwrite was checked
             from linumpy.io.remote_write import MetadataLastStore, remove_image
 
@@ -370,7 +304,6 @@ class OmeZarrWriter:
                 level_shards = tuple(
                     min(sh, -(-s // c) * c) for sh, s, c in zip(shards, level_shape, level_chunks)
                 )
-            compressor = zstd_compressors(zarr_format, level, self.checksum)
             arrays.append(
                 group.create_array(
                     str(index),
@@ -378,15 +311,8 @@ class OmeZarrWriter:
                     dtype=self.dtype,
                     chunks=level_chunks,
                     shards=level_shards,
-                    compressors=compressor,
                     fill_value=fill_value,
-                    chunk_key_encoding={
-                        "name": "default" if zarr_format == 3 else "v2",
-                        "separator": "/",
-                    },
-                    **(
-                        {"dimension_names": [a.name for a in self.axes]} if zarr_format == 3 else {}
-                    ),
+                    **self.format.array_options(level, self.checksum, [a.name for a in self.axes]),
                 )
             )
             factor = _level_factor(self.shape, index, shrink)
@@ -397,7 +323,7 @@ class OmeZarrWriter:
             self.target.name,
             self.axes,
             scales,
-            self.ngff_version,
+            self.format,
             translations if self.translation is not None else None,
         )
         group.attrs.update(attrs)

@@ -193,6 +193,7 @@ def copy_omero(
     """
     from zarr.storage import LocalStore
 
+    from linumpy.io.formats import for_zarr_format
     from linumpy.io.ngff_validation import validate_image_attrs
 
     attrs = _group_attrs(source)
@@ -201,11 +202,8 @@ def copy_omero(
     if not isinstance(channels, list) or len(channels) != (n_channels or 1):
         return False
     group = zarr.open_group(store=LocalStore(target), mode="r+")
-    new = group.attrs.asdict()
-    if "ome" in new:
-        new["ome"] = {**new["ome"], "omero": omero}
-    else:
-        new["omero"] = omero
-    validate_image_attrs(new, group.metadata.zarr_format, target)
+    zarr_format = group.metadata.zarr_format
+    new = for_zarr_format(zarr_format).with_ome(group.attrs.asdict(), "omero", omero)
+    validate_image_attrs(new, zarr_format, target)
     group.attrs.update(new)
     return True

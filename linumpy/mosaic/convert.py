@@ -31,6 +31,7 @@ from linumpy.io.dask_write import (
     store_dask,
     write_pyramid,
 )
+from linumpy.io.formats import writable_format
 from linumpy.io.layout import ShardsArg
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.io.omezarr import NgffVersion, read_coordinates
@@ -255,7 +256,7 @@ voxel_size argument)'
     """
     image = open_image(source, series=series)
     shape, dtype = image.shape, image.dtype
-    if gpu and ngff_version != "0.5":
+    if gpu and not writable_format(ngff_version).gpu_encoding:
         logger.warning(
             "GPU encoding writes zarr v3 only: encoding NGFF %s on the CPU", ngff_version
         )

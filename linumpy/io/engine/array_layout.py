@@ -21,6 +21,7 @@ from zarr.storage import LocalStore
 from linumpy.errors import UnsupportedLayoutError
 from linumpy.io.engine.codecs import parse_codecs, parse_v2
 from linumpy.io.engine.codecs.protocol import Compressor
+from linumpy.io.formats import for_zarr_format
 
 __all__: list[str] = []
 
@@ -62,7 +63,7 @@ def parse_layout(array: zarr.Array) -> ArrayLayout:
         root, remote = remote_root(array)
     metadata = array.metadata
     dtype = np.dtype(array.dtype)
-    if metadata.zarr_format == 2:
+    if not for_zarr_format(metadata.zarr_format).codec_pipeline:
         chain = parse_v2(metadata.compressor, metadata.filters)
         chunks = tuple(array.chunks)
         return ArrayLayout(

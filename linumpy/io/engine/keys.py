@@ -29,7 +29,7 @@ def chunk_keys(metadata: Any, coords: np.ndarray, prefix: str = "") -> list[str]
     encoding = getattr(metadata, "chunk_key_encoding", None)
     # The standard encodings are told apart by their JSON name, as zarr's metadata spells them.
     name = encoding.to_dict().get("name") if encoding is not None else None
-    if metadata.zarr_format == 2:
+    if encoding is None:  # zarr v2 metadata: its dimension separator between the numbers
         separator, start = metadata.dimension_separator, ""
     elif name in ("default", "v2"):
         separator = encoding.separator

@@ -30,6 +30,7 @@ from linumpy.errors import UnsupportedLayoutError
 from linumpy.io.engine.codecs import CodecChain, parse_codecs
 from linumpy.io.engine.codecs.protocol import Compressor
 from linumpy.io.engine.region import Region, parse_region
+from linumpy.io.formats import for_zarr_format
 
 __all__: list[str] = []
 
@@ -150,7 +151,7 @@ def write_layout(array: zarr.Array) -> WriteLayout:
     if not isinstance(store, LocalStore):
         raise UnsupportedLayoutError(f"store {type(store).__name__} is not a local directory")
     metadata = array.metadata
-    if metadata.zarr_format != 3:
+    if not for_zarr_format(metadata.zarr_format).codec_pipeline:
         raise UnsupportedLayoutError("the write engine writes zarr v3 arrays only")
     dtype = np.dtype(array.dtype)
     if dtype.kind not in _KINDS or dtype.shape or dtype.fields:
