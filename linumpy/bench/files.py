@@ -20,6 +20,7 @@ import zarr
 from zarr.storage import LocalStore
 
 from linumpy.errors import BenchInputError
+from linumpy.io.formats import for_zarr_format
 
 __all__ = [
     "BenchInputError",
@@ -64,7 +65,7 @@ def _zstd_only(array: zarr.Array) -> tuple[bool, str | None, int, int]:
     """(sharded, shard index location, shard index trailer bytes, chunk trailer bytes: 4 when
     the chain ends with crc32c); raise unless zstd-only."""
     meta = array.metadata
-    if meta.zarr_format == 2:
+    if not for_zarr_format(meta.zarr_format).codec_pipeline:
         compressor = meta.compressor
         if compressor is None or compressor.codec_id != "zstd" or meta.filters:
             raise BenchInputError(f"{array_directory(array)}: the ceilings need zstd chunks")
