@@ -5,18 +5,23 @@ other: each separate command pays Python's start-up and imports and, on the GPU,
 context, kernel loading and staging buffers, which one process pays once. Each output is written
 in a staging folder beside it and moved into place once complete
 (:func:`linumpy.io.staging.staged`), so an interrupted job leaves the outputs it finished and the
-previous versions of the others.
+previous versions of the others; a full disk, a quota or a file size limit met while writing one
+is a :class:`~linumpy.errors.LinumpyError` naming it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from numpy.typing import DTypeLike
 
+from linumpy.errors import LinumpyError
 from linumpy.io.layout import ShardsArg
 from linumpy.io.reader import read_volume
 from linumpy.io.staging import staged
@@ -87,6 +92,24 @@ class JobResult:
     projection_shape: tuple[int, ...]
 
 
+#: The OS errors of an output that does not fit: a full disk, a quota, a file size limit.
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+@contextmanager
+def _writing(path: Path) -> Iterator[Path]:
+    """:func:`~linumpy.io.staging.staged` for ``path``, an output that does not fit named in a
+    :class:`LinumpyError` (the OS error names a chunk file in staging, or nothing)."""
+    try:
+        with staged(path) as partial:
+            yield partial
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise
+        reason = exc.strerror or os.strerror(exc.errno)
+        raise LinumpyError(f"cannot write {os.fspath(path)!r}: {reason}") from exc
+
+
 def run_mosaic_job(
     source: str | os.PathLike[str],
     outputs: JobOutputs,
@@ -126,6 +149,12 @@ def run_mosaic_job(
     -------
     JobResult
 
+    Raises
+    ------
+    LinumpyError
+        When an output does not fit (a full disk, a quota, a file size limit), naming it; the
+        outputs finished before it stay.
+
     Examples
     --------
     >>> import tempfile
@@ -147,10 +176,10 @@ def run_mosaic_job(
         cluster=cluster,
         min_score=min_score,
     )
-    with staged(outputs.transform) as partial:
+    with _writing(outputs.transform) as partial:
         transform.save(partial)
     common: dict[str, Any] = {"gpu": gpu, "progress": progress, "cluster": cluster}
-    with staged(outputs.stitched) as partial:
+    with _writing(outputs.stitched) as partial:
         stitch_omezarr(
             source,
             partial,
@@ -163,9 +192,9 @@ def run_mosaic_job(
             level=level,
             **common,
         )
-    with staged(outputs.projection) as partial:
+    with _writing(outputs.projection) as partial:
         shape = projection_omezarr(outputs.stitched, partial, **common)
         if outputs.png is not None:  # before the projection moves into place, as linum-aip
-            with staged(outputs.png) as partial_png:
+            with _writing(outputs.png) as partial_png:
                 save_png(read_volume(partial), partial_png)
     return JobResult(outputs, transform, pairs, shape)
