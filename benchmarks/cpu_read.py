@@ -91,7 +91,7 @@ def files_reader(path: Path, threads: int) -> Callable[[], np.ndarray]:
 
 def reused_reader(path: Path, threads: int) -> Callable[[], np.ndarray]:
     """The CPU engine (``read_plan``) into one output reused run after run."""
-    from linumpy.io.engine.cpu import read_plan
+    from linumpy.io.engine.cpu_read import read_plan
 
     plan = plan_read(zarr.open_array(path, mode="r"))
     out = np.empty(plan.shape, plan.dtype)

@@ -132,8 +132,8 @@ def test_a_registered_compressor_is_read_by_the_engine(
     plan = plan_read(zarr.open_array(tmp_path / "g.zarr", mode="r"), region)
     assert plan.codec is seam
     backend = CpuBackend(plan, threads=2)  # the run loop's validate stage asks the codec too
-    stats = run(plan, backend, reader="pread", threads=2, group_bytes=backend.group_bytes)
+    stats = run(plan, backend, reader="pread", threads=2)
     assert backend.out.tobytes() == data[region].tobytes() and stats.n_cpu_decoded == stats.n_reads
-    from linumpy.gpu.backend import fast_path_obstacle  # imports no GPU library
+    from linumpy.gpu.gpu_read import fast_path_obstacle  # imports no GPU library
 
     assert "does not decode gzip" in fast_path_obstacle(plan)  # the GPU reads it through zarr

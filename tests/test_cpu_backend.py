@@ -12,8 +12,9 @@ from linumpy.errors import ChunkDecodeError
 from linumpy.io.engine import cpu
 from linumpy.io.engine.codecs import zstd
 from linumpy.io.engine.codecs.zstd import libzstd
-from linumpy.io.engine.cpu import CpuBackend, read_plan
+from linumpy.io.engine.cpu import CpuBackend
 from linumpy.io.engine.cpu_layout import batches, tapering_batches
+from linumpy.io.engine.cpu_read import read_plan
 from linumpy.io.engine.fetch import chunk_sizes
 from linumpy.io.engine.plan import plan_read
 from tests.zarr_layouts import LAYOUTS, REGIONS, make_array, sample_data, zarr_read, zstd_frame
@@ -251,9 +252,9 @@ def test_groups_hold_about_four_chunks_per_thread(tmp_path: Path) -> None:
     array = make_array(tmp_path / "a.zarr", "v3", np.ones((8, 8), "u2"), chunks=(4, 4))
     plan = plan_read(array)
     sizes = np.full(10, 10**6)
-    assert CpuBackend(plan, threads=2).group_bytes(sizes)[0] == cpu.MIN_GROUP_BYTES
-    assert CpuBackend(plan, threads=4).group_bytes(sizes)[0] == 16 * 10**6
-    assert CpuBackend(plan, threads=64).group_bytes(sizes)[0] == cpu.GROUP_BYTES
+    assert CpuBackend(plan, threads=2).budget(sizes).max_compressed == cpu.MIN_GROUP_BYTES
+    assert CpuBackend(plan, threads=4).budget(sizes).max_compressed == 16 * 10**6
+    assert CpuBackend(plan, threads=64).budget(sizes).max_compressed == cpu.GROUP_BYTES
 
 
 def test_decode_entry_takes_any_bytes_like(tmp_path: Path) -> None:

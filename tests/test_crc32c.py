@@ -116,14 +116,19 @@ def test_strip_crc32c_many_names_the_first_bad_chunk() -> None:
 def test_the_run_loop_strips_and_checks_crc32c(tmp_path: Path, layout: str) -> None:
     """Through run() (the GPU reader's loop), on the CPU back end: chunk files sized as they are
     read and packed, sharded chunks sized by their index; a flipped bit named."""
+    from linumpy.io.engine.backend import GroupBudget
     from linumpy.io.engine.cpu import CpuBackend
     from linumpy.io.engine.run import run
 
+    class SmallGroups(CpuBackend):
+        def budget(self, sizes: np.ndarray) -> GroupBudget:
+            return GroupBudget(4000, 2**40, 3)
+
     def read(path: Path) -> np.ndarray:
         plan = plan_read(zarr.open_array(path, mode="r"))
-        backend = CpuBackend(plan, threads=3)
+        backend = SmallGroups(plan, threads=3)
         try:
-            run(plan, backend, reader="pread", threads=3, group_bytes=lambda s: (4000, 2**40, 3, 0))
+            run(plan, backend, reader="pread", threads=3)
         finally:
             backend.close()
         return backend.out

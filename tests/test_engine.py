@@ -28,9 +28,11 @@ from zarr_layouts import (
 )
 
 from linumpy.errors import ChunkDecodeError
+from linumpy.io.engine.backend import GroupBudget
 from linumpy.io.engine.codecs.protocol import FRAME_CHECKSUM, FRAME_GPU, FRAME_NEEDS_CHECK
 from linumpy.io.engine.codecs.zstd import check_frames, inspect_chunk
-from linumpy.io.engine.cpu import CpuBackend, read_plan
+from linumpy.io.engine.cpu import CpuBackend
+from linumpy.io.engine.cpu_read import read_plan
 from linumpy.io.engine.fetch import (
     ALIGN,
     MERGE_GAP,
@@ -452,11 +454,24 @@ def test_make_groups_of_nothing() -> None:
 
 
 class RecordingBackend(CpuBackend):
-    """The CPU back end, recording the groups that run() hands it."""
+    """The CPU back end, recording the groups that run() hands it; grouped by ``budget`` and
+    read in ``size_order`` when given."""
 
-    def __init__(self, plan: ReadPlan, *, threads: int) -> None:
+    def __init__(
+        self,
+        plan: ReadPlan,
+        *,
+        threads: int,
+        budget: GroupBudget | None = None,
+        size_order: bool = False,
+    ) -> None:
         super().__init__(plan, threads=threads)
         self.submitted: list[Fetched] = []
+        self._budget = budget
+        self.size_order = size_order
+
+    def budget(self, sizes: np.ndarray) -> GroupBudget:
+        return super().budget(sizes) if self._budget is None else self._budget
 
     def submit(self, fetched: Fetched) -> None:
         self.submitted.append(fetched)
@@ -473,22 +488,12 @@ def _run(
     best_compressed_first: bool = False,
 ) -> tuple[np.ndarray, Stats, RecordingBackend]:
     """run() through the CPU back end; ``group`` caps each group's compressed bytes."""
-    backend = RecordingBackend(plan, threads=threads)
-
-    def budgets(sizes: np.ndarray) -> tuple[int, int, int, float]:
-        if group is None:
-            return backend.group_bytes(sizes)
-        return group, 2**62, min_groups, tail
-
+    budget = None if group is None else GroupBudget(group, 2**62, min_groups, tail)
+    backend = RecordingBackend(
+        plan, threads=threads, budget=budget, size_order=best_compressed_first
+    )
     try:
-        stats = run(
-            plan,
-            backend,
-            reader="pread",
-            threads=threads,
-            group_bytes=budgets,
-            best_compressed_first=best_compressed_first,
-        )
+        stats = run(plan, backend, reader="pread", threads=threads)
     finally:
         backend.close()
     return backend.out, stats, backend
@@ -649,7 +654,7 @@ def test_chunks_not_stored_read_as_the_fill_value_into_new_and_given_outputs(
     given = np.full(array.shape, 9999, dtype=np.uint16)
     backend = CpuBackend(plan, threads=2, out=given)
     try:
-        run(plan, backend, reader="pread", threads=2, group_bytes=backend.group_bytes)
+        run(plan, backend, reader="pread", threads=2)
     finally:
         backend.close()
     np.testing.assert_array_equal(given, data)

@@ -17,7 +17,7 @@ from linumpy.errors import (
     UnsupportedLayoutError,
 )
 from linumpy.io import read_volume, save_omezarr
-from linumpy.io.engine.cpu import read_plan
+from linumpy.io.engine.cpu_read import read_plan
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.engine.read import last_read_report
 

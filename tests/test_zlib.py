@@ -86,7 +86,7 @@ def test_the_run_loop_checks_and_decodes_deflate_groups(tmp_path: Path) -> None:
         plan = plan_read(array)
         assert plan.codec is (ZLIB if layout == "v2-zlib" else GZIP)
         backend = CpuBackend(plan, threads=2)
-        stats = run(plan, backend, reader="pread", threads=2, group_bytes=backend.group_bytes)
+        stats = run(plan, backend, reader="pread", threads=2)
         assert np.array_equal(backend.out, data) and stats.n_reads > 0
         assert stats.n_reads + stats.n_fill == plan.n_entries
 

@@ -3,9 +3,10 @@
 A read goes down once: :func:`read_to` opens the array, names it (one label in every error, for
 both destinations), looks up the destination's back end (the GPU's imported only when asked for)
 and hands both to the read orchestrator (:func:`linumpy.io.engine.read.read`). The CPU back end
-decodes with the array's compressor in threads, the GPU back end
-(:class:`linumpy.gpu.gpu_read.GpuRead`) with nvCOMP; layouts the engine does not plan are read by
-zarr itself. :func:`linumpy.gpu.zarr_io.read_zarr_to_gpu` is an alias of the GPU destination.
+(:class:`linumpy.io.engine.cpu.CpuBackend`) decodes with the array's compressor in threads, the
+GPU back end (:class:`linumpy.gpu.backend.GpuBackend`) with nvCOMP; layouts the engine does not
+plan are read by zarr itself. :func:`linumpy.gpu.zarr_io.read_zarr_to_gpu` is an alias of the GPU
+destination.
 What the last read of a thread did: :func:`linumpy.io.engine.read.last_read_report`.
 """
 
@@ -18,8 +19,9 @@ import numpy as np
 
 from linumpy import settings as _settings
 from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError, LinumpyError
-from linumpy.io.engine.cpu_read import CpuRead
-from linumpy.io.engine.read import ReadBackend, read
+from linumpy.io.engine.backend import ReadBackend
+from linumpy.io.engine.cpu import CpuBackend
+from linumpy.io.engine.read import read
 from linumpy.io.omezarr import open_array
 from linumpy.io.stores import SourceLike, describe
 
@@ -134,16 +136,16 @@ def read_to(
     return read(array, region, backend=backend, settings=resolved, source=source, out=out)
 
 
-def _backend(destination: Destination) -> ReadBackend:
+def _backend(destination: Destination) -> type[ReadBackend]:
     """The read back end of ``destination``; the GPU's is imported only when asked for."""
     if destination == "cpu":
-        return CpuRead()
+        return CpuBackend
     try:
         from linumpy.gpu.availability import require_gpu
-        from linumpy.gpu.gpu_read import GpuRead
+        from linumpy.gpu.backend import GpuBackend
     except ImportError as exc:
         raise GPUUnavailableError(
             f"read_volume(gpu=True) needs linumpy's GPU support ({exc}): {GPU_INSTALL_HINT}"
         ) from None
     require_gpu("read_volume(gpu=True)")
-    return GpuRead()
+    return GpuBackend

@@ -5,6 +5,8 @@ stage      module                                    what it does
 ========== ========================================= ===========================================
 read       :mod:`~linumpy.io.engine.read`            the orchestrator: region, memory, fallback,
                                                      run, report, for every back end
+backend    :mod:`~linumpy.io.engine.backend`         what the orchestrator and the run loop ask
+                                                     of a back end (one class per destination)
 plan       :mod:`~linumpy.io.engine.plan`            chunks (or inner chunks of shards) of a
                                                      region; codec chains by
                                                      :mod:`~linumpy.io.engine.codecs`
@@ -17,7 +19,8 @@ decode,    :mod:`~linumpy.io.engine.cpu`,            the compressor's CPU decode
 scatter    :mod:`linumpy.gpu.backend`                numpy, or nvCOMP and a CUDA kernel
 ========== ========================================= ===========================================
 
-Imports run one way: ``plan`` uses ``codecs`` and ``fetch``; ``run`` uses ``plan``, ``fetch``
-and ``codecs``; ``read`` uses ``plan`` and ``run``; the back ends use ``read`` and ``run``, and
-are handed to ``read`` by their callers. Nothing here imports cupy, nvCOMP or kvikio.
+Imports run one way: ``plan`` uses ``codecs`` and ``fetch``; ``backend`` uses ``plan`` and
+``fetch``; ``run`` uses ``backend``, ``plan``, ``fetch`` and ``codecs``; ``read`` uses ``backend``
+and ``plan``; the back ends use ``backend``, ``read`` and ``run``, and are handed to ``read`` by
+their callers. Nothing here imports cupy, nvCOMP or kvikio.
 """

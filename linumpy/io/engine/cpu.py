@@ -1,9 +1,10 @@
 """The CPU back end: threads read their chunks, libzstd decodes them, numpy scatters them.
 
-With the ``pread`` reader each thread reads its own chunks, from chunk files, from shards or
-from a remote store's responses, and decodes them at once (:meth:`CpuBackend.read_files`); with
-``kvikio`` the engine's run loop reads groups of chunks and the back end decodes each group's
-frames in its thread pool.
+:class:`CpuBackend` is the read orchestrator's back end for numpy outputs (host memory checks,
+zarr's own read as the fallback). With the ``pread`` reader each thread reads its own chunks,
+from chunk files, from shards or from a remote store's responses, and decodes them at once
+(:meth:`CpuBackend.read_files`); with ``kvikio`` the engine's run loop reads groups of chunks and
+the back end decodes each group's frames in its thread pool.
 A chunk whose destination in the output is one contiguous block is decoded straight into it;
 others are decoded into a per-thread scratch buffer and copied by the same thread (numpy copies
 release the GIL); when a thread reads them, whole chunks side by side along the last axis a run
@@ -22,11 +23,12 @@ import mmap
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError, LinumpyError
+from linumpy.io.engine.backend import Fetched, GroupBudget, Stats
 from linumpy.io.engine.codecs.protocol import FRAME_NEEDS_CHECK
 from linumpy.io.engine.cpu_files import ChunkReads, OpenShards, RemoteChunkReads
 from linumpy.io.engine.cpu_layout import (
@@ -40,8 +42,9 @@ from linumpy.io.engine.fetch import ALIGN
 from linumpy.io.engine.fetch_remote import read_order
 from linumpy.io.engine.memory import check_host_memory, format_size
 from linumpy.io.engine.plan import ReadPlan, chunk_view
-from linumpy.io.engine.read import execute, output_nbytes
-from linumpy.io.engine.run import Fetched, Stats
+from linumpy.io.engine.read import output_nbytes
+from linumpy.io.engine.region import Region
+from linumpy.io.engine.run import run
 
 __all__: list[str] = []
 
@@ -64,7 +67,8 @@ PREFAULT_BYTES = 64 * 1024 * 1024
 
 
 class CpuBackend:
-    """Decode groups into a numpy output (see :func:`read_plan`).
+    """The read back end of numpy outputs (see :class:`~linumpy.io.engine.backend.ReadBackend`,
+    and :func:`~linumpy.io.engine.cpu_read.read_plan`).
 
     Parameters
     ----------
@@ -74,12 +78,19 @@ class CpuBackend:
         Decoding threads.
     out
         A C-contiguous array of the plan's shape and dtype, allocated when None.
+    reader
+        ``"pread"``: threads read their own chunks (:meth:`read_files`); ``"kvikio"``: the run
+        loop reads groups of them.
 
     Examples
     --------
-    See :func:`linumpy.io.engine.run.run`.
+    See :func:`linumpy.io.engine.run.run` and :func:`linumpy.io.engine.read.read`:
+
+    >>> CpuBackend.name, CpuBackend.obstacle(None)
+    ('cpu', None)
     """
 
+    name: ClassVar[Literal["cpu"]] = "cpu"
     slots = 3
     max_decode_bytes = 2**62
     size_order = False  # file order: libzstd's decode time does not depend on the order
@@ -87,7 +98,44 @@ class CpuBackend:
     #: for an output in device memory: every chunk then goes through :meth:`_scatter`).
     in_place = True
 
-    def __init__(self, plan: ReadPlan, *, threads: int, out: np.ndarray | None = None) -> None:
+    @classmethod
+    def check_output(cls, shape: tuple[int, ...], dtype: np.dtype, source: str) -> None:
+        """Refuse an output larger than the host's available memory."""
+        check_host_memory(output_nbytes(shape, dtype), source, f"an output of shape {shape}")
+
+    @classmethod
+    def obstacle(cls, plan: ReadPlan) -> str | None:
+        """None: the CPU back end reads every planned layout."""
+        return None
+
+    @classmethod
+    def through_zarr(cls, array: Any, region: Region, out: np.ndarray | None) -> np.ndarray:
+        """zarr's own read of the region."""
+        if out is None:
+            return array[region]
+        out[...] = array[region]
+        return out
+
+    @classmethod
+    def choose_reader(cls, plan: ReadPlan, settings: Any) -> tuple[str, str]:
+        """``pread``: threads read their own chunks (remote ones from the read ahead)."""
+        local = plan.remote is None
+        return "pread", "threads read their own chunks" + ("" if local else ", fetched ahead")
+
+    @classmethod
+    def open(cls, plan: ReadPlan, settings: Any, reader: str, out: Any) -> CpuBackend:
+        """Check the threads' buffers against host memory; allocate the output."""
+        check_thread_memory(plan, settings.io_threads)
+        return cls(plan, threads=settings.io_threads, out=out, reader=reader)
+
+    def __init__(
+        self,
+        plan: ReadPlan,
+        *,
+        threads: int,
+        out: np.ndarray | None = None,
+        reader: str = "pread",
+    ) -> None:
         new = out is None
         fill = np.asarray(plan.fill_value, dtype=plan.dtype)
         # A new output of fill value 0 starts zeroed (fresh pages are zero): chunks not stored
@@ -103,6 +151,7 @@ class CpuBackend:
         self.plan = plan
         self.out = out
         self.threads = threads
+        self.reader = reader
         self.phases: dict[str, float] = {}
         self._chunk_nbytes = plan.chunk_nbytes  # a property: computed on each access
         # The compressor's fast decode (address in, address out, False on any doubt), if any.
@@ -149,16 +198,23 @@ class CpuBackend:
         for future in [self._pool.submit(touch, a, b) for a, b in zip(bounds[:-1], bounds[1:])]:
             future.result()
 
-    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, float]:
-        """Budgets for :func:`~linumpy.io.engine.run.make_groups`: staging only bounds a group
-        (and no tail: every group is decoded alike).
+    def budget(self, sizes: np.ndarray) -> GroupBudget:
+        """How the run loop groups the chunks: staging only bounds a group (and no tail: every
+        group is decoded alike).
 
         About four chunks per thread: enough to keep every thread busy with three groups in
         flight, while a small first group lets decoding start sooner and small staging buffers
         cost less to fault in.
         """
         typical = int(np.median(sizes)) if len(sizes) else 0
-        return min(GROUP_BYTES, max(MIN_GROUP_BYTES, 4 * self.threads * typical)), 2**62, 1, 0.0
+        return GroupBudget(min(GROUP_BYTES, max(MIN_GROUP_BYTES, 4 * self.threads * typical)))
+
+    def execute(self) -> Stats:
+        """Read the plan: threads reading their own chunks with ``pread`` (also a remote plan's,
+        from the read ahead's responses) or for an empty output; with kvikio the run loop reads."""
+        if self.reader == "pread" or math.prod(self.plan.shape) == 0:
+            return self.read_files()
+        return run(self.plan, self, reader=self.reader, threads=self.threads)
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
         """The slot's numpy buffer, once the group decoded from it last is done."""
@@ -329,12 +385,6 @@ class CpuBackend:
             for first, last in batches(len(entries), self.threads)
         ]
 
-    def reads_files(self, reader: str) -> bool:
-        """Whether :meth:`read_files` reads the plan: with ``pread`` (also a remote plan's
-        chunks, from the read ahead's responses), or an empty output; with kvikio the run loop
-        reads."""
-        return reader == "pread" or math.prod(self.plan.shape) == 0
-
     def usage(self) -> dict[str, int]:
         """Nothing to report beyond the output: see :func:`_check_scratch` for the buffers."""
         return {}
@@ -441,44 +491,3 @@ def check_thread_memory(plan: ReadPlan, threads: int) -> None:
         "the array's chunks are too large for this machine: rechunk it, or use fewer threads "
         "(LINUMPY_IO_THREADS)",
     )
-
-
-def read_plan(
-    plan: ReadPlan, *, out: np.ndarray | None = None, threads: int = 1, reader: str = "pread"
-) -> tuple[np.ndarray, Stats]:
-    """Execute a read plan on the CPU.
-
-    Parameters
-    ----------
-    plan
-        From :func:`linumpy.io.engine.plan.plan_read`.
-    out
-        A C-contiguous array of the plan's shape and dtype to fill; allocated when None.
-    threads
-        Threads reading and decoding.
-    reader
-        How files are read (``"pread"``; ``"kvikio"`` works too where it reads files).
-
-    Returns
-    -------
-    numpy.ndarray, Stats
-        The region's data and what the run did.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="int16")
-    >>> array[:] = np.arange(16, dtype=np.int16).reshape(4, 4)
-    >>> read_plan(plan_read(array, (slice(1, 3),)), threads=2)[0]
-    array([[ 4,  5,  6,  7],
-           [ 8,  9, 10, 11]], dtype=int16)
-    """
-    if out is None:
-        nbytes, shape = output_nbytes(plan.shape, plan.dtype), plan.shape
-        check_host_memory(nbytes, plan.source, f"an output of shape {shape}")
-    check_thread_memory(plan, threads)
-    backend = CpuBackend(plan, threads=threads, out=out)
-    stats = execute(plan, backend, reader=reader, threads=threads)
-    return backend.out, stats

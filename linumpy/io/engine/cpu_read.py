@@ -1,16 +1,16 @@
-"""The CPU destination of a read: :class:`CpuRead`, the back end the read orchestrator runs.
+"""A CPU read of a plan without the read orchestrator: :func:`read_plan`.
 
-:func:`linumpy.io.read_volume` hands it to :func:`linumpy.io.engine.read.read`, which asks it for
-host memory checks, its fallback (zarr's own read), its file reader and its run-loop back end
-(:class:`~linumpy.io.engine.cpu.CpuBackend`). The GPU's is :class:`linumpy.gpu.gpu_read.GpuRead`.
+The orchestrator (:func:`linumpy.io.engine.read.read`) plans a region, asks the back end and
+reports; :func:`read_plan` executes a plan made already through
+:class:`~linumpy.io.engine.cpu.CpuBackend` (benchmarks and tests time and check the engine this
+way, into an output they reuse).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
 import numpy as np
 
+from linumpy.io.engine.backend import Stats
 from linumpy.io.engine.cpu import CpuBackend, check_thread_memory
 from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.engine.plan import ReadPlan
@@ -19,41 +19,45 @@ from linumpy.io.engine.read import output_nbytes
 __all__: list[str] = []
 
 
-class CpuRead:
-    """The CPU back end as the read orchestrator asks it: host memory checks, zarr's own read
-    as the fallback, a :class:`CpuBackend` (see :class:`~linumpy.io.engine.read.ReadBackend`).
+def read_plan(
+    plan: ReadPlan, *, out: np.ndarray | None = None, threads: int = 1, reader: str = "pread"
+) -> tuple[np.ndarray, Stats]:
+    """Execute a read plan on the CPU.
+
+    Parameters
+    ----------
+    plan
+        From :func:`linumpy.io.engine.plan.plan_read`.
+    out
+        A C-contiguous array of the plan's shape and dtype to fill; allocated when None.
+    threads
+        Threads reading and decoding.
+    reader
+        How files are read (``"pread"``; ``"kvikio"`` works too where it reads files).
+
+    Returns
+    -------
+    numpy.ndarray, Stats
+        The region's data and what the run did.
 
     Examples
     --------
-    See :func:`linumpy.io.engine.read.read`:
-
-    >>> CpuRead().name
-    'cpu'
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="int16")
+    >>> array[:] = np.arange(16, dtype=np.int16).reshape(4, 4)
+    >>> read_plan(plan_read(array, (slice(1, 3),)), threads=2)[0]
+    array([[ 4,  5,  6,  7],
+           [ 8,  9, 10, 11]], dtype=int16)
     """
-
-    name: Literal["cpu"] = "cpu"
-
-    def check_output(self, shape: tuple[int, ...], dtype: np.dtype, source: str) -> None:
-        """Refuse an output larger than the host's available memory."""
-        check_host_memory(output_nbytes(shape, dtype), source, f"an output of shape {shape}")
-
-    def obstacle(self, plan: ReadPlan) -> str | None:
-        """None: the CPU back end reads every planned layout."""
-        return None
-
-    def through_zarr(self, array: Any, region: tuple[slice, ...], out: Any) -> Any:
-        """zarr's own read of the region."""
-        if out is None:
-            return array[region]
-        out[...] = array[region]
-        return out
-
-    def choose_reader(self, plan: ReadPlan, settings: Any) -> tuple[str, str]:
-        """``pread``: threads read their own chunks (remote ones from the read ahead)."""
-        local = plan.remote is None
-        return "pread", "threads read their own chunks" + ("" if local else ", fetched ahead")
-
-    def open(self, plan: ReadPlan, settings: Any, reader: str, out: Any) -> CpuBackend:
-        """Check the threads' buffers against host memory; allocate the output."""
-        check_thread_memory(plan, settings.io_threads)
-        return CpuBackend(plan, threads=settings.io_threads, out=out)
+    if out is None:
+        nbytes, shape = output_nbytes(plan.shape, plan.dtype), plan.shape
+        check_host_memory(nbytes, plan.source, f"an output of shape {shape}")
+    check_thread_memory(plan, threads)
+    backend = CpuBackend(plan, threads=threads, out=out, reader=reader)
+    try:
+        stats = backend.execute()
+    finally:
+        backend.close()
+    return backend.out, stats

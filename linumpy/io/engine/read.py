@@ -1,14 +1,14 @@
 """The read orchestrator: one way from ``array[region]`` to an array, for every back end.
 
-:func:`read` parses the region once, asks the back end (a :class:`ReadBackend`) whether an
-output of that shape fits its memory, plans the read (:func:`~linumpy.io.engine.plan.plan_read`),
-asks the back end for any reason it cannot produce the plan's output, and then either reads
-through zarr (the back end's fallback) or opens the back end's run-loop
-:class:`~linumpy.io.engine.run.Backend` and executes the plan (:func:`execute`). Every read, on
-the CPU or the GPU, ends with the same :class:`ReadReport` (:func:`last_read_report`).
+:func:`read` parses the region once, asks the back end (a
+:class:`~linumpy.io.engine.backend.ReadBackend` class) whether an output of that shape fits its
+memory, plans the read (:func:`~linumpy.io.engine.plan.plan_read`), asks the back end for any
+reason it cannot produce the plan's output, and then either reads through zarr (the back end's
+fallback) or opens the back end and executes the plan. Every read, on the CPU or the GPU, ends
+with the same :class:`ReadReport` (:func:`last_read_report`).
 
-Back ends: :class:`linumpy.io.engine.cpu_read.CpuRead` (the compressor's CPU decoder in threads,
-numpy output) and :class:`linumpy.gpu.gpu_read.GpuRead` (nvCOMP, cupy output). This module
+Back ends: :class:`linumpy.io.engine.cpu.CpuBackend` (the compressor's CPU decoder in threads,
+numpy output) and :class:`linumpy.gpu.backend.GpuBackend` (nvCOMP, cupy output). This module
 imports neither: :func:`linumpy.io.reader.read_to` looks the destination's up and hands it in.
 """
 
@@ -20,15 +20,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 import zarr
 
 from linumpy.errors import UnsupportedLayoutError
-from linumpy.io.engine.plan import ReadPlan, plan_region
-from linumpy.io.engine.region import Region, parse_region
-from linumpy.io.engine.run import Backend, Stats, run
+from linumpy.io.engine.backend import ReadBackend
+from linumpy.io.engine.plan import plan_region
+from linumpy.io.engine.region import parse_region
 from linumpy.settings import Settings
 
 __all__: list[str] = []
@@ -74,12 +74,12 @@ class ReadReport:
     Examples
     --------
     >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.cpu_read import CpuRead
+    >>> from linumpy.io.engine.cpu import CpuBackend
     >>> from linumpy.settings import Settings
     >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
     ...                           dtype="uint8")
     >>> array[:4] = 1
-    >>> read(array, None, backend=CpuRead(), settings=Settings(), source="a").tolist()
+    >>> read(array, None, backend=CpuBackend, settings=Settings(), source="a").tolist()
     [1, 1, 1, 1, 0, 0, 0, 0]
     >>> report = last_read_report()
     >>> report.path, report.n_reads, report.n_fill, report.output_bytes, "pipeline" in report.phases
@@ -103,40 +103,6 @@ class ReadReport:
     backend: Literal["cpu", "gpu"] = "cpu"
 
 
-class ReadBackend(Protocol):
-    """What :func:`read` asks of a back end around the run: one class per back end.
-
-    Examples
-    --------
-    >>> from linumpy.io.engine.cpu_read import CpuRead
-    >>> CpuRead().name
-    'cpu'
-    """
-
-    name: Literal["cpu", "gpu"]  # the report's ``backend``, and the key of its last report
-
-    def check_output(self, shape: tuple[int, ...], dtype: np.dtype, source: str) -> None:
-        """Raise before planning when an output of this shape cannot be allocated."""
-        ...
-
-    def obstacle(self, plan: ReadPlan) -> str | None:
-        """Why this back end cannot produce the plan's output, or None."""
-        ...
-
-    def through_zarr(self, array: zarr.Array, region: Region, out: Any) -> Any:
-        """``array[region]`` read by zarr itself (into ``out`` when given)."""
-        ...
-
-    def choose_reader(self, plan: ReadPlan, settings: Settings) -> tuple[str, str]:
-        """The file reader for this read, and why."""
-        ...
-
-    def open(self, plan: ReadPlan, settings: Settings, reader: str, out: Any) -> Backend:
-        """Check the memory of the read's buffers, allocate the output (unless ``out``), and
-        return the run-loop back end holding it (``.out``)."""
-        ...
-
-
 _reports = threading.local()
 
 
@@ -158,45 +124,11 @@ def _record(report: ReadReport) -> None:
     logger.debug("%s", report)
 
 
-def execute(plan: ReadPlan, backend: Backend, *, reader: str, threads: int) -> Stats:
-    """Run a plan through an opened back end: its own file reader where it has one for this
-    reader (:meth:`~linumpy.io.engine.run.Backend.reads_files`), else the engine's run loop.
-
-    The back end is closed afterwards.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.cpu import CpuBackend
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
-    ...                           dtype="uint8")
-    >>> array[:] = 3
-    >>> plan = plan_read(array)
-    >>> backend = CpuBackend(plan, threads=2)
-    >>> execute(plan, backend, reader="pread", threads=2).n_reads, backend.out.tolist()
-    (2, [3, 3, 3, 3])
-    """
-    try:
-        if backend.reads_files(reader):
-            return backend.read_files()
-        return run(
-            plan,
-            backend,
-            reader=reader,
-            threads=threads,
-            group_bytes=backend.group_bytes,
-            best_compressed_first=backend.size_order,
-        )
-    finally:
-        backend.close()
-
-
 def read(
     array: zarr.Array,
     region: slice | Sequence[slice] | None,
     *,
-    backend: ReadBackend,
+    backend: type[ReadBackend],
     settings: Settings,
     source: str,
     out: Any = None,
@@ -210,8 +142,8 @@ def read(
     region
         A slice or tuple of slices (step 1); the whole array when None.
     backend
-        The back end: :class:`~linumpy.io.engine.cpu_read.CpuRead` or
-        :class:`~linumpy.gpu.gpu_read.GpuRead`.
+        The back end's class: :class:`~linumpy.io.engine.cpu.CpuBackend` or
+        :class:`~linumpy.gpu.backend.GpuBackend`.
     settings
         The call's resolved settings.
     source
@@ -258,7 +190,10 @@ def read(
     opened = backend.open(plan, settings, reader, out)
     allocated = time.perf_counter() - mark
     mark = time.perf_counter()
-    stats = execute(plan, opened, reader=reader, threads=settings.io_threads)
+    try:
+        stats = opened.execute()
+    finally:
+        opened.close()
     pipeline = time.perf_counter() - mark
     phases = {"plan": planned, "allocate": allocated, "pipeline": pipeline}
     phases |= stats.phases | opened.phases

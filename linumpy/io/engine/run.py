@@ -8,183 +8,28 @@ checks their frames (the plan's compressor,
 decodes and scatters the previous group. Back ends differ only in decode and scatter: the CPU
 back end (:mod:`linumpy.io.engine.cpu`) decodes with the compressor's CPU decoder in a thread
 pool, the GPU back end (:mod:`linumpy.gpu.backend`) queues one nvCOMP call and one scatter kernel
-per group on a CUDA stream of its own.
+per group on a CUDA stream of its own. A back end's
+:meth:`~linumpy.io.engine.backend.ReadBackend.execute` calls :func:`run` where it reads through
+the run loop.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import numpy as np
 
+from linumpy.io.engine.backend import Fetched, Group, ReadBackend, Stats
 from linumpy.io.engine.codecs.protocol import FRAME_NEEDS_CHECK
 from linumpy.io.engine.crc import CRC32C_BYTES, crc32c_bodies, strip_crc32c_many
-from linumpy.io.engine.fetch import Layout, chunk_sizes, layout_group, read_group
+from linumpy.io.engine.fetch import chunk_sizes, layout_group, read_group
 from linumpy.io.engine.keys import EntryKeys
 from linumpy.io.engine.plan import ReadPlan
 
 __all__: list[str] = []
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    """Stored chunks fetched together into one staging buffer and decoded together.
-
-    Attributes
-    ----------
-    entries
-        Indices of the plan's entries.
-    layout
-        Where they go in the staging buffer and the file reads that put them there.
-    tail
-        Whether the group holds some of the read's last chunks, which the back end asked to get
-        in groups of their own (the 4th value of its ``group_bytes``); the GPU back end decodes
-        such groups with libzstd.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.io.engine.fetch import layout_group
-    >>> group = Group(np.array([3]), layout_group(["f"], np.array([0]), np.array([0]),
-    ...                                            np.array([7])))
-    >>> group.entries.tolist(), group.layout.nbytes
-    ([3], 7)
-    """
-
-    entries: np.ndarray
-    layout: Layout
-    tail: bool = False
-
-
-@dataclass(slots=True)
-class Fetched:
-    """A group read and checked: what the back end needs to decode and scatter it.
-
-    Attributes
-    ----------
-    index, slot
-        The group's number and the staging slot it was read into.
-    group
-        The group.
-    staging
-        The host buffer holding its compressed chunks.
-    sizes
-        Per chunk of the group: its compressed size.
-    verdicts
-        Per chunk of the group: ``FRAME_GPU`` or ``FRAME_CHECKSUM`` (one frame, size declared,
-        checked), or ``FRAME_NEEDS_CHECK`` for chunks decoded on the CPU already.
-    decoded
-        ``(position in the group, decoded bytes)`` of chunks only libzstd decodes (several or
-        skippable frames, no declared size) or too large for the back end's decoder.
-    seconds
-        Time spent reading the group's files.
-    crc32c_on_device
-        The chunks' crc32c (codec ``crc32c``) is left to the back end, which checks it on the
-        device before decoding (``sizes`` already leave it out); chunks decoded in the fetch or
-        validate stage had theirs checked on the CPU.
-    """
-
-    index: int
-    slot: int
-    group: Group
-    staging: np.ndarray
-    sizes: np.ndarray
-    verdicts: np.ndarray
-    decoded: list[tuple[int, np.ndarray]] = field(default_factory=list)
-    seconds: float = 0.0
-    crc32c_on_device: bool = False
-    missing: np.ndarray | None = None  # entries of a remote group found not stored when fetched
-
-
-class Backend(Protocol):
-    """A back end as the engine runs it (see :mod:`linumpy.io.engine.cpu` for one).
-
-    :func:`run` uses ``slots``, ``max_decode_bytes``, :meth:`staging`, :meth:`fill`,
-    :meth:`submit`, :meth:`finish` and :meth:`synchronize`; the read orchestrator
-    (:func:`linumpy.io.engine.read.execute`) also asks :meth:`reads_files` whether the back end
-    reads the plan itself (:meth:`read_files`, the CPU's threads reading their own chunks) and
-    otherwise runs :func:`run` with its :meth:`group_bytes` and ``size_order``. A back end may
-    also have ``crc32c_on_device(group) -> bool``: True leaves a group's crc32c checks to the back
-    end (:attr:`Fetched.crc32c_on_device`).
-
-    Examples
-    --------
-    >>> from linumpy.io.engine.cpu import CpuBackend
-    >>> names = ("staging", "fill", "submit", "finish", "reads_files", "group_bytes", "usage")
-    >>> all(hasattr(CpuBackend, name) for name in names)
-    True
-    """
-
-    slots: int  # staging buffers in use at once
-    max_decode_bytes: int  # larger chunks are decoded by libzstd in the fetch stage
-    size_order: bool  # read the best-compressed chunks first (``best_compressed_first``)
-    out: Any  # the output the back end fills
-    phases: dict[str, float]  # seconds of the back end's own steps, for the report
-
-    def staging(self, slot: int, nbytes: int) -> np.ndarray:
-        """A host buffer of at least ``nbytes`` for ``slot``, free to overwrite."""
-        ...
-
-    def fill(self, entries: np.ndarray) -> None:
-        """Fill the output of these plan entries (not stored) with the fill value."""
-        ...
-
-    def submit(self, fetched: Fetched) -> None:
-        """Decode and scatter a fetched group (may return before the work is done)."""
-        ...
-
-    def finish(self) -> None:
-        """Wait for all submitted work; raise the first error it met."""
-        ...
-
-    def synchronize(self) -> None:
-        """Wait for all submitted work, raising nothing (an error is being raised already)."""
-        ...
-
-    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, float]:
-        """The budgets of :func:`make_groups` and the tail share (see :func:`run`)."""
-        ...
-
-    def reads_files(self, reader: str) -> bool:
-        """Whether :meth:`read_files` reads the plan with this reader instead of :func:`run`."""
-        ...
-
-    def read_files(self) -> Stats:
-        """Read, decode and scatter the whole plan (only where :meth:`reads_files` says so)."""
-        ...
-
-    def usage(self) -> dict[str, int]:
-        """Memory the read held beyond its output, as :class:`~linumpy.io.engine.read.ReadReport`
-        fields (``device_extra_bytes``, ``pinned_bytes``); after :meth:`close`."""
-        ...
-
-    def close(self) -> None:
-        """Give back threads and buffers (after :meth:`finish` or :meth:`synchronize`)."""
-        ...
-
-
-@dataclass(slots=True)
-class Stats:
-    """What one :func:`run` did, for reports.
-
-    Examples
-    --------
-    >>> Stats().n_groups
-    0
-    """
-
-    n_reads: int = 0
-    n_fill: int = 0
-    n_cpu_decoded: int = 0
-    n_groups: int = 0
-    compressed_bytes: int = 0
-    phases: dict[str, float] = field(default_factory=dict)
 
 
 def make_groups(
@@ -264,7 +109,7 @@ def make_groups(
 
 def _fetch(
     plan: ReadPlan,
-    backend: Backend,
+    backend: ReadBackend,
     group: Group,
     index: int,
     sizes: np.ndarray,
@@ -307,7 +152,9 @@ def _never(group: Group) -> bool:
     return False
 
 
-def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPoolExecutor) -> None:
+def _validate(
+    plan: ReadPlan, backend: ReadBackend, fetched: Fetched, pool: ThreadPoolExecutor
+) -> None:
     """Check a fetched group's frames; decode on the CPU what only libzstd decodes.
 
     Runs on the calling thread while the producer reads the next group.
@@ -351,12 +198,10 @@ def _validate(plan: ReadPlan, backend: Backend, fetched: Fetched, pool: ThreadPo
 
 def run(
     plan: ReadPlan,
-    backend: Backend,
+    backend: ReadBackend,
     *,
     reader: str,
     threads: int,
-    group_bytes: Callable[[np.ndarray], tuple[int, int, int, float]],
-    best_compressed_first: bool = False,
 ) -> Stats:
     """Execute ``plan`` through ``backend``: fetch and check group k+1 while k is decoded.
 
@@ -370,16 +215,14 @@ def run(
         ``"pread"`` or ``"kvikio"`` (see :func:`linumpy.io.engine.fetch.read_group`).
     threads
         Threads reading files (and decoding the chunks only libzstd decodes).
-    group_bytes
-        ``group_bytes(sizes)``: the back end's ``(max_compressed, max_total, min_groups,
-        tail)`` given the compressed sizes in read order: the budgets of :func:`make_groups`,
-        and the share of the chunks, the last read, to put in groups of their own
-        (:attr:`Group.tail`).
-    best_compressed_first
-        Read the chunks in order of compressed size, smallest first, instead of file order: the
-        GPU back end's nvCOMP call lasts as long as its slowest frame, and the best-compressed
-        frames (the most matches) decode slowest, so they go in the first group, which also
-        reads fastest (:data:`linumpy.gpu.backend.SIZE_ORDER_MIN_CHUNK`).
+
+    The back end's :meth:`~linumpy.io.engine.backend.ReadBackend.budget`, given the compressed
+    sizes in read order, says how chunks are grouped (:func:`make_groups`) and which last
+    share of them go in groups of their own (:attr:`~linumpy.io.engine.backend.Group.tail`).
+    With its ``size_order``, chunks are read in order of compressed size, smallest first,
+    instead of file order: the GPU back end's nvCOMP call lasts as long as its slowest frame,
+    and the best-compressed frames (the most matches) decode slowest, so they go in the first
+    group, which also reads fastest (:data:`linumpy.gpu.backend.SIZE_ORDER_MIN_CHUNK`).
 
     Returns
     -------
@@ -396,7 +239,7 @@ def run(
     >>> array[:2] = 7
     >>> plan = plan_read(array)
     >>> backend = CpuBackend(plan, threads=2)
-    >>> stats = run(plan, backend, reader="pread", threads=2, group_bytes=backend.group_bytes)
+    >>> stats = run(plan, backend, reader="pread", threads=2)
     >>> backend.out.tolist(), stats.n_reads, stats.n_fill
     ([[7, 7, 7, 7], [7, 7, 7, 7], [0, 0, 0, 0], [0, 0, 0, 0]], 2, 2)
     """
@@ -416,18 +259,18 @@ def run(
     # not the grid's), so a group of whole shards reads each shard in one run.
     order = np.flatnonzero(stored)
     order = order[np.lexsort((plan.offsets[order], plan.file_index[order]))]
-    if best_compressed_first:
+    if backend.size_order:
         order = order[np.argsort(sizes[order], kind="stable")]
-    max_compressed, max_total, min_groups, tail = group_bytes(sizes[order])
-    head = len(order) - min(len(order), int(len(order) * tail))
+    budget = backend.budget(sizes[order])
+    head = len(order) - min(len(order), int(len(order) * budget.tail))
     budgets = {
         "chunk_nbytes": plan.chunk_nbytes,
-        "max_compressed": max_compressed,
-        "max_total": max_total,
+        "max_compressed": budget.max_compressed,
+        "max_total": budget.max_total,
     }
     split = [
         (entries, False)
-        for entries in make_groups(order[:head], sizes, min_groups=min_groups, **budgets)
+        for entries in make_groups(order[:head], sizes, min_groups=budget.min_groups, **budgets)
     ]
     split += [(entries, True) for entries in make_groups(order[head:], sizes, **budgets)]
     groups = [
