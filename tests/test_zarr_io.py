@@ -360,7 +360,7 @@ def test_out_is_filled_in_place_even_when_misaligned(tmp_path: Path, tiny_tuning
 
 @pytest.mark.gpu
 def test_region_reads_only_its_chunks_and_memory_stays_bounded(tmp_path: Path) -> None:
-    from linumpy.gpu.backend import device_memory_needed
+    from linumpy.gpu.gpu_read import device_memory_needed
 
     data = sample_data((64, 256, 256), "uint16")
     make_array(tmp_path / "a.zarr", "v3", data, chunks=(16, 64, 64))

@@ -24,26 +24,37 @@ report includes it).
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+from linumpy.errors import ChunkDecodeError
 from linumpy.gpu import nvcomp
+from linumpy.gpu.availability import after_current_stream, worker_streams
+from linumpy.gpu.device_memory import check_free
+from linumpy.gpu.gpu_read import (
+    check_device_memory,
+    check_out,
+    fast_path_obstacle,
+    nvcomp_chunk_limit,
+    open_host_decode,
+    read_through_zarr,
+    reader_for,
+)
+from linumpy.gpu.host_decode import HostDecoder, decode_pool, decodes_on_host
 from linumpy.gpu.pinned_buffers import PinnedLease, count_moved, pinned_allowance
 from linumpy.gpu.read_checks import ReadChecks
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
-from linumpy.io.engine import plan as engine_plan
+from linumpy.io.engine.backend import Fetched, Group, GroupBudget, Stats
 from linumpy.io.engine.codecs.protocol import FRAME_CHECKSUM, FRAME_NEEDS_CHECK
 from linumpy.io.engine.fetch import ALIGN, align_up
-from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason, use_kvikio_threads
 from linumpy.io.engine.plan import ReadPlan
-from linumpy.io.engine.run import Fetched, Group
+from linumpy.io.engine.read import output_nbytes
+from linumpy.io.engine.region import Region
+from linumpy.io.engine.run import run
 from linumpy.settings import Settings
 
 if TYPE_CHECKING:
@@ -68,47 +79,6 @@ CPU_SHARE = 0.0
 SIZE_ORDER_MIN_CHUNK = 1024 * 1024
 
 
-def fast_path_obstacle(plan: ReadPlan) -> str | None:
-    """Why the GPU back end cannot produce this plan's output, or None.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
-    >>> fast_path_obstacle(plan_read(array)) is None
-    True
-    """
-    if plan.codec.NVCOMP is None:
-        return f"nvCOMP does not decode {plan.codec.NAME} here"
-    dtype = plan.dtype
-    components = 2 if dtype.kind == "c" else 1
-    if dtype.kind not in "biufc" or dtype.itemsize // components not in (1, 2, 4, 8):
-        return f"dtype {dtype} has no cupy equivalent"
-    if plan.chunk_nbytes > nvcomp.MAX_DECODE_BYTES:
-        return f"chunks of {plan.chunk_nbytes} bytes exceed nvCOMP's limit of 2 GiB"
-    return None
-
-
-def choose_reader(fetch: str, threads: int) -> tuple[str, str]:
-    """The file reader for the ``fetch`` setting, and why it was chosen.
-
-    Examples
-    --------
-    >>> choose_reader("pread", 4)
-    ('pread', 'requested')
-    """
-    if fetch == "pread":
-        return "pread", "requested"
-    reason = kvikio_unusable_reason()
-    if reason is None:
-        use_kvikio_threads(threads)
-        return "kvikio", "kvikio reads files here"
-    if fetch == "kvikio":
-        raise GPUUnavailableError(f"LINUMPY_GPU_FETCH/fetch='kvikio' was asked for, but {reason}")
-    return "pread", reason
-
-
 @dataclass(slots=True)
 class _Slot:
     """What one stream owns: its device buffer, its staging buffers, its last copy's event."""
@@ -122,7 +92,9 @@ class _Slot:
 
 
 class GpuBackend:
-    """Decode groups into a cupy output on :data:`STREAMS` streams.
+    """The read back end of cupy outputs: nvCOMP decodes groups on :data:`STREAMS` streams (see
+    :class:`~linumpy.io.engine.backend.ReadBackend`); plans of chunks too large for nvCOMP are
+    decoded by libzstd's threads on the host instead (``host``).
 
     Parameters
     ----------
@@ -133,11 +105,77 @@ class GpuBackend:
     out
         The output: a C-contiguous cupy array of the plan's shape and native dtype.
     streams
-        The CUDA streams, one per slot.
+        The CUDA streams, one per slot (none with ``host``).
+    reader
+        How the run loop reads files (``"pread"`` or ``"kvikio"``).
     pool_before, new_output
         cupy's memory pool's used bytes before the read allocated anything (now when None), and
         whether the read allocated ``out`` since (its bytes are not the read's extra).
+    host
+        The threads that read and decode every chunk on the host and copy it up
+        (:class:`~linumpy.gpu.host_decode.HostDecoder`, holding ``out``), instead of nvCOMP.
+
+    Examples
+    --------
+    What :func:`~linumpy.gpu.zarr_io.read_zarr_to_gpu` does, for an open ``array``:
+
+    >>> from linumpy.io.engine.read import read  # doctest: +SKIP
+    >>> read(array, None, backend=GpuBackend, settings=Settings(), source="a")  # doctest: +SKIP
+    array([0, 0, 0, 0], dtype=int8)
     """
+
+    name: ClassVar[Literal["gpu"]] = "gpu"
+
+    @classmethod
+    def check_output(cls, shape: tuple[int, ...], dtype: np.dtype, source: str) -> None:
+        """Refuse an output larger than the device's free memory."""
+        check_free(output_nbytes(shape, dtype), source, shape, dtype, "the output")
+
+    @classmethod
+    def obstacle(cls, plan: ReadPlan) -> str | None:
+        """What the GPU back end cannot produce (see :func:`fast_path_obstacle`)."""
+        return fast_path_obstacle(plan)
+
+    @classmethod
+    def through_zarr(cls, array: Any, region: Region, out: cupy.ndarray | None) -> Any:
+        """zarr's own read on the GPU (see :func:`read_through_zarr`)."""
+        return read_through_zarr(array, region, out)
+
+    @classmethod
+    def choose_reader(cls, plan: ReadPlan, settings: Settings) -> tuple[str, str]:
+        """The file reader, and why (see :func:`~linumpy.gpu.gpu_read.reader_for`)."""
+        return reader_for(plan, settings)
+
+    @classmethod
+    def open(
+        cls, plan: ReadPlan, settings: Settings, reader: str, out: cupy.ndarray | None
+    ) -> GpuBackend:
+        """Fit the read's buffers in the device's free memory (``scratch_bytes`` halved when
+        needed), check it, allocate the output on the first stream; for chunks too large for
+        nvCOMP, check and allocate for libzstd's threads instead."""
+        import cupy
+
+        dtype = plan.dtype.newbyteorder("=")
+        if out is not None:
+            check_out(out, plan.shape, dtype)
+        if decodes_on_host(plan, nvcomp_chunk_limit()):
+            host = open_host_decode(plan, settings, out, dtype)
+            return cls(plan, settings, host.out, [], reader=reader, host=host)
+        settings = check_device_memory(plan, settings, out is None, dtype, STREAMS)
+        streams = worker_streams(STREAMS)
+        pool_before = cupy.get_default_memory_pool().used_bytes()
+        with streams[0]:
+            result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
+        after_current_stream(streams)
+        return cls(
+            plan,
+            settings,
+            result,
+            streams,
+            reader=reader,
+            pool_before=pool_before,
+            new_output=out is None,
+        )
 
     def __init__(
         self,
@@ -146,21 +184,29 @@ class GpuBackend:
         out: cupy.ndarray,
         streams: list[cupy.cuda.Stream],
         *,
+        reader: str = "pread",
         pool_before: int | None = None,
         new_output: bool = False,
+        host: HostDecoder | None = None,
     ) -> None:
+        self.plan = plan
+        self.out = out
+        self.reader = reader
+        self._settings = settings
+        self._host = host
+        if host is not None:  # its threads hold the read's buffers; the run loop is not used
+            self.slots, self.max_decode_bytes, self.size_order = 1, 0, False
+            self.phases = host.phases
+            return
         import cupy
 
         self._pool = cupy.get_default_memory_pool()
         self._pool_before = self._pool.used_bytes() if pool_before is None else pool_before
         self._out_nbytes = plan.out_nbytes if new_output else 0
-        self.plan = plan
-        self.out = out
         # At least two staging slots: the run loop reads group k+1 while group k is still being
         # checked and copied, so one slot alone would be overwritten under its own copy.
         self.slots = max(2, len(streams))
-        self.max_decode_bytes = min(engine_plan.GPU_CHUNK_BYTES, nvcomp.MAX_DECODE_BYTES)
-        self._settings = settings
+        self.max_decode_bytes = nvcomp_chunk_limit()
         self._geometry = geometry(plan)
         self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
         self._slots = [_Slot(streams[i % len(streams)]) for i in range(self.slots)]
@@ -182,9 +228,16 @@ class GpuBackend:
         with streams[0]:
             self._fill = cupy.asarray(fill)
 
-    def group_bytes(self, sizes: np.ndarray) -> tuple[int, int, int, float]:
-        """Budgets for :func:`~linumpy.io.engine.run.make_groups` (a slot's share of memory),
-        and :data:`CPU_SHARE` as the tail that libzstd decodes."""
+    def execute(self) -> Stats:
+        """Read the plan: through the run loop, nvCOMP decoding its groups; with ``host``, by
+        libzstd's threads reading their own chunks."""
+        if self._host is not None:
+            return self._host.read_files()
+        return run(self.plan, self, reader=self.reader, threads=self._settings.io_threads)
+
+    def budget(self, sizes: np.ndarray) -> GroupBudget:
+        """How the run loop groups the chunks (a slot's share of memory), and :data:`CPU_SHARE`
+        as the tail that libzstd decodes."""
         settings = self._settings
         largest = int(sizes.max()) if len(sizes) else 0
         per_slot = max(settings.scratch_bytes // self.slots, largest + self._slot_nbytes)
@@ -201,7 +254,7 @@ class GpuBackend:
         # Frames too large for nvCOMP (it decodes one frame serially, however many run beside
         # it) all go to libzstd threads, which decode them into pinned memory for one copy.
         tail = 1.0 if self.plan.chunk_nbytes > self.max_decode_bytes else self._cpu_share
-        return min(compressed, per_slot), per_slot, groups, tail
+        return GroupBudget(min(compressed, per_slot), per_slot, groups, tail)
 
     def staging(self, slot: int, nbytes: int) -> np.ndarray:
         """The slot's pinned buffer, once its last copy to the device is done."""
@@ -408,16 +461,17 @@ class GpuBackend:
     def close(self) -> None:
         """Stop the CPU decoding threads and give the pinned buffers back (after :meth:`finish`
         or :meth:`synchronize`: nothing may still copy from them)."""
+        if self._host is not None:
+            self._host.close()
+            return
         if self._finisher is not None:
             self._finisher.shutdown()
         self._lease.close()
 
-    def reads_files(self, reader: str) -> bool:
-        """False: the engine's run loop reads the files (see :meth:`submit`)."""
-        return False
-
     def usage(self) -> dict[str, int]:
         """Device memory the read took beyond its output, and the pinned memory it used."""
+        if self._host is not None:
+            return self._host.usage()
         extra = self._pool.used_bytes() - self._pool_before - self._out_nbytes
         return {"device_extra_bytes": max(0, int(extra)), "pinned_bytes": self.pinned_bytes()}
 
@@ -425,47 +479,3 @@ class GpuBackend:
         """Pinned memory held by the slots' staging buffers."""
         buffers = [b for s in self._slots for b in (s.staging, s.decoded) if b is not None]
         return sum(b.nbytes for b in buffers)
-
-
-_decode_pools: dict[int, ThreadPoolExecutor] = {}
-_decode_pools_lock = threading.Lock()
-
-
-def decode_pool(threads: int) -> ThreadPoolExecutor:
-    """The process's libzstd threads for GPU reads' CPU decodes, ``threads`` of them.
-
-    Kept for later reads, so that no read pays for starting its threads and their libzstd
-    contexts' first allocations.
-
-    Examples
-    --------
-    >>> decode_pool(2) is decode_pool(2)
-    True
-    """
-    with _decode_pools_lock:
-        pool = _decode_pools.get(threads)
-        if pool is None:
-            pool = _decode_pools[threads] = ThreadPoolExecutor(
-                threads, thread_name_prefix="linumpy-gpu-cpu-decode"
-            )
-        return pool
-
-
-def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:
-    """Device memory a read may take beyond its output: slots' buffers and nvCOMP's work space.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> from linumpy.settings import Settings
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
-    >>> device_memory_needed(plan_read(array), Settings(scratch_bytes=2**20)) >= 2**20
-    True
-    """
-    chunks = max(1, plan.n_entries)
-    decoded = min(settings.scratch_bytes, chunks * plan.chunk_nbytes)
-    # nvCOMP's work space grows with the decoded bytes in flight: allow 1.6 times them, 64 MiB
-    # at least.
-    workspace = max(64 * 2**20, decoded * 8 // 5)
-    return math.ceil(settings.scratch_bytes + workspace)

@@ -1,38 +1,32 @@
-"""The GPU destination of a read: :class:`GpuRead`, the back end the read orchestrator runs.
+"""What a GPU read settles before its back end opens: what nvCOMP cannot read, the file reader,
+zarr on the GPU as the fallback, and the device memory of the read's buffers.
 
-:func:`linumpy.io.read_volume` looks it up when ``gpu=True`` (and
-:func:`linumpy.gpu.zarr_io.read_zarr_to_gpu`, its alias, through it) and hands it to
-:func:`linumpy.io.engine.read.read`, which asks it for memory checks, its fallback through zarr on
-the GPU, its file reader and its run-loop back end (:class:`~linumpy.gpu.backend.GpuBackend`, or
-:class:`~linumpy.gpu.host_decode.HostDecodeBackend` for chunks too large for nvCOMP). Importing
-this module imports no GPU library.
+:class:`~linumpy.gpu.backend.GpuBackend`, the read back end of cupy outputs, answers the read
+orchestrator with these; chunks too large for nvCOMP it has decoded on the host
+(:func:`open_host_decode`, :mod:`linumpy.gpu.host_decode`). Importing this module imports no GPU
+library.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
 
-from linumpy.errors import LinumpyError
-from linumpy.gpu import backend as gpu_backend
-from linumpy.gpu.availability import after_current_stream, worker_streams
-from linumpy.gpu.backend import (
-    GpuBackend,
-    choose_reader,
-    device_memory_needed,
-    fast_path_obstacle,
-)
+from linumpy.errors import GPUUnavailableError, LinumpyError
+from linumpy.gpu import nvcomp
+from linumpy.gpu.availability import after_current_stream
 from linumpy.gpu.device_memory import check_free
-from linumpy.gpu.host_decode import HostDecodeBackend, decodes_on_host
+from linumpy.gpu.host_decode import HostDecoder, decodes_on_host
 from linumpy.gpu.zarr_context import gpu_zarr_context
 from linumpy.io.engine import plan as engine_plan
 from linumpy.io.engine.cpu import check_thread_memory
+from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason, use_kvikio_threads
 from linumpy.io.engine.memory import format_size
 from linumpy.io.engine.plan import ReadPlan
-from linumpy.io.engine.read import output_nbytes
 from linumpy.io.engine.region import Region
 from linumpy.settings import Settings
 
@@ -42,114 +36,155 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 
-class GpuRead:
-    """The GPU back end as the read orchestrator asks it: device memory checks, zarr on the GPU
-    (:func:`gpu_zarr_context`) as the fallback, a :class:`~linumpy.gpu.backend.GpuBackend` on
-    :data:`~linumpy.gpu.backend.STREAMS` CUDA streams (see
-    :class:`~linumpy.io.engine.read.ReadBackend`).
+def fast_path_obstacle(plan: ReadPlan) -> str | None:
+    """Why the GPU back end cannot produce this plan's output, or None.
 
     Examples
     --------
-    What :func:`read_zarr_to_gpu` does, for an open ``array``:
-
-    >>> from linumpy.io.engine.read import read  # doctest: +SKIP
-    >>> read(array, None, backend=GpuRead(), settings=Settings(), source="a")  # doctest: +SKIP
-    array([0, 0, 0, 0], dtype=int8)
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
+    >>> fast_path_obstacle(plan_read(array)) is None
+    True
     """
-
-    name: Literal["gpu"] = "gpu"
-
-    def check_output(self, shape: tuple[int, ...], dtype: np.dtype, source: str) -> None:
-        """Refuse an output larger than the device's free memory."""
-        check_free(output_nbytes(shape, dtype), source, shape, dtype, "the output")
-
-    def obstacle(self, plan: ReadPlan) -> str | None:
-        """What the GPU back end cannot produce (see :func:`fast_path_obstacle`)."""
-        return fast_path_obstacle(plan)
-
-    def through_zarr(self, array: zarr.Array, region: Region, out: cupy.ndarray | None) -> Any:
-        """Read with zarr inside :func:`gpu_zarr_context` (reopened there: codecs are fixed at
-        open)."""
-        with gpu_zarr_context():
-            reopened = zarr.open_array(store=array.store, path=array.path, mode="r")
-            result = reopened[region]
-        if out is not None:
-            out[...] = result
-            return out
-        return result
-
-    def choose_reader(self, plan: ReadPlan, settings: Settings) -> tuple[str, str]:
-        """kvikio or pread, by the ``fetch`` setting (see :func:`choose_reader`); the CPU back
-        end's own reads for chunks that libzstd decodes (see :mod:`linumpy.gpu.host_decode`)."""
-        limit = _max_decode_bytes(settings)
-        if decodes_on_host(plan, limit):
-            return "pread", (
-                f"chunks of {format_size(plan.chunk_nbytes)}, above the {format_size(limit)} "
-                "nvCOMP is given: libzstd threads decode them, each chunk "
-                "copied up as it is decoded"
-            )
-        return choose_reader(settings.fetch, settings.io_threads)
-
-    def open(
-        self, plan: ReadPlan, settings: Settings, reader: str, out: cupy.ndarray | None
-    ) -> GpuBackend | HostDecodeBackend:
-        """Fit the read's buffers in the device's free memory (``scratch_bytes`` halved when
-        needed), check it, allocate the output on the first stream."""
-        import cupy
-
-        dtype = plan.dtype.newbyteorder("=")
-        if out is not None:
-            _check_out(out, plan.shape, dtype)
-        if decodes_on_host(plan, _max_decode_bytes(settings)):
-            return _open_host_decode(plan, settings, out, dtype)
-        settings = _fit_scratch(plan, settings, plan.out_nbytes if out is None else 0)
-        extra = device_memory_needed(plan, settings)
-        check_free(
-            extra + (plan.out_nbytes if out is None else 0),
-            plan.source,
-            plan.shape,
-            dtype,
-            f"output {format_size(plan.out_nbytes)}, buffers and nvCOMP work space "
-            f"{format_size(extra)}",
-        )
-        streams = worker_streams(gpu_backend.STREAMS)
-        pool_before = cupy.get_default_memory_pool().used_bytes()
-        with streams[0]:
-            result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
-        after_current_stream(streams)
-        return GpuBackend(
-            plan, settings, result, streams, pool_before=pool_before, new_output=out is None
-        )
+    if plan.codec.NVCOMP is None:
+        return f"nvCOMP does not decode {plan.codec.NAME} here"
+    dtype = plan.dtype
+    components = 2 if dtype.kind == "c" else 1
+    if dtype.kind not in "biufc" or dtype.itemsize // components not in (1, 2, 4, 8):
+        return f"dtype {dtype} has no cupy equivalent"
+    if plan.chunk_nbytes > nvcomp.MAX_DECODE_BYTES:
+        return f"chunks of {plan.chunk_nbytes} bytes exceed nvCOMP's limit of 2 GiB"
+    return None
 
 
-def _max_decode_bytes(settings: Settings) -> int:
-    from linumpy.gpu import nvcomp
+def choose_reader(fetch: str, threads: int) -> tuple[str, str]:
+    """The file reader for the ``fetch`` setting, and why it was chosen.
 
+    Examples
+    --------
+    >>> choose_reader("pread", 4)
+    ('pread', 'requested')
+    """
+    if fetch == "pread":
+        return "pread", "requested"
+    reason = kvikio_unusable_reason()
+    if reason is None:
+        use_kvikio_threads(threads)
+        return "kvikio", "kvikio reads files here"
+    if fetch == "kvikio":
+        raise GPUUnavailableError(f"LINUMPY_GPU_FETCH/fetch='kvikio' was asked for, but {reason}")
+    return "pread", reason
+
+
+def nvcomp_chunk_limit() -> int:
+    """The largest decoded chunk nvCOMP is given; larger ones libzstd decodes.
+
+    Examples
+    --------
+    >>> nvcomp_chunk_limit() <= nvcomp.MAX_DECODE_BYTES
+    True
+    """
     return min(engine_plan.GPU_CHUNK_BYTES, nvcomp.MAX_DECODE_BYTES)
 
 
-def _open_host_decode(
-    plan: ReadPlan, settings: Settings, out: cupy.ndarray | None, dtype: np.dtype
-) -> HostDecodeBackend:
-    """Check host and device memory for libzstd's threads, allocate the output."""
+def reader_for(plan: ReadPlan, settings: Settings) -> tuple[str, str]:
+    """kvikio or pread, by the ``fetch`` setting (see :func:`choose_reader`); the CPU back end's
+    own reads for chunks that libzstd decodes (see :mod:`linumpy.gpu.host_decode`).
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
+    >>> reader_for(plan_read(array), Settings(fetch="pread"))
+    ('pread', 'requested')
+    """
+    limit = nvcomp_chunk_limit()
+    if decodes_on_host(plan, limit):
+        return "pread", (
+            f"chunks of {format_size(plan.chunk_nbytes)}, above the {format_size(limit)} "
+            "nvCOMP is given: libzstd threads decode them, each chunk copied up as it is decoded"
+        )
+    return choose_reader(settings.fetch, settings.io_threads)
+
+
+def read_through_zarr(array: zarr.Array, region: Region, out: cupy.ndarray | None) -> Any:
+    """Read with zarr inside :func:`gpu_zarr_context` (reopened there: codecs are fixed at
+    open)."""
+    with gpu_zarr_context():
+        reopened = zarr.open_array(store=array.store, path=array.path, mode="r")
+        result = reopened[region]
+    if out is not None:
+        out[...] = result
+        return out
+    return result
+
+
+def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:
+    """Device memory a read may take beyond its output: slots' buffers and nvCOMP's work space.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> from linumpy.io.engine.plan import plan_read
+    >>> from linumpy.settings import Settings
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
+    >>> device_memory_needed(plan_read(array), Settings(scratch_bytes=2**20)) >= 2**20
+    True
+    """
+    chunks = max(1, plan.n_entries)
+    decoded = min(settings.scratch_bytes, chunks * plan.chunk_nbytes)
+    # nvCOMP's work space grows with the decoded bytes in flight: allow 1.6 times them, 64 MiB
+    # at least.
+    workspace = max(64 * 2**20, decoded * 8 // 5)
+    return math.ceil(settings.scratch_bytes + workspace)
+
+
+def fit_scratch(plan: ReadPlan, settings: Settings, out_nbytes: int, streams: int) -> Settings:
+    """``settings`` with ``scratch_bytes`` halved until the read fits the device's free memory.
+
+    It stays at least one chunk (compressed and decoded) per stream (``streams`` of them);
+    :func:`check_free` then says when even that does not fit.
+    """
     import cupy
 
-    threads = min(settings.io_threads, max(1, plan.n_entries))
-    check_thread_memory(plan, threads)
-    extra = threads * plan.chunk_nbytes
+    free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
+    least = streams * 3 * plan.chunk_nbytes
+    scratch = settings.scratch_bytes
+    while (
+        scratch > least
+        and out_nbytes + device_memory_needed(plan, replace(settings, scratch_bytes=scratch)) > free
+    ):
+        scratch = max(least, scratch // 2)
+    return (
+        settings if scratch == settings.scratch_bytes else replace(settings, scratch_bytes=scratch)
+    )
+
+
+def check_device_memory(
+    plan: ReadPlan, settings: Settings, new_output: bool, dtype: np.dtype, streams: int
+) -> Settings:
+    """``settings`` with the read's buffers fitted in the device's free memory
+    (:func:`fit_scratch`), once checked there with the output when it is new (``new_output``).
+    """
+    out_nbytes = plan.out_nbytes if new_output else 0
+    settings = fit_scratch(plan, settings, out_nbytes, streams)
+    extra = device_memory_needed(plan, settings)
     check_free(
-        extra + (plan.out_nbytes if out is None else 0),
+        extra + out_nbytes,
         plan.source,
         plan.shape,
         dtype,
-        f"output {format_size(plan.out_nbytes)} and a decoded chunk per thread "
+        f"output {format_size(plan.out_nbytes)}, buffers and nvCOMP work space "
         f"{format_size(extra)}",
     )
-    result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
-    return HostDecodeBackend(plan, threads=threads, out=result, ready=after_current_stream([]))
+    return settings
 
 
-def _check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
+def check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Raise LinumpyError unless ``out`` is a C-contiguous cupy array of ``shape`` and ``dtype``
+    on the current device."""
     import cupy
 
     if (
@@ -166,22 +201,22 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
         )
 
 
-def _fit_scratch(plan: Any, settings: Settings, out_nbytes: int) -> Settings:
-    """``settings`` with ``scratch_bytes`` halved until the read fits the device's free memory.
-
-    It stays at least one chunk (compressed and decoded) per stream; :func:`check_free` then
-    says when even that does not fit.
-    """
+def open_host_decode(
+    plan: ReadPlan, settings: Settings, out: cupy.ndarray | None, dtype: np.dtype
+) -> HostDecoder:
+    """Check host and device memory for libzstd's threads, allocate the output."""
     import cupy
 
-    free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
-    least = gpu_backend.STREAMS * 3 * plan.chunk_nbytes
-    scratch = settings.scratch_bytes
-    while (
-        scratch > least
-        and out_nbytes + device_memory_needed(plan, replace(settings, scratch_bytes=scratch)) > free
-    ):
-        scratch = max(least, scratch // 2)
-    return (
-        settings if scratch == settings.scratch_bytes else replace(settings, scratch_bytes=scratch)
+    threads = min(settings.io_threads, max(1, plan.n_entries))
+    check_thread_memory(plan, threads)
+    extra = threads * plan.chunk_nbytes
+    check_free(
+        extra + (plan.out_nbytes if out is None else 0),
+        plan.source,
+        plan.shape,
+        dtype,
+        f"output {format_size(plan.out_nbytes)} and a decoded chunk per thread "
+        f"{format_size(extra)}",
     )
+    result = cupy.empty(plan.shape, dtype=dtype) if out is None else out
+    return HostDecoder(plan, threads=threads, out=result, ready=after_current_stream([]))

@@ -4,7 +4,8 @@ thread copies its chunk up and scatters it on a stream of its own while the othe
 nvCOMP decodes a zstd frame on one thread block, so a frame of tens of MiB takes it about half a
 second however many run beside it (docs/gpu_guide.md). Chunks above
 :data:`~linumpy.io.engine.plan.GPU_CHUNK_BYTES` (16 MiB) are decoded by the CPU back end's
-threads instead, as a CPU read decodes them (same reads, checksums and errors): each thread
+threads instead (:class:`HostDecoder`, which the GPU back end reads such plans with), as a CPU
+read decodes them (same reads, checksums and errors): each thread
 decodes into its own host buffer, copies it into its own device buffer (from pageable memory:
 nothing is page-locked, and the copy returns once the host buffer may be reused) and scatters it
 into the output with a copy kernel on its stream. So the upload of one chunk overlaps the
@@ -14,13 +15,14 @@ decoding of the others, and the read takes about the time of a CPU read.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from linumpy.io.engine.backend import Stats
 from linumpy.io.engine.cpu import CpuBackend
 from linumpy.io.engine.plan import ReadPlan, chunk_view
-from linumpy.io.engine.run import Stats
 
 __all__: list[str] = []
 
@@ -42,8 +44,9 @@ def decodes_on_host(plan: ReadPlan, max_decode_bytes: int) -> bool:
     return plan.chunk_nbytes > max_decode_bytes and plan.stored_dtype.isnative
 
 
-class HostDecodeBackend(CpuBackend):
-    """The CPU back end's reads and libzstd decodes, into a cupy output (see the module).
+class HostDecoder(CpuBackend):
+    """The CPU back end's reads and libzstd decodes, into a cupy output (see the module): what
+    the GPU back end (:class:`~linumpy.gpu.backend.GpuBackend`) reads such plans with.
 
     Parameters
     ----------
@@ -59,12 +62,12 @@ class HostDecodeBackend(CpuBackend):
 
     Examples
     --------
-    What :class:`~linumpy.gpu.gpu_read.GpuRead` does for such a plan:
+    What :func:`~linumpy.gpu.gpu_read.open_host_decode` and the GPU back end do for such a plan:
 
     >>> out = cupy.empty(plan.shape, plan.dtype)  # doctest: +SKIP
-    >>> backend = HostDecodeBackend(plan, threads=16, out=out, ready=after_current_stream([]))
+    >>> decoder = HostDecoder(plan, threads=16, out=out, ready=after_current_stream([]))
     ... # doctest: +SKIP
-    >>> stats = backend.read_files(); backend.close()  # doctest: +SKIP
+    >>> stats = decoder.read_files(); decoder.close()  # doctest: +SKIP
     """
 
     in_place = False
@@ -125,13 +128,30 @@ class HostDecodeBackend(CpuBackend):
         stats.n_cpu_decoded = stats.n_reads
         return stats
 
-    def finish(self) -> None:
-        """Wait for every queued chunk and the threads' streams; raise the first error."""
-        try:
-            super().finish()
-        finally:
-            self._synchronize_streams()
-
     def usage(self) -> dict[str, int]:
         """The device buffers of the threads (one chunk each)."""
         return {"device_extra_bytes": len(self._streams) * self.plan.chunk_nbytes}
+
+
+_decode_pools: dict[int, ThreadPoolExecutor] = {}
+_decode_pools_lock = threading.Lock()
+
+
+def decode_pool(threads: int) -> ThreadPoolExecutor:
+    """The process's libzstd threads for GPU reads' CPU decodes, ``threads`` of them.
+
+    Kept for later reads, so that no read pays for starting its threads and their libzstd
+    contexts' first allocations.
+
+    Examples
+    --------
+    >>> decode_pool(2) is decode_pool(2)
+    True
+    """
+    with _decode_pools_lock:
+        pool = _decode_pools.get(threads)
+        if pool is None:
+            pool = _decode_pools[threads] = ThreadPoolExecutor(
+                threads, thread_name_prefix="linumpy-gpu-cpu-decode"
+            )
+        return pool

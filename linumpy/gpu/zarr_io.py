@@ -2,7 +2,7 @@
 
 - :func:`read_zarr_to_gpu` (an alias of ``linumpy.io.read_volume(path, gpu=True)``, with ``out``)
   runs the read engine (:mod:`linumpy.io.engine`) with the GPU back end
-  (:class:`~linumpy.gpu.gpu_read.GpuRead`, :mod:`linumpy.gpu.backend`): chunk
+  (:class:`~linumpy.gpu.backend.GpuBackend`): chunk
   files are read into pinned host memory and their zstd frames checked on the CPU, groups of
   chunks are decoded by nvCOMP on several CUDA streams at once and scattered into the output by
   one kernel per group. Layouts the engine does not plan fall back to :func:`gpu_zarr_context`
@@ -27,8 +27,8 @@ import zarr
 from linumpy import settings as _settings
 from linumpy.errors import UnsupportedLayoutError
 from linumpy.gpu.availability import gpu_unavailable_reason, require_gpu
-from linumpy.gpu.backend import choose_reader, fast_path_obstacle
-from linumpy.gpu.gpu_read import GpuRead as GpuRead
+from linumpy.gpu.backend import GpuBackend
+from linumpy.gpu.gpu_read import choose_reader, fast_path_obstacle
 from linumpy.gpu.zarr_context import describe_gpu, gpu_zarr_context
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.engine.read import ReadReport
@@ -150,6 +150,10 @@ def gpu_read_route(
 
 
 # --- reads --------------------------------------------------------------------------------
+
+#: The GPU read back end (:class:`linumpy.gpu.backend.GpuBackend`), the class that
+#: :func:`linumpy.io.engine.read.read` takes as ``backend`` for cupy outputs.
+GpuRead = GpuBackend
 
 #: The report of a GPU read: :class:`linumpy.io.engine.read.ReadReport` (``backend="gpu"``), the
 #: one report type of CPU and GPU reads.
