@@ -281,6 +281,8 @@ def kill_loop(
             how, committed = go_and_kill(child, output.parent, output.name, delay)
             if how == "finished" and committed is not None:  # writes got faster: aim shorter
                 window[0] = min(window[0], committed)
+            if not output.exists():  # killed between two renames: what the next write recovers
+                recover_staging(output)  # (a reader only names the staging folder)
             after = snapshot(output)
             if same(after, versions[current]):
                 outcomes[f"{how}: old version"] += 1
@@ -429,7 +431,7 @@ def test_sigkill_at_each_commit_step(tmp_path: Path, kind: str, exchange: bool) 
         assert staging_of(target.parent, target.name), f"{step}: the kill left no staging"
         if moved and target.exists():
             os.rename(target, target.parent / "moved")
-        recover_staging(target)  # what the next write, a read of a missing target, or -f do
+        recover_staging(target)  # what the next write, clean_staging, or -f do
         found = _version(kind, target)
         if step == "swap-half":
             expected = "new"  # killed between the two renames: the complete new version wins

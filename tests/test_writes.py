@@ -183,12 +183,36 @@ def image(path: Path, value: int) -> Path:
 
 
 RECOVERIES = {
-    "open": lambda target: read_volume(target),
     "write": lambda target: save_omezarr(
         np.full((4, 8), 7, np.uint8), target, voxel_size=(1, 1), overwrite=True
     ),
     "clean_staging": lambda target: clean_staging(target.parent),
 }
+
+
+def test_a_reader_reports_an_interrupted_write_and_leaves_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reading never writes: a missing target's staging folder is named (in the error and at
+    INFO, which a script's -v shows) and left for the next write or clean_staging."""
+    target = tmp_path / "img.ome.zarr"
+    folder = stale_staging(target, dead_pid())
+    image(folder / "ready", 2)
+    image(folder / "old", 1)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    with (
+        caplog.at_level(logging.INFO, logger="linumpy.io.omezarr"),
+        pytest.raises(LinumpyError) as caught,
+    ):
+        read_volume(target)
+    message = str(caught.value)
+    assert message.startswith(f"{target}: no such file or directory; an interrupted write left ")
+    assert str(folder) in message and "clean_staging" in message
+    assert str(folder) in caplog.text
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    clean_staging(tmp_path)  # the documented recovery: the completed new image wins
+    assert (read_volume(target) == 2).all()
+    assert hidden(tmp_path) == []
 
 
 @pytest.mark.parametrize("trigger", RECOVERIES)
@@ -198,20 +222,21 @@ def test_killed_between_the_two_renames_rolls_forward(tmp_path: Path, trigger: s
     folder = stale_staging(target, dead_pid())
     image(folder / "ready", 2)
     image(folder / "old", 1)
-    result = RECOVERIES[trigger](target)
-    if trigger == "open":
-        assert (result == 2).all()  # the completed new image wins
+    RECOVERIES[trigger](target)
     expected = 7 if trigger == "write" else 2
     assert (read_volume(target) == expected).all()
     assert hidden(tmp_path) == []
 
 
-@pytest.mark.parametrize("trigger", RECOVERIES)
+@pytest.mark.parametrize("trigger", [*RECOVERIES, "open"])
 def test_a_half_written_replacement_is_dropped(tmp_path: Path, trigger: str) -> None:
     target = image(tmp_path / "img.ome.zarr", 1)
     folder = stale_staging(target, dead_pid())
     image(folder / "new" / target.name, 2)  # incomplete as far as anyone can tell
-    RECOVERIES[trigger](target)
+    if trigger == "open":
+        read_volume(target)
+    else:
+        RECOVERIES[trigger](target)
     assert (read_volume(target) == (7 if trigger == "write" else 1)).all()
     # reading an image that exists writes nothing: its stale staging waits for the next write
     assert hidden(tmp_path) == ([folder.name] if trigger == "open" else [])
@@ -219,9 +244,12 @@ def test_a_half_written_replacement_is_dropped(tmp_path: Path, trigger: str) -> 
 
 def test_a_half_written_new_image_is_never_restored(tmp_path: Path) -> None:
     target = tmp_path / "img.ome.zarr"
-    image(stale_staging(target, dead_pid()) / "new" / target.name, 2)
-    with pytest.raises(LinumpyError, match="no such file"):
+    folder = stale_staging(target, dead_pid())
+    image(folder / "new" / target.name, 2)
+    with pytest.raises(LinumpyError, match="no such file or directory; an interrupted write"):
         read_volume(target)
+    assert hidden(tmp_path) == [folder.name]  # a reader leaves it
+    clean_staging(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from linumpy.io.metadata import (
 )
 from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
 from linumpy.io.series import find_image
-from linumpy.io.staging import recover_staging
+from linumpy.io.staging import staging_left
 from linumpy.io.stores import SourceLike, location, open_node, parse_source
 from linumpy.io.validate import (
     RegularFileStore,
@@ -52,6 +53,8 @@ __all__ = [
     "read_omezarr",
 ]
 
+
+logger = logging.getLogger(__name__)
 
 _METADATA_FILES = ("zarr.json", ".zattrs", ".zarray", ".zgroup")  # attributes first
 
@@ -110,11 +113,7 @@ def _open_node(path: SourceLike, storage_options: Any = None) -> zarr.Array | za
             return open_node(source)
     path = source.local
     if not path.exists():
-        # a replacement interrupted between its two renames: put the complete copy back
-        with contextlib.suppress(OSError):
-            recover_staging(path)
-    if not path.exists():
-        raise LinumpyError(f"{path}: no such file or directory")
+        raise LinumpyError(f"{path}: no such file or directory{_staging_note(path)}")
     _check_regular(path)
     try:
         with _malformed_metadata(path):
@@ -126,6 +125,24 @@ def _open_node(path: SourceLike, storage_options: Any = None) -> zarr.Array | za
         if "malformed" in str(exc) and not any((path / n).is_file() for n in _METADATA_FILES):
             raise LinumpyError(f"{path}: not a zarr array or OME-Zarr image") from None
         raise
+
+
+def _staging_note(path: Path) -> str:
+    """What interrupted writes left beside a missing ``path``, and what recovers it (reading
+    never writes: the folders are named, logged at INFO, and left to the writers)."""
+    try:
+        left = staging_left(path)
+    except OSError:
+        return ""
+    if not left:
+        return ""
+    for folder in left:
+        logger.info("%s: missing; left by an interrupted write of it: %s", path, folder)
+    more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
+    return (
+        f"; an interrupted write left {left[0]}{more}: write it again, or run "
+        f"linumpy.io.clean_staging('{path.parent}') to restore a completed image or remove it"
+    )
 
 
 def open_array(

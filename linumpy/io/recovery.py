@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["STAGING_SUFFIX", "clean_staging", "recover_staging"]
+__all__ = ["STAGING_SUFFIX", "clean_staging", "recover_staging", "staging_left"]
 
 logger = logging.getLogger("linumpy.io.staging")
 
@@ -267,6 +267,43 @@ def _report(actions: list[str]) -> list[str]:
     return actions
 
 
+def _staging_of(target: Path, legacy: bool) -> Iterator[_Found]:
+    """The staging folders of ``target`` in its folder (linumpy 0.2's ``.partial`` folders only
+    with ``legacy``)."""
+    folder = target.parent
+    try:
+        entries = sorted(os.listdir(folder or "."))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    head = f".{target.name[:PREFIX_CHARS]}"
+    for entry in entries:
+        if not entry.startswith(head):
+            continue
+        found = _found(folder, entry)
+        if found is None or (found.kind == "partial" and not legacy):
+            continue
+        exact = re.fullmatch(re.escape(f".{target.name}.") + r"[0-9a-f]+" + STAGING_SUFFIX, entry)
+        if found.target == target.name or (found.target is None and exact):
+            yield found
+
+
+def staging_left(target: str | os.PathLike[str]) -> list[Path]:
+    """The staging folders beside ``target`` that writes of it left (interrupted, or still
+    running), found without touching them: what a reader reports, leaving the recovery to the
+    next write and :func:`clean_staging`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> (folder / ".image.ome.zarr.99@nohost-0000.linumpy-staging" / "old").mkdir(parents=True)
+    >>> [path.name for path in staging_left(folder / "image.ome.zarr")]
+    ['.image.ome.zarr.99@nohost-0000.linumpy-staging']
+    """
+    return [found.path for found in _staging_of(Path(target), legacy=True)]
+
+
 def recover_staging(target: str | os.PathLike[str], *, legacy: bool = False) -> list[str]:
     """Finish or undo the interrupted writes of ``target`` and delete their staging folders.
 
@@ -298,22 +335,9 @@ def recover_staging(target: str | os.PathLike[str], *, legacy: bool = False) -> 
     ['...linumpy-staging: left alone: its writer runs on nohost']
     """
     target = Path(target)
-    folder = target.parent
-    try:
-        entries = sorted(os.listdir(folder or "."))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    head = f".{target.name[:PREFIX_CHARS]}"
     actions: list[str] = []
-    for entry in entries:
-        if not entry.startswith(head):
-            continue
-        found = _found(folder, entry)
-        if found is None or (found.kind == "partial" and not legacy):
-            continue
-        exact = re.fullmatch(re.escape(f".{target.name}.") + r"[0-9a-f]+" + STAGING_SUFFIX, entry)
-        if found.target == target.name or (found.target is None and exact):
-            actions += _process(found, target)
+    for found in list(_staging_of(target, legacy)):
+        actions += _process(found, target)
     return _report(actions)
 
 

@@ -18,10 +18,11 @@ the commit begins, ``state``. The commit:
    the staging folder.
 
 Recovery, applied to staging folders whose writer is gone (its lock is free) at the start of
-every write of ``TARGET``, when ``TARGET`` is opened for reading while missing, and by
-:func:`clean_staging`: when ``TARGET`` is missing and an entry of the staging folder is the
-complete new content (its identity is the one ``state`` recorded), it is moved to ``TARGET`` (the
-write completes); everything else is deleted. The old content is never moved back: once it is in
+every write of ``TARGET`` and by :func:`clean_staging` (never by a reader: opening a missing
+``TARGET`` names the staging folders left, :func:`staging_left`, and leaves them): when
+``TARGET`` is missing and an entry of the staging folder is the complete new content (its
+identity is the one ``state`` recorded), it is moved to ``TARGET`` (the write completes);
+everything else is deleted. The old content is never moved back: once it is in
 the staging folder the new content is complete and takes its place, so a ``TARGET`` missing
 after the swap was moved away by someone else, and the old content (perhaps half deleted) goes.
 
@@ -59,10 +60,18 @@ from linumpy.io.recovery import (
     identity,
     recover_staging,
     remove_tree,
+    staging_left,
     started,
 )
 
-__all__ = ["STAGING_SUFFIX", "StagedWrite", "clean_staging", "recover_staging", "staged"]
+__all__ = [
+    "STAGING_SUFFIX",
+    "StagedWrite",
+    "clean_staging",
+    "recover_staging",
+    "staged",
+    "staging_left",
+]
 
 logger = logging.getLogger(__name__)
 
