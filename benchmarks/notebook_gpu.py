@@ -153,51 +153,36 @@ show([data[data.shape[0] // 3] for data, _ in levels], [f"level {i}, plane Z/3" 
 #   new image moved into place), **registration** and **projection** for the layout estimate, and
 #   **other**.
 #
-# Its library function, `run_pipeline_benchmark`, runs here on the 6 x 6 mosaic of the benchmark
-# (tiles of 96 x 512 x 512, in linumpy's default layout and with one chunk per tile), shrunk by
-# `scale`: tiny without a GPU (this notebook runs in CI on two CPU cores), full size with one. The
-# environment variable `LINUMPY_NOTEBOOK_SCALE` overrides it (e.g. `1`).
+# Its library function, `run_pipeline_benchmark`, runs here on a 6 x 6 mosaic grid in linumpy's
+# default layout: of 96 x 512 x 512 tiles with a GPU, of tiny tiles without one (this notebook runs
+# in CI on two CPU cores).
 
 # %%
-import os
-
 from linumpy.bench.pipeline import PipelineConfig, gpu_reason, run_pipeline_benchmark
-from linumpy.bench.pipeline_report import pipeline_chart, pipeline_table
+from linumpy.bench.pipeline_report import pipeline_table
 
 reason = gpu_reason()
 gpu = reason is None
 print("GPU: usable" if gpu else f"GPU: not usable here ({reason}); the CPU half only")
-scale = float(os.environ.get("LINUMPY_NOTEBOOK_SCALE", "1" if gpu else "0.05"))
-config = PipelineConfig(mosaics=("6x6",), scale=scale)
+tile = (96, 512, 512) if gpu else (8, 24, 24)
+size = 6 * 6 * 2 * tile[0] * tile[1] * tile[2]  # bytes of a 6 x 6 grid of uint16 tiles
+config = PipelineConfig(mosaics=(f"{size}b",), tile=tile)
 result = run_pipeline_benchmark(config, workdir / "pipeline", log=print)
 print()
 print(pipeline_table(result))
 
 # %% [markdown]
-# The same run as a chart (`pipeline_chart`; `linum-benchmark-pipeline` writes it with the
-# table and a JSON record of the run: date, machine, versions, commit and every phase):
-
-# %%
-chart = workdir / "pipeline.png"
-if pipeline_chart(result, chart):
-    image = plt.imread(chart)
-    fig, ax = plt.subplots(figsize=(image.shape[1] / 60, image.shape[0] / 60))
-    ax.imshow(image)
-    ax.axis("off")
-    plt.show()
-
-# %% [markdown]
 # At this notebook's CI size every command spends most of its time starting up: the work is a
-# few milliseconds, so a single run there says nothing about the GPU. On a GPU host, the full-size
-# comparison (both mosaics of the benchmark, both layouts, and an 8 GiB mosaic for the
-# projection) is one command:
+# few milliseconds, so a single run there says nothing about the GPU. On a GPU host, the comparison at
+# real sizes is one command:
 #
 # ```bash
-# linum-benchmark-pipeline pipeline_out --mosaic all
+# linum-benchmark-pipeline pipeline_out --mosaic 4gib 32gib
 # ```
 #
-# Its table and chart land in `pipeline_out/` with each command's log; the phases column shows
-# where a GPU run still waits (start-up, level 0 or the pyramid).
+# It prints the table and writes it with every run's phases to
+# `pipeline_out/benchmark_pipeline.json`, each command's log in `pipeline_out/logs`: the phases
+# show where a GPU run still waits (start-up, level 0 or the pyramid).
 #
 # On the host with one H200 and 16 CPU cores (2026-12-01, [Benchmarks](../benchmarks.md), runs G
 # and I), the full-size 6 x 6 mosaic in the default layout took, CPU / GPU:

@@ -1,35 +1,35 @@
 """linum-benchmark-pipeline on a tiny mosaic, CPU only: every command runs in its own process,
-its -v phases are read back, and the table, JSON and chart are written."""
+its -v phases are read back, the table is printed and the JSON written."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from linumpy.bench.pipeline import run_pipeline_benchmark, run_with_timeout
-from linumpy.bench.pipeline_records import (
-    MOSAICS,
+from linumpy.bench.pipeline import (
     TILES,
     CommandRun,
     PipelineConfig,
     PipelineResult,
     mosaic_spec,
     parse_size,
-    scaled,
+    run_pipeline_benchmark,
 )
 from linumpy.bench.pipeline_report import pipeline_rows, pipeline_table, write_pipeline_json
 
 ROOT = Path(__file__).resolve().parents[1]
+TINY = {"mosaics": ("1mib",), "tile": (8, 32, 32), "gpu": False}
 
 
 def test_the_commands_run_as_processes_beside_their_ceiling(tmp_path: Path) -> None:
-    config = PipelineConfig(mosaics=("6x6",), layouts=("tile",), scale=0.05, gpu=False)
     lines: list[str] = []
-    result = run_pipeline_benchmark(config, tmp_path, log=lines.append)
+    result = run_pipeline_benchmark(PipelineConfig(**TINY), tmp_path, log=lines.append)
     assert [(r.command, r.device, r.run) for r in result.runs] == [
         ("estimate", "cpu", "warm"),
         ("stitch", "cpu", "warm"),
@@ -37,13 +37,13 @@ def test_the_commands_run_as_processes_beside_their_ceiling(tmp_path: Path) -> N
         ("job", "cpu", "warm"),
         ("rechunk", "cpu", "ceiling"),
     ]
-    spec = scaled(MOSAICS["6x6"], 0.05)
+    spec = mosaic_spec("1mib", (8, 32, 32))
     for run in result.runs:
         assert run.ok, run.error
         assert run.phases["start-up and imports"] > 0
         assert sum(run.phases.values()) <= run.seconds + 0.05  # the table's total is inside the run
         assert Path(run.log).is_file()
-        assert run.nbytes == spec.nbytes
+        assert run.nbytes == spec.nbytes and run.mosaic == spec.label
         # the steady state: the mosaic's bytes over the run's time after its start-up
         steady = run.seconds - run.phases["start-up and imports"]
         assert run.gbps == pytest.approx(spec.nbytes / steady / 1e9)
@@ -56,28 +56,22 @@ def test_the_commands_run_as_processes_beside_their_ceiling(tmp_path: Path) -> N
     assert stitch.dtype and ceiling.dtype == stitch.dtype
     argv = Path(ceiling.log).read_text().splitlines()[0]
     assert "linum_rechunk" in argv and "--chunks" in argv
-    (mosaic,) = result.mosaics
-    assert mosaic["chunks"] == list(spec.tile) and not mosaic["shards"]
-    assert mosaic["dtype"] == "uint16"
-    assert not (tmp_path / "data" / "6x6-tile.ome.zarr").exists()  # removed once measured
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]  # mosaics and caches removed
     rows = pipeline_rows(result)
     assert [row["command"] for row in rows][-1] == "linum-rechunk (ceiling)"
     assert rows[1]["x ceiling"] == pytest.approx(stitch.gbps / ceiling.gbps, abs=0.01)
     table = pipeline_table(result)
-    assert "| linum-stitch-3d | 6x6 of 8x24x24, one chunk per tile |" in table
-    assert "level 0" in table and "start-up s" in table
+    assert "| linum-stitch-3d | 8x8 of 8x32x32 |" in table
+    assert "level 0 GB/s" in table and "start-up s" in table
     write_pipeline_json(result, tmp_path / "run.json")
     saved = json.loads((tmp_path / "run.json").read_text())
     assert saved["runs"][1]["phases"]["level 0"] == stitch.phases["level 0"]
     assert saved["rows"][1]["GB/s"] == rows[1]["GB/s"] > 0
-    assert saved["machine"]["date"] and saved["settings"]["scale"] == 0.05
+    assert saved["machine"]["date"] and saved["settings"]["tile"] == [8, 32, 32]
 
 
 def test_each_dtype_is_passed_to_the_stitch_and_has_a_ceiling_of_its_own(tmp_path: Path) -> None:
-    config = PipelineConfig(
-        mosaics=("1mib",), tile=(8, 32, 32), layouts=("default",), dtypes=("uint16", "float32"),
-        gpu=False, commands=("stitch", "aip"),
-    )  # fmt: skip
+    config = PipelineConfig(**TINY, dtypes=("uint16", "float32"), commands=("stitch", "aip"))
     result = run_pipeline_benchmark(config, tmp_path, log=lambda line: None)
     assert [(r.command, r.run) for r in result.runs] == [
         ("stitch", "warm"),
@@ -89,14 +83,17 @@ def test_each_dtype_is_passed_to_the_stitch_and_has_a_ceiling_of_its_own(tmp_pat
     stitches = [r for r in result.runs if r.command == "stitch"]
     for run, dtype in zip(stitches, ("uint16", "float32"), strict=True):
         assert f"--dtype {dtype}" in Path(run.log).read_text().splitlines()[0]
+        assert run.dtype == dtype
     aip = Path(result.runs[1].log).read_text().splitlines()[0]
     assert "linum_aip" in aip and "--dtype" not in aip
     ceilings = [r for r in result.runs if r.run == "ceiling"]
     assert [(r.dtype, r.ok) for r in ceilings] == [("uint16", True), ("float32", True)]
     # a float32 ceiling rechunks a float32 copy of the uint16 mosaic
-    assert "-float32.zarr" in Path(ceilings[1].log).read_text().splitlines()[0]
-    assert "-float32.zarr" not in Path(ceilings[0].log).read_text().splitlines()[0]
-    assert not list((tmp_path / "data").glob("*.zarr"))  # copies removed with the mosaic
+    assert "mosaic-float32.zarr" in Path(ceilings[1].log).read_text().splitlines()[0]
+    assert "mosaic.ome.zarr" in Path(ceilings[0].log).read_text().splitlines()[0]
+    rows = pipeline_rows(result)
+    # each stitch is judged against the ceiling in its dtype
+    assert rows[0]["ceiling GB/s"] == rows[2]["GB/s"] and rows[3]["ceiling GB/s"] == rows[4]["GB/s"]
 
 
 @pytest.mark.parametrize("size", ["4gib", "32gib"])
@@ -129,32 +126,20 @@ def test_the_command_skips_the_gpu_half_without_a_gpu(tmp_path: Path) -> None:
         pytest.skip("a GPU is usable here: the GPU half runs")
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "linumpy.scripts.linum_benchmark_pipeline", str(out)]
-    argv += ["--mosaic", "8x8", "--layout", "tile", "--command", "aip", "--scale", "0.05"]
-    done = subprocess.run(
-        [*argv, "--no-ceiling"], capture_output=True, text=True, cwd=ROOT, check=True
-    )
+    argv += ["--mosaic", "1mib", "--tile", "8x32x32", "--command", "aip"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=True)
     assert "GPU half skipped: no usable GPU" in done.stdout
-    assert "| linum-aip | 8x8 of 16x16x16, one chunk per tile | - | cpu |" in done.stdout
+    assert "| linum-aip | 8x8 of 8x32x32 | - | cpu |" in done.stdout
     saved = json.loads((out / "benchmark_pipeline.json").read_text())
     assert saved["gpu_skipped"] and {r["device"] for r in saved["runs"]} == {"cpu"}
-    assert (out / "benchmark_pipeline.md").is_file()
-    pytest.importorskip("matplotlib")
-    assert (out / "benchmark_pipeline.png").stat().st_size > 1000
+    assert saved["benchmark"] == "linum-benchmark-pipeline" and saved["machine"]["command"]
     again = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     assert again.returncode == 2 and "use -f" in again.stderr
 
 
-def test_the_command_line_offers_every_command_timed() -> None:
-    from linumpy.bench.pipeline_records import COMMANDS
-    from linumpy.scripts.linum_benchmark_pipeline import _COMMANDS
-
-    assert tuple(COMMANDS) == _COMMANDS
-
-
-def test_a_command_past_its_timeout_is_killed_after_printing_its_threads_stacks() -> None:
-    """A ``linum-*`` command (its arguments parsed by :func:`linumpy.cli.parse_args`) prints its
-    threads' stacks on SIGUSR1; the benchmark asks for them before it kills a command that ran
-    past its timeout, so the log says where it hung."""
+def test_a_command_prints_its_threads_stacks_on_sigusr1() -> None:
+    """A ``linum-*`` command (its arguments parsed by :func:`linumpy.cli.parse_args`) prints
+    every thread's stack on SIGUSR1 and goes on: where a long benchmark run waits."""
     child = (
         "import sys, threading, time\n"
         "from linumpy.cli import build_parser, parse_args\n"
@@ -165,36 +150,37 @@ def test_a_command_past_its_timeout_is_killed_after_printing_its_threads_stacks(
         "threading.Thread(target=waiting_in_a_thread, daemon=True).start()\n"
         "print('started', flush=True)\n"
         "def waiting_here():\n"
-        "    time.sleep(60)\n"
+        "    time.sleep(2)\n"
         "waiting_here()\n"
     )
-    code, stdout, stderr = run_with_timeout([sys.executable, "-c", child], None, 5)
-    assert code == -9 and stdout == "started\n"
+    with subprocess.Popen(
+        [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdout is not None and process.stdout.readline() == "started\n"
+        time.sleep(0.2)
+        process.send_signal(signal.SIGUSR1)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0
     assert "waiting_here" in stderr and "waiting_in_a_thread" in stderr, stderr
-    assert stderr.rstrip().endswith("timed out after 5 s")
 
 
-def test_a_command_that_ends_in_time_keeps_its_status_and_output() -> None:
-    child = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
-    assert run_with_timeout([sys.executable, "-c", child], None, 60) == (3, "out\n", "err\n")
-
-
-def test_a_failed_first_gpu_run_gives_no_ratio() -> None:
+def test_a_failed_first_gpu_run_shows_as_failed() -> None:
     result = PipelineResult(PipelineConfig(), {"date": "2026-12-02"})
     result.runs = [
         CommandRun("estimate", "6x6", "cpu", "warm", 3.39, {"registration": 0.78}),
-        CommandRun("estimate", "6x6", "gpu", "first", 60.0, {}, {}, -9, "timed out"),
-        CommandRun("estimate", "6x6", "gpu", "warm", 15.51, {}, {"kernels added to the cache": 67}),
+        CommandRun("estimate", "6x6", "gpu", "first", 60.0, {}, -9, "killed"),
+        CommandRun("estimate", "6x6", "gpu", "warm", 15.51, {}),
     ]
-    first_row = [row for row in pipeline_table(result).splitlines() if "linum-estimate" in row][-1]
-    assert first_row.split(" | ")[2:6] == ["failed", "15.51", "-", "0, 67 |"]
+    rows = pipeline_rows(result)
+    assert [(row["device"], row["s"], row["first s"]) for row in rows] == [
+        ("cpu", 3.39, None),
+        ("gpu", 15.51, "failed"),
+    ]
 
 
 @pytest.mark.gpu
 def test_the_gpu_half_runs_the_stitch_and_its_ceiling_on_the_gpu(tmp_path: Path) -> None:
-    config = PipelineConfig(
-        mosaics=("6x6",), layouts=("default",), scale=0.05, commands=("stitch",)
-    )
+    config = PipelineConfig(mosaics=("4mib",), tile=(16, 64, 64), commands=("stitch",))
     result = run_pipeline_benchmark(config, tmp_path, log=lambda line: None)
     assert [(r.command, r.device, r.run) for r in result.runs] == [
         ("stitch", "cpu", "warm"),
@@ -205,7 +191,5 @@ def test_the_gpu_half_runs_the_stitch_and_its_ceiling_on_the_gpu(tmp_path: Path)
     ]
     assert all(run.ok for run in result.runs), [run.error for run in result.runs]
     assert "--use-gpu" in Path(result.runs[-1].log).read_text().splitlines()[0]
-    (output,) = result.outputs
-    assert output["max_rel_difference"] < 1e-3
     gpu_row = next(row for row in pipeline_rows(result) if row["device"] == "gpu")
-    assert gpu_row["ceiling GB/s"] and gpu_row["x ceiling"]
+    assert gpu_row["ceiling GB/s"] and gpu_row["x ceiling"] and gpu_row["first s"]

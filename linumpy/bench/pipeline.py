@@ -1,230 +1,292 @@
 """The pipeline benchmark: the ``linum-*`` commands users run, on the CPU and with ``--use-gpu``,
 beside the same run's ceiling for each mosaic.
 
-Demo mosaic grids (``linum-make-demo-data``), named or made to a size, are written in linumpy's
-default layout and with one chunk per tile (as other tools write mosaics);
-``linum-estimate-transform``, ``linum-stitch-3d``, ``linum-aip`` and ``linum-mosaic-pipeline``
-then run on each, every run a separate process (``python -m linumpy.scripts.X ... -v``: start-up,
-imports and the CUDA context included), page cache warm. Each command's ``-v`` table gives its
-phases; its start-up is reported apart from the rest of the job, whose GB/s of mosaic is the
-steady state. The ceiling is ``linum-rechunk`` of the mosaic into the stitch's output dtype and
-layout: one pass of read, decode, encode and durable write of the same bytes. The GPU runs use
-their own kernel caches (cupy's ``CUPY_CACHE_DIR``, and linumpy's cubins under
-``XDG_CACHE_HOME``), empty before a command's first GPU run: that run is what a fresh machine
-pays and is reported apart; the next runs load the kernels it compiled.
+Demo mosaic grids of a given size (``linum-make-demo-data``, linumpy's default layout) are made,
+then ``linum-estimate-transform``, ``linum-stitch-3d``, ``linum-aip`` and
+``linum-mosaic-pipeline`` run on each, every run a process of its own
+(``python -m linumpy.scripts.X ... -f -v``: start-up, imports and the CUDA context included),
+page cache warm. Each command's ``-v`` table gives its phases: its start-up is reported apart
+from the rest of the job, whose GB/s of mosaic is the steady state. The ceiling is
+``linum-rechunk`` of the mosaic into the stitch's output dtype and layout: one pass of read,
+decode, encode and durable write of the same bytes. On the GPU each command runs twice per
+mosaic; its kernel caches are empty before its very first run, what a fresh machine pays
+(reported as ``first s``), and the second run is the one measured.
 
-:func:`run_pipeline_benchmark` runs it (what it runs and records:
-:mod:`linumpy.bench.pipeline_records`); :mod:`linumpy.bench.pipeline_report` prints the table and
-writes the JSON and the chart; ``linum-benchmark-pipeline`` is its command line.
+:mod:`linumpy.bench.pipeline_report` gives the results as a table and JSON. This module imports
+no more than the standard library until a benchmark runs.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from linumpy.bench.commands import (
-    STACKS_GRACE_S,
-    empty_folder,
-    log_name,
-    run_with_timeout,
-    script_argv,
-    timed,
-)
-from linumpy.bench.pipeline_records import (
-    COMMANDS,
-    DTYPE_COMMANDS,
-    RECHUNK,
-    CommandRun,
-    MosaicSpec,
-    PipelineConfig,
-    PipelineResult,
-)
 from linumpy.errors import BenchInputError
 
-# PipelineConfig and PipelineResult import from here too, with run_pipeline_benchmark (as the
-# script and the notebook do); they are documented in pipeline_records.
-__all__ = ["STACKS_GRACE_S", "run_pipeline_benchmark", "run_with_timeout"]
+__all__ = [
+    "COMMANDS",
+    "TILES",
+    "CommandRun",
+    "MosaicSpec",
+    "PipelineConfig",
+    "PipelineResult",
+    "gpu_reason",
+    "mosaic_spec",
+    "parse_size",
+    "run_pipeline_benchmark",
+]
 
-# how the benchmark runs a script (python -m linumpy.scripts.X, or the file of a checkout)
-_script_argv = script_argv
+#: The commands timed, by short name: (console command, script module).
+COMMANDS = {
+    "estimate": ("linum-estimate-transform", "linum_estimate_transform"),
+    "stitch": ("linum-stitch-3d", "linum_stitch_3d"),
+    "aip": ("linum-aip", "linum_aip"),
+    # the estimate, the stitch and the projection of the stitched image in one process
+    "job": ("linum-mosaic-pipeline", "linum_mosaic_pipeline"),
+}
+#: The ceiling's command: the mosaic rewritten in the stitch's output dtype and layout.
+RECHUNK = ("linum-rechunk", "linum_rechunk")
+#: The commands given ``--dtype`` (the stitch's output dtype).
+DTYPE_COMMANDS = ("stitch", "job")
+#: The phase of a command's ``-v`` table that is its start-up, reported apart.
+STARTUP = "start-up and imports"
+#: Tile shapes of the mosaics: thin OCT tiles, cubes, and deep cubes.
+TILES = ((96, 512, 512), (256, 256, 256), (512, 256, 256))
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_UNITS |= {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 
-def gpu_reason() -> str | None:
-    """Why the GPU half cannot run here, or None."""
-    try:
-        from linumpy.gpu.zarr_io import gpu_unavailable_reason
-    except ImportError as exc:
-        return f"linumpy's GPU support cannot be imported ({exc})"
-    return gpu_unavailable_reason()
+def parse_size(text: str) -> int:
+    """Bytes of a size such as ``4gib``, ``512MiB``, ``2GB`` or ``1.5gib``.
 
-
-def run_labels(command: str, on_gpu: bool, first_done: set[str]) -> list[str]:
-    """The runs of ``command`` on a mosaic, in order; the last (``"warm"``) is the one reported.
-
-    On the GPU, a command's first run (``"first"``, its kernel caches empty, reported apart) or,
-    on every later mosaic, one that compiles the kernels its shapes need (``"mosaic first"``:
-    cupy compiles some kernels per array shape) comes before it. ``first_done`` holds the
-    commands that had their first run, and gains ``command``.
+    Raises
+    ------
+    ValueError
+        When ``text`` is not a positive size.
 
     Examples
     --------
-    >>> from linumpy.bench.pipeline import run_labels
-    >>> done = set()
-    >>> run_labels("aip", True, done), run_labels("aip", True, done), run_labels("aip", False, done)
-    (['first', 'warm'], ['mosaic first', 'warm'], ['warm'])
+    >>> from linumpy.bench.pipeline import parse_size
+    >>> parse_size("4gib"), parse_size("2GB"), parse_size("1.5MiB")
+    (4294967296, 2000000000, 1572864)
     """
-    if not on_gpu:
-        return ["warm"]
-    if command in first_done:
-        return ["mosaic first", "warm"]
-    first_done.add(command)
-    return ["first", "warm"]
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kmgt]i?)?b?\s*", text.lower())
+    if not match or float(match[1]) <= 0:
+        raise ValueError(f"{text!r} is not a size such as 4gib, 512mib or 2gb")
+    return int(float(match[1]) * _UNITS[match[2] or ""])
 
 
-def _layout_of(path: Path, level: int = 0) -> tuple[tuple[int, ...], tuple[int, ...] | None, str]:
-    """Chunks, shards and dtype of an image's level (or of an array)."""
+@dataclass(frozen=True)
+class MosaicSpec:
+    """A demo mosaic grid of the benchmark: ``grid`` tiles of ``tile`` voxels (uint16).
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import MosaicSpec
+    >>> spec = MosaicSpec("2gib", (8, 8), (256, 256, 256))
+    >>> spec.nbytes == 2**31, spec.label
+    (True, '8x8 of 256x256x256')
+    """
+
+    key: str
+    grid: tuple[int, int]
+    tile: tuple[int, int, int]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the mosaic grid."""
+        return math.prod(self.grid) * math.prod(self.tile) * 2
+
+    @property
+    def label(self) -> str:
+        """``8x8 of 256x256x256``."""
+        return f"{self.grid[0]}x{self.grid[1]} of {'x'.join(map(str, self.tile))}"
+
+
+def mosaic_spec(size: str, tile: tuple[int, int, int] = TILES[2]) -> MosaicSpec:
+    """A grid of ``tile`` tiles holding about ``size`` bytes (``4gib``).
+
+    The grid is square or nearly (rows <= columns); its size is the nearest to the one asked
+    of the grids with about the square root of the tile count as rows.
+
+    Raises
+    ------
+    ValueError
+        When ``size`` is not a size.
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import mosaic_spec
+    >>> mosaic_spec("4gib").label, mosaic_spec("4gib", (256, 256, 256)).label
+    ('8x8 of 512x256x256', '10x13 of 256x256x256')
+    >>> mosaic_spec("32gib", (96, 512, 512)).grid
+    (26, 26)
+    """
+    count = parse_size(size) / (math.prod(tile) * 2)
+    side = max(1, math.isqrt(round(count)))
+    grids = [(rows, max(rows, round(count / rows))) for rows in (side, side - 1) if rows > 0]
+    rows, cols = min(grids, key=lambda grid: abs(grid[0] * grid[1] - count))
+    return MosaicSpec(size, (rows, cols), tile)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """What one pipeline benchmark run measures.
+
+    Attributes
+    ----------
+    mosaics
+        Sizes of the mosaics (``4gib``: a grid of ``tile`` tiles of about that size).
+    tile
+        The tile shape of the mosaics (one of :data:`TILES`, or any).
+    dtypes
+        Output dtypes of the stitch (``--dtype``), each a row of its own; empty: its default.
+    gpu
+        Run the GPU half (skipped, with the reason, when no GPU is usable).
+    commands
+        Keys of :data:`COMMANDS` to run.
+    """
+
+    mosaics: tuple[str, ...] = ("4gib",)
+    tile: tuple[int, int, int] = TILES[2]
+    dtypes: tuple[str, ...] = ()
+    gpu: bool = True
+    commands: tuple[str, ...] = tuple(COMMANDS)
+
+
+@dataclass
+class CommandRun:
+    """One command run: its wall time (process start to exit) and its ``-v`` phases.
+
+    ``run`` is ``"first"`` for a command's first GPU run on a mosaic, ``"ceiling"`` for the
+    rechunk, else ``"warm"``. ``dtype`` is the output's dtype, ``nbytes`` the mosaic's bytes.
+
+    Examples
+    --------
+    >>> from linumpy.bench.pipeline import CommandRun
+    >>> run = CommandRun("stitch", "6x6", "cpu", "warm", 5.0, {"start-up and imports": 1.0,
+    ...                  "level 0": 2.0}, nbytes=8 * 10**9)
+    >>> run.ok, run.startup, run.gbps, run.level0_gbps
+    (True, 1.0, 2.0, 4.0)
+    """
+
+    command: str
+    mosaic: str
+    device: str
+    run: str
+    seconds: float
+    phases: dict[str, float] = field(default_factory=dict)
+    returncode: int = 0
+    error: str = ""
+    log: str = ""
+    dtype: str = ""
+    nbytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command succeeded."""
+        return self.returncode == 0
+
+    @property
+    def startup(self) -> float:
+        """Seconds of start-up and imports (0 when the command did not report them)."""
+        return float(self.phases.get(STARTUP, 0.0))
+
+    @property
+    def gbps(self) -> float:
+        """10^9 bytes of mosaic per second of the job after its start-up (0 when it failed)."""
+        steady = self.seconds - self.startup
+        return self.nbytes / steady / 1e9 if self.ok and steady > 0 else 0.0
+
+    @property
+    def level0_gbps(self) -> float:
+        """10^9 bytes of mosaic per second of level 0 (0 without that phase)."""
+        seconds = self.phases.get("level 0", 0.0)
+        return self.nbytes / seconds / 1e9 if self.ok and seconds > 0 else 0.0
+
+
+@dataclass
+class PipelineResult:
+    """Every run of one benchmark, with the machine it ran on."""
+
+    config: PipelineConfig
+    machine: dict[str, str]
+    gpu_skipped: str = ""
+    runs: list[CommandRun] = field(default_factory=list)
+
+
+def _script_argv(module: str) -> list[str]:
+    """How to run a script: ``python -m linumpy.scripts.X`` (a process of its own)."""
+    return [sys.executable, "-m", f"linumpy.scripts.{module}"]
+
+
+def _timed(argv: list[str], run: CommandRun, env: dict[str, str], log: Path) -> CommandRun:
+    """Run ``argv`` with ``-f -v``; fill ``run`` with its time, phases, status and log."""
+    from linumpy.phases import parse_table
+
+    argv = [*argv, "-f", "-v", *(["--use-gpu"] if run.device == "gpu" else [])]
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    run.seconds = round(time.perf_counter() - start, 3)
+    log.write_text(f"$ {' '.join(argv)}\n{done.stdout}\n{done.stderr}")
+    table = parse_table(done.stderr)
+    run.phases = dict(table.seconds) if table else {}
+    run.returncode, run.log = done.returncode, str(log)
+    if done.returncode != 0:
+        run.error = (done.stderr.strip().splitlines() or ["failed"])[-1][:300]
+    return run
+
+
+def _layout_of(path: Path) -> tuple[tuple[int, ...], tuple[int, ...] | None, str]:
+    """Chunks, shards and dtype of an image's level 0 (or of an array)."""
     from linumpy.io import open_array
 
-    array = open_array(path, level)
-    shards = tuple(array.shards) if array.shards else None
-    return tuple(array.chunks), shards, str(array.dtype)
+    array = open_array(path, 0)
+    return tuple(array.chunks), tuple(array.shards) if array.shards else None, str(array.dtype)
 
 
-def _describe_layout(path: Path, tile: tuple[int, int, int]) -> tuple[str, dict[str, Any]]:
-    chunks, shards, dtype = _layout_of(path)
-    if shards is None and chunks == tile:
-        name = "one chunk per tile"
-    elif shards is None:
-        name = f"{'x'.join(map(str, chunks))} chunks"
-    else:
-        name = f"{'x'.join(map(str, chunks))} in {'x'.join(map(str, shards))} shards"
-    stored = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    return name, {
-        "chunks": list(chunks),
-        "shards": list(shards) if shards else None,
-        "dtype": dtype,
-        "stored_bytes": stored,
-    }
-
-
-def _make_mosaic(
-    spec: MosaicSpec, layout: str, path: Path, gpu: bool, timeout: float
-) -> dict[str, Any]:
-    """Write the mosaic with ``linum-make-demo-data`` (its command line, a process of its own)
-    and its true tile layout beside it."""
+def _make_mosaic(spec: MosaicSpec, path: Path, gpu: bool) -> None:
+    """Write the mosaic with ``linum-make-demo-data`` (a process of its own) and its true tile
+    layout beside it (the stitch's input)."""
     from linumpy.mosaic.demo import read_demo_truth
 
-    argv = [*script_argv("linum_make_demo_data"), str(path), "-f"]
+    argv = [*_script_argv("linum_make_demo_data"), str(path), "-f"]
     argv += ["--grid", *map(str, spec.grid), "--tile-shape", *map(str, spec.tile)]
-    # "tile": one chunk per tile and no shards, as other tools write mosaic grids
-    argv += (["--no-shards"] if layout == "tile" else []) + (["--use-gpu"] if gpu else [])
-    start = time.perf_counter()
-    code, _, stderr = run_with_timeout(argv, None, timeout)
-    if code != 0:
-        last = (stderr.strip().splitlines() or ["failed"])[-1]
+    done = subprocess.run(
+        argv + (["--use-gpu"] if gpu else []), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["failed"])[-1]
+        code = done.returncode
         raise BenchInputError(f"linum-make-demo-data {path} failed (exit {code}): {last}")
-    made = round(time.perf_counter() - start, 2)
     read_demo_truth(path).save(path.with_suffix(".truth.json"))
-    name, stored = _describe_layout(path, spec.tile)
-    return {
-        "key": spec.key,
-        "grid": list(spec.grid),
-        "tile": list(spec.tile),
-        "layout": layout,
-        "layout_name": name,
-        "nbytes": spec.nbytes,
-        **stored,
-        "made_s": made,
-    }
 
 
 def _command_args(command: str, path: Path, out: Path, dtype: str) -> list[str]:
-    truth = path.with_suffix(".truth.json")
     typed = ["--dtype", dtype] if dtype and command in DTYPE_COMMANDS else []
     if command == "estimate":
         return [str(path), str(out / "transform.json")]
     if command == "stitch":
+        truth = path.with_suffix(".truth.json")
         return [str(path), str(truth), str(out / "stitched.ome.zarr"), *typed]
     if command == "job":
         return [str(path), str(out / "job"), *typed]
     return [str(path), str(out / "aip.ome.zarr")]
 
 
-def _run_command(
-    command: str,
-    label: str,
-    path: Path,
-    out: Path,
-    *,
-    gpu: bool,
-    run: str,
-    env: dict[str, str],
-    logs: Path,
-    timeout: float,
-    dtype: str = "",
-    nbytes: int = 0,
-) -> CommandRun:
-    device = "gpu" if gpu else "cpu"
-    empty_folder(out)
-    argv = [*script_argv(COMMANDS[command][1]), *_command_args(command, path, out, dtype)]
-    record = CommandRun(command, label, device, run, 0.0, dtype=dtype, nbytes=nbytes)
-    log = log_name(logs, label, command, dtype or "default", device, run.replace(" ", "_"))
-    timed(argv, record, env=env, log=log, timeout=timeout)
-    stitched = out / "stitched.ome.zarr"
-    if command == "stitch" and record.ok and stitched.exists():
-        record.dtype = _layout_of(stitched)[2]  # the dtype the stitch wrote
-    return record
-
-
-def _prepared_runs(
-    command: str,
-    label: str,
-    path: Path,
-    out: Path,
-    *,
-    env: dict[str, str],
-    logs: Path,
-    timeout: float,
-    nbytes: int,
-) -> list[CommandRun]:
-    """``linum-gpu-info --prepare-kernels`` into the empty cache of ``env``, then the command."""
-    argv = [*script_argv("linum_gpu_info"), "--prepare-kernels"]
-    start = time.perf_counter()
-    code, stdout, stderr = run_with_timeout(argv, env, timeout)
-    seconds = round(time.perf_counter() - start, 3)
-    log_name(logs, label, command, "prepare").write_text(f"$ {' '.join(argv)}\n{stdout}\n{stderr}")
-    error = "" if code == 0 else (stderr.strip().splitlines() or ["failed"])[-1][:300]
-    prepare = CommandRun(command, label, "gpu", "prepare", seconds, returncode=code, error=error)
-    run = _run_command(
-        command, label, path, out, gpu=True, run="prepared", env=env, logs=logs, timeout=timeout,
-        nbytes=nbytes,
-    )  # fmt: skip
-    return [prepare, run]
-
-
-def _output_difference(cpu: Path, gpu: Path) -> tuple[float, int]:
-    """Largest |CPU - GPU| of the first planes of two stitched images (at most 32, and at most
-    256 MiB of float64 per image), over the CPU's max; and the planes compared."""
-    from linumpy.io import open_array, read_volume
-
-    shape = open_array(cpu, 0).shape
-    planes = max(1, min(32, shape[0], 2**28 // (8 * shape[1] * shape[2])))
-    slab = (slice(0, planes), slice(None), slice(None))
-    a = read_volume(cpu, region=slab).astype(np.float64)
-    b = read_volume(gpu, region=slab).astype(np.float64)
-    return float(np.abs(a - b).max()) / (float(np.abs(a).max()) or 1.0), planes
-
-
 def _typed_copy(path: Path, dtype: str, target: Path) -> Path:
     """Level 0 of ``path`` as a zarr array of ``dtype`` in the same layout (the ceiling's input
     for an output dtype other than the mosaic's), written a shard (or chunk) at a time."""
+    import numpy as np
     import zarr
 
     from linumpy.io import open_array
@@ -232,7 +294,6 @@ def _typed_copy(path: Path, dtype: str, target: Path) -> Path:
     if target.exists():
         return target
     source = open_array(path, 0)
-    block = tuple(source.shards or source.chunks)
     copy = zarr.create_array(
         str(target),
         shape=source.shape,
@@ -242,145 +303,46 @@ def _typed_copy(path: Path, dtype: str, target: Path) -> Path:
         compressors=zarr.codecs.ZstdCodec(level=2),
         fill_value=0,
     )
+    block = tuple(source.shards or source.chunks)
     for corner in np.ndindex(*(-(-n // b) for n, b in zip(source.shape, block, strict=True))):
-        region = tuple(
-            slice(i * b, min((i + 1) * b, n))
-            for i, b, n in zip(corner, block, source.shape, strict=True)
-        )
+        region = tuple(slice(i * b, (i + 1) * b) for i, b in zip(corner, block, strict=True))
         copy[region] = np.asarray(source[region]).astype(dtype)
     return target
 
 
-def _typed_name(path: Path, dtype: str) -> Path:
-    return path.with_name(f"{path.name.split('.')[0]}-{dtype}.zarr")
-
-
-def _ceiling(
-    path: Path,
-    label: str,
-    data: Path,
-    stitched: Path | None,
-    dtype: str,
-    *,
-    gpu: bool,
-    env: dict[str, str],
-    logs: Path,
-    timeout: float,
-    nbytes: int,
-) -> CommandRun:
-    """``linum-rechunk`` of the mosaic (a copy in ``dtype`` when it holds another) into the
-    stitched output's level-0 layout (rechunk's default without one)."""
-    source = path
-    if _layout_of(path)[2] != dtype:
-        source = _typed_copy(path, dtype, _typed_name(path, dtype))
-    out = data / f"out-rechunk-{'gpu' if gpu else 'cpu'}"
-    empty_folder(out)
-    argv = [*script_argv(RECHUNK[1]), str(source), str(out / "rechunked.ome.zarr")]
-    if stitched is not None and stitched.exists():
-        chunks, shards, _ = _layout_of(stitched)
+def _ceiling(spec: MosaicSpec, device: str, dtype: str, out_dir: Path) -> CommandRun:
+    """``linum-rechunk`` of the mosaic into the dtype and level-0 layout of the image the stitch
+    wrote on ``device`` (rechunk's default layout and ``dtype``, or the mosaic's, without one);
+    for a dtype other than the mosaic's, of a copy of the mosaic in it, made untimed."""
+    data = out_dir / "data"
+    path, stitched = data / "mosaic.ome.zarr", data / f"out-stitch-{device}" / "stitched.ome.zarr"
+    argv = []
+    out_dtype = dtype or _layout_of(path)[2]
+    if stitched.exists():
+        chunks, shards, out_dtype = _layout_of(stitched)
         argv += ["--chunks", *map(str, chunks)]
         argv += ["--shards", *map(str, shards)] if shards else ["--no-shards"]
-    record = CommandRun("rechunk", label, "gpu" if gpu else "cpu", "ceiling", 0.0, dtype=dtype)
-    record.nbytes = nbytes
-    log = log_name(logs, label, "rechunk", dtype, record.device)
-    return timed(argv, record, env=env, log=log, timeout=timeout)
+    source = path
+    if _layout_of(path)[2] != out_dtype:
+        source = _typed_copy(path, out_dtype, data / f"mosaic-{out_dtype}.zarr")
+    target = data / f"rechunked-{device}.ome.zarr"
+    argv = [*_script_argv(RECHUNK[1]), str(source), str(target), *argv]
+    record = CommandRun(
+        "rechunk", spec.label, device, "ceiling", 0.0, dtype=out_dtype, nbytes=spec.nbytes
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(out_dir / "kernel_cache" / "rechunk")}
+    log = out_dir / "logs" / f"{spec.key}-rechunk-{out_dtype}-{device}.log"
+    try:
+        return _timed(argv, record, env, log)
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
 
 
-def _measure_mosaic(
-    config: PipelineConfig,
-    spec: MosaicSpec,
-    path: Path,
-    label: str,
-    result: PipelineResult,
-    *,
-    devices: tuple[bool, ...],
-    first_done: set[str],
-    data: Path,
-    cache: Path,
-    logs: Path,
-    log: Callable[[str], None],
-) -> list[Path]:
-    """Time the commands and the ceilings on one mosaic; return the folders it wrote."""
-    outs: dict[tuple[str, bool], Path] = {}
-    commands = [c for c in spec.commands if c in config.commands]
-    mosaic_dtype = _layout_of(path)[2]
-    for index, dtype in enumerate(config.dtypes or ("",)):
-        for command in commands:
-            if index and command not in DTYPE_COMMANDS:
-                continue  # the other commands write no stitched image: timed once
-            env = {
-                **os.environ,
-                "CUPY_CACHE_DIR": str(cache / command),
-                "XDG_CACHE_HOME": str(cache / f"{command}-home"),
-            }
-            for on_gpu in devices:
-                out = outs.setdefault((command, on_gpu), data / f"out-{command}-{on_gpu:d}")
-                runs = run_labels(command, on_gpu, first_done)
-                for run in runs:
-                    done = _run_command(
-                        command, label, path, out, gpu=on_gpu, run=run, env=env, logs=logs,
-                        timeout=config.timeout, dtype=dtype, nbytes=spec.nbytes,
-                    )  # fmt: skip
-                    result.runs.append(done)
-                    log(
-                        f"  {COMMANDS[command][0]} {done.device} {dtype or ''} ({run}): "
-                        f"{done.seconds:.2f} s" + ("" if done.ok else f" FAILED: {done.error}")
-                    )
-                if "first" in runs and config.prepare_kernels:
-                    fresh = {
-                        **env,
-                        "CUPY_CACHE_DIR": str(cache / f"{command}-prepared"),
-                        "XDG_CACHE_HOME": str(cache / f"{command}-prepared-home"),
-                    }
-                    result.runs += _prepared_runs(
-                        command, label, path, out, env=fresh, logs=logs,
-                        timeout=config.timeout, nbytes=spec.nbytes,
-                    )  # fmt: skip
-                    log(f"  {COMMANDS[command][0]} gpu (prepared): {result.runs[-1].seconds:.2f} s")
-        stitched = {
-            on_gpu: outs[key] / "stitched.ome.zarr"
-            for on_gpu in devices
-            if (key := ("stitch", on_gpu)) in outs
-        }
-        cpu, gpu = stitched.get(False), stitched.get(True)
-        if cpu is not None and gpu is not None:
-            try:
-                difference, planes = _output_difference(cpu, gpu)
-                result.outputs.append(
-                    {"mosaic": label, "dtype": dtype, "max_rel_difference": difference}
-                    | {"planes": planes}
-                )
-            except Exception as exc:  # a failed stitch has no output to compare
-                result.outputs.append({"mosaic": label, "dtype": dtype, "error": str(exc)[:300]})
-        if "job" in commands and not dtype:
-            for run in result.runs:  # the job's stitched image has the stitch's default dtype
-                if run.command == "job" and run.mosaic == label and not run.dtype:
-                    run.dtype = next(
-                        (
-                            r.dtype
-                            for r in result.runs
-                            if r.command == "stitch" and r.mosaic == label
-                        ),
-                        "",
-                    )
-        if not config.ceiling:
-            continue
-        for on_gpu in devices:
-            target = stitched.get(on_gpu)
-            written = target is not None and target.exists()
-            out_dtype = _layout_of(target)[2] if written else dtype or mosaic_dtype
-            env = {**os.environ, "XDG_CACHE_HOME": str(cache / "rechunk-home")}
-            done = _ceiling(
-                path, label, data, target if written else None, out_dtype, gpu=on_gpu,
-                env=env, logs=logs, timeout=config.timeout, nbytes=spec.nbytes,
-            )  # fmt: skip
-            result.runs.append(done)
-            log(
-                f"  ceiling: {RECHUNK[0]} {done.device} {out_dtype}: {done.seconds:.2f} s"
-                + ("" if done.ok else f" FAILED: {done.error}")
-            )
-    copies = [_typed_name(path, dtype) for dtype in config.dtypes]
-    return [*outs.values(), *data.glob("out-rechunk-*"), *copies]
+def gpu_reason() -> str | None:
+    """Why the GPU half cannot run here, or None."""
+    from linumpy.bench.run import gpu_reason as reason
+
+    return reason()
 
 
 def run_pipeline_benchmark(
@@ -388,14 +350,13 @@ def run_pipeline_benchmark(
     out_dir: Path,
     *,
     log: Callable[[str], None] = print,
-    keep: bool = False,
     on_mosaic: Callable[[PipelineResult], None] | None = None,
 ) -> PipelineResult:
     """Make each mosaic, time the commands on it (CPU, then GPU), and their ceilings.
 
-    Logs of every command go to ``out_dir/logs``; the mosaics are written in ``out_dir/data``
-    (removed once measured, unless ``keep``); the GPU runs' kernel cache is
-    ``out_dir/kernel_cache``, emptied first. ``log`` is called with a line per step,
+    Each command's output goes to ``out_dir/logs``; the mosaics and outputs are written in
+    ``out_dir/data``, removed once measured, the GPU runs' kernel caches in
+    ``out_dir/kernel_cache``, removed at the end. ``log`` is called with a line per run,
     ``on_mosaic`` with the result so far after each mosaic (to save partial results).
 
     Examples
@@ -403,48 +364,72 @@ def run_pipeline_benchmark(
     >>> import tempfile
     >>> from pathlib import Path
     >>> from linumpy.bench.pipeline import PipelineConfig, run_pipeline_benchmark
-    >>> config = PipelineConfig(mosaics=("6x6",), layouts=("tile",), scale=0.125, gpu=False,
-    ...                         commands=("aip",), ceiling=False)
+    >>> config = PipelineConfig(mosaics=("1mib",), tile=(8, 32, 32), gpu=False,
+    ...                         commands=("aip",))
     >>> result = run_pipeline_benchmark(config, Path(tempfile.mkdtemp()), log=lambda line: None)
-    >>> [(run.command, run.device, run.ok, "level 0" in run.phases) for run in result.runs]
-    [('aip', 'cpu', True, True)]
+    >>> [(run.command, run.run, run.ok, "level 0" in run.phases) for run in result.runs]
+    [('aip', 'warm', True, True), ('rechunk', 'ceiling', True, True)]
     """
     from linumpy.bench.run import machine_info
 
     reason = gpu_reason() if config.gpu else "not asked for (CPU only)"
-    gpu = reason is None
-    result = PipelineResult(config, machine_info(gpu), gpu_skipped=reason or "")
-    if not gpu and config.gpu:
+    result = PipelineResult(config, machine_info(reason is None), gpu_skipped=reason or "")
+    if config.gpu and reason is not None:
         log(f"GPU half skipped: no usable GPU ({reason})")
-    data, logs, cache = out_dir / "data", out_dir / "logs", out_dir / "kernel_cache"
-    for folder in (data, cache):
-        shutil.rmtree(folder, ignore_errors=True)
-    for folder in (data, logs, cache):
-        folder.mkdir(parents=True, exist_ok=True)
-    first_done: set[str] = set()
-    devices = (False, True) if gpu else (False,)
-    for spec in config.specs():
-        for layout in config.layouts:
-            path = data / f"{spec.key}-{layout}.ome.zarr"
-            log(f"making {spec.label} ({spec.nbytes / 2**30:.2f} GiB), {layout} layout")
-            mosaic = _make_mosaic(spec, layout, path, gpu, config.timeout)
-            if any(
-                m["key"] == spec.key and m["layout_name"] == mosaic["layout_name"]
-                for m in result.mosaics
-            ):
-                log(f"  {layout} layout is the same as one measured: skipped")
-                shutil.rmtree(path, ignore_errors=True)
-                continue
-            result.mosaics.append(mosaic)
-            label = f"{spec.label}, {mosaic['layout_name']}"
-            written = _measure_mosaic(
-                config, spec, path, label, result, devices=devices, first_done=first_done,
-                data=data, cache=cache, logs=logs, log=log,
-            )  # fmt: skip
-            if not keep:
-                path.with_suffix(".truth.json").unlink(missing_ok=True)
-                for item in [path, *written]:
-                    shutil.rmtree(item, ignore_errors=True)
+    devices = ("cpu", "gpu") if reason is None else ("cpu",)
+    data, cache = out_dir / "data", out_dir / "kernel_cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        for size in config.mosaics:
+            spec = mosaic_spec(size, config.tile)
+            shutil.rmtree(data, ignore_errors=True)
+            data.mkdir(parents=True)
+            log(f"making {spec.label} ({spec.nbytes / 2**30:.2f} GiB)")
+            _make_mosaic(spec, data / "mosaic.ome.zarr", reason is None)
+            for index, dtype in enumerate(config.dtypes or ("",)):
+                for command in (c for c in COMMANDS if c in config.commands):
+                    if index == 0 or command in DTYPE_COMMANDS:  # the others: timed once
+                        for device in devices:
+                            result.runs += _command_runs(command, device, spec, dtype, out_dir)
+                            log("\n".join(map(_line, result.runs[-2 if device == "gpu" else -1 :])))
+                for device in devices:
+                    result.runs.append(_ceiling(spec, device, dtype, out_dir))
+                    log(_line(result.runs[-1]))
+            shutil.rmtree(data, ignore_errors=True)
             if on_mosaic is not None:
                 on_mosaic(result)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
     return result
+
+
+def _command_runs(
+    command: str, device: str, spec: MosaicSpec, dtype: str, out_dir: Path
+) -> list[CommandRun]:
+    """Time ``command`` on the mosaic in ``out_dir/data``: on the GPU its first run, then the
+    one measured. Its kernel caches are its own, empty before its first run of the benchmark."""
+    cache = out_dir / "kernel_cache" / command
+    env = {**os.environ, "CUPY_CACHE_DIR": str(cache / "cupy"), "XDG_CACHE_HOME": str(cache)}
+    path = out_dir / "data" / "mosaic.ome.zarr"
+    out = out_dir / "data" / f"out-{command}-{device}"
+    runs = []
+    for run in ("first", "warm") if device == "gpu" else ("warm",):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()  # every run writes a new output, as a first run does
+        record = CommandRun(command, spec.label, device, run, 0.0, dtype=dtype, nbytes=spec.nbytes)
+        argv = [*_script_argv(COMMANDS[command][1]), *_command_args(command, path, out, dtype)]
+        log = out_dir / "logs" / f"{spec.key}-{command}-{dtype or 'default'}-{device}-{run}.log"
+        _timed(argv, record, env, log)
+        if command == "stitch" and record.ok:
+            record.dtype = _layout_of(out / "stitched.ome.zarr")[2]  # the dtype it wrote
+        runs.append(record)
+    return runs
+
+
+def _line(run: CommandRun) -> str:
+    name = RECHUNK[0] if run.command == "rechunk" else COMMANDS[run.command][0]
+    status = "" if run.ok else f" FAILED: {run.error}"
+    what = " ".join(filter(None, [name, run.device, run.dtype, f"({run.run})"]))
+    return f"  {what}: {run.seconds:.2f} s{status}"
