@@ -4,7 +4,9 @@ The NGFF metadata say what each axis is and where each voxel lies: axis names, t
 and per level a ``scale`` and a ``translation`` (then the multiscale's own, applied after). A
 voxel of index ``i`` along an axis lies at ``global_scale * (scale * i + translation) +
 global_translation``. :func:`open_dataarray` carries that as dims, coordinates and attributes;
-:func:`napari_image` as the ``scale`` and ``translate`` napari's ``add_image`` takes.
+:func:`napari_image` as the ``scale`` and ``translate`` napari's ``add_image`` takes, and
+:func:`napari_layers` as napari's layer data: the image an ``image`` layer, each of its label
+images (``image-label`` metadata, listed by its ``labels`` group) a ``labels`` layer.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from linumpy.io.blocks import region_bounds
 from linumpy.io.dask_read import dask_volume
 from linumpy.io.metadata import Axis, axes_from_ngff, make_axes, multiscale_metadata, scale_of
 from linumpy.io.omezarr import open_array
-from linumpy.io.stores import describe, open_node, parse_source
+from linumpy.io.stores import describe, location, open_node, parse_source
 
 if TYPE_CHECKING:
     import xarray as xr
 
-__all__ = ["Placement", "napari_image", "open_dataarray", "placement"]
+__all__ = ["Placement", "napari_image", "napari_layers", "open_dataarray", "placement"]
 
 
 class Placement:
@@ -201,6 +203,8 @@ def napari_image(
 ) -> tuple[Any, dict[str, Any]]:
     """The arguments of napari's ``viewer.add_image`` for an OME-Zarr image, every level lazy.
 
+    Its label images are left out: :func:`napari_layers` gives them as ``labels`` layers.
+
     Returns
     -------
     data : list of dask.array.Array, or dask.array.Array
@@ -214,6 +218,12 @@ def napari_image(
         channel's ``name``, ``colormap`` (black to its colour), ``contrast_limits`` (its
         window) and ``visible``.
 
+    Raises
+    ------
+    LinumpyError
+        For a label image (``image-label`` metadata): its values are labels, not intensities;
+        :func:`napari_layers` gives it as a ``labels`` layer.
+
     Examples
     --------
     >>> import numpy as np, tempfile
@@ -225,13 +235,26 @@ def napari_image(
     ([(8, 16, 16), (4, 8, 8)], (5.0, 2.0, 2.0), True)
     >>> # viewer.add_image(data, **kwargs)
     """
+    if _image_label(path, storage_options) is not None:
+        raise LinumpyError(
+            f"{describe(path)} is a label image: napari_layers() gives it as a 'labels' layer"
+        )
+    return _layer(path, gpu, storage_options, chunks, channels=True)
+
+
+def _layer(
+    path: Any, gpu: bool, storage_options: Any, chunks: Any, *, channels: bool
+) -> tuple[Any, dict[str, Any]]:
+    """Every level of an image (lazy) and the layer arguments napari's layers share: where it
+    lies, its name, and with ``channels`` its channel axis and ``omero`` channels."""
     where = placement(path, 0, storage_options=storage_options)
     data = [
         dask_volume(path, level=k, gpu=gpu, chunks=chunks, storage_options=storage_options)
         for k in range(where.levels)
     ]
     names = [a.name for a in where.axes]
-    keep = [i for i, a in enumerate(where.axes) if a.type != "channel"]
+    channel = [i for i, a in enumerate(where.axes) if a.type == "channel" and channels]
+    keep = [i for i in range(len(names)) if i not in channel]
     kwargs: dict[str, Any] = {
         "multiscale": len(data) > 1,
         "name": os.path.basename(describe(path).rstrip("/")),
@@ -240,20 +263,131 @@ def napari_image(
         "axis_labels": tuple(names[i] for i in keep),
         "units": tuple(where.axes[i].unit or "pixel" for i in keep),
     }
-    channels = [i for i, a in enumerate(where.axes) if a.type == "channel"]
-    if channels:
-        kwargs["channel_axis"] = channels[0]
-        kwargs.update(_channel_kwargs(path, data[0].shape[channels[0]], storage_options))
+    if channel:
+        kwargs["channel_axis"] = channel[0]
+        kwargs.update(_channel_kwargs(path, data[0].shape[channel[0]], storage_options))
     return (data if len(data) > 1 else data[0]), kwargs
+
+
+def napari_layers(
+    path: Any,
+    *,
+    gpu: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    chunks: Any = None,
+) -> list[tuple[Any, dict[str, Any], str]]:
+    """napari's layer data of an OME-Zarr image: ``(data, kwargs, layer_type)`` per layer.
+
+    The image is an ``image`` layer (the arguments of :func:`napari_image`: its ``omero``
+    channels' names, colours and windows), then each label image its ``labels`` group lists
+    is a ``labels`` layer. A label image alone (a path to one) is one ``labels`` layer. A
+    ``labels`` layer's kwargs hold where it lies (as an image's), its ``name`` (the label
+    image's), and from its ``image-label`` metadata a ``colormap`` (label value to RGBA from
+    0 to 1, for napari's direct label colormap) when it gives ``colors``, and ``features`` (a
+    table: an ``index`` column of label values, then a column per property, None where a
+    label lacks it) when it gives ``properties``.
+
+    Every level is lazy. napari itself is not needed: the layers are added with
+    ``getattr(viewer, "add_" + layer_type)(data, **kwargs)``, as a napari reader's are.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, zarr
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
+    >>> save_omezarr(np.zeros((4, 8, 8), np.uint16), path, voxel_size=(5, 2, 2))
+    >>> save_omezarr(np.ones((4, 8, 8), np.uint8), path + "/labels/cells", voxel_size=(5, 2, 2))
+    >>> label = zarr.open_group(path + "/labels/cells")
+    >>> colors = [{"label-value": 1, "rgba": [255, 0, 0, 255]}]
+    >>> label.attrs["ome"] = label.attrs["ome"] | {"image-label": {"colors": colors}}
+    >>> zarr.open_group(path + "/labels").attrs["ome"] = {"version": "0.5", "labels": ["cells"]}
+    >>> [(kwargs["name"], kind) for _, kwargs, kind in napari_layers(path)]
+    [('image.ome.zarr', 'image'), ('cells', 'labels')]
+    >>> napari_layers(path)[1][1]["colormap"]
+    {1: (1.0, 0.0, 0.0, 1.0)}
+    """
+    own = _image_label(path, storage_options)
+    if own is not None:
+        return [_labels_layer(path, own, gpu, storage_options, chunks)]
+    layers = [(*_layer(path, gpu, storage_options, chunks, channels=True), "image")]
+    for name, source in _label_images(path, storage_options):
+        meta = _image_label(source, storage_options)
+        layer = _labels_layer(source, meta or {}, gpu, storage_options, chunks)
+        layer[1]["name"] = name
+        layers.append(layer)
+    return layers
+
+
+def _ome(node: Any) -> dict[str, Any]:
+    """A zarr group's OME metadata (under ``ome`` in NGFF 0.5, the attributes in 0.4)."""
+    if not isinstance(node, zarr.Group):
+        return {}
+    attrs = node.attrs.asdict()
+    ome = attrs.get("ome", attrs)
+    return ome if isinstance(ome, dict) else {}
+
+
+def _image_label(path: Any, storage_options: Any) -> dict[str, Any] | None:
+    """The ``image-label`` metadata of a label image, None for an image of another kind."""
+    meta = _ome(open_node(parse_source(path, storage_options))).get("image-label")
+    return meta if isinstance(meta, dict) else None
+
+
+def _label_images(path: Any, storage_options: Any) -> list[tuple[str, Any]]:
+    """``(name, source)`` of each label image an image's ``labels`` group lists (none when it
+    has no such group)."""
+    if not isinstance(path, zarr.Group | str | os.PathLike):  # a store: no path to its labels
+        return []
+    try:
+        names = _ome(open_node(parse_source(_child(path, "labels"), storage_options))).get("labels")
+    except (LinumpyError, OSError, KeyError):  # no labels group
+        return []
+    if not isinstance(names, list):
+        return []
+    return [(str(name), _child(path, "labels", str(name))) for name in names]
+
+
+def _child(path: Any, *parts: str) -> Any:
+    """The node ``parts`` below a zarr group, or the path or URL ``parts`` below ``path``."""
+    if isinstance(path, zarr.Group):
+        return path["/".join(parts)]
+    return location(os.fspath(path), *parts)
+
+
+def _labels_layer(
+    path: Any, meta: dict[str, Any], gpu: bool, storage_options: Any, chunks: Any
+) -> tuple[Any, dict[str, Any], str]:
+    """A label image's ``labels`` layer: where it lies, its colours and its properties."""
+    data, kwargs = _layer(path, gpu, storage_options, chunks, channels=False)
+    colormap = {}
+    for entry in meta.get("colors") or []:
+        value, rgba = (
+            (entry.get("label-value"), entry.get("rgba"))
+            if isinstance(entry, dict)
+            else (None, None)
+        )
+        if isinstance(value, int) and isinstance(rgba, list) and len(rgba) == 4:
+            colormap[int(value)] = tuple(float(c) / 255 for c in rgba)
+    if colormap:
+        kwargs["colormap"] = colormap
+    rows = [
+        entry
+        for entry in meta.get("properties") or []
+        if isinstance(entry, dict) and isinstance(entry.get("label-value"), int)
+    ]
+    if rows:
+        columns = sorted({key for row in rows for key in row} - {"label-value"})
+        features: dict[str, list[Any]] = {"index": [int(row["label-value"]) for row in rows]}
+        features.update({key: [row.get(key) for row in rows] for key in columns})
+        kwargs["features"] = features
+    return data, kwargs, "labels"
 
 
 def _channel_kwargs(path: Any, n_channels: int, storage_options: Any) -> dict[str, Any]:
     """napari's per-channel arguments from an image's ``omero`` metadata, when it describes
     ``n_channels`` channels: names, colormaps (black to the channel's colour), contrast limits
     (its window) and visibility; nothing otherwise."""
-    node = open_node(parse_source(path, storage_options))
-    attrs = node.attrs.asdict() if isinstance(node, zarr.Group) else {}
-    omero = attrs.get("ome", attrs).get("omero")
+    omero = _ome(open_node(parse_source(path, storage_options))).get("omero")
     channels = omero.get("channels") if isinstance(omero, dict) else None
     if not isinstance(channels, list) or len(channels) != n_channels:
         return {}
