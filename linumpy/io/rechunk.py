@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,12 +26,12 @@ from zarr.storage import LocalStore
 from linumpy import settings
 from linumpy.errors import LinumpyError
 from linumpy.io.dask_write import shard_budget, store_dask
-from linumpy.io.formats import NgffFormat, for_zarr_format, format_of, writable_format
+from linumpy.io.formats import NgffFormat, writable_format
 from linumpy.io.layout import ShardsArg, default_layout, slab_shards, tile_layout, tile_shards
 from linumpy.io.lazy import grow_block, open_volume, storage_unit
-from linumpy.io.metadata import NgffVersion, axes_from_ngff, check_chunk_count
-from linumpy.io.ngff_validation import validate_image_attrs
+from linumpy.io.metadata import NgffVersion, check_chunk_count
 from linumpy.io.ome_attrs import OME_KEYS, convert_attrs
+from linumpy.io.rechunk_groups import copy_groups, datasets, keep_levels
 from linumpy.io.staging import recover_staging, staged
 from linumpy.io.validate import RegularFileStore
 from linumpy.parallel import Cluster
@@ -68,18 +68,6 @@ class Rechunked(NamedTuple):
             where = f"{path}: " if path else ""
             lines.append(f"{where}{shape}, chunks {chunks}, shards {shards or 'none'}")
         return "\n".join(lines)
-
-
-def _tile_shape(attrs: Mapping[str, Any]) -> tuple[int, int] | None:
-    tile = attrs.get("linumpy", {}).get("mosaic", {}).get("tile_shape")
-    return tuple(int(n) for n in tile) if tile else None  # type: ignore[return-value]
-
-
-def _level_tile(tile: tuple[int, int] | None, factor: Sequence[int]) -> tuple[int, int] | None:
-    """A mosaic grid's tile at a pyramid level downsampled by ``factor`` (y, x), if whole."""
-    if tile is None or any(t % f for t, f in zip(tile, factor)):
-        return None
-    return (tile[0] // factor[0], tile[1] // factor[1])
 
 
 def _layout(
@@ -228,7 +216,7 @@ def rechunk(
         if isinstance(root, zarr.Array):
             arrays: list[tuple[str, zarr.Array, dict[str, Any]]] = [("", root, {})]
         else:
-            arrays = _copy_groups(root, store, fmt, source)
+            arrays = copy_groups(root, store, fmt, source)
         options = _Options(chunks, shards, fmt, level, checksum, gpu, cluster, progress)
         written, nbytes = _copy_arrays(arrays, store, source, target, options)
     return Rechunked(written, nbytes)
@@ -344,7 +332,7 @@ def copy_labels(
         short = [
             path
             for path, node in labels.members(max_depth=None)
-            if isinstance(node, zarr.Group) and 0 < len(_datasets(node)) < n_levels
+            if isinstance(node, zarr.Group) and 0 < len(datasets(node)) < n_levels
         ]
         if short:
             logger.warning(
@@ -355,9 +343,9 @@ def copy_labels(
             )
             return []
     store = LocalStore(target / "labels")
-    arrays = _copy_groups(labels, store, fmt, source / "labels")
+    arrays = copy_groups(labels, store, fmt, source / "labels")
     if n_levels is not None:
-        arrays = _keep_levels(store, arrays, n_levels)
+        arrays = keep_levels(store, arrays, n_levels)
     options = _Options(
         None,
         "auto",
@@ -373,31 +361,6 @@ def copy_labels(
     return [str(name) for name in attrs.get("ome", attrs).get("labels", [])]
 
 
-def _datasets(group: zarr.Group) -> list[Any]:
-    attrs = group.attrs.asdict()
-    multiscales = attrs.get("ome", attrs).get("multiscales") or [{}]
-    return list(multiscales[0].get("datasets", []))
-
-
-def _keep_levels(
-    store: LocalStore, arrays: list[tuple[str, zarr.Array, dict[str, Any]]], n_levels: int
-) -> list[tuple[str, zarr.Array, dict[str, Any]]]:
-    """The first ``n_levels`` levels of each image created in ``store``, its metadata cut to
-    them; the arrays of the others are left out."""
-    dropped = set()
-    root = zarr.open_group(store=store, mode="r+")
-    for path, group in [("", root), *root.members(max_depth=None)]:
-        if not isinstance(group, zarr.Group) or len(_datasets(group)) <= n_levels:
-            continue
-        attrs = group.attrs.asdict()
-        multiscale = attrs.get("ome", attrs)["multiscales"][0]
-        for dataset in multiscale["datasets"][n_levels:]:
-            dropped.add(f"{path}/{dataset['path']}" if path else str(dataset["path"]))
-        multiscale["datasets"] = multiscale["datasets"][:n_levels]
-        group.attrs.update(attrs)
-    return [item for item in arrays if item[0] not in dropped]
-
-
 def _check_source(source: Path) -> None:
     """Open the input as linumpy's readers do, each pyramid level of an image too: a missing
     path, something that is not zarr and malformed or hostile metadata raise a LinumpyError
@@ -409,54 +372,6 @@ def _check_source(source: Path) -> None:
         group = zarr.open_group(store=RegularFileStore(source, read_only=True), mode="r")
         for level in range(1, len(multiscale_dataset_paths(group, source))):
             open_array(source, level)
-
-
-def _copy_groups(
-    root: zarr.Group, store: LocalStore, fmt: NgffFormat, source: Path
-) -> list[tuple[str, zarr.Array, dict[str, Any]]]:
-    """Create every group of ``root`` in ``store`` with its attributes (in NGFF ``fmt``);
-    return the arrays to copy, each with its path and what its image says about it: the space
-    axes, the dimension names, the tile of a mosaic grid."""
-    arrays: list[tuple[str, zarr.Array, dict[str, Any]]] = []
-    groups = [("", root)] + [
-        (path, node) for path, node in root.members(max_depth=None) if isinstance(node, zarr.Group)
-    ]
-    context: dict[str, dict[str, Any]] = {}
-    for path, group in groups:
-        attrs = group.attrs.asdict()
-        declared = format_of(attrs, source=source / path)
-        if declared is not None and not declared.writable:
-            raise LinumpyError(
-                f"{source / path}: NGFF {declared} image; linum-rechunk converts NGFF 0.4 and 0.5"
-            )
-        multiscales = attrs.get("ome", attrs).get("multiscales") or []
-        if multiscales:  # an image (a label image too); a labels group has no multiscales
-            zarr_format = group.metadata.zarr_format
-            name = for_zarr_format(zarr_format).attributes_file
-            validate_image_attrs(attrs, zarr_format, source / path / name)
-        new = fmt.convert_attrs(attrs) if declared is not None else attrs
-        zarr.open_group(
-            store=store, path=path, mode="w-", zarr_format=fmt.zarr_format, attributes=new
-        )
-        if multiscales:
-            axes = axes_from_ngff(multiscales[0].get("axes", []))
-            tile = _tile_shape(attrs)
-            for depth, dataset in enumerate(multiscales[0].get("datasets", [])):
-                key = f"{path}/{dataset['path']}" if path else str(dataset["path"])
-                context[key] = {
-                    "space": [i for i, a in enumerate(axes) if a.type == "space"] or None,
-                    "names": [a.name for a in axes] if axes else None,
-                    "tile": _level_tile(tile, (2**depth, 2**depth)) if tile else None,
-                }
-    for path, node in root.members(max_depth=None):
-        if isinstance(node, zarr.Array):
-            arrays.append((path, node, context.get(path, {})))
-    return sorted(arrays, key=lambda item: _path_key(item[0]))
-
-
-def _path_key(path: str) -> tuple[tuple[int, int, str], ...]:
-    """Paths in order, numbers by value: ``0, 1, ..., 10``, then ``labels/...``."""
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.split("/"))
 
 
 def _create_like(
