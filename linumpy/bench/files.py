@@ -1,4 +1,4 @@
-"""The stored files of a zarr array and their zstd frames, read and written by plain thread pools.
+"""The stored files of a zarr array and their zstd frames, read by plain thread pools.
 
 These are reference measurements, independent of linumpy's read engine: whole chunk or shard
 files are read with ``os.preadv`` into one buffer (N threads, each a contiguous run of files), and
@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +26,9 @@ __all__ = [
     "BenchInputError",
     "StoredFiles",
     "array_directory",
-    "drop_page_cache",
     "in_threads",
     "read_files",
     "stored_files",
-    "write_files",
 ]
 
 #: Alignment of each file and frame in the buffers (nvCOMP wants 16 bytes; a page suits copies).
@@ -46,14 +44,6 @@ def array_directory(array: zarr.Array) -> Path:
     ------
     BenchInputError
         When the array is not in a local store.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.bench import array_directory
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> array_directory(zarr.create_array(path, shape=(4,), dtype="u1")).name
-    'a.zarr'
     """
     store = array.store_path.store
     if not isinstance(store, LocalStore):
@@ -224,16 +214,7 @@ def _runs(n: int, threads: int) -> list[np.ndarray]:
 
 
 def in_threads(task: Callable[[np.ndarray], None], n: int, threads: int) -> None:
-    """Call ``task`` on ``threads`` contiguous runs of ``range(n)`` at once; re-raise errors.
-
-    Examples
-    --------
-    >>> from linumpy.bench.files import in_threads
-    >>> seen = []
-    >>> in_threads(lambda run: seen.append(len(run)), 10, threads=3)
-    >>> sorted(seen)
-    [3, 3, 4]
-    """
+    """Call ``task`` on ``threads`` contiguous runs of ``range(n)`` at once; re-raise errors."""
     runs = _runs(n, threads)
     if len(runs) <= 1:
         for run in runs:
@@ -245,12 +226,7 @@ def in_threads(task: Callable[[np.ndarray], None], n: int, threads: int) -> None
 
 
 def read_files(files: StoredFiles, buffer: np.ndarray, *, threads: int) -> None:
-    """Read every stored file whole into ``buffer`` with ``os.preadv``, ``threads`` at a time.
-
-    Examples
-    --------
-    See :class:`StoredFiles`.
-    """
+    """Read every stored file whole into ``buffer`` with ``os.preadv``, ``threads`` at a time."""
     view = memoryview(buffer)
 
     def task(run: np.ndarray) -> None:
@@ -268,73 +244,3 @@ def read_files(files: StoredFiles, buffer: np.ndarray, *, threads: int) -> None:
                 os.close(fd)
 
     in_threads(task, len(files.paths), threads)
-
-
-def write_files(
-    files: StoredFiles, buffer: np.ndarray, directory: Path, *, threads: int
-) -> Sequence[Path]:
-    """Write each stored file's bytes from ``buffer`` to a file of its own under ``directory``,
-    at the path it has in the array (chunk key folders included, made here as a writer makes
-    them): a flat folder of thousands of new files costs the file system more than the same
-    files in zarr's nested folders, which would make the ceiling lower than the writers it
-    judges.
-
-    Returns the files written (no fsync: zarr does not sync either).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from pathlib import Path
-    >>> from linumpy.bench import read_files, stored_files, write_files
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> array = zarr.create_array(path, shape=(8,), chunks=(4,), dtype="u1")
-    >>> array[...] = 1
-    >>> files = stored_files(array)
-    >>> buffer = np.empty(files.nbytes, np.uint8)
-    >>> read_files(files, buffer, threads=1)
-    >>> written = write_files(files, buffer, Path(tempfile.mkdtemp()), threads=2)
-    >>> [p.read_bytes() == open(q, "rb").read() for p, q in zip(written, files.paths)]
-    [True, True]
-    """
-    paths = [Path(p) for p in files.paths]
-    root = Path(os.path.commonpath([p.parent for p in paths])) if paths else directory
-    targets = [directory / p.relative_to(root) for p in paths]
-    for folder in sorted({t.parent for t in targets}):
-        folder.mkdir(parents=True, exist_ok=True)
-    view = memoryview(buffer)
-
-    def task(run: np.ndarray) -> None:
-        for i in run:
-            start, n = int(files.offsets[i]), int(files.sizes[i])
-            fd = os.open(targets[i], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                done = 0
-                while done < n:
-                    done += os.pwrite(fd, view[start + done : start + n], done)
-            finally:
-                os.close(fd)
-
-    in_threads(task, len(files.paths), threads)
-    return targets
-
-
-def drop_page_cache(path: Path) -> None:
-    """Ask the kernel to drop the files under ``path`` from the page cache (posix_fadvise).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> from linumpy.bench import drop_page_cache
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "chunk").write_bytes(b"x" * 4096)
-    >>> drop_page_cache(folder)  # the next read of "chunk" comes from the disk
-    """
-    os.sync()
-    for file in [path] if path.is_file() else path.rglob("*"):
-        if file.is_file():
-            fd = os.open(file, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
