@@ -71,7 +71,7 @@ def main() -> None:
     for mib in args.mib:
         shape = _shape(mib)
         for writers in args.writers:
-            blocks = [oct_volume(shape, "float32", seed=seed, xp=cupy) for seed in range(writers)]
+            blocks = [cupy.asarray(oct_volume(shape, "float32", seed=s)) for s in range(writers)]
             times: dict[str, list[float]] = {name: [] for name in PATHS}
             for repeat in range(args.repeats + 1):
                 for name, min_bytes in PATHS.items():

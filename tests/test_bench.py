@@ -151,12 +151,3 @@ def test_input_without_zstd_is_read_and_its_ceilings_skipped(tmp_path: Path) -> 
     reads = [row for row in result.rows if row.op == "read" and row.runs]
     assert len(reads) >= 2 and all(row.matches for row in reads)
     assert result.ratios == {} and (path / "zarr.json").is_file()
-
-
-@pytest.mark.gpu
-def test_volume_on_the_gpu_has_the_same_bytes() -> None:
-    import cupy
-
-    volume = oct_volume((64, 128, 128), xp=cupy)
-    assert isinstance(volume, cupy.ndarray) and volume.dtype == np.uint16
-    assert np.array_equal(cupy.asnumpy(volume), oct_volume((64, 128, 128)))

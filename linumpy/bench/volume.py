@@ -9,8 +9,6 @@ noise everywhere.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from types import ModuleType
-from typing import Any
 
 import numpy as np
 
@@ -27,9 +25,8 @@ def oct_volume(
     dtype: np.typing.DTypeLike = np.uint16,
     *,
     seed: int = 1234,
-    xp: ModuleType = np,
     threads: int | None = None,
-) -> Any:
+) -> np.ndarray:
     """An OCT-like volume: speckle under depth attenuation below a wavy surface, a noise floor.
 
     The tissue is exponentially distributed speckle whose mean decays with depth below a smooth
@@ -39,8 +36,7 @@ def oct_volume(
 
     The volume is generated on the CPU, slab by slab on ``threads`` threads, each slab from its
     own seeded generator: the same ``shape``, ``dtype`` and ``seed`` give the same bytes on every
-    machine, whatever ``threads`` and ``xp``. With ``xp=cupy`` the result is copied to the GPU,
-    so GPU and CPU runs of the benchmark measure the same data.
+    machine, whatever ``threads``, so GPU and CPU runs of the benchmark measure the same data.
 
     Parameters
     ----------
@@ -50,14 +46,12 @@ def oct_volume(
         Output dtype; integer types are rounded and clipped to their range.
     seed
         Seed of the random draws.
-    xp
-        ``numpy`` (default) or ``cupy`` (the result is then a ``cupy.ndarray``).
     threads
         Threads generating slabs (None: the CPUs available).
 
     Returns
     -------
-    numpy.ndarray or cupy.ndarray
+    numpy.ndarray
         The volume, of ``shape`` and ``dtype``.
 
     Examples
@@ -99,4 +93,4 @@ def oct_volume(
     workers = max(1, min(len(starts), threads or available_cpus()))
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(slab, starts))
-    return volume if xp is np else xp.asarray(volume)
+    return volume
