@@ -103,7 +103,7 @@ x 1 micrometer (none known: 1 per axis))
                     chunks=args.chunks,
                     shards=layout_shards(args),
                     n_levels=args.n_levels,
-                    level=args.zstd_level,
+                    zstd_level=args.zstd_level,
                     ngff_version=args.ngff_version,
                     gpu=gpu,
                     progress=True,

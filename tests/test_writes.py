@@ -555,8 +555,43 @@ def test_writers_compress_at_the_zstd_level_setting(tmp_path: Path, ngff_version
             tmp_path / "c.ome.zarr",
             voxel_size=(1, 1, 1),
             ngff_version=ngff_version,
-            level=4,
+            zstd_level=4,
         )
+        # the old name still works, and warns naming the new one
+        with pytest.warns(FutureWarning, match="level= is renamed zstd_level="):
+            save_omezarr(
+                volume,
+                tmp_path / "d.ome.zarr",
+                voxel_size=(1, 1, 1),
+                ngff_version=ngff_version,
+                level=5,
+            )
+        with pytest.raises(TypeError, match="pass zstd_level only"):
+            save_omezarr(
+                volume, tmp_path / "e.ome.zarr", voxel_size=(1, 1, 1), zstd_level=3, level=5
+            )
     assert stored_level(tmp_path / "b.ome.zarr") == 7
     assert stored_level(tmp_path / "c.ome.zarr") == 4
+    assert stored_level(tmp_path / "d.ome.zarr") == 5
     np.testing.assert_array_equal(read_volume(tmp_path / "b.ome.zarr"), volume)
+
+
+def test_every_writer_names_the_zstd_level_zstd_level(tmp_path: Path) -> None:
+    """``zstd_level`` in every writer's signature (``level`` is a pyramid level in the readers);
+    ``level``, its old name, still works with a FutureWarning."""
+    import inspect
+
+    from linumpy.io.rechunk import rechunk
+    from linumpy.mosaic.convert import convert_to_omezarr
+    from linumpy.mosaic.job import run_mosaic_job
+    from linumpy.mosaic.stitch_file import stitch_omezarr
+
+    writers = (OmeZarrWriter, save_omezarr, rechunk, convert_to_omezarr, stitch_omezarr)
+    for writer in (*writers, run_mosaic_job):
+        parameters = inspect.signature(writer).parameters
+        assert parameters["zstd_level"].default is None, writer
+        assert parameters["level"].kind is inspect.Parameter.KEYWORD_ONLY, writer
+    source = image(tmp_path / "a.ome.zarr", 1)
+    with pytest.warns(FutureWarning, match="rechunk: level= is renamed zstd_level="):
+        rechunk(source, tmp_path / "b.ome.zarr", level=6)
+    assert zarr.open_group(tmp_path / "b.ome.zarr", mode="r")["0"].compressors[0].level == 6

@@ -270,7 +270,7 @@ def stitch_options(args: argparse.Namespace) -> dict[str, Any]:
         "n_levels": args.n_levels,
         "chunks": args.chunks,
         "shards": layout_shards(args),
-        "level": args.zstd_level,
+        "zstd_level": args.zstd_level,
     }
 
 

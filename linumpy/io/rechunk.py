@@ -34,6 +34,7 @@ from linumpy.io.ome_attrs import OME_KEYS, convert_attrs
 from linumpy.io.rechunk_groups import copy_groups, datasets, keep_levels
 from linumpy.io.staging import recover_staging, staged
 from linumpy.io.validate import RegularFileStore
+from linumpy.io.writer import renamed_level
 from linumpy.parallel import Cluster
 
 __all__ = ["OME_KEYS", "Rechunked", "convert_attrs", "copy_labels", "rechunk"]
@@ -130,12 +131,13 @@ def rechunk(
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
     ngff_version: NgffVersion = "0.5",
-    level: int | None = None,
+    zstd_level: int | None = None,
     checksum: bool | None = None,
     gpu: bool = False,
     overwrite: bool = False,
     progress: bool = False,
     cluster: Cluster | None = None,
+    level: int | None = None,
 ) -> Rechunked:
     """Rewrite a zarr array or OME-Zarr image in linumpy's default layout (or the one given).
 
@@ -153,9 +155,10 @@ def rechunk(
         of whole planes otherwise (smaller under a memory limit); a shape; None: no shards.
     ngff_version
         ``"0.5"`` (zarr v3, sharded) or ``"0.4"`` (zarr v2: one file per chunk).
-    level, checksum
-        zstd level, and content checksums (``linumpy.settings.get().write_checksum`` by
-        default), as :class:`~linumpy.io.OmeZarrWriter` writes them.
+    zstd_level, checksum
+        zstd level (``linumpy.settings.get().zstd_level`` by default) and content checksums
+        (``linumpy.settings.get().write_checksum`` by default), as
+        :class:`~linumpy.io.OmeZarrWriter` writes them.
     gpu
         Read into and encode from the GPU (NGFF 0.5).
     overwrite
@@ -164,6 +167,8 @@ def rechunk(
         Show a progress bar per array.
     cluster
         Where the tasks run and how much memory each may use; local threads by default.
+    level
+        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Returns
     -------
@@ -210,14 +215,16 @@ def rechunk(
         raise LinumpyError(f"{source}: not a zarr array or group ({exc})") from None
     cluster = cluster or Cluster()
     checksum = settings.get().write_checksum if checksum is None else bool(checksum)
-    level = settings.get().zstd_level if level is None else level
+    zstd_level = renamed_level(zstd_level, level, "rechunk")
+    if zstd_level is None:
+        zstd_level = settings.get().zstd_level
     with staged(target) as out:
         store = LocalStore(out)
         if isinstance(root, zarr.Array):
             arrays: list[tuple[str, zarr.Array, dict[str, Any]]] = [("", root, {})]
         else:
             arrays = copy_groups(root, store, fmt, source)
-        options = _Options(chunks, shards, fmt, level, checksum, gpu, cluster, progress)
+        options = _Options(chunks, shards, fmt, zstd_level, checksum, gpu, cluster, progress)
         written, nbytes = _copy_arrays(arrays, store, source, target, options)
     return Rechunked(written, nbytes)
 
@@ -226,7 +233,7 @@ class _Options(NamedTuple):
     chunks: Sequence[int] | None
     shards: ShardsArg
     format: NgffFormat
-    level: int
+    zstd_level: int
     checksum: bool
     gpu: bool
     cluster: Cluster
@@ -266,7 +273,7 @@ def _copy_arrays(
             chunk,
             shard,
             options.format,
-            options.level,
+            options.zstd_level,
             options.checksum,
             context,
         )
@@ -381,7 +388,7 @@ def _create_like(
     chunks: tuple[int, ...],
     shards: tuple[int, ...] | None,
     fmt: NgffFormat,
-    level: int,
+    zstd_level: int,
     checksum: bool,
     context: dict[str, Any],
 ) -> zarr.Array:
@@ -396,7 +403,7 @@ def _create_like(
         fill_value=array.fill_value,
         attributes=array.attrs.asdict(),
         zarr_format=fmt.zarr_format,
-        **fmt.array_options(level, checksum, names),
+        **fmt.array_options(zstd_level, checksum, names),
     )
 
 

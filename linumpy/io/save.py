@@ -18,7 +18,7 @@ from linumpy._numpy_or_cupy import array_module
 from linumpy.io.layout import ShardsArg
 from linumpy.io.metadata import NgffVersion
 from linumpy.io.stores import is_url
-from linumpy.io.writer import AxesArg, OmeZarrWriter
+from linumpy.io.writer import AxesArg, OmeZarrWriter, renamed_level
 
 __all__ = ["save_omezarr"]
 
@@ -31,7 +31,7 @@ def save_omezarr(
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
     n_levels: int = 1,
-    level: int | None = None,
+    zstd_level: int | None = None,
     overwrite: bool = False,
     ngff_version: NgffVersion = "0.5",
     unit: str = "micrometer",
@@ -39,6 +39,7 @@ def save_omezarr(
     checksum: bool | None = None,
     storage_options: Mapping[str, Any] | None = None,
     translation: Sequence[float] | None = None,
+    level: int | None = None,
 ) -> None:
     """Write an array as a zstd-compressed OME-Zarr multiscale image.
 
@@ -56,10 +57,12 @@ def save_omezarr(
         object stores cannot swap an image in; HTTP servers are read-only).
     voxel_size
         Size of a voxel along each axis, in its unit.
-    chunks, shards, n_levels, level, overwrite, ngff_version, unit, axes, checksum, translation
+    chunks, shards, n_levels, zstd_level, overwrite, ngff_version, unit, axes, checksum, translation
         As for :class:`OmeZarrWriter`.
     storage_options
         Options of a remote store (see :func:`linumpy.io.remote.object_store`).
+    level
+        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Examples
     --------
@@ -86,7 +89,7 @@ def save_omezarr(
         chunks=chunks,
         shards=shards,
         n_levels=n_levels,
-        level=level,
+        zstd_level=renamed_level(zstd_level, level, "save_omezarr"),
         overwrite=overwrite,
         ngff_version=ngff_version,
         unit=unit,

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -74,6 +75,30 @@ def _level_factor(shape: tuple[int, ...], level: int, shrink: Sequence[bool]) ->
 AxesArg = str | Sequence[str | Axis | Mapping[str, Any]] | None
 
 
+def renamed_level(zstd_level: int | None, level: int | None, caller: str) -> int | None:
+    """A writer's ``zstd_level``, given under its old name ``level`` (a pyramid level in the
+    readers) too: that name still works and warns (FutureWarning, once per calling line).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     renamed_level(None, 5, "save_omezarr"), str(caught[0].message)
+    (5, 'save_omezarr: level= is renamed zstd_level= (level is a pyramid level in the readers)')
+    """
+    if level is None:
+        return zstd_level
+    if zstd_level is not None:
+        raise TypeError(f"{caller}: pass zstd_level only (level is its old name)")
+    warnings.warn(
+        f"{caller}: level= is renamed zstd_level= (level is a pyramid level in the readers)",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return level
+
+
 def _parse_translation(value: Sequence[float] | None, ndim: int) -> tuple[float, ...] | None:
     """A translation as finite floats, one per axis (None stays None), else ValueError."""
     if value is None:
@@ -119,8 +144,9 @@ class OmeZarrWriter:
         level), none for NGFF 0.4; None: one file per chunk.
     n_levels
         Number of pyramid levels, full resolution included.
-    level
-        zstd compression level.
+    zstd_level
+        zstd compression level; by default ``linumpy.settings.get().zstd_level``
+        (``LINUMPY_ZSTD_LEVEL``).
     overwrite
         Replace an existing ``path``; without it an existing path is an error.
     ngff_version
@@ -153,6 +179,8 @@ class OmeZarrWriter:
     shard_bytes
         Largest shard of ``shards="auto"`` (:data:`linumpy.io.layout.SHARD_BYTES`, 128 MiB):
         writers under a memory limit pass less, so that a task holds a shard.
+    level
+        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Attributes
     ----------
@@ -183,7 +211,7 @@ class OmeZarrWriter:
         chunks: Sequence[int] | None = None,
         shards: ShardsArg = "auto",
         n_levels: int = 1,
-        level: int | None = None,
+        zstd_level: int | None = None,
         overwrite: bool = False,
         ngff_version: NgffVersion = "0.5",
         unit: str = "micrometer",
@@ -194,6 +222,7 @@ class OmeZarrWriter:
         storage_options: Mapping[str, Any] | None = None,
         shard_bytes: int = SHARD_BYTES,
         translation: Sequence[float] | None = None,
+        level: int | None = None,
     ) -> None:
         # Object stores (s3://, gs://) have no rename: an image is written there in place.
         remote = is_url(path)
@@ -212,7 +241,9 @@ class OmeZarrWriter:
         self.axes = make_axes(len(self.shape), axes, unit)
         self.translation = _parse_translation(translation, len(self.shape))
         self.checksum = settings.get().write_checksum if checksum is None else bool(checksum)
-        level = settings.get().zstd_level if level is None else level
+        zstd_level = renamed_level(zstd_level, level, "OmeZarrWriter")
+        if zstd_level is None:
+            zstd_level = settings.get().zstd_level
         space = [i for i, axis in enumerate(self.axes) if axis.type == "space"]
         auto_shards = isinstance(shards, str)
         chunks, shards = default_layout(
@@ -259,7 +290,7 @@ class OmeZarrWriter:
             if self._remote is None and (exists or always_stage):
                 self._staged = StagedWrite(self.target)
                 self.path = self._staged.path
-            self.arrays = self._create(chunks, shards, n_levels, level, fill_value)
+            self.arrays = self._create(chunks, shards, n_levels, zstd_level, fill_value)
         except BaseException:
             self.abort()
             raise
@@ -269,7 +300,7 @@ class OmeZarrWriter:
         chunks: tuple[int, ...],
         shards: tuple[int, ...] | str | None,
         n_levels: int,
-        level: int,
+        zstd_level: int,
         fill_value: Any,
     ) -> list[zarr.Array]:
         zarr_format = self.format.zarr_format
@@ -312,7 +343,9 @@ class OmeZarrWriter:
                     chunks=level_chunks,
                     shards=level_shards,
                     fill_value=fill_value,
-                    **self.format.array_options(level, self.checksum, [a.name for a in self.axes]),
+                    **self.format.array_options(
+                        zstd_level, self.checksum, [a.name for a in self.axes]
+                    ),
                 )
             )
             factor = _level_factor(self.shape, index, shrink)

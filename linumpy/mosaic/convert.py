@@ -37,6 +37,7 @@ from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.io.omezarr import NgffVersion, read_coordinates
 from linumpy.io.rechunk import copy_labels
 from linumpy.io.sources import TIFF_SUFFIXES, SourceImage, open_image, open_tiff
+from linumpy.io.writer import renamed_level
 from linumpy.mosaic.attrs import copy_omero
 from linumpy.parallel import Cluster
 
@@ -183,12 +184,13 @@ def convert_to_omezarr(
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
     n_levels: int = 1,
-    level: int | None = None,
+    zstd_level: int | None = None,
     ngff_version: NgffVersion = "0.5",
     gpu: bool = False,
     overwrite: bool = False,
     progress: bool = False,
     cluster: Cluster | None = None,
+    level: int | None = None,
 ) -> Converted:
     """Convert a TIFF, ``.npy`` file or zarr array to a zstd OME-Zarr image, out of core.
 
@@ -212,7 +214,7 @@ def convert_to_omezarr(
         neither gives one.
     series
         The TIFF series to convert (0 by default).
-    chunks, shards, n_levels, level, ngff_version
+    chunks, shards, n_levels, zstd_level, ngff_version
         As for :class:`linumpy.io.OmeZarrWriter` (in NGFF axis order): by default chunks of
         about 1 MiB in shards of whole planes (:func:`linumpy.io.layout.default_layout`;
         smaller shards under a memory limit).
@@ -225,6 +227,8 @@ def convert_to_omezarr(
     cluster
         Where the tasks run and how much memory each may use
         (:func:`linumpy.parallel.dask_cluster`); local threads by default.
+    level
+        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Returns
     -------
@@ -275,7 +279,7 @@ voxel_size argument)'
         shards=shards,
         shard_bytes=shard_budget(cluster, per_byte=10 if n_levels > 1 else 3),  # write_pyramid
         n_levels=n_levels,
-        level=level,
+        zstd_level=renamed_level(zstd_level, level, "convert_to_omezarr"),
         overwrite=overwrite,
         ngff_version=ngff_version,
         translation=translation,

@@ -25,6 +25,7 @@ from linumpy.errors import LinumpyError
 from linumpy.io.layout import ShardsArg
 from linumpy.io.reader import read_volume
 from linumpy.io.staging import staged
+from linumpy.io.writer import renamed_level
 from linumpy.mosaic.pipeline import (
     estimate_transform_omezarr,
     projection_omezarr,
@@ -122,9 +123,10 @@ def run_mosaic_job(
     n_levels: int = 3,
     chunks: tuple[int, ...] | None = None,
     shards: ShardsArg = "auto",
-    level: int | None = None,
+    zstd_level: int | None = None,
     progress: bool = False,
     cluster: Cluster | None = None,
+    level: int | None = None,
 ) -> JobResult:
     """Estimate a 3-D mosaic grid's tile layout, stitch it and project the stitched image.
 
@@ -138,12 +140,14 @@ def run_mosaic_job(
         Run every step on the GPU.
     tile_shape, min_score
         As for :func:`linumpy.mosaic.pipeline.estimate_transform_omezarr`.
-    blending, dtype, n_levels, chunks, shards, level
+    blending, dtype, n_levels, chunks, shards, zstd_level
         As for :func:`linumpy.mosaic.pipeline.stitch_omezarr` (the stitched image).
     progress
         Show progress bars.
     cluster
         Where the stitch and the projection run; local threads by default.
+    level
+        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Returns
     -------
@@ -189,7 +193,7 @@ def run_mosaic_job(
             n_levels=n_levels,
             chunks=chunks,
             shards=shards,
-            level=level,
+            zstd_level=renamed_level(zstd_level, level, "run_mosaic_job"),
             **common,
         )
     with _writing(outputs.projection) as partial:

@@ -32,6 +32,7 @@ from linumpy.io.layout import ShardsArg, inner_chunks, slab_shards, tile_shards
 from linumpy.io.lazy import storage_unit
 from linumpy.io.levels import store_levels
 from linumpy.io.output_size import check_output_size, format_bytes
+from linumpy.io.writer import renamed_level
 from linumpy.mosaic.attrs import stitch_coordinates, write_linumpy_attrs
 from linumpy.mosaic.out_of_core import plan_stitch_block, stitch_lazy, stitch_threads
 from linumpy.mosaic.stitch import Blending, parse_blending, stitch_dtype
@@ -124,12 +125,13 @@ def stitch_omezarr(
     n_levels: int = 3,
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
-    level: int | None = None,
+    zstd_level: int | None = None,
     slab_depth: int | None = None,
     overwrite: bool = False,
     progress: bool = False,
     cluster: Cluster | None = None,
     max_output_bytes: int | None = None,
+    level: int | None = None,
 ) -> None:
     """Stitch a mosaic grid OME-Zarr into an OME-Zarr image with a pyramid, out of core.
 
@@ -159,7 +161,7 @@ def stitch_omezarr(
         for an integer dtype they are rounded to the nearest integer (half to even) and clipped
         to its range, so they equal float32's output rounded. float32 stores about 1.7 times
         the bytes of uint16 and costs as much more to encode and write.
-    n_levels, chunks, shards, level
+    n_levels, chunks, shards, zstd_level
         Pyramid levels, chunk and shard shapes, zstd level of the output; by default linumpy's
         layout (:func:`linumpy.io.layout.default_layout`): chunks of about 1 MiB in shards of
         whole planes (smaller under a memory limit).
@@ -176,6 +178,8 @@ def stitch_omezarr(
     max_output_bytes
         The largest output allowed (uncompressed level 0), checked with the room on the
         target's disk before any planning (:func:`linumpy.io.output_size.check_output_size`).
+    level
+        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Raises
     ------
@@ -228,7 +232,7 @@ def stitch_omezarr(
         shards=shards,
         shard_bytes=budget,
         n_levels=n_levels,
-        level=level,
+        zstd_level=renamed_level(zstd_level, level, "stitch_omezarr"),
         overwrite=overwrite,
     )
     block = plan_stitch_block(
