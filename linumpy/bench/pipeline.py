@@ -391,8 +391,9 @@ def run_pipeline_benchmark(
                 for command in (c for c in COMMANDS if c in config.commands):
                     if index == 0 or command in DTYPE_COMMANDS:  # the others: timed once
                         for device in devices:
-                            result.runs += _command_runs(command, device, spec, dtype, out_dir)
-                            log("\n".join(map(_line, result.runs[-2 if device == "gpu" else -1 :])))
+                            runs = _command_runs(command, device, spec, dtype, out_dir)
+                            result.runs += runs
+                            log("\n".join(map(_line, runs)))
                 for device in devices:
                     result.runs.append(_ceiling(spec, device, dtype, out_dir))
                     log(_line(result.runs[-1]))
