@@ -29,7 +29,7 @@ from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 from linumpy.scripts import linum_aip
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_BENCH = ["--cpu-only", "--chunks", "16", "--no-shard", "--repeats", "1", "--warmup", "0"]
+TINY_BENCH = ["--cpu-only", "--chunks", "16", "--no-shard", "--repeats", "1"]
 
 
 def _scripts() -> dict[str, str]:
