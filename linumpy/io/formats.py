@@ -113,6 +113,8 @@ class Ngff04:
     zarr_format: int = 2
     #: The file holding a group's attributes.
     attributes_file: str = ".zattrs"
+    #: The attribute the OME keys live under; None: at the top of the attributes.
+    ome_key: str | None = None
     #: Whether its arrays may be sharded.
     sharding: bool = False
     #: Whether its arrays' metadata list codecs (zarr v3) rather than a compressor and filters.
@@ -251,8 +253,8 @@ class Ngff05(Ngff04):
 
     Examples
     --------
-    >>> NGFF_05.zarr_format, NGFF_05.sharding, NGFF_05.attributes_file
-    (3, True, 'zarr.json')
+    >>> NGFF_05.zarr_format, NGFF_05.sharding, NGFF_05.attributes_file, NGFF_05.ome_key
+    (3, True, 'zarr.json', 'ome')
     >>> [type(c).__name__ for c in NGFF_05.compressors(3, checksum=True)]
     ['ZstdCodec', 'Crc32cCodec']
     """
@@ -260,6 +262,7 @@ class Ngff05(Ngff04):
     version = "0.5"
     zarr_format = 3
     attributes_file = "zarr.json"
+    ome_key = "ome"
     sharding = True
     codec_pipeline = True
     gpu_encoding = True
@@ -283,20 +286,20 @@ class Ngff05(Ngff04):
         return options
 
     def image_attrs(self, multiscale: Mapping[str, Any]) -> dict[str, Any]:
-        return {"ome": {"version": self.version, "multiscales": [dict(multiscale)]}}
+        return {self.ome_key: {"version": self.version, "multiscales": [dict(multiscale)]}}
 
     def with_ome(self, attrs: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
-        return {**attrs, "ome": {**attrs.get("ome", {}), key: value}}
+        return {**attrs, self.ome_key: {**attrs.get(self.ome_key, {}), key: value}}
 
     def _restate(self, value: dict[str, Any]) -> dict[str, Any]:
         del value["version"]  # the ``ome`` version states it
         return value
 
     def _gather(self, ome: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
-        return {**rest, "ome": {"version": self.version, **ome}}
+        return {**rest, self.ome_key: {"version": self.version, **ome}}
 
     def validated_part(self, attrs: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        ome = attrs.get("ome")
+        ome = attrs.get(self.ome_key)
         if isinstance(ome, Mapping) and ome.get("version") == self.version:
             return ome
         return None
@@ -430,7 +433,7 @@ def format_of(
     if found is not None:
         return found
     if source is not None:
-        raise LinumpyError(f"{os.fspath(source)}: an NGFF {value} image; {_READS}")
+        raise LinumpyError(f"{source}: an NGFF {value} image; {_READS}")
     raise ValueError(f"NGFF {value!r} is not a version linumpy knows; {_READS}")
 
 
