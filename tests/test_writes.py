@@ -595,3 +595,18 @@ def test_every_writer_names_the_zstd_level_zstd_level(tmp_path: Path) -> None:
     with pytest.warns(FutureWarning, match="rechunk: level= is renamed zstd_level="):
         rechunk(source, tmp_path / "b.ome.zarr", level=6)
     assert zarr.open_group(tmp_path / "b.ome.zarr", mode="r")["0"].compressors[0].level == 6
+
+
+def test_a_scripts_input_check_reports_an_interrupted_write_and_leaves_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from linumpy.cli import build_parser, check_input
+
+    target = tmp_path / "img.ome.zarr"
+    folder = stale_staging(target, dead_pid())
+    image(folder / "ready", 2)
+    image(folder / "old", 1)
+    with pytest.raises(SystemExit):
+        check_input(build_parser("Demo.", prog="linum-demo"), target)
+    assert f"does not exist; an interrupted write left {folder}" in capsys.readouterr().err
+    assert hidden(tmp_path) == [folder.name] and not target.exists()

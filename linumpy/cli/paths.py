@@ -54,11 +54,14 @@ def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -
         return os.fspath(path)
     path = local_path(os.fspath(path)) if url_scheme(path) == "file" else Path(path)
     if not path.exists():
-        from linumpy.io.staging import recover_staging
+        from linumpy.io.staging import staging_left
 
-        recover_staging(path)  # an interrupted replacement of it may have left it in staging
-    if not path.exists():
-        parser.error(f"input {os.fspath(path)!r} does not exist")
+        # reading never writes: an interrupted write's staging is named, left to the writers
+        left = staging_left(path)
+        note = (
+            f"; an interrupted write left {left[0]} (see linumpy.io.clean_staging)" if left else ""
+        )
+        parser.error(f"input {os.fspath(path)!r} does not exist{note}")
     _INPUTS.setdefault(parser, []).append(path)
     return path
 
