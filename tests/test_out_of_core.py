@@ -93,6 +93,45 @@ def test_stitch_lazy_equals_stitch_for_2d_and_3d(tmp_path: Path, mosaic: Path) -
     np.testing.assert_array_equal(flat.compute(), expected)
 
 
+def test_stitch_and_projection_tasks_open_nothing(
+    tmp_path: Path, mosaic: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source is opened once, on the client: the tasks of a stitch, of a projection and of
+    open_volume read it through the reference they are given (which pickles for a cluster's
+    workers) and open nothing."""
+    import pickle
+
+    from linumpy.io import omezarr, open_volume
+    from linumpy.io.array_ref import array_ref
+    from linumpy.mosaic.projection import projection_lazy
+
+    transform = read_demo_truth(mosaic).normalized()
+    lazies = [
+        stitch_lazy(mosaic, transform, block=(4, 64, 64)),
+        projection_lazy(mosaic, slab_depth=2, cluster=Cluster(threads=2)),
+        open_volume(mosaic, chunks=(4, 64, 64)),
+    ]
+    opened: list[object] = []
+    original = omezarr._open_node
+
+    def counted(*args: object, **kwargs: object) -> object:
+        opened.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(omezarr, "_open_node", counted)
+    stitched, projected, volume = (lazy.compute() for lazy in lazies)
+    # many stitch and open_volume tasks; the projection's reads two planes at a time
+    assert opened == [] and lazies[0].npartitions > 1 and lazies[2].npartitions > 1
+    grid = read_volume(mosaic)
+    np.testing.assert_array_equal(stitched, stitch(grid, transform, dtype=grid.dtype))
+    np.testing.assert_allclose(projected, grid.mean(axis=0), rtol=1e-6)
+    np.testing.assert_array_equal(volume, grid)
+    ref = pickle.loads(pickle.dumps(array_ref(mosaic)))  # as a worker process gets it
+    opened.clear()
+    np.testing.assert_array_equal(ref.read((slice(0, 2),)), grid[:2])
+    assert opened == []
+
+
 def test_stitch_under_a_memory_limit_writes_the_same_bytes(tmp_path: Path, mosaic: Path) -> None:
     transform = read_demo_truth(mosaic)
     # float32: averaging integers takes float64 temporaries, more than this limit holds
@@ -463,7 +502,7 @@ def test_cpu_projection_blocks_are_whole_shards_read_with_a_share_of_the_threads
     them; a task's reads with all of ``io_threads`` beside the other tasks' oversubscribe the
     cores."""
     from linumpy import settings
-    from linumpy.mosaic import projection
+    from linumpy.io.array_ref import ArrayRef
     from linumpy.mosaic.projection import projection_lazy
 
     # metadata only: shards of 128 MiB, more than the split would give one task of 16
@@ -478,13 +517,13 @@ def test_cpu_projection_blocks_are_whole_shards_read_with_a_share_of_the_threads
     path = tmp_path / "v.ome.zarr"
     save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(8, 16, 16), shards=(16, 32, 32))
     calls: list[tuple[tuple[slice, ...], object]] = []
-    read = projection.read_volume
+    read = ArrayRef.read
 
-    def recorded(source, **kwargs):
-        calls.append((kwargs["region"], kwargs.get("settings")))
-        return read(source, **kwargs)
+    def recorded(source, region, **kwargs):
+        calls.append((region, kwargs.get("settings")))
+        return read(source, region, **kwargs)
 
-    monkeypatch.setattr(projection, "read_volume", recorded)
+    monkeypatch.setattr(ArrayRef, "read", recorded)
     cluster = Cluster(memory_limit=200_000, threads=2)  # a shard per task, not two
     with settings.set(io_threads=8):
         aip = projection_lazy(path, cluster=cluster).compute()
@@ -503,7 +542,7 @@ def test_uint16_stitch_blocks_decode_and_encode_each_chunk_once(tmp_path: Path, 
     one block (each output chunk encoded once)."""
     from linumpy.io.dask_write import shard_budget
     from linumpy.io.layout import slab_shards
-    from linumpy.mosaic.pipeline import _bytes_per_byte, _output_chunks, _stitch_shards
+    from linumpy.mosaic.stitch_file import _bytes_per_byte, _output_chunks, _stitch_shards
 
     array = zarr.create_array(
         tmp_path / "grid.zarr",

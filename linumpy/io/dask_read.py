@@ -3,18 +3,19 @@
 :func:`dask_volume` is :func:`~linumpy.io.open_volume` without its ``xarray`` option (which
 :mod:`linumpy.io.labelled` builds on this). Blocks are whole multiples of the stored chunks (of
 the shards, for sharded arrays) and line up with them (:mod:`linumpy.io.blocks`), so no stored
-chunk is read by two tasks; the graph has one task per block.
+chunk is read by two tasks; the graph has one task per block. The volume is opened once, here:
+the tasks read it (:class:`~linumpy.io.array_ref.ArrayRef`) without opening it again.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from linumpy.errors import LinumpyError
+from linumpy.io.array_ref import ArrayRef, array_ref
 from linumpy.io.blocks import (
     DEFAULT_BLOCK_BYTES,
     DEFAULT_GPU_BLOCK_BYTES,
@@ -24,9 +25,7 @@ from linumpy.io.blocks import (
     round_block,
     storage_unit,
 )
-from linumpy.io.omezarr import open_array
-from linumpy.io.reader import read_volume
-from linumpy.io.stores import describe, parse_source
+from linumpy.io.stores import describe
 from linumpy.parallel import parse_size
 
 if TYPE_CHECKING:
@@ -36,8 +35,7 @@ __all__ = ["dask_volume"]
 
 
 def _read_block(
-    path: Any,
-    level: int,
+    source: ArrayRef,
     gpu: bool,
     origin: tuple[int, ...],
     settings: Any,
@@ -45,7 +43,7 @@ def _read_block(
 ) -> Any:
     location = block_info[None]["array-location"]
     region = tuple(slice(o + a, o + b) for o, (a, b) in zip(origin, location))
-    return read_volume(path, level=level, gpu=gpu, region=region, settings=settings)
+    return source.read(region, gpu=gpu, settings=settings)
 
 
 def dask_volume(
@@ -75,7 +73,8 @@ def dask_volume(
     import dask.array as da
     from dask.base import tokenize
 
-    array = open_array(path, level, storage_options=storage_options)
+    ref = array_ref(path, level, storage_options=storage_options)  # the blocks read it
+    array = ref.array
     source = f"{describe(path)} (level {level})"
     dtype = np.dtype(array.dtype)
     if dtype.kind not in "biufc":
@@ -101,17 +100,10 @@ def dask_volume(
     else:
         meta = np.empty((0,) * array.ndim, dtype=dtype)
     origin = tuple(s.start for s in bounds)
-    parsed = parse_source(path, storage_options)
-    if parsed.local is not None:  # blocks open the path: they see the files as they are then
-        # absolute, as the key: a dask worker's working directory is its own
-        blocks_read = key = os.path.abspath(parsed.local)
-    else:  # blocks read the array opened here: its metadata are fetched once
-        blocks_read, key, level = array, str(array.store_path), 0
-    name = "open-volume-" + tokenize(key, level, gpu, origin, shape, block, dtype.str, settings)
+    name = "open-volume-" + tokenize(ref, gpu, origin, shape, block, dtype.str, settings)
     return da.map_blocks(
         _read_block,
-        blocks_read,
-        level,
+        ref,
         gpu,
         origin,
         settings,

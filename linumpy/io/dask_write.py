@@ -26,11 +26,11 @@ from zarr.storage import LocalStore
 from linumpy import phases, settings
 from linumpy._numpy_or_cupy import array_module, gpu_module
 from linumpy.errors import LinumpyError
+from linumpy.io.array_ref import ArrayRef, array_ref
 from linumpy.io.block_write import store_block
 from linumpy.io.blocks import aligned_chunks, grow_block, storage_unit
 from linumpy.io.downsample import downsample_mean
 from linumpy.io.layout import SHARD_BYTES
-from linumpy.io.reader import read_volume
 from linumpy.parallel import TASK_SHARE, Cluster
 
 if TYPE_CHECKING:
@@ -119,11 +119,26 @@ def block_write_threads(n_blocks: int) -> int:
     return max(1, cpus // max(1, min(n_blocks, cpus)))
 
 
+def task_target(target: zarr.Array | str | os.PathLike[str]) -> zarr.Array:
+    """A zarr array on disk opened once for the tasks that write it: they get it with its parsed
+    metadata (pickled to the workers of a cluster) and open nothing; its absolute path
+    (:func:`array_path`) names the same files on every worker.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/array.zarr"
+    >>> _ = zarr.create_array(path, shape=(4,), dtype="uint8")
+    >>> task_target(path).read_only
+    False
+    """
+    return zarr.open_array(store=LocalStore(array_path(target)), mode="r+")  # a path, not a URL
+
+
 def _write_block(
-    block: Any, path: str, threads: int = 1, block_info: dict[Any, Any] | None = None
+    block: Any, target: zarr.Array, threads: int = 1, block_info: dict[Any, Any] | None = None
 ) -> np.ndarray:
     region = tuple(slice(a, b) for a, b in block_info[0]["array-location"])
-    target = zarr.open_array(store=LocalStore(path), mode="r+")  # a path, never a URL
     # numpy blocks: the blocks running at once share the CPUs (block_write_threads); cupy
     # blocks: the GPU encodes, threads write the files.
     on_host = array_module(block) is np
@@ -152,13 +167,13 @@ def store_graph(data: da.Array, target: zarr.Array | str | os.PathLike[str]) -> 
     ((2, 2), 4096, 4096)
     """
     path = array_path(target)
-    array = zarr.open_array(store=LocalStore(path, read_only=True), mode="r")
+    array = task_target(path)
     if tuple(array.shape) != tuple(data.shape):
         raise LinumpyError(f"{path}: shape {array.shape}, the data to write {data.shape}")
     data = align_blocks(data, storage_unit(array))
     return data.map_blocks(
         _write_block,
-        path,
+        array,
         block_write_threads(data.npartitions),
         chunks=tuple((1,) * len(c) for c in data.chunks),
         dtype=np.int64,
@@ -227,8 +242,7 @@ def _slab_planes(block: Sequence[int], full: int) -> int:
 
 
 def _downsample_block(
-    source: str,
-    source_shape: tuple[int, ...],
+    source: ArrayRef,
     factors: tuple[int, ...],
     gpu: bool,
     full: int,
@@ -237,10 +251,10 @@ def _downsample_block(
     info = block_info[None]
     location = info["array-location"]
     region = tuple(
-        slice(a * f, min(b * f, n)) for (a, b), f, n in zip(location, factors, source_shape)
+        slice(a * f, min(b * f, n)) for (a, b), f, n in zip(location, factors, source.shape)
     )
     axes = [i for i, f in enumerate(factors) if f == 2]
-    data = read_volume(source, gpu=gpu, region=region)
+    data = source.read(region, gpu=gpu)
     shape = tuple(info["chunk-shape"])
     step = _slab_planes(shape, full)
     if not gpu or step >= shape[0]:  # on the host, downsample_mean averages in slabs itself
@@ -283,8 +297,9 @@ def write_pyramid(
 
     Level ``i`` is the 2x mean (:func:`linumpy.io.downsample_mean`) of level ``i - 1`` along
     each of ``axes`` longer than 1; each task reads the source region of one block of whole target
-    shards (or chunks) with :func:`linumpy.io.read_volume`, averages it and writes it, so memory
-    holds a few blocks whatever the image's size. Equal to downsampling the whole level at once.
+    shards (or chunks) from the level opened once (:class:`~linumpy.io.array_ref.ArrayRef`),
+    averages it and writes it, so memory holds a few blocks whatever the image's size. Equal to
+    downsampling the whole level at once.
 
     Parameters
     ----------
@@ -343,8 +358,7 @@ def write_pyramid(
         whole = tuple(slice(0, n) for n in target.shape)
         level = da.map_blocks(
             _downsample_block,
-            array_path(source),
-            tuple(source.shape),
+            array_ref(array_path(source)),  # opened once: the tasks read it, opening nothing
             factors,
             gpu,
             full,

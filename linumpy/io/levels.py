@@ -22,10 +22,10 @@ from linumpy.io.blocks import storage_unit
 from linumpy.io.dask_write import (
     _write_block,
     align_blocks,
-    array_path,
     block_write_threads,
     empty_meta,
     store_dask,
+    task_target,
 )
 from linumpy.io.downsample import downsample_mean
 from linumpy.parallel import Cluster
@@ -51,12 +51,12 @@ def _halved_chunks(
 
 def _write_and_halve(
     block: Any,
-    path: str,
+    target: zarr.Array,
     axes: tuple[int, ...],
     threads: int,
     block_info: dict[Any, Any] | None = None,
 ) -> Any:
-    _write_block(block, path, threads, block_info=block_info)
+    _write_block(block, target, threads, block_info=block_info)
     return downsample_mean(block, axes)
 
 
@@ -130,7 +130,7 @@ def store_levels(
             break
         current = aligned.map_blocks(
             _write_and_halve,
-            array_path(target),
+            task_target(target),
             tuple(i for i, f in enumerate(factors) if f == 2),
             block_write_threads(aligned.npartitions),
             chunks=halved,

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
+import zarr
 
 from linumpy import settings as _settings
 from linumpy.errors import GPU_INSTALL_HINT, GPUUnavailableError, LinumpyError
@@ -127,6 +128,29 @@ def read_to(
     resolved = _settings.resolve(settings)
     array = open_array(path, level, storage_options=storage_options)
     source = f"{describe(path)} (level {level})"
+    return read_opened(destination, array, source, region=region, out=out, settings=resolved)
+
+
+def read_opened(
+    destination: Destination,
+    array: zarr.Array,
+    source: str,
+    *,
+    region: slice | Sequence[slice] | None = None,
+    out: Any = None,
+    settings: _settings.Settings | Mapping[str, Any] | None = None,
+) -> Any:
+    """:func:`read_to` of an array opened already (by :func:`~linumpy.io.open_array`), named
+    ``source`` in errors: nothing is opened.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint8")
+    >>> read_opened("cpu", array, "a (level 0)", region=(slice(1, 3),)).tolist()
+    [0, 0]
+    """
+    resolved = _settings.resolve(settings)
     if np.dtype(array.dtype).kind not in "biufc":
         raise LinumpyError(
             f"{source}: dtype {array.dtype} is not supported; read_volume reads numeric arrays "

@@ -1,8 +1,9 @@
 """Stitching as lazy dask arrays of bounded blocks (projections: :mod:`linumpy.mosaic.projection`).
 
-Each block is one task that reads what it needs with :func:`linumpy.io.read_volume` (the tiles
-overlapping a stitched block; a column of slabs for a projection), so a job holds a few blocks
-in memory whatever the volume's size. Block shapes are whole multiples of the output's shards
+Each block is one task that reads what it needs (the tiles overlapping a stitched block; a column
+of slabs for a projection) from the source opened once on the client
+(:class:`~linumpy.io.array_ref.ArrayRef`), so a job holds a few blocks in memory whatever the
+volume's size. Block shapes are whole multiples of the output's shards
 (or chunks) and are sized with :meth:`linumpy.parallel.Cluster.task_bytes`. Results equal the
 in-memory functions' bit for bit.
 """
@@ -19,7 +20,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from linumpy._numpy_or_cupy import gpu_module
-from linumpy.io import open_array, read_volume
+from linumpy.io.array_ref import ArrayRef, array_ref
 from linumpy.io.dask_write import empty_meta
 from linumpy.io.engine.memory import available_memory
 from linumpy.io.lazy import aligned_chunks, grow_block
@@ -32,7 +33,6 @@ from linumpy.mosaic.stitch import (
 )
 from linumpy.mosaic.transform import TileTransform
 from linumpy.parallel import TASK_SHARE, Cluster
-from linumpy.parallel.task_inputs import check_same_input, input_digest, task_path
 
 __all__ = [
     "REUSE_TASK_BYTES",
@@ -201,16 +201,14 @@ def plan_stitch_block(
 
 
 def _stitch_block(
-    source: str,
+    source: ArrayRef,
     transform: TileTransform,
     blending: Blending,
     gpu: bool,
     threads: int,
-    digest: str | None = None,
     dtype: DTypeLike = np.float32,
     block_info: dict[Any, Any] | None = None,
 ) -> Any:
-    check_same_input(source, digest)  # once per worker: it sees the client's mosaic grid
     info = block_info[None]
     (y0, y1), (x0, x1) = info["array-location"][-2:]
     hit = tiles_in_region(transform, (y0, x0), (y1 - y0, x1 - x0))
@@ -222,7 +220,7 @@ def _stitch_block(
         slice(rows.start * th, rows.stop * th),
         slice(cols.start * tw, cols.stop * tw),
     )
-    tiles = read_volume(source, gpu=gpu, region=region)
+    tiles = source.read(region, gpu=gpu)  # a worker's first read checks it sees the client's grid
     return stitch_region(
         tiles,
         transform,
@@ -236,7 +234,7 @@ def _stitch_block(
 
 
 def stitch_lazy(
-    source: str | os.PathLike[str],
+    source: str | os.PathLike[str] | ArrayRef,
     transform: TileTransform,
     blending: Blending = "linear",
     *,
@@ -255,7 +253,9 @@ def stitch_lazy(
     Parameters
     ----------
     source
-        Mosaic grid OME-Zarr image (or zarr array), ``([Z,] rows * tile_h, cols * tile_w)``.
+        Mosaic grid OME-Zarr image (or zarr array), ``([Z,] rows * tile_h, cols * tile_w)``, or
+        its level opened already (:func:`~linumpy.io.array_ref.array_ref`): the tasks read it
+        without opening it again.
     transform
         Tile layout, normalized.
     blending
@@ -293,20 +293,19 @@ def stitch_lazy(
     True
     """
     blending = parse_blending(blending)
-    array = open_array(source)
-    shape = array.shape
-    dtype = stitch_dtype(array.dtype, dtype)
-    transform.check_mosaic_shape(shape, f"{source}: mosaic grid")
+    name = source.source if isinstance(source, ArrayRef) else source
+    grid = array_ref(source)  # opened once; its tasks read it, opening nothing
+    shape = grid.shape
+    dtype = stitch_dtype(grid.dtype, dtype)
+    transform.check_mosaic_shape(shape, f"{name}: mosaic grid")
     out_shape = (*shape[:-2], *transform.output_shape())
-    path = task_path(source)  # absolute: a worker's working directory is its own
     return da.map_blocks(
         _stitch_block,
-        path,
+        grid,
         transform,
         blending,
         gpu,
         threads,
-        input_digest(path),
         dtype,
         chunks=aligned_chunks(_whole(out_shape), block),
         dtype=dtype,

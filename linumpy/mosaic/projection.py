@@ -1,7 +1,8 @@
 """Projections of a 3D volume along z as lazy dask arrays of bounded blocks.
 
 Each task reads a column of the volume (a block of the plane, whole stored chunks wide) a slab
-at a time and sums it. When the plane gives fewer blocks than the cluster runs tasks at once
+at a time and sums it, from the volume opened once on the client
+(:class:`~linumpy.io.array_ref.ArrayRef`). When the plane gives fewer blocks than the cluster runs tasks at once
 (a small plane, a deep volume), the depth is split too: tasks sum whole stored chunks' depths
 of a column and their partial sums are added, so that every worker gets tasks whatever the
 volume's shape. No stored chunk is read by two tasks.
@@ -19,13 +20,12 @@ import numpy as np
 
 from linumpy._numpy_or_cupy import gpu_module
 from linumpy.errors import LinumpyError
-from linumpy.io import open_array, read_volume
+from linumpy.io.array_ref import ArrayRef, array_ref
 from linumpy.io.blocks import host_decoded
 from linumpy.io.dask_write import empty_meta
 from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.parallel import BLOCKS_PER_SLOT, GPU_READ_TASK_BYTES, TASK_SHARE, Cluster
-from linumpy.parallel.task_inputs import check_same_input, input_digest, task_path
 
 __all__ = ["depth_groups", "projection_lazy", "read_threads"]
 
@@ -90,7 +90,7 @@ def leading_axes(shape: Sequence[int]) -> int | None:
 
 
 def _column_sum(
-    path: str,
+    source: ArrayRef,
     gpu: bool,
     step: int,
     z0: int,
@@ -107,7 +107,7 @@ def _column_sum(
     overrides = None if io_threads is None else {"io_threads": io_threads}
     for start in range(z0, z1, step):
         region = (*(slice(0, 1),) * lead, slice(start, min(start + step, z1)), rows, cols)
-        slab = read_volume(path, gpu=gpu, region=region, settings=overrides)
+        slab = source.read(region, gpu=gpu, settings=overrides)
         slab = slab.reshape(slab.shape[lead:])
         # integer sums below 2**53 are exact in float64: the result is the same either way
         total += slab.sum(axis=0, dtype=_slab_sum_dtype(slab.dtype, step))
@@ -115,37 +115,33 @@ def _column_sum(
 
 
 def _project_column(
-    path: str,
+    source: ArrayRef,
     gpu: bool,
     step: int,
     depth: int,
     io_threads: int | None = None,
-    digest: str | None = None,
     block_info: dict[Any, Any] | None = None,
     lead: int = 0,
 ) -> Any:
-    check_same_input(path, digest)
     (y0, y1), (x0, x1) = block_info[None]["array-location"]
     rows, cols = slice(y0, y1), slice(x0, x1)
-    total = _column_sum(path, gpu, step, 0, depth, rows, cols, io_threads, lead)
+    total = _column_sum(source, gpu, step, 0, depth, rows, cols, io_threads, lead)
     return (total / depth).astype(gpu_module(gpu).float32)
 
 
 def _partial_column(
-    path: str,
+    source: ArrayRef,
     gpu: bool,
     step: int,
     edges: tuple[int, ...],
     io_threads: int | None = None,
-    digest: str | None = None,
     block_info: dict[Any, Any] | None = None,
     lead: int = 0,
 ) -> Any:
-    check_same_input(path, digest)
     (g, _), (y0, y1), (x0, x1) = block_info[None]["array-location"]
     z0, z1 = edges[g], edges[g + 1]
     rows, cols = slice(y0, y1), slice(x0, x1)
-    return _column_sum(path, gpu, step, z0, z1, rows, cols, io_threads, lead)[None]
+    return _column_sum(source, gpu, step, z0, z1, rows, cols, io_threads, lead)[None]
 
 
 def _mean(total: Any, depth: int) -> Any:
@@ -238,7 +234,8 @@ def projection_lazy(
     >>> bool((lazy.compute() == volume.mean(axis=0)).all())
     True
     """
-    array = open_array(path)
+    source = array_ref(path)  # opened once: the tasks read it, opening nothing
+    array = source.array
     lead = leading_axes(array.shape)
     if lead is None:
         raise LinumpyError(
@@ -304,8 +301,6 @@ def projection_lazy(
     io_threads = None
     if not gpu and cluster.client is None:
         io_threads = read_threads(math.prod(len(b) for b in blocks), cluster.threads)
-    source = task_path(path)  # the same file for every worker, whatever its working directory
-    digest = input_digest(source)
     depth = shape[0]
     edges = (0, depth)
     if cluster.client is not None:  # local threads share each task's reads instead
@@ -323,7 +318,6 @@ def projection_lazy(
             step,
             depth,
             io_threads,
-            digest,
             chunks=blocks,
             dtype=np.float32,
             meta=empty_meta(np.float32, 2, gpu),
@@ -336,7 +330,6 @@ def projection_lazy(
         step,
         edges,
         io_threads,
-        digest,
         chunks=((1,) * (len(edges) - 1), *blocks),
         dtype=np.float64,
         meta=empty_meta(np.float64, 3, gpu),

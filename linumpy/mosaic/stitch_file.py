@@ -21,6 +21,7 @@ from numpy.typing import DTypeLike
 
 from linumpy import phases
 from linumpy.io import OmeZarrWriter, read_omezarr
+from linumpy.io.array_ref import array_ref
 from linumpy.io.dask_write import (
     _downsample_cost,
     committed,
@@ -38,6 +39,7 @@ from linumpy.mosaic.out_of_core import plan_stitch_block, stitch_lazy, stitch_th
 from linumpy.mosaic.stitch import Blending, parse_blending, stitch_dtype
 from linumpy.mosaic.transform import TileTransform
 from linumpy.parallel import Cluster
+from linumpy.parallel.task_inputs import task_path
 
 __all__ = ["stitch_omezarr"]
 
@@ -205,7 +207,8 @@ def stitch_omezarr(
     ((8, 119, 167), 'uint16', (3.5, 2.5, 2.5))
     """
     blending = parse_blending(blending)
-    array, voxel_size = read_omezarr(source)
+    path = task_path(source)  # absolute: a worker's working directory is its own
+    array, _ = read_omezarr(path)  # opened once: the stitch's tasks read it (array_ref)
     dtype = stitch_dtype(array.dtype, dtype)
     transform = transform.normalized()
     transform.check_mosaic_shape(array.shape, f"{source}: mosaic grid")
@@ -248,8 +251,9 @@ def stitch_omezarr(
     threads = stitch_threads(out_shape, block, cluster)
     start = time.perf_counter()
     with committed(writer):
+        grid = array_ref(path, opened=array)
         stitched = stitch_lazy(
-            source, transform, blending, block=block, gpu=gpu, threads=threads, dtype=dtype
+            grid, transform, blending, block=block, gpu=gpu, threads=threads, dtype=dtype
         )
         # level 1 from the stitched blocks themselves: level 0 is not read back
         rest = store_levels(

@@ -1,0 +1,123 @@
+"""Arrays as dask tasks read them: opened once on the client, carried to every task.
+
+A task handed a path opens the image again (its group's and its level's metadata) before it
+reads, and a job of many tasks opens it many times. :func:`array_ref` opens the array once, on
+the client, and returns an :class:`ArrayRef`: the opened array (its store, a local folder or a
+remote store with its storage options, and its parsed metadata), its name for errors, and what
+a worker checks to be sure it sees the client's files. It pickles to a few KiB for the tasks of
+a distributed cluster, and nothing is read when it is unpickled: :meth:`ArrayRef.read` goes
+straight to the read engine (:func:`~linumpy.io.reader.read_opened`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+
+from linumpy.io.omezarr import open_array
+from linumpy.io.reader import read_opened
+from linumpy.io.stores import SourceLike, describe, parse_source
+from linumpy.parallel.task_inputs import check_same_input, input_digest, task_path
+
+__all__: list[str] = []
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRef:
+    """An array opened on the client, for tasks to read (see the module).
+
+    Attributes
+    ----------
+    array
+        The opened array: its store and its parsed metadata.
+    source
+        Its name in errors: ``"<path> (level N)"``.
+    path
+        The absolute local path every worker must see (:func:`check_same_input`), or ``""``
+        for a URL or a zarr object.
+    digest
+        :func:`~linumpy.parallel.task_inputs.input_digest` of ``path`` on the client, or None.
+
+    Examples
+    --------
+    >>> import numpy as np, pickle, tempfile
+    >>> from linumpy.io import save_omezarr
+    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
+    >>> save_omezarr(np.arange(64, dtype=np.uint8).reshape(4, 4, 4), path, voxel_size=(1, 1, 1))
+    >>> ref = pickle.loads(pickle.dumps(array_ref(path)))  # as a worker process gets it
+    >>> ref.shape, ref.read((slice(0, 1), slice(0, 1))).tolist()
+    ((4, 4, 4), [[[0, 1, 2, 3]]])
+    """
+
+    array: zarr.Array
+    source: str
+    path: str = ""
+    digest: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The array's dtype."""
+        return np.dtype(self.array.dtype)
+
+    def read(
+        self,
+        region: slice | Sequence[slice] | None = None,
+        *,
+        gpu: bool = False,
+        settings: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """``read_volume`` of the array's ``region`` (numpy, or cupy with ``gpu``), opening
+        nothing; the first read of a worker process checks that it sees the client's files."""
+        check_same_input(self.path, self.digest)
+        destination = "gpu" if gpu else "cpu"
+        return read_opened(destination, self.array, self.source, region=region, settings=settings)
+
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        """What names the array in dask's graph: its name, store path, digest and layout."""
+        layout = (self.shape, self.dtype.str, str(self.array.store_path))
+        return ("ArrayRef", self.source, self.path, self.digest, layout)
+
+
+def array_ref(
+    path: SourceLike | ArrayRef,
+    level: int = 0,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    opened: zarr.Array | None = None,
+) -> ArrayRef:
+    """Open ``path``'s level once, for tasks to read (an :class:`ArrayRef` is returned as it is).
+
+    A local path is made absolute first (:func:`~linumpy.parallel.task_inputs.task_path`: a
+    worker's working directory is its own), and its metadata's digest is taken for the workers'
+    check. The arguments are :func:`~linumpy.io.open_array`'s; ``opened`` is that level opened
+    already from ``path`` made absolute (by :func:`~linumpy.io.read_omezarr`, say), which is
+    then not opened again.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint8")
+    >>> ref = array_ref(array)
+    >>> ref.shape, ref.path, array_ref(ref) is ref
+    ((4,), '', True)
+    """
+    if isinstance(path, ArrayRef):
+        return path
+    options = dict(storage_options) if storage_options is not None else None
+    local = parse_source(path, options).local
+    if local is None:
+        array = opened if opened is not None else open_array(path, level, storage_options=options)
+        return ArrayRef(array, f"{describe(path)} (level {level})")
+    absolute = task_path(local)
+    array = opened if opened is not None else open_array(absolute, level)
+    source = f"{describe(absolute)} (level {level})"
+    return ArrayRef(array, source, absolute, input_digest(absolute))
