@@ -157,7 +157,6 @@ def test_gpu_rows_and_ceilings_match_the_volume(tmp_path: Path) -> None:
             "read_volume(gpu=True)",
             "gpu_zarr_context (nvCOMP codec in zarr)",
             "zarr enable_gpu() (CPU decode, copy per chunk)",
-            "linumpy GPU write (nvCOMP, write engine)",
             "GPU write (nvCOMP encode in gpu_zarr_context)",
         ]
         for name in names:
