@@ -31,11 +31,22 @@ the end of their work on the device, without a copy back to the host.
 ``--transports`` times the ranged GETs alone instead: obstore (linumpy's client, and
 ``get_ranges_async``) against fsspec's ``cat_ranges``, which chose the transport.
 
+``--limits auto,4,8,16,32,64`` times ``read_volume(url)`` with each ``remote_requests`` setting
+instead (the requests in flight to the server at once), against three servers, a fresh one per
+limit so that no connection outlives its limit: ``small``, 4 threads that accept a connection
+only when one is free, with http.server's listen backlog of 5; ``http.server``, a thread per
+connection with that backlog; and ``object store``, a server in processes of its own answering
+each request after ``--latency-ms`` (30 ms by default here), as an object store across a link
+does. The table gives each limit's median and slowest read: a client opening more connections
+than a small server serves waits for them (seconds: until a request times out, or until the
+server drops an idle connection) or loses their SYNs, tried again 1, 3, 7, 15 and 31 s later.
+
 Usage::
 
     .venv/bin/python benchmarks/remote_read.py --mib 256 --rounds 5 --stages
     .venv/bin/python benchmarks/remote_read.py --mib 256 --rounds 3 --latency-ms 20
     .venv/bin/python benchmarks/remote_read.py --transports --rounds 5
+    .venv/bin/python benchmarks/remote_read.py --limits auto,8,16,32,64 --mib 32 --chunk 32
     .venv/bin/python benchmarks/remote_read.py --mib 2048 --rounds 5 --gpu --json out.json
 """
 
@@ -72,24 +83,24 @@ CHUNK = 64
 LAYOUTS = {"sharded": (CHUNK, 256, 256), "chunks": None}
 
 
-def volume(mib: int) -> np.ndarray:
+def volume(mib: int, chunk: int = CHUNK) -> np.ndarray:
     """About ``mib`` MiB of uint16 OCT-like data (:func:`~linumpy.bench.volume.oct_volume`).
 
     Every chunk holds data, as in a real acquisition (a noise floor above the tissue): a volume
     with an empty part would be answered 404 for its chunks that zarr does not store.
     """
-    side = max(CHUNK, int(round((mib * 2**20 / 2 / 4) ** (1 / 3) / CHUNK)) * CHUNK)
+    side = max(chunk, int(round((mib * 2**20 / 2 / 4) ** (1 / 3) / chunk)) * chunk)
     return oct_volume((side, 2 * side, 2 * side))
 
 
-def write(root: Path, data: np.ndarray) -> None:
+def write(root: Path, data: np.ndarray, chunk: int = CHUNK) -> None:
     for name, shards in LAYOUTS.items():
         array = zarr.create_array(
             root / f"{name}.zarr",
             shape=data.shape,
             dtype=data.dtype,
-            chunks=(CHUNK,) * 3,
-            shards=shards,
+            chunks=(chunk,) * 3,
+            shards=shards if shards is None else (chunk, *shards[1:]),
             compressors=zarr.codecs.ZstdCodec(level=3),
             overwrite=True,
         )
@@ -176,6 +187,48 @@ def transports(rounds: int) -> list[dict[str, Any]]:
                             "rounds": len(runs),
                         }
                     )
+    return rows
+
+
+#: The servers of ``--limits``: :func:`serve_directory`'s arguments (``delay`` from
+#: ``--latency-ms``).
+LIMIT_SERVERS: dict[str, dict[str, Any]] = {
+    "small": {"workers": 4, "backlog": 5},
+    "http.server": {"backlog": 5},
+    "object store": {"processes": 1},
+}
+
+
+def limits(
+    root: Path, layouts: Sequence[str], numbers: Sequence[int | str], rounds: int, latency: float
+) -> list[dict[str, Any]]:
+    """Seconds of ``read_volume(url)`` per server, layout and ``remote_requests`` setting."""
+    rows = []
+    for server, options in LIMIT_SERVERS.items():
+        options = options | ({"delay": latency} if "processes" in options else {})
+        for name in layouts:
+            expected = read_volume(root / f"{name}.zarr")
+            for number in numbers:
+                runs = []
+                # a fresh server (and so a fresh connection pool) per limit
+                with settings.set(remote_requests=number), serve_directory(root, **options) as base:
+                    for _ in range(rounds):
+                        started = time.perf_counter()
+                        data = read_volume(f"{base}/{name}.zarr")
+                        runs.append(time.perf_counter() - started)
+                        if not np.array_equal(data, expected):
+                            raise SystemExit(f"wrong data read ({server}, {name}, {number})")
+                rows.append(
+                    {
+                        "server": server,
+                        "layout": name,
+                        "requests": number,
+                        "median_s": statistics.median(runs),
+                        "slowest_s": max(runs),
+                        "rounds": len(runs),
+                    }
+                )
+                print(f"{server} {name} {number}: " + " ".join(f"{t:.2f}" for t in runs))
     return rows
 
 
@@ -318,9 +371,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--transports", action="store_true", help="time ranged GETs alone: obstore vs fsspec"
     )
+    parser.add_argument(
+        "--limits", default="", help="time read_volume at these remote_requests (auto or numbers)"
+    )
+    parser.add_argument("--chunk", type=int, default=CHUNK, help="chunk side (voxels)")
     args = parser.parse_args(argv)
     skip = {s for s in args.skip.split(",") if s}
-    data = volume(args.mib)
+    if args.limits:
+        return limit_table(args)
+    data = volume(args.mib, args.chunk)
     info = machine_info(args.gpu)
     for name in ("obstore", "fsspec", "aiohttp"):
         try:
@@ -335,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="linumpy-remote-") as folder:
         root = Path(folder)
-        write(root, data)
+        write(root, data, args.chunk)
         with serve(root) as base:
             for name in [] if args.transports else args.layouts.split(","):
                 stages: dict[str, list] = {}
@@ -399,6 +458,29 @@ def main(argv: list[str] | None = None) -> int:
             "stages": stage_table,
         }
         args.json.write_text(json.dumps(record, indent=1))
+    return 0
+
+
+def limit_table(args: argparse.Namespace) -> int:
+    """``--limits``: print (and with ``--json`` write) the seconds per read of each limit."""
+    numbers = [n if n == "auto" else int(n) for n in args.limits.split(",")]
+    data = volume(args.mib, args.chunk)
+    latency = (args.latency_ms or 30.0) / 1000
+    with tempfile.TemporaryDirectory(prefix="linumpy-limits-") as folder:
+        root = Path(folder)
+        write(root, data, args.chunk)
+        rows = limits(root, args.layouts.split(","), numbers, args.rounds, latency)
+    print(f"{data.shape} uint16, {data.nbytes / 2**20:.0f} MiB, chunks of {args.chunk}^3")
+    print("| server | layout | requests in flight | median s | slowest s |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for row in rows:
+        print(
+            f"| {row['server']} | {row['layout']} | {row['requests']} | {row['median_s']:.2f} "
+            f"| {row['slowest_s']:.2f} |"
+        )
+    print(f"object store: {latency * 1000:g} ms per request")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"machine": machine_info(False), "rows": rows}, indent=1))
     return 0
 
 

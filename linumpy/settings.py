@@ -108,6 +108,11 @@ _SECONDS = _Kind(
     float,
     convert=float,
 )
+_REQUESTS = _Kind(
+    "a positive integer or auto",
+    lambda v: v == "auto" or _COUNT.ok(v),
+    lambda text: "auto" if text == "auto" else int(text),
+)
 _FETCH = _Kind(
     f"one of {', '.join(FETCH_CHOICES)}", FETCH_CHOICES.__contains__, _parse_choice(FETCH_CHOICES)
 )
@@ -248,6 +253,16 @@ class Settings:
         "again, with exponential backoff from 0.1 s; 0 never retries",
         3,
     )
+    remote_requests: int | Literal["auto"] = _setting(
+        "LINUMPY_REMOTE_REQUESTS",
+        _REQUESTS,
+        "`auto`",
+        "requests in flight at once to one remote host, all reads of the process together; "
+        "`auto`: 4 to an `http(s)://` server (a small web server serves a few connections at a "
+        "time, and a read opening more waits seconds for them), 64 to S3 and GCS; raise it for "
+        "an object store read over `https://`",
+        "auto",
+    )
 
     def __post_init__(self) -> None:
         for name, spec in declarations().items():
@@ -329,7 +344,6 @@ REMOVED_VARIABLES = dict.fromkeys(
         "LINUMPY_GPU_ENCODE_MIN_MIB",
         "LINUMPY_NVCOMP_BATCH_SIZE",
         "LINUMPY_NVCOMP_CONCURRENCY",
-        "LINUMPY_REMOTE_REQUESTS",
         "LINUMPY_REMOTE_AHEAD_MIB",
     ),
     "a tuning knob without a measured gain, now fixed in the code",

@@ -118,8 +118,10 @@ class RangeRequestHandler(BaseHTTPRequestHandler):
         if delay:  # a link's round trip, without which every request arrives at once
             time.sleep(delay)
         path = self.file_for(self.path)
-        if path is None:
-            self.send_error(HTTPStatus.NOT_FOUND)
+        if path is None:  # as web servers answer it: the connection stays open
+            self.send_response(HTTPStatus.NOT_FOUND)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         with open(path, "rb") as file:
             size = os.fstat(file.fileno()).st_size
@@ -157,6 +159,34 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+class _SmallServer(_Server):
+    """A server of ``workers`` threads: a connection is accepted only when one is free (the
+    others wait in the listen backlog, whose overflow drops their SYNs), and a connection left
+    idle for ``KEEP_ALIVE`` seconds is closed, as small web servers do."""
+
+    KEEP_ALIVE = 5.0
+
+    def __init__(self, address: tuple[str, int], handler: type, workers: int, backlog: int):
+        self.request_queue_size = backlog  # read by server_activate, in the base's __init__
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(workers)
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:
+        self.slots.acquire()  # no accept until a worker is free
+        request.settimeout(self.KEEP_ALIVE)
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: socket.socket, client_address: object) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], TimeoutError):  # an idle connection closed
+            super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def serve_directory(
     root: str | os.PathLike[str],
@@ -164,6 +194,8 @@ def serve_directory(
     *,
     processes: int = 0,
     delay: float = 0.0,
+    workers: int = 0,
+    backlog: int = _Server.request_queue_size,
 ) -> Iterator[str]:
     """Serve ``root`` over HTTP on 127.0.0.1 (a free port) while the block runs.
 
@@ -179,6 +211,13 @@ def serve_directory(
         the block runs and are stopped after).
     delay
         Seconds each request waits before it is answered, as over a link with that round trip.
+    workers
+        0: a thread per connection; n: at most n connections served at once, the others
+        waiting to be accepted, each closed after 5 s idle (a small web server; threads only).
+    backlog
+        The listen backlog: connections waiting to be accepted beyond it are dropped and
+        retried by the client a second later, then 3, 7, 15 and 31 s later (threads only;
+        http.server's default is 5).
 
     Yields
     ------
@@ -201,12 +240,22 @@ def serve_directory(
     200 b'0123456789'
     """
     if processes:
-        if handler is not RangeRequestHandler:
+        if handler is not RangeRequestHandler or workers:
             raise ValueError("serve_directory(processes=...) serves with the default handler")
         with _serve_processes(Path(root), processes, delay) as url:
             yield url
         return
-    server = _Server(("127.0.0.1", 0), handler)
+    if workers:
+        server: _Server = _SmallServer(("127.0.0.1", 0), handler, workers, backlog)
+    else:
+        server = _Server(("127.0.0.1", 0), handler, bind_and_activate=False)
+        server.request_queue_size = backlog
+        try:
+            server.server_bind()
+            server.server_activate()
+        except BaseException:
+            server.server_close()
+            raise
     server.root, server.delay = Path(root), delay  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, name="linumpy-http", daemon=True)
     thread.start()

@@ -30,6 +30,7 @@ GOOD = {
     "scratch_bytes": ("32", 32 * MIB),
     "remote_timeout": ("2.5", 2.5),
     "remote_retries": ("0", 0),
+    "remote_requests": ("16", 16),
 }
 BAD = {
     "io_threads": ["0", "-2", "four", "2.5", ""],
@@ -41,6 +42,7 @@ BAD = {
     "scratch_bytes": ["0", "lots"],
     "remote_timeout": ["0", "soon", "inf", "-1"],
     "remote_retries": ["-1", "many"],
+    "remote_requests": ["0", "AUTO", "8.5", ""],
 }
 # Invalid keyword values per field.
 BAD_VALUES = {
@@ -53,6 +55,7 @@ BAD_VALUES = {
     "scratch_bytes": [0, 1.5, None],
     "remote_timeout": [0, -1.0, float("nan"), True, "30"],
     "remote_retries": [-1, 1.5, True],
+    "remote_requests": [0, None, "8", True],
 }
 ENV = {name: spec.variable for name, spec in settings.declarations().items()}
 
@@ -110,6 +113,7 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
     )
     assert defaults.write_checksum is defaults.durable is True
     assert (defaults.remote_timeout, defaults.remote_retries) == (30.0, 3)
+    assert defaults.remote_requests == "auto"
     assert defaults.zstd_level == 2
     assert Settings.from_env() == defaults == settings.get()
 

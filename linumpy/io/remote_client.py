@@ -8,14 +8,21 @@ engine's remote fetch stage read ahead of the groups it hands on. obstore retrie
 requests (5xx answers, broken connections, timeouts) with exponential backoff; a response cut
 short is fetched again here (obstore does not retry a body that ends early), each a bounded
 number of times. Every failure becomes a :class:`~linumpy.errors.RemoteError` naming the URL.
+
+The requests in flight to one host are bounded for the whole process, whatever the reads
+(:func:`host_requests`): a small web server serves a few connections at a time, and the
+connections a client opens beyond them wait for a free worker, or lose their SYNs to the full
+listen backlog and are tried again 1, 3, 7, 15 and 31 s later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import os
 import threading
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +36,7 @@ from linumpy.errors import (
 )
 from linumpy.io.remote import _obstore, _reason, is_remote_failure, remote_errors, store_url
 
-__all__ = ["RangeClient", "range_client"]
+__all__ = ["RangeClient", "host_limit", "host_requests", "range_client"]
 
 
 #: Expected sizes from which a whole object is asked for as a range (below, a plain GET).
@@ -59,6 +66,100 @@ class _Loop:
             return cls._loop
 
 
+class HostLimit:
+    """At most ``requests`` holders at once, awaited from any event loop or thread, in turn.
+
+    The requests to one host come from this module's event loop (the engine's fetches) and
+    from zarr's (metadata, and the arrays zarr reads itself): one bound for both needs a
+    semaphore that is no loop's own. A holder waiting is woken on its own loop.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> limit, most, now = HostLimit(2), [0], [0]
+    >>> async def request():
+    ...     async with limit:
+    ...         now[0] += 1
+    ...         most[0] = max(most[0], now[0])
+    ...         await asyncio.sleep(0.01)
+    ...         now[0] -= 1
+    >>> async def main():
+    ...     await asyncio.gather(*(request() for _ in range(6)))
+    >>> asyncio.run(main())
+    >>> most[0]
+    2
+    """
+
+    #: Seconds a place stays taken after its request ended.
+    GRACE = 0.002
+
+    def __init__(self, requests: int) -> None:
+        self._lock = threading.Lock()
+        self._free = requests
+        self._waiting: collections.deque[asyncio.Future] = collections.deque()
+
+    async def __aenter__(self) -> None:
+        with self._lock:
+            if self._free > 0 and not self._waiting:
+                self._free -= 1
+                return
+            turn = asyncio.get_running_loop().create_future()
+            self._waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            with self._lock:
+                if turn in self._waiting:  # cancelled before its turn: it holds nothing
+                    self._waiting.remove(turn)
+                    raise
+            self._release()  # its turn came as it was cancelled: pass it on
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        # The transport puts a connection back in its pool just after the last bytes it read:
+        # a request started at once could find none free and open one more. The timer runs on
+        # this module's loop, which outlives the loop of any caller.
+        RangeClient.later(self.GRACE, self._release)
+
+    def _release(self) -> None:
+        with self._lock:
+            if not self._waiting:
+                self._free += 1
+                return
+            turn = self._waiting.popleft()  # the place is the next waiter's from here
+        try:
+            turn.get_loop().call_soon_threadsafe(_wake, turn)
+        except RuntimeError:  # its loop is closed: the place goes to the next
+            self._release()
+
+
+def _wake(turn: asyncio.Future) -> None:
+    if not turn.done():  # a waiter cancelled meanwhile passes its place on itself
+        turn.set_result(None)
+
+
+_limits: dict[tuple[int, str, int], HostLimit] = {}
+_limits_lock = threading.Lock()
+
+
+def host_limit(url: str, requests: int | None = None) -> HostLimit:
+    """The bound on the requests in flight to the host of ``url`` (``requests`` at once, by
+    default :func:`host_requests`), shared by every read of the process.
+
+    Examples
+    --------
+    >>> host_limit("https://example.org/a.zarr") is host_limit("https://example.org/b.zarr")
+    True
+    """
+    requests = host_requests(url) if requests is None else requests
+    key = (os.getpid(), _host(url), requests)  # a forked child counts its own requests
+    with _limits_lock:
+        found = _limits.get(key)
+        if found is None:
+            found = _limits[key] = HostLimit(requests)
+        return found
+
+
 @dataclass(frozen=True, slots=True)
 class RangeClient:
     """Fetches objects and byte ranges of one remote store, many requests at once.
@@ -70,7 +171,8 @@ class RangeClient:
     store
         The obstore store.
     requests
-        Most requests in flight at once.
+        Most requests in flight at once to the store's host, those of every client of that host
+        in the process together (:func:`host_requests`).
     retries
         Times a response cut short is fetched again.
     readahead
@@ -96,7 +198,7 @@ class RangeClient:
 
     url: str
     store: Any
-    requests: int = 64
+    requests: int = 4
     retries: int = 3
     readahead: int = 256 * 2**20
 
@@ -201,10 +303,13 @@ class RangeClient:
                 task.cancel()
 
     async def _retrying(self, key: str, request: Any) -> Any:
-        """``await request()``, again after a response cut short (obstore retries the rest)."""
+        """``await request()``, again after a response cut short (obstore retries the rest);
+        each try one of the host's requests in flight."""
+        host = host_limit(self.url, self.requests)
         for attempt in range(self.retries + 1):
             try:
-                return await request()
+                async with host:
+                    return await request()
             except Exception as exc:
                 if not is_remote_failure(exc):
                     raise
@@ -297,10 +402,39 @@ def _settle(future: concurrent.futures.Future, task: asyncio.Task) -> None:
         future.set_result(task.result())
 
 
-# Requests one read keeps in flight, and compressed bytes it holds fetched ahead of its decode:
-# the memory that keeps those requests busy across groups.
-_REQUESTS = 64
+#: Requests in flight at once to one host by default (the ``remote_requests`` setting's
+#: ``auto``): a plain HTTP server may be a small one, serving a few connections at a time;
+#: object stores serve many, and a read of many small objects across a link needs that many.
+HTTP_REQUESTS = 4
+OBJECT_STORE_REQUESTS = 64
+# Compressed bytes a read holds fetched ahead of its decode: the memory that keeps its requests
+# busy across groups.
 _READ_AHEAD_BYTES = 256 * 2**20
+
+
+def _host(url: str) -> str:
+    """The host a URL's requests go to (an S3 or GCS bucket's, by its name)."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def host_requests(url: str, settings: _settings.Settings | None = None) -> int:
+    """The most requests in flight at once to the host of ``url``: the ``remote_requests``
+    setting, or with ``auto`` :data:`HTTP_REQUESTS` over HTTP(S) and
+    :data:`OBJECT_STORE_REQUESTS` to S3 and GCS.
+
+    Examples
+    --------
+    >>> host_requests("https://example.org/a.zarr"), host_requests("s3://bucket/a.zarr")
+    (4, 64)
+    >>> host_requests("https://example.org/a.zarr", _settings.Settings(remote_requests=32))
+    32
+    """
+    settings = settings or _settings.get()
+    if settings.remote_requests != "auto":
+        return int(settings.remote_requests)
+    http = urllib.parse.urlsplit(url).scheme in ("http", "https")
+    return HTTP_REQUESTS if http else OBJECT_STORE_REQUESTS
 
 
 def range_client(zarr_store: Any, settings: _settings.Settings | None = None) -> RangeClient | None:
@@ -325,4 +459,5 @@ def range_client(zarr_store: Any, settings: _settings.Settings | None = None) ->
     if url is None:
         return None
     settings = settings or _settings.get()
-    return RangeClient(url, store, _REQUESTS, settings.remote_retries, _READ_AHEAD_BYTES)
+    requests = host_requests(url, settings)
+    return RangeClient(url, store, requests, settings.remote_retries, _READ_AHEAD_BYTES)

@@ -24,7 +24,14 @@ from zarr.storage import LocalStore, ObjectStore
 
 from linumpy import settings as _settings
 from linumpy.errors import LinumpyError, RemoteNotFoundError, RemotePermissionError
-from linumpy.io.remote import is_url, local_path, object_store, remote_errors, url_scheme
+from linumpy.io.remote import (
+    is_url,
+    local_path,
+    object_store,
+    remote_errors,
+    store_url,
+    url_scheme,
+)
 
 __all__ = [
     "MetadataOnceStore",
@@ -260,15 +267,28 @@ class MetadataOnceStore(ObjectStore):
         memo = self._memo
         folder, _, name = key.rpartition("/")
         if memo is None or byte_range is not None or name not in METADATA_NAMES:
-            return await super().get(key, prototype, byte_range)
+            return await self._limited_get(key, prototype, byte_range)
         if key not in memo:
             for other in METADATA_NAMES:
                 sibling = f"{folder}/{other}" if folder else other
                 if sibling not in memo:
-                    memo[sibling] = asyncio.ensure_future(super().get(sibling, prototype))
+                    memo[sibling] = asyncio.ensure_future(self._limited_get(sibling, prototype))
                     memo[sibling].add_done_callback(_retrieved)
                     self.fetched.append(sibling)
         return await asyncio.shield(memo[key])
+
+    async def _limited_get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        """zarr's read of ``key``, one of the host's requests in flight (those of the engine's
+        fetches included: see :func:`~linumpy.io.remote_client.host_limit`)."""
+        from linumpy.io.remote_client import host_limit
+
+        url = store_url(self.store)
+        if url is None:
+            return await super().get(key, prototype, byte_range)
+        async with host_limit(url):
+            return await super().get(key, prototype, byte_range)
 
     def __getstate__(self) -> dict[Any, Any]:
         state = super().__getstate__()
