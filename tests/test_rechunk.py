@@ -15,8 +15,9 @@ import zarr
 import linumpy.io.engine.read as read_engine
 from linumpy.errors import LinumpyError
 from linumpy.io import open_array, read_axes, read_omezarr, read_volume, save_omezarr
+from linumpy.io.formats import NGFF_04
 from linumpy.io.layout import inner_chunks, slab_shards, tile_layout
-from linumpy.io.rechunk import convert_attrs, rechunk
+from linumpy.io.rechunk import rechunk
 from linumpy.mosaic.attrs import read_linumpy_attrs, write_linumpy_attrs
 from linumpy.mosaic.demo import make_demo_data
 from linumpy.parallel import Cluster
@@ -105,7 +106,7 @@ def test_rechunk_04_to_05_and_back(tmp_path: Path) -> None:
     assert attrs["ome"]["version"] == "0.5" and attrs["ome"]["omero"] == OMERO
     assert "version" not in attrs["ome"]["multiscales"][0]
     assert attrs["linumpy"] == _attrs(source)["linumpy"]
-    assert convert_attrs(attrs, "0.4") == _attrs(source)
+    assert NGFF_04.convert_attrs(attrs) == _attrs(source)
     array = open_array(tmp_path / "v05.ome.zarr", level=2)
     assert array.metadata.zarr_format == 3
     assert array.metadata.dimension_names == ("z", "y", "x")  # from the axes

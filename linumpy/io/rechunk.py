@@ -30,14 +30,13 @@ from linumpy.io.formats import NgffFormat, writable_format
 from linumpy.io.layout import ShardsArg, default_layout, slab_shards, tile_layout, tile_shards
 from linumpy.io.lazy import grow_block, open_volume, storage_unit
 from linumpy.io.metadata import NgffVersion, check_chunk_count
-from linumpy.io.ome_attrs import OME_KEYS, convert_attrs
 from linumpy.io.rechunk_groups import copy_groups, datasets, keep_levels
 from linumpy.io.staging import recover_staging, staged
 from linumpy.io.validate import RegularFileStore
 from linumpy.io.writer import renamed_level
 from linumpy.parallel import Cluster
 
-__all__ = ["OME_KEYS", "Rechunked", "convert_attrs", "copy_labels", "rechunk"]
+__all__ = ["Rechunked", "copy_labels", "rechunk"]
 
 logger = logging.getLogger(__name__)
 
