@@ -2,7 +2,8 @@
 
 Inputs written by ome-zarr-py, ngff-zarr and tensorstore (NGFF 0.4 and 0.5; nanometer and
 unitless axes; translated) go through ``linum-convert-to-omezarr``, ``linum-rechunk``,
-``linum-aip`` and ``linum-stitch-3d``. Each output is checked:
+``linum-aip`` and ``linum-stitch-3d``, and a plane of them (a 2D image written by the same tool)
+through ``linum-stitch-2d``. Each output is checked:
 
 - its axes, units, scale and translation against what the step implies (unchanged for a copy;
   the plane's for a projection; moved to the output's origin for a stitch), with no unit added;
@@ -28,32 +29,35 @@ SHAPE = (4, 32, 32)
 SCALE = (4.0, 2.0, 2.0)
 TRANSLATION = (10.0, -20.0, 30.0)
 WRITERS = ("ome-zarr-py", "ngff-zarr", "tensorstore")
-SCRIPTS = ("convert", "rechunk", "aip", "stitch-3d")
+SCRIPTS = ("convert", "rechunk", "aip", "stitch-3d", "stitch-2d")
 #: 2x2 tiles of 16x16 overlapping by 2, the lower row shifted left by 1: the stitched image
-#: starts 1 voxel left of the first tile
+#: starts 1 voxel left of the first tile (the tiles of a 3D grid's planes, or of a 2D grid)
 TRANSFORM = TileTransform([[14, 0], [-1, 14]], (0, 0), (16, 16), (2, 2))
 
 
-def _data() -> np.ndarray:
-    return (np.arange(np.prod(SHAPE)) % 251).astype("uint16").reshape(SHAPE)
+def _data(ndim: int = 3) -> np.ndarray:
+    """The 3D input, or its plane 1 for a 2D one."""
+    data = (np.arange(np.prod(SHAPE)) % 251).astype("uint16").reshape(SHAPE)
+    return data if ndim == 3 else data[1]
 
 
-def _ngff_axes(unit: str | None) -> list[dict[str, str]]:
-    return [{"name": n, "type": "space", **({"unit": unit} if unit else {})} for n in "zyx"]
+def _ngff_axes(unit: str | None, names: str = "zyx") -> list[dict[str, str]]:
+    return [{"name": n, "type": "space", **({"unit": unit} if unit else {})} for n in names]
 
 
-def _write_ome_zarr_py(path: Path, version: str, unit: str | None) -> None:
+def _write_ome_zarr_py(path: Path, version: str, unit: str | None, ndim: int = 3) -> None:
     pytest.importorskip("ome_zarr")
     from ome_zarr.format import FormatV04, FormatV05
     from ome_zarr.writer import write_image
 
     fmt = FormatV04() if version == "0.4" else FormatV05()
     group = zarr.open_group(path, mode="w", zarr_format=2 if version == "0.4" else 3)
-    units = {n: unit for n in "zyx"} if unit else None
-    scale = dict(zip("zyx", SCALE))
+    names = "zyx"[-ndim:]
+    units = {n: unit for n in names} if unit else None
+    scale = dict(zip(names, SCALE[-ndim:]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        write_image(_data(), group, scale_factors=(2,), fmt=fmt, axes="zyx", scale=scale,
+        write_image(_data(ndim), group, scale_factors=(2,), fmt=fmt, axes=names, scale=scale,
                     axes_units=units)  # fmt: skip
     # ome-zarr-py writes translations of 0 at level 0 (its levels' half-voxel shifts on top):
     # the image moved as a whole to TRANSLATION
@@ -63,40 +67,42 @@ def _write_ome_zarr_py(path: Path, version: str, unit: str | None) -> None:
         for transform in dataset["coordinateTransformations"]:
             if transform["type"] == "translation":
                 transform["translation"] = [
-                    t + o for t, o in zip(transform["translation"], TRANSLATION)
+                    t + o for t, o in zip(transform["translation"], TRANSLATION[-ndim:])
                 ]
     group.attrs.update(attrs)
 
 
-def _write_ngff_zarr(path: Path, version: str, unit: str | None) -> None:
+def _write_ngff_zarr(path: Path, version: str, unit: str | None, ndim: int = 3) -> None:
     nz = pytest.importorskip("ngff_zarr")
+    names = "zyx"[-ndim:]
     image = nz.to_ngff_image(
-        _data(),
-        dims=["z", "y", "x"],
-        scale=dict(zip("zyx", SCALE)),
-        translation=dict(zip("zyx", TRANSLATION)),
-        axes_units={n: unit for n in "zyx"} if unit else None,
+        _data(ndim),
+        dims=list(names),
+        scale=dict(zip(names, SCALE[-ndim:])),
+        translation=dict(zip(names, TRANSLATION[-ndim:])),
+        axes_units={n: unit for n in names} if unit else None,
     )
     nz.to_ngff_zarr(str(path), nz.to_multiscales(image, scale_factors=[]), version=version)
 
 
-def _write_tensorstore(path: Path, version: str, unit: str | None) -> None:
+def _write_tensorstore(path: Path, version: str, unit: str | None, ndim: int = 3) -> None:
     """tensorstore writes the array; the group's OME metadata is written beside it by hand."""
     ts = pytest.importorskip("tensorstore")
     spec = {
         "driver": "zarr" if version == "0.4" else "zarr3",
         "kvstore": {"driver": "file", "path": str(path / "0")},
     }
-    array = ts.open(spec, create=True, dtype="uint16", shape=SHAPE).result()
-    array.write(_data()).result()
+    data = _data(ndim)
+    array = ts.open(spec, create=True, dtype="uint16", shape=data.shape).result()
+    array.write(data).result()
     multiscale = {
-        "axes": _ngff_axes(unit),
+        "axes": _ngff_axes(unit, "zyx"[-ndim:]),
         "datasets": [
             {
                 "path": "0",
                 "coordinateTransformations": [
-                    {"type": "scale", "scale": list(SCALE)},
-                    {"type": "translation", "translation": list(TRANSLATION)},
+                    {"type": "scale", "scale": list(SCALE[-ndim:])},
+                    {"type": "translation", "translation": list(TRANSLATION[-ndim:])},
                 ],
             }
         ],
@@ -139,7 +145,10 @@ def _run(script: str, source: Path, output: Path, version: str, tmp_path: Path) 
 
         main([str(source), str(output)])
     else:
-        from linumpy.scripts.linum_stitch_3d import main
+        if script == "stitch-3d":
+            from linumpy.scripts.linum_stitch_3d import main
+        else:
+            from linumpy.scripts.linum_stitch_2d import main
 
         TRANSFORM.save(tmp_path / "transform.json")
         main([str(source), str(tmp_path / "transform.json"), str(output)])
@@ -151,6 +160,8 @@ def _expected(script: str, unit: str | None) -> tuple[str, list, tuple, tuple]:
         return "yx", [unit] * 2, SCALE[1:], TRANSLATION[1:]
     if script == "stitch-3d":
         return "zyx", [unit] * 3, SCALE, (TRANSLATION[0], TRANSLATION[1], TRANSLATION[2] - SCALE[2])
+    if script == "stitch-2d":
+        return "yx", [unit] * 2, SCALE[1:], (TRANSLATION[1], TRANSLATION[2] - SCALE[2])
     return "zyx", [unit] * 3, SCALE, TRANSLATION
 
 
@@ -208,8 +219,9 @@ def test_foreign_image_through_script(
     tmp_path: Path, writer: str, version: str, unit: str | None, script: str
 ) -> None:
     source = tmp_path / "input.ome.zarr"
-    WRITE[writer](source, version, unit)
-    assert read_coordinates(source).translation == pytest.approx(TRANSLATION)
+    ndim = 2 if script == "stitch-2d" else 3
+    WRITE[writer](source, version, unit, ndim)
+    assert read_coordinates(source).translation == pytest.approx(TRANSLATION[-ndim:])
     output = tmp_path / "output.ome.zarr"
     _run(script, source, output, version, tmp_path)
 
@@ -225,10 +237,22 @@ def test_foreign_image_through_script(
     reads = _read_all(output, level0, zarr_format)
     for reader, values in reads.items():
         np.testing.assert_array_equal(values, reads["zarr"], err_msg=reader)
-    data = _data()
+    data = _data(ndim)
     if script in ("convert", "rechunk"):
         np.testing.assert_array_equal(reads["zarr"], data)
     elif script == "aip":
         np.testing.assert_allclose(reads["zarr"], data.mean(axis=0), rtol=1e-6)
-    else:
+    elif script == "stitch-3d":
         assert reads["zarr"].shape == (SHAPE[0], *TRANSFORM.normalized().output_shape())
+    else:
+        _check_stitched_plane(reads["zarr"], data)
+
+
+def _check_stitched_plane(stitched: np.ndarray, data: np.ndarray) -> None:
+    """The 2D stitch: the output's shape, and each tile's part that no other tile overlaps
+    (its values kept as they were) at the place the transform gives it."""
+    layout = TRANSFORM.normalized()
+    assert stitched.shape == layout.output_shape()
+    assert stitched.dtype == data.dtype
+    # the upper-left tile at (0, 1): its first 14 rows and 13 columns overlap no other
+    np.testing.assert_array_equal(stitched[:14, 1:14], data[:14, :13])
