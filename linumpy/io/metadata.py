@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import zarr
 
 from linumpy.errors import LinumpyError
-from linumpy.io.formats import NgffFormat, for_zarr_format, format_of, writable_format
+from linumpy.io.formats import NgffFormat, for_zarr_format, format_of
 from linumpy.io.formats import NgffVersion as NgffVersion
 from linumpy.io.ngff_validation import TYPES_BY_NAME, validate_image_attrs
 
@@ -22,12 +22,10 @@ __all__ = [
     "Axis",
     "Coordinates",
     "derive_coordinates",
-    "check_axis_types",
     "check_chunk_count",
     "image_attrs",
     "make_axes",
     "multiscale_dataset_paths",
-    "parse_ngff_version",
     "parse_voxel_size",
     "validate_image_attrs",
 ]
@@ -175,18 +173,6 @@ def level_translation(
     return [t + (f - 1) * s / 2 for t, s, f in zip(translation, scale, factor)]
 
 
-def parse_ngff_version(value: str | NgffFormat) -> NgffVersion:
-    """Return the version ``value`` names if linumpy writes it, else raise ValueError
-    (:func:`~linumpy.io.formats.writable_format`).
-
-    Examples
-    --------
-    >>> parse_ngff_version("0.4")
-    '0.4'
-    """
-    return writable_format(value).version  # type: ignore[return-value]
-
-
 def parse_voxel_size(value: Sequence[float], ndim: int) -> tuple[float, ...]:
     """Return the voxel size as floats, one positive value per axis, else raise ValueError.
 
@@ -283,26 +269,6 @@ def make_axes(
     if "time" in types and types[0] != "time":
         raise ValueError(f"axes {label}: the time axis must come first (NGFF)")
     return parsed
-
-
-def check_axis_types(
-    axes: Sequence[Axis], types: Sequence[str], source: str | os.PathLike[str]
-) -> None:
-    """Raise LinumpyError unless ``axes`` have exactly the ``types`` given (a script's input check).
-
-    Examples
-    --------
-    >>> check_axis_types(make_axes(3, "zyx"), ("space",) * 3, "volume.ome.zarr")
-    >>> check_axis_types(make_axes(3, "cyx"), ("space",) * 3, "rgb.ome.zarr")
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.LinumpyError: rgb.ome.zarr: axes c (channel), y (space), x (space); \
-expected 3 space axes
-    """
-    if [a.type for a in axes] != list(types):
-        found = ", ".join(f"{a.name} ({a.type or 'no type'})" for a in axes)
-        wanted = ", ".join(f"{types.count(t)} {t}" for t in dict.fromkeys(types))
-        raise LinumpyError(f"{os.fspath(source)}: axes {found}; expected {wanted} axes")
 
 
 def image_attrs(

@@ -22,7 +22,7 @@ from linumpy.errors import LinumpyError, SeriesError
 from linumpy.io.metadata import Axis, make_axes
 from linumpy.io.omezarr import open_array, read_axes, read_omezarr
 
-__all__ = ["TIFF_SUFFIXES", "SourceImage", "open_image", "open_source", "open_tiff"]
+__all__ = ["TIFF_SUFFIXES", "SourceImage", "open_image", "open_tiff"]
 
 logger = logging.getLogger(__name__)
 
@@ -306,23 +306,3 @@ def _default_axes(path: Path, ndim: int) -> tuple[Axis, ...]:
         return make_axes(ndim)
     except ValueError:
         raise LinumpyError(f"{path}: OME-Zarr images have 2 to 5 axes, not {ndim}") from None
-
-
-def open_source(path: str | os.PathLike[str]) -> tuple[Any, tuple[float, ...] | None]:
-    """Open an image to convert: the stored array (lazy) and its voxel size, if it has one.
-
-    A shorthand for :func:`open_image` (which gives the axes too); the array is in the file's
-    axis order.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import save_omezarr
-    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
-    >>> save_omezarr(np.zeros((4, 6, 8), np.uint8), path, voxel_size=(5, 2, 2))
-    >>> array, voxel_size = open_source(path)
-    >>> array.shape, voxel_size
-    ((4, 6, 8), (5.0, 2.0, 2.0))
-    """
-    image = open_image(path)
-    return image.data, image.voxel_size

@@ -29,7 +29,6 @@ from linumpy.io.dask_write import (
 )
 from linumpy.io.layout import ShardsArg, inner_chunks, tile_layout
 from linumpy.io.lazy import storage_unit
-from linumpy.io.sources import open_source
 from linumpy.mosaic.attrs import (
     mosaic_tile_shape,
     projection_coordinates,
@@ -47,7 +46,6 @@ __all__ = [
     "average_intensity_projection",
     "convert_to_omezarr",
     "estimate_transform_omezarr",
-    "open_source",
     "projection_omezarr",
     "save_png",
     "stitch_omezarr",
