@@ -17,10 +17,12 @@ array over HTTP with:
 The server answers from ``--server-processes`` processes of its own (a quarter of the CPUs by
 default; 0: threads of this process, which share its GIL with the reader), so that it is not
 what every reader waits for; ``--latency-ms`` makes it wait that long per request, as a link
-with that round trip would. Rounds are interleaved (every reader once per round) on a shared
-machine; the table gives the median and the best round in GB/s of decoded output (the ceiling:
-output bytes over the time its fetches took). Every reader's result is checked against the
-volume. ``--stages`` also prints, from an extra untimed ``read_volume`` per round (and one with
+with that round trip would. linumpy reads with the ``remote_requests`` setting in force: 4
+requests in flight to an ``http://`` server by default, as many as an object store gets with
+``LINUMPY_REMOTE_REQUESTS=64``. Rounds are interleaved (every reader once per round) on a
+shared machine; the table gives the median and the best round in GB/s of decoded output (the
+ceiling: output bytes over the time its fetches took). Every reader's result is checked against
+the volume. ``--stages`` also prints, from an extra untimed ``read_volume`` per round (and one with
 ``gpu=True`` with ``--gpu``), the median seconds of the engine's stages (the fetch stage's own
 time, the time the decode waited for it, the frame checks, the hand-over to the decoder, the
 decode's tail after the last group) and of the read's parts outside them: opening the array
