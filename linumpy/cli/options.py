@@ -219,7 +219,6 @@ def add_layout_args(
     *,
     chunks_help: str = "(Inner) chunk shape (default: about 1 MiB each).",
     shards_help: str = "Shard shape, a multiple of the chunks (default: slabs of whole planes).",
-    no_shards_help: str = "One file per chunk.",
 ) -> None:
     """Add ``--chunks``, and ``--shards`` or ``--no-shards``: the output's layout (read them
     back with :func:`layout_shards`).
@@ -236,7 +235,7 @@ def add_layout_args(
     parser.add_argument("--chunks", nargs="+", type=positive_int, help=chunks_help)
     shards = parser.add_mutually_exclusive_group()
     shards.add_argument("--shards", nargs="+", type=positive_int, help=shards_help)
-    shards.add_argument("--no-shards", action="store_true", help=no_shards_help)
+    shards.add_argument("--no-shards", action="store_true", help="One file per chunk.")
 
 
 def layout_shards(args: argparse.Namespace) -> list[int] | str | None:

@@ -99,16 +99,14 @@ def derive_coordinates(
     source: Coordinates,
     *,
     keep: Sequence[int] | None = None,
-    factor: Sequence[float] | None = None,
     origin: Sequence[float] | None = None,
 ) -> Coordinates:
     """The coordinates of an image a step derives from ``source``: every writer of a derived
     image takes its axes, units, voxel size and position from here.
 
-    Axes and units are the source's (a unitless axis stays unitless); the voxel size is the
-    source's times ``factor``; the first voxel lies at ``origin`` in the source's voxel grid, so
-    the translation is the source's moved by ``origin`` voxels (none stays none while the
-    origin is 0).
+    Axes, units and voxel size are the source's (a unitless axis stays unitless); the first voxel
+    lies at ``origin`` in the source's voxel grid, so the translation is the source's moved by
+    ``origin`` voxels (none stays none while the origin is 0).
 
     Parameters
     ----------
@@ -117,8 +115,6 @@ def derive_coordinates(
     keep
         Indices of the source axes the output keeps, in order (a projection drops the axis it
         sums); all by default.
-    factor
-        Voxel size of the output in voxels of the source, per kept axis (1 by default).
     origin
         Position of the output's voxel 0 in the source's voxel grid, per kept axis (a stitch:
         where its output starts; 0 by default).
@@ -144,12 +140,11 @@ def derive_coordinates(
     (10.0, 20.0)
     """
     keep = tuple(range(len(source.axes))) if keep is None else tuple(int(i) for i in keep)
-    factor = (1.0,) * len(keep) if factor is None else tuple(float(f) for f in factor)
     origin = (0.0,) * len(keep) if origin is None else tuple(float(o) for o in origin)
-    if not len(factor) == len(origin) == len(keep):
-        raise ValueError(f"factor {factor} and origin {origin}: one value per kept axis {keep}")
+    if len(origin) != len(keep):
+        raise ValueError(f"origin {origin}: one value per kept axis {keep}")
     axes = tuple(source.axes[i] for i in keep)
-    scale = tuple(source.scale[i] * f for i, f in zip(keep, factor))
+    scale = tuple(source.scale[i] for i in keep)
     translation = None
     if source.translation is not None or any(origin):
         start = source.translation or (0.0,) * len(source.axes)
