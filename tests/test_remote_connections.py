@@ -8,6 +8,7 @@ opening more stalls for seconds on it (see ``benchmarks/remote_read.py --limits`
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -123,3 +124,49 @@ def test_s3_reads_keep_many_requests_in_flight(images: tuple[Path, np.ndarray]) 
         store = open_store(parse_source(url, options))
         assert range_client(store).requests == OBJECT_STORE_REQUESTS
         np.testing.assert_array_equal(read_volume(url, storage_options=options), data)
+
+
+def test_host_limit_across_loops_and_cancellations() -> None:
+    """One HostLimit bounds holders from two event loops in two threads; a waiter cancelled
+    before its turn, and one cancelled as its turn comes, leave every place free at the end."""
+    import asyncio
+
+    from linumpy.io.remote_client import HostLimit
+
+    limit, lock = HostLimit(2), threading.Lock()
+    now, most = [0], [0]
+
+    async def hold(seconds: float) -> None:
+        async with limit:
+            with lock:
+                now[0] += 1
+                most[0] = max(most[0], now[0])
+            await asyncio.sleep(seconds)
+            with lock:
+                now[0] -= 1
+
+    async def many() -> None:
+        await asyncio.gather(*(hold(0.005) for _ in range(20)))
+
+    threads = [threading.Thread(target=asyncio.run, args=(many(),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert most[0] == 2 and now[0] == 0
+
+    async def cancelled() -> None:
+        holders = [asyncio.ensure_future(hold(0.05)) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        waiters = [asyncio.ensure_future(hold(0.0)) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        waiters[0].cancel()  # before its turn
+        await asyncio.gather(*holders)
+        waiters[1].cancel()  # its turn may have come: the place goes on
+        await asyncio.gather(*waiters, return_exceptions=True)
+        await asyncio.sleep(0.05)  # the places freed after the grace
+        await asyncio.wait_for(asyncio.gather(hold(0.0), hold(0.0)), 5)
+
+    asyncio.run(cancelled())
+    time.sleep(0.1)  # the last places are freed after the grace
+    assert limit._free == 2 and not limit._waiting
