@@ -14,8 +14,7 @@ from typing import Any, NamedTuple
 import zarr
 
 from linumpy.errors import LinumpyError
-from linumpy.io.formats import NgffFormat, for_zarr_format, format_of
-from linumpy.io.formats import NgffVersion as NgffVersion
+from linumpy.io.formats import NgffFormat, NgffVersion, for_zarr_format, format_of
 from linumpy.io.ngff_validation import TYPES_BY_NAME, validate_image_attrs
 
 __all__ = [

@@ -31,7 +31,6 @@ from linumpy.io.metadata import (
     scale_of,
     translation_of,
 )
-from linumpy.io.metadata import NgffVersion as NgffVersion  # linumpy.mosaic.pipeline imports it
 from linumpy.io.series import find_image
 from linumpy.io.staging import staging_left
 from linumpy.io.stores import SourceLike, location, open_node, parse_source
@@ -41,12 +40,8 @@ from linumpy.io.validate import (
     check_level_axes,
     check_scale,
 )
-from linumpy.io.writer import OmeZarrWriter, downsample_mean
 
 __all__ = [
-    "OmeZarrWriter",
-    "downsample_mean",
-    "multiscale_dataset_paths",
     "open_array",
     "read_axes",
     "read_coordinates",

@@ -26,10 +26,10 @@ from zarr.storage import LocalStore
 from linumpy import settings
 from linumpy.errors import LinumpyError
 from linumpy.io.dask_write import shard_budget, store_dask
-from linumpy.io.formats import NgffFormat, writable_format
+from linumpy.io.formats import NgffFormat, NgffVersion, writable_format
 from linumpy.io.layout import ShardsArg, default_layout, slab_shards, tile_layout, tile_shards
 from linumpy.io.lazy import grow_block, open_volume, storage_unit
-from linumpy.io.metadata import NgffVersion, check_chunk_count
+from linumpy.io.metadata import check_chunk_count
 from linumpy.io.rechunk_groups import copy_groups, datasets, keep_levels
 from linumpy.io.staging import recover_staging, staged
 from linumpy.io.validate import RegularFileStore
@@ -371,7 +371,8 @@ def _check_source(source: Path) -> None:
     """Open the input as linumpy's readers do, each pyramid level of an image too: a missing
     path, something that is not zarr and malformed or hostile metadata raise a LinumpyError
     naming the file (see :func:`linumpy.io.open_array`)."""
-    from linumpy.io.omezarr import multiscale_dataset_paths, open_array
+    from linumpy.io.metadata import multiscale_dataset_paths
+    from linumpy.io.omezarr import open_array
 
     first = open_array(source)
     if first.path:  # a level of an image: the others too

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from linumpy._numpy_or_cupy import array_module
+from linumpy.io.formats import NgffVersion
 from linumpy.io.layout import ShardsArg
-from linumpy.io.metadata import NgffVersion
 from linumpy.io.stores import is_url
 from linumpy.io.writer import AxesArg, OmeZarrWriter, renamed_level
 

@@ -27,7 +27,7 @@ from linumpy.errors import LinumpyError
 from linumpy.io.block_write import store_block
 from linumpy.io.downsample import downsample_mean
 from linumpy.io.durable import flush_folder, flush_tree
-from linumpy.io.formats import ChecksummedZstd, writable_format
+from linumpy.io.formats import writable_format
 from linumpy.io.layout import SHARD_BYTES, ShardsArg, default_layout, slab_shards
 from linumpy.io.metadata import (
     Axis,
@@ -43,7 +43,7 @@ from linumpy.io.ngff_validation import validate_image_attrs
 from linumpy.io.staging import StagedWrite, flushed_on_commit, recover_staging
 from linumpy.io.stores import UrlPath, is_url, open_store, parse_source
 
-__all__ = ["ChecksummedZstd", "OmeZarrWriter", "downsample_mean", "store_block"]
+__all__ = ["OmeZarrWriter"]
 
 
 logger = logging.getLogger(__name__)

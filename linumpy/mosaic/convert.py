@@ -31,10 +31,10 @@ from linumpy.io.dask_write import (
     store_dask,
     write_pyramid,
 )
-from linumpy.io.formats import writable_format
+from linumpy.io.formats import NgffVersion, writable_format
 from linumpy.io.layout import ShardsArg
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
-from linumpy.io.omezarr import NgffVersion, read_coordinates
+from linumpy.io.omezarr import read_coordinates
 from linumpy.io.rechunk import copy_labels
 from linumpy.io.sources import TIFF_SUFFIXES, SourceImage, open_image, open_tiff
 from linumpy.io.writer import renamed_level

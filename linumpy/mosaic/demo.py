@@ -346,7 +346,7 @@ def make_demo_data(
     import zarr
     from tqdm import tqdm
 
-    from linumpy.io.omezarr import OmeZarrWriter
+    from linumpy.io.writer import OmeZarrWriter
     from linumpy.mosaic.attrs import write_linumpy_attrs
 
     check_demo_space(path, grid_shape, tile_shape, free_bytes=free_bytes)
