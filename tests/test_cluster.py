@@ -192,9 +192,9 @@ def test_use_gpu_asks_the_workers(
     cluster: LoopbackCluster, stitched: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("linumpy.gpu.zarr_io")
-    from linumpy.cli.cluster_args import _gpu_reason
+    from linumpy.cli.parser import gpu_reason
 
-    if _gpu_reason() is None:
+    if gpu_reason() is None:
         pytest.skip("this machine has a GPU: its workers would too")
     argv = [str(stitched / "stitched"), str(tmp_path / "aip.ome.zarr"), "--use-gpu"]
     status, err, _ = _one_line_exit(capsys, [*argv, "--scheduler", cluster.address], linum_aip.main)

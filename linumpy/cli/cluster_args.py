@@ -98,16 +98,6 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[Cluster]:
         yield cluster
 
 
-def _gpu_reason() -> str | None:
-    """Why this process has no usable GPU, None when it has one (run on each worker)."""
-    try:
-        from linumpy.gpu.zarr_io import gpu_unavailable_reason
-
-        return gpu_unavailable_reason()
-    except ImportError as exc:
-        return f"linumpy's GPU support cannot be imported ({exc})"
-
-
 def cluster_gpu(args: argparse.Namespace, cluster: Cluster) -> bool:
     """Whether the job's tasks run on GPUs: ``--use-gpu`` (or ``--gpus``) and a usable GPU.
 
@@ -128,12 +118,12 @@ def cluster_gpu(args: argparse.Namespace, cluster: Cluster) -> bool:
     >>> cluster_gpu(argparse.Namespace(use_gpu=False, gpus=None), Cluster())
     False
     """
-    from linumpy.cli.parser import resolve_gpu
+    from linumpy.cli.parser import gpu_reason, resolve_gpu
 
     wanted = bool(getattr(args, "use_gpu", False)) or getattr(args, "gpus", None) is not None
     if not wanted or cluster.client is None or getattr(args, "gpus", None) is not None:
         return resolve_gpu(wanted)
-    answers = cluster.client.run(_gpu_reason)
+    answers = cluster.client.run(gpu_reason)
     missing = {worker: why for worker, why in sorted(answers.items()) if why is not None}
     if missing:
         worker, why = next(iter(missing.items()))

@@ -14,6 +14,7 @@ __all__ = [
     "add_overwrite_arg",
     "add_verbose_arg",
     "build_parser",
+    "gpu_reason",
     "resolve_gpu",
 ]
 
@@ -135,6 +136,16 @@ def add_gpu_arg(parser: argparse.ArgumentParser, what: str = "Read and compute")
     parser.set_defaults(use_gpu=False)
 
 
+def gpu_reason() -> str | None:
+    """Why this process has no usable GPU, None when it has one (also run on dask workers)."""
+    try:
+        from linumpy.gpu.zarr_io import gpu_unavailable_reason
+
+        return gpu_unavailable_reason()
+    except ImportError as exc:
+        return f"linumpy's GPU support cannot be imported ({exc})"
+
+
 def resolve_gpu(use_gpu: bool) -> bool:
     """Whether the GPU path runs: ``use_gpu`` and a usable GPU (cupy, nvCOMP, a CUDA device).
 
@@ -149,12 +160,7 @@ def resolve_gpu(use_gpu: bool) -> bool:
     """
     if not use_gpu:
         return False
-    try:
-        from linumpy.gpu.zarr_io import gpu_unavailable_reason
-
-        reason = gpu_unavailable_reason()
-    except ImportError as exc:
-        reason = f"linumpy's GPU support cannot be imported ({exc})"
+    reason = gpu_reason()
     if reason is None:
         return True
     logger.warning("--use-gpu: no usable GPU: %s; running on the CPU", reason)
