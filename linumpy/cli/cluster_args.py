@@ -8,6 +8,7 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from linumpy.cli.options import number
 from linumpy.errors import ClusterError, LinumpyError
 from linumpy.parallel import Cluster, dask_cluster, parse_size
 from linumpy.parallel.workers import DEFAULT_CLUSTER_TIMEOUT_S
@@ -21,16 +22,6 @@ def _size_arg(value: str) -> str:
     except LinumpyError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
-
-
-def _seconds_arg(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
-    return seconds
 
 
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +55,7 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--cluster-timeout",
-        type=_seconds_arg,
+        type=number(float, 0, strict=True),
         default=DEFAULT_CLUSTER_TIMEOUT_S,
         metavar="SECONDS",
         help="With --scheduler: how long to wait for a first worker, and for another when all "

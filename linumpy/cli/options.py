@@ -15,7 +15,6 @@ from linumpy.settings import DEFAULT_ZSTD_LEVEL, ZSTD_LEVELS
 __all__ = [
     "NGFF_VERSIONS",
     "STITCH_DTYPES",
-    "ZSTD_LEVELS",
     "add_blending_args",
     "add_layout_args",
     "add_ngff_version_arg",
@@ -27,8 +26,6 @@ __all__ = [
     "positive_int",
     "stitch_options",
 ]
-
-#: The zstd compression levels the scripts accept (zstd's fast negative levels are left out).
 
 
 def number(
@@ -71,23 +68,8 @@ def number(
     return parse
 
 
-_positive_int = number(int, 0, strict=True)
-
-
-def positive_int(text: str) -> int:
-    """An argparse ``type``: an integer of 1 or more.
-
-    Examples
-    --------
-    >>> from linumpy.cli.options import positive_int
-    >>> positive_int("64")
-    64
-    >>> positive_int("0")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: must be more than 0, got 0
-    """
-    return _positive_int(text)
+#: An argparse ``type``: an integer of 1 or more.
+positive_int = number(int, 0, strict=True)
 
 
 def add_zstd_level_arg(parser: argparse.ArgumentParser) -> None:
