@@ -26,7 +26,6 @@ __all__ = [
     "make_axes",
     "multiscale_dataset_paths",
     "parse_voxel_size",
-    "validate_image_attrs",
 ]
 
 logger = logging.getLogger(__name__)

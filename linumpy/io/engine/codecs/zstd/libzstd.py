@@ -23,13 +23,9 @@ __all__: list[str] = []
 
 
 def _load() -> Any:
-    candidates = []
-    try:
-        import numcodecs.zstd
+    import numcodecs.zstd
 
-        candidates.append(numcodecs.zstd.__file__)
-    except ImportError:  # pragma: no cover - numcodecs is a dependency
-        pass
+    candidates = [numcodecs.zstd.__file__]
     system = ctypes.util.find_library("zstd")
     if system:
         candidates.append(system)
