@@ -26,8 +26,6 @@ __all__ = ["TIFF_SUFFIXES", "SourceImage", "open_image", "open_tiff"]
 
 logger = logging.getLogger(__name__)
 
-_NGFF_ORDER = "tczyx"
-
 TIFF_SUFFIXES = (".tif", ".tiff")
 _NGFF_ORDER = "tczyx"
 #: tifffile's axis letters with an NGFF equivalent (S: the samples of an RGB(A) pixel).
@@ -70,8 +68,6 @@ class SourceImage(NamedTuple):
     voxel_size_from
         Where ``voxel_size`` comes from (``"ImageJ metadata"``, ``"OME-XML metadata"``,
         ``"the OME-Zarr input"``), or None.
-    file_axes
-        The file's own axis letters (tifffile's, for a TIFF), or None.
 
     Examples
     --------
@@ -79,8 +75,8 @@ class SourceImage(NamedTuple):
     >>> path = tempfile.mkdtemp() + "/rgb.tif"
     >>> tifffile.imwrite(path, np.zeros((40, 50, 3), np.uint8))
     >>> image = open_image(path)
-    >>> image.file_axes, "".join(a.name for a in image.axes), image.shape
-    ('YXS', 'cyx', (3, 40, 50))
+    >>> "".join(a.name for a in image.axes), image.shape
+    ('cyx', (3, 40, 50))
     """
 
     data: Any
@@ -88,7 +84,6 @@ class SourceImage(NamedTuple):
     order: tuple[int, ...]
     voxel_size: tuple[float, ...] | None = None
     voxel_size_from: str | None = None
-    file_axes: str | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -226,7 +221,7 @@ def _open_tiff_image(path: Path, series: int) -> SourceImage:
     if scales:
         voxel_size = tuple(scales[n][0] if n in scales else 1.0 for n in names)
     data = open_tiff(path, series)
-    return SourceImage(data, checked, tuple(order), voxel_size, origin if scales else None, letters)
+    return SourceImage(data, checked, tuple(order), voxel_size, origin if scales else None)
 
 
 def open_image(path: str | os.PathLike[str], *, series: int | None = None) -> SourceImage:
