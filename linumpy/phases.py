@@ -1,8 +1,8 @@
 """Where a run's time goes: phases that library functions mark and ``-v`` prints as a table.
 
-Library functions mark what they do (:func:`phase` as a context manager, :func:`recorded` as a
-decorator): ``metadata``, ``level 0``, ``pyramid``, ``final swap``... Nothing is measured unless a
-:class:`PhaseRecorder` is running (the ``linum-*`` scripts start one with ``-v``); without one a
+Library functions mark what they do with the decorator :func:`recorded`: ``metadata``,
+``level 0``, ``pyramid``, ``final swap``... Nothing is measured unless a :class:`PhaseRecorder` is
+running (the ``linum-*`` scripts start one with ``-v``); without one a
 mark costs one test of a global. While one runs, time inside a phase counts for that phase, less
 the phases marked inside it (the innermost wins), so the rows add up to the wall time; time
 outside every phase is ``other``. Phases are marked by the thread that started the recorder (the
@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
@@ -36,7 +36,6 @@ __all__ = [
     "active",
     "format_table",
     "parse_table",
-    "phase",
     "process_age",
     "recorded",
 ]
@@ -53,7 +52,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _ACTIVE: PhaseRecorder | None = None
-_NULL = nullcontext()
 
 
 @dataclass(frozen=True)
@@ -106,11 +104,11 @@ class PhaseRecorder:
     Examples
     --------
     >>> import time
-    >>> from linumpy.phases import PhaseRecorder, phase
+    >>> from linumpy.phases import PhaseRecorder
     >>> with PhaseRecorder(startup=0.0) as recorder:
-    ...     with phase("level 0"):
+    ...     with recorder.phase("level 0"):
     ...         time.sleep(0.02)
-    ...         with phase("pyramid"):
+    ...         with recorder.phase("pyramid"):
     ...             time.sleep(0.01)
     >>> phases = recorder.result()
     >>> phases.seconds["level 0"] >= 0.02, phases.seconds["pyramid"] >= 0.01
@@ -137,7 +135,8 @@ class PhaseRecorder:
     @contextmanager
     def phase(self, name: str, unless_within: tuple[str, ...] = ()) -> Iterator[None]:
         """Count the time inside the ``with`` block for ``name`` (unless the current phase is one
-        of ``unless_within``); see :func:`phase`."""
+        of ``unless_within``; ``store_dask`` marks ``level 0`` unless it is writing a pyramid
+        level); from another thread, or once stopped, nothing is counted."""
         if threading.get_ident() != self._thread or not self._stack:
             yield
             return
@@ -227,33 +226,11 @@ def active() -> PhaseRecorder | None:
     return _ACTIVE
 
 
-def phase(name: str, *, unless_within: tuple[str, ...] = ()) -> Any:
-    """A context manager: the time inside counts for phase ``name`` while a recorder runs.
-
-    ``unless_within`` names enclosing phases that keep the time (``store_dask`` marks
-    ``level 0`` unless it is writing a pyramid level). Without a running recorder this is a
-    shared no-op context.
-
-    Examples
-    --------
-    >>> from linumpy.phases import PhaseRecorder, phase
-    >>> with PhaseRecorder(startup=0.0) as recorder:
-    ...     with phase("pyramid"):
-    ...         with phase("level 0", unless_within=("pyramid",)):
-    ...             pass
-    >>> "level 0" in recorder.result().seconds
-    False
-    """
-    recorder = _ACTIVE
-    if recorder is None:
-        return _NULL
-    return recorder.phase(name, unless_within)
-
-
 def recorded(
     name: str, *, unless_within: tuple[str, ...] = ()
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """A decorator: calls of the function count for phase ``name`` (see :func:`phase`).
+    """A decorator: calls of the function count for phase ``name`` while a recorder runs
+    (see :meth:`PhaseRecorder.phase` for ``unless_within``).
 
     Examples
     --------

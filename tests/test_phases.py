@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_rows_add_up_to_the_wall_time_and_inner_phases_win() -> None:
     with PhaseRecorder(startup=0.0) as recorder:
         time.sleep(0.02)  # before the first phase: start-up (a command's lazy imports)
-        with phases.phase("metadata"):
+        with recorder.phase("metadata"):
             time.sleep(0.02)
-            with phases.phase("level 0"):
+            with recorder.phase("level 0"):
                 time.sleep(0.05)
             time.sleep(0.02)
         time.sleep(0.02)  # other
@@ -41,7 +41,7 @@ def test_unless_within_keeps_the_enclosing_phase() -> None:
 
     with PhaseRecorder(startup=0.0) as recorder:
         store()
-        with phases.phase("pyramid"):
+        with recorder.phase("pyramid"):
             store()
     seconds = recorder.result().seconds
     assert 0.02 <= seconds["level 0"] < 0.04
@@ -49,11 +49,12 @@ def test_unless_within_keeps_the_enclosing_phase() -> None:
 
 
 def test_marks_from_other_threads_are_ignored_and_nothing_is_recorded_without_a_recorder() -> None:
-    def worker() -> None:
-        with phases.phase("from a task"):
-            time.sleep(0.01)
+    @phases.recorded("from a task")
+    def worker() -> int:
+        time.sleep(0.01)
+        return 7
 
-    assert phases.phase("level 0") is phases.phase("pyramid")  # the shared no-op context
+    assert worker() == 7  # without a recorder, the function alone runs
     with PhaseRecorder(startup=0.0) as recorder:
         thread = threading.Thread(target=worker)
         thread.start()
@@ -66,7 +67,7 @@ def test_start_up_is_the_time_before_the_recorder_and_imports_are_not_hooked() -
     import builtins
 
     original = builtins.__import__
-    with PhaseRecorder(startup=1.5) as recorder, phases.phase("metadata"):
+    with PhaseRecorder(startup=1.5) as recorder, recorder.phase("metadata"):
         assert builtins.__import__ is original  # import timing is python -X importtime's job
         time.sleep(0.02)
     result = recorder.result()
