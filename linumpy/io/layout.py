@@ -254,7 +254,6 @@ def tile_layout(
     tile: Sequence[int],
     *,
     space: Sequence[int] | None = None,
-    chunk_bytes: int | None = None,
     shard_bytes: int = SHARD_BYTES,
 ) -> Layout:
     """The default layout of a mosaic grid of ``tile`` ``(h, w)`` tiles: inner chunks that
@@ -274,7 +273,7 @@ def tile_layout(
     within = list(shape)
     for axis, size in zip(axes[-2:], tuple(tile)[-2:]):
         within[axis] = int(size)
-    chunks = inner_chunks(shape, dtype, space=axes, chunk_bytes=chunk_bytes, within=within)
+    chunks = inner_chunks(shape, dtype, space=axes, within=within)
     shards = tile_shards(shape, chunks, dtype, tile, space=axes, shard_bytes=shard_bytes)
     return Layout(chunks, shards)
 
