@@ -122,7 +122,6 @@ def flush_tree(
     path: str | os.PathLike[str],
     *,
     method: Literal["auto", "fsync"] | None = None,
-    threads: int = 8,
 ) -> str:
     """Flush every file and folder under ``path`` (and ``path`` itself) to stable storage.
 
@@ -132,7 +131,7 @@ def flush_tree(
         A file or folder.
     method
         ``"auto"``: one ``syncfs`` where the system has it, else ``"fsync"``: each file and
-        folder in turn, in ``threads`` threads; by default :data:`default_method`.
+        folder in turn, in 8 threads; by default :data:`default_method`.
 
     Returns how it was flushed: ``"syncfs"`` or ``"fsync"``. An I/O error of the flush is
     raised: what was written may not be on disk.
@@ -158,7 +157,7 @@ def flush_tree(
     else:
         files.append(os.fspath(path))
     regular = [f for f in files if not os.path.islink(f)]
-    with ThreadPoolExecutor(max(1, threads)) as pool:
+    with ThreadPoolExecutor(8) as pool:
         list(pool.map(flush_file, regular))
         list(pool.map(flush_folder, folders))
     return "fsync"

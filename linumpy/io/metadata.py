@@ -341,9 +341,7 @@ def axes_from_ngff(entries: Sequence[Any]) -> tuple[Axis, ...]:
     )
 
 
-def check_chunk_count(
-    shape: Sequence[int], chunks: Sequence[int], itemsize: int, *, source: str = "chunks"
-) -> None:
+def check_chunk_count(shape: Sequence[int], chunks: Sequence[int], itemsize: int) -> None:
     """Refuse chunk shapes that would make file counts or per-chunk work explode.
 
     More than :data:`MAX_CHUNKS` chunks, or more than :data:`MANY_CHUNKS` chunks of under
@@ -364,7 +362,7 @@ for example 128 along each axis
     count = math.prod(-(-s // c) for s, c in zip(shape, chunks, strict=True))
     size = math.prod(min(c, s) for s, c in zip(shape, chunks, strict=True)) * itemsize
     small = size < SMALL_CHUNK_BYTES
-    what = f"{source} {chunks} cut a {shape} image into {count:,} chunks of {_bytes(size)} each"
+    what = f"chunks {chunks} cut a {shape} image into {count:,} chunks of {_bytes(size)} each"
     hint = "use larger chunks, for example 128 along each axis"
     if small and count > MANY_CHUNKS:
         raise LinumpyError(

@@ -296,7 +296,6 @@ def copy_labels(
     ngff_version: NgffVersion = "0.5",
     gpu: bool = False,
     cluster: Cluster | None = None,
-    progress: bool = False,
     n_levels: int | None = None,
 ) -> list[str]:
     """Copy an OME-Zarr image's labels (its ``labels`` group and every label image in it) into
@@ -360,7 +359,7 @@ def copy_labels(
         settings.get().write_checksum,
         gpu and fmt.gpu_encoding,
         cluster or Cluster(),
-        progress,
+        False,
     )
     _copy_arrays(arrays, store, source / "labels", target / "labels", options)
     attrs = labels.attrs.asdict()
