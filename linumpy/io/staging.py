@@ -75,12 +75,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The commit's steps: ``state`` records each before it is taken (and :data:`step_hook` sees it).
-COMMIT_STEPS = ("ready", "swap", "swapped", "trash", "remove")
 _exchange_supported = sys.platform.startswith("linux")
 
-#: Called with each commit step's name (:data:`COMMIT_STEPS`, and ``"flush"`` and ``"exchanged"``)
-#: once ``state`` records it and before the step is taken; the kill tests stop a writer there.
+#: Called with each commit step's name (those ``state`` records: ``"ready"``, ``"swap"``,
+#: ``"swapped"``, ``"trash"``, ``"remove"``; and ``"flush"``, ``"swap-half"``, ``"exchanged"``)
+#: before the step is taken; the kill tests stop a writer there.
 step_hook: Callable[[str], None] | None = None
 
 
