@@ -83,11 +83,6 @@ datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has d
 def _model_error(version: NgffVersion, text: str) -> str | None:
     """What ome-zarr-models finds wrong with the image attributes ``text`` (JSON), None if
     nothing; cached in the process (every read of an image opens it again)."""
-    return _validate(version, text)
-
-
-def _validate(version: NgffVersion, text: str) -> str | None:
-    """ome-zarr-models' verdict on ``text``: None, or its first error."""
     # imported on first use: ome-zarr-models (pydantic) would slow every import of linumpy
     import pydantic
 
