@@ -23,9 +23,9 @@ from linumpy.errors import ChunkDecodeError, GPUUnavailableError
 from linumpy.gpu import nvcomp
 from linumpy.gpu.crc_device import DeviceCrc32c, crc32c_unavailable_reason
 from linumpy.io.engine import plan as engine_plan
+from linumpy.io.engine.backend import Fetched, Group
 from linumpy.io.engine.keys import EntryKeys
 from linumpy.io.engine.plan import ReadPlan
-from linumpy.io.engine.run import Fetched, Group
 
 __all__: list[str] = []
 
