@@ -184,12 +184,8 @@ print(pipeline_table(result))
 # `pipeline_out/benchmark_pipeline.json`, each command's log in `pipeline_out/logs`: the phases
 # show where a GPU run still waits (start-up, level 0 or the pyramid).
 #
-# On the host with one H200 and 16 CPU cores (2026-12-01, [Benchmarks](../benchmarks.md), runs G
-# and I), the full-size 6 x 6 mosaic in the default layout took, CPU / GPU:
-# `linum-estimate-transform` 4.31 / 2.50 s (1.7x; the GPU registers all tile pairs at once),
-# `linum-stitch-3d` 7.33 / 5.11 s (1.4x), `linum-aip` 3.51 / 2.37 s (1.5x),
-# `linum-mosaic-pipeline` (all three in one process) 12.35 / 6.12 s (2.0x); 1.5-2.5 s of every
-# command was start-up and imports, on either device.
+# The [Benchmarks](../benchmarks.md) page has the newest table of each machine, generated from
+# its result file.
 
 # %%
 import shutil
