@@ -147,7 +147,7 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
     from linumpy.gpu.pinned_buffers import PinnedLease
 
     layout = plan.layout
-    report = WriteReport("gpu", data_bytes=int(data.nbytes))
+    report = WriteReport("gpu")
     phases = dict.fromkeys(("gather", "encode", "download"), 0.0)
     if data.dtype != layout.stored_dtype:
         data = data.astype(layout.stored_dtype)

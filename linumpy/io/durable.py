@@ -23,9 +23,6 @@ __all__ = ["flush_file", "flush_folder", "flush_on_worker", "flush_tree", "start
 
 logger = logging.getLogger(__name__)
 
-#: How :func:`flush_tree` flushes when not told: ``"auto"`` or ``"fsync"`` (benchmarks compare).
-default_method: Literal["auto", "fsync"] = "auto"
-
 # fsync of a directory is refused by some file systems; the entries are then flushed with it
 _UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF, errno.EISDIR)
 
@@ -121,7 +118,7 @@ def _syncfs(path: Path) -> bool:
 def flush_tree(
     path: str | os.PathLike[str],
     *,
-    method: Literal["auto", "fsync"] | None = None,
+    method: Literal["auto", "fsync"] = "auto",
 ) -> str:
     """Flush every file and folder under ``path`` (and ``path`` itself) to stable storage.
 
@@ -131,7 +128,7 @@ def flush_tree(
         A file or folder.
     method
         ``"auto"``: one ``syncfs`` where the system has it, else ``"fsync"``: each file and
-        folder in turn, in 8 threads; by default :data:`default_method`.
+        folder in turn, in 8 threads.
 
     Returns how it was flushed: ``"syncfs"`` or ``"fsync"``. An I/O error of the flush is
     raised: what was written may not be on disk.
@@ -146,7 +143,7 @@ def flush_tree(
     True
     """
     path = Path(path)
-    if (method or default_method) == "auto" and _syncfs(path):
+    if method == "auto" and _syncfs(path):
         return "syncfs"
     files: list[str] = []
     folders: list[str] = []

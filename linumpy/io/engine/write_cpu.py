@@ -91,7 +91,7 @@ def write_cpu(plan: WritePlan, data: np.ndarray, config: Settings) -> WriteRepor
     (1, 4, 7)
     """
     layout = plan.layout
-    report = WriteReport("cpu", data_bytes=int(data.nbytes))
+    report = WriteReport("cpu")
     if data.dtype != layout.stored_dtype:
         data = data.astype(layout.stored_dtype)
     codec = layout.compressor.encoder(layout.level, layout.checksum)

@@ -36,12 +36,12 @@ class WriteReport:
     ----------
     backend
         ``"cpu"`` (libzstd threads) or ``"gpu"`` (nvCOMP).
-    files_written, files_removed
-        Files written, and files removed because every chunk in them equals the fill value.
+    files_written
+        Files written (a file whose chunks all equal the fill value is removed instead).
     chunks_written, chunks_empty
         Chunks encoded and stored, and chunks left out (equal to the fill value).
-    data_bytes, stored_bytes
-        Bytes of the region written, and bytes in the files written.
+    stored_bytes
+        Bytes in the files written.
     seconds
         Wall time of the write.
     phases
@@ -60,10 +60,8 @@ class WriteReport:
 
     backend: str
     files_written: int = 0
-    files_removed: int = 0
     chunks_written: int = 0
     chunks_empty: int = 0
-    data_bytes: int = 0
     stored_bytes: int = 0
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
@@ -71,7 +69,6 @@ class WriteReport:
     def add(self, written: bool, chunks: int, empty: int, nbytes: int) -> None:
         """Count one file's outcome."""
         self.files_written += written
-        self.files_removed += not written
         self.chunks_written += chunks
         self.chunks_empty += empty
         self.stored_bytes += nbytes
