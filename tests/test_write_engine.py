@@ -15,12 +15,14 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
+from zarr.codecs import BytesCodec, ShardingCodec
 
 from linumpy.errors import UnsupportedLayoutError
 from linumpy.gpu.encode import GPU_ENCODER, _finish_file
 from linumpy.io import OmeZarrWriter, read_volume, save_omezarr
 from linumpy.io.block_write import device_encoder
 from linumpy.io.engine import write as write_module
+from linumpy.io.engine.array_layout import parse_layout
 from linumpy.io.engine.write import write_array
 from linumpy.io.engine.write_files import empty_rows, write_file
 from linumpy.io.engine.write_plan import gather_chunks, group_boxes, group_rows, plan_write
@@ -373,3 +375,33 @@ def test_gpu_save_omezarr_reads_back(tmp_path: Path) -> None:
     )
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a.ome.zarr" / "0"))[...], data)
     assert os.path.isdir(tmp_path / "a.ome.zarr" / "1")
+
+
+def test_shard_index_without_crc32c_is_read_not_written(tmp_path: Path) -> None:
+    sharding = ShardingCodec(
+        chunk_shape=(4,), codecs=[BytesCodec(), ZSTD], index_codecs=[BytesCodec()]
+    )
+    array = zarr.create_array(
+        tmp_path / "a.zarr",
+        shape=(8,),
+        chunks=(8,),
+        dtype="uint16",
+        serializer=sharding,
+        compressors=None,
+    )
+    array[:] = np.arange(8, dtype=np.uint16)
+    assert parse_layout(array).shard_index_crc32c is False
+    assert read_volume(array).tolist() == list(range(8))
+    with pytest.raises(UnsupportedLayoutError, match="shard index codecs .* are not bytes"):
+        plan_write(array)
+    index = [BytesCodec(endian="big"), CRC]
+    big = zarr.create_array(
+        tmp_path / "b.zarr",
+        shape=(8,),
+        chunks=(8,),
+        dtype="uint16",
+        compressors=None,
+        serializer=ShardingCodec(chunk_shape=(4,), codecs=[BytesCodec(), ZSTD], index_codecs=index),
+    )
+    with pytest.raises(UnsupportedLayoutError, match="shard index codecs"):
+        parse_layout(big)

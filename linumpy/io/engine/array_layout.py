@@ -10,6 +10,7 @@ dtype and memory order, the shard index's place and checksum, and the codec chai
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,7 +20,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from linumpy.errors import UnsupportedLayoutError
-from linumpy.io.engine.codecs import parse_codecs, parse_v2
+from linumpy.io.engine.codecs import CodecChain, parse_codecs, parse_v2
 from linumpy.io.engine.codecs.protocol import Compressor
 from linumpy.io.formats import for_zarr_format
 
@@ -52,6 +53,48 @@ class ArrayLayout:
     remote: Any = None  # the RangeClient of a remote store
 
 
+def parse_chain(
+    codecs: Sequence[Any], *, index_crc32c: bool = False
+) -> tuple[ShardingCodec | None, CodecChain]:
+    """The sharding codec of a zarr v3 array's ``codecs`` (None when unsharded) and the chain of
+    codecs of its (inner) chunks (:func:`~linumpy.io.engine.codecs.parse_codecs`).
+
+    Raises
+    ------
+    UnsupportedLayoutError
+        When the shard index codecs are not ``bytes`` (little endian), followed by ``crc32c``
+        (only when ``index_crc32c``), or the chunks' codecs are not a chain the engine knows.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
+    ...                           shards=(8,), dtype="uint16")
+    >>> sharding, chain = parse_chain(array.metadata.codecs, index_crc32c=True)
+    >>> sharding.chunk_shape, chain.compressor.NAME
+    ((4,), 'zstd')
+    """
+    sharding = None
+    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
+        sharding = codecs[0]
+        index = sharding.index_codecs
+        after = ((Crc32cCodec(),),) if index_crc32c else ((), (Crc32cCodec(),))
+        if not (
+            isinstance(index[0], BytesCodec)
+            and index[0].endian in (None, "little")
+            and index[1:] in after
+        ):
+            raise UnsupportedLayoutError(f"shard index codecs {index} are not bytes+crc32c")
+        codecs = sharding.codecs
+    return sharding, parse_codecs(codecs)
+
+
+def shard_index_location(sharding: ShardingCodec) -> Literal["start", "end"]:
+    """Where a shard's index lies: ``"start"`` or ``"end"``."""
+    location = getattr(sharding, "index_location", "end")
+    return getattr(location, "value", location)
+
+
 def parse_layout(array: zarr.Array) -> ArrayLayout:
     store = array.store
     remote = None
@@ -77,19 +120,7 @@ def parse_layout(array: zarr.Array) -> ArrayLayout:
             chain.compressor,
             remote=remote,
         )
-    codecs = metadata.codecs
-    sharding = None
-    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
-        sharding = codecs[0]
-        codecs = sharding.codecs
-        index_codecs = sharding.index_codecs
-        if not (
-            isinstance(index_codecs[0], BytesCodec)
-            and index_codecs[0].endian in (None, "little")
-            and index_codecs[1:] in ((), (Crc32cCodec(),))
-        ):
-            raise UnsupportedLayoutError(f"shard index codecs {index_codecs} are not bytes+crc32c")
-    chain = parse_codecs(codecs)
+    sharding, chain = parse_chain(metadata.codecs)
     crc = chain.crc32c
     endian = chain.endian
     stored = dtype if endian is None else dtype.newbyteorder("<" if endian == "little" else ">")
@@ -104,9 +135,7 @@ def parse_layout(array: zarr.Array) -> ArrayLayout:
         tuple(sharding.chunk_shape),
         stored,
         "C",
-        sharding.index_location.value
-        if hasattr(sharding.index_location, "value")
-        else sharding.index_location,
+        shard_index_location(sharding),
         len(sharding.index_codecs) == 2,
         chain.compressor,
         crc,

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+from zarr.codecs import ShardingCodec
 from zarr.storage import LocalStore
 
 from linumpy.errors import UnsupportedLayoutError
-from linumpy.io.engine.codecs import CodecChain, parse_codecs
+from linumpy.io.engine.array_layout import parse_chain, shard_index_location
 from linumpy.io.engine.codecs.protocol import Compressor
 from linumpy.io.engine.region import Region, parse_region
 from linumpy.io.formats import for_zarr_format
@@ -111,13 +111,6 @@ class WriteLayout:
         return math.prod(self.chunk_shape) * self.stored_dtype.itemsize
 
 
-def _chain(codecs: Sequence[Any]) -> CodecChain:
-    chain = parse_codecs(codecs)  # the read planner's recognition
-    if chain.endian not in (None, "little"):
-        raise UnsupportedLayoutError(f"chunks are stored {chain.endian} endian")
-    return chain
-
-
 @functools.cache
 def _inner_order(sharding: ShardingCodec, per_block: tuple[int, ...]) -> np.ndarray:
     """Linear indices of a shard's inner chunks in zarr's layout order (C order if unknown)."""
@@ -159,27 +152,14 @@ def write_layout(array: zarr.Array) -> WriteLayout:
     encoding = type(metadata.chunk_key_encoding).__name__
     if encoding not in ("DefaultChunkKeyEncoding", "V2ChunkKeyEncoding"):
         raise UnsupportedLayoutError(f"chunk key encoding {encoding} is not default or v2")
-    codecs = metadata.codecs
-    sharding = None
-    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
-        sharding = codecs[0]
-        index = sharding.index_codecs
-        if not (
-            len(index) == 2
-            and isinstance(index[0], BytesCodec)
-            and index[0].endian in (None, "little")
-            and isinstance(index[1], Crc32cCodec)
-        ):
-            raise UnsupportedLayoutError(f"shard index codecs {index} are not bytes+crc32c")
-        codecs = sharding.codecs
-    chain = _chain(codecs)
+    sharding, chain = parse_chain(metadata.codecs, index_crc32c=True)
+    if chain.endian not in (None, "little"):
+        raise UnsupportedLayoutError(f"chunks are stored {chain.endian} endian")
     fill = metadata.fill_value
     fill_value = np.zeros((), dtype)[()] if fill is None else np.asarray(fill, dtype)[()]
     chunk_shape = tuple(sharding.chunk_shape) if sharding else tuple(array.chunks)
     block_shape = tuple(array.shards) if sharding else chunk_shape
     per_block = tuple(b // c for b, c in zip(block_shape, chunk_shape))
-    location = getattr(sharding, "index_location", "end")
-    location = getattr(location, "value", location)
     config = getattr(array._async_array, "config", None) or array._async_array._config
     return WriteLayout(
         root=os.path.join(str(store.root), array.path),
@@ -190,7 +170,7 @@ def write_layout(array: zarr.Array) -> WriteLayout:
         chunk_shape=chunk_shape,
         block_shape=block_shape,
         sharded=sharding is not None,
-        index_at_start=location == "start",
+        index_at_start=sharding is not None and shard_index_location(sharding) == "start",
         compressor=chain.compressor,
         level=chain.level,
         checksum=chain.checksum,
