@@ -19,6 +19,7 @@ The verdicts of :meth:`Compressor.check_frames` say what each chunk may go to:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -61,6 +62,30 @@ def decoded_chunk(
         return result
     out[...] = result
     return out
+
+
+def decode_fast(
+    decode_into: Callable[[Any, int, int, int], bool], data: BytesLike, target: np.ndarray
+) -> bool:
+    """Whether ``decode_into`` (a compressor's :meth:`Compressor.decode_into`) decoded ``data``
+    into exactly ``target``, the GIL released: the fast path of every :meth:`Compressor.decode`.
+    On False the caller decodes again, slowly, to say what is wrong.
+
+    Examples
+    --------
+    >>> from linumpy.io.engine.codecs import zstd
+    >>> from numcodecs import Zstd
+    >>> out = np.zeros(3, np.uint8)
+    >>> not zstd.FAST_DECODE or decode_fast(zstd.decode_into, Zstd().encode(b"abc"), out)
+    True
+    >>> decode_fast(zstd.decode_into, b"", out)
+    False
+    """
+    source = data if isinstance(data, bytes) else np.frombuffer(data, dtype=np.uint8)
+    if not len(source):
+        return False
+    address = source if isinstance(source, bytes) else source.ctypes.data
+    return decode_into(address, len(source), target.ctypes.data, target.nbytes)
 
 
 class ChunkInfo(Protocol):

@@ -39,6 +39,7 @@ from linumpy.io.engine.codecs.protocol import (
     FRAME_GPU,
     FRAME_NEEDS_CHECK,
     BytesLike,
+    decode_fast,
     decoded_chunk,
 )
 
@@ -273,11 +274,8 @@ class Deflate:
         target = out
         if target is None and expected_size is not None:
             target = np.empty(expected_size, dtype=np.uint8)
-        if target is not None and self.FAST_DECODE:
-            source = data if isinstance(data, bytes) else np.frombuffer(data, dtype=np.uint8)
-            address = source if isinstance(source, bytes) else source.ctypes.data
-            if self.decode_into(address, len(source), target.ctypes.data, target.nbytes):
-                return target
+        if target is not None and self.FAST_DECODE and decode_fast(self.decode_into, data, target):
+            return target
         try:
             if self._zlib:
                 stream = zlib.decompressobj()

@@ -29,7 +29,7 @@ from numcodecs import Zstd
 from zarr.codecs import ZstdCodec
 
 from linumpy.errors import ChunkDecodeError
-from linumpy.io.engine.codecs.protocol import decoded_chunk
+from linumpy.io.engine.codecs.protocol import BytesLike, decode_fast, decoded_chunk
 from linumpy.io.engine.codecs.zstd import libzstd
 from linumpy.io.engine.codecs.zstd.frames import (
     CHECKSUM_BIT,
@@ -67,8 +67,6 @@ NVCOMP_ENCODE = True
 #: everywhere (numcodecs).
 FAST_DECODE = libzstd.AVAILABLE
 decode_into = libzstd.decode_into
-
-BytesLike = bytes | bytearray | memoryview | np.ndarray
 
 
 def config_of(codec: Any) -> tuple[int, bool] | None:
@@ -174,13 +172,9 @@ def decode(
     target = out
     if single and target is None and expected_size is not None:
         target = np.empty(expected_size, dtype=np.uint8)
-    if single and target is not None and FAST_DECODE:
-        # libzstd through ctypes on a context this thread keeps: the GIL is released for the
-        # decode. On failure numcodecs decodes again below, to say what is wrong.
-        source = data if isinstance(data, bytes) else np.frombuffer(data, dtype=np.uint8)
-        address = source if isinstance(source, bytes) else source.ctypes.data
-        if len(source) and decode_into(address, len(source), target.ctypes.data, target.nbytes):
-            return target
+    # libzstd through ctypes on a context this thread keeps; on failure numcodecs decodes again
+    if single and target is not None and FAST_DECODE and decode_fast(decode_into, data, target):
+        return target
     try:
         decoded = _ZSTD.decode(data, out=target if single else None)
     except (RuntimeError, ValueError) as exc:
