@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import threading
 from typing import Any
+
+from linumpy.io.engine.codecs._native import PerThread
 
 __all__: list[str] = []
 
@@ -52,31 +53,15 @@ _LIB = _load()
 AVAILABLE = _LIB is not None
 
 
-class _Decompressor:
-    """A libdeflate decompressor, freed with its thread's locals."""
-
-    __slots__ = ("consumed", "pointer")
-
-    def __init__(self) -> None:
-        self.pointer = _LIB.libdeflate_alloc_decompressor()
-        if not self.pointer:
-            raise MemoryError("libdeflate_alloc_decompressor failed")
-        self.consumed = ctypes.c_size_t()
-
-    def __del__(self) -> None:
-        if self.pointer and _LIB is not None:
-            _LIB.libdeflate_free_decompressor(self.pointer)
-            self.pointer = None
-
-
-_local = threading.local()
-
-
-def _decompressor() -> _Decompressor:
-    found = getattr(_local, "decompressor", None)
-    if found is None:
-        found = _local.decompressor = _Decompressor()
-    return found
+_DECOMPRESSORS = (
+    PerThread(
+        _LIB.libdeflate_alloc_decompressor,
+        _LIB.libdeflate_free_decompressor,
+        "libdeflate_alloc_decompressor",
+    )
+    if AVAILABLE
+    else None
+)
 
 
 def decode_into(wrapper: str, src: Any, src_size: int, dst: int, dst_size: int) -> bool:
@@ -107,12 +92,11 @@ def decode_into(wrapper: str, src: Any, src_size: int, dst: int, dst_size: int) 
     >>> not AVAILABLE or not decode_into("zlib", stream[:-1], len(stream) - 1, out.ctypes.data, 8)
     True
     """
-    state = _decompressor()
-    lib = _LIB
-    function = lib.libdeflate_zlib_decompress_ex
+    function = _LIB.libdeflate_zlib_decompress_ex
     if wrapper != "zlib":
-        function = lib.libdeflate_gzip_decompress_ex
+        function = _LIB.libdeflate_gzip_decompress_ex
+    consumed = ctypes.c_size_t()
     status = function(
-        state.pointer, src, src_size, dst, dst_size, ctypes.byref(state.consumed), None
+        _DECOMPRESSORS.get(), src, src_size, dst, dst_size, ctypes.byref(consumed), None
     )
-    return status == _SUCCESS and state.consumed.value == src_size
+    return status == _SUCCESS and consumed.value == src_size

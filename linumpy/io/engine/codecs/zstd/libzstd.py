@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import threading
 from typing import Any
+
+from linumpy.io.engine.codecs._native import PerThread
 
 __all__: list[str] = []
 
@@ -55,30 +56,9 @@ _LIB = _load()
 AVAILABLE = _LIB is not None
 
 
-class _Context:
-    """A libzstd decompression context, freed with its thread's locals."""
-
-    __slots__ = ("pointer",)
-
-    def __init__(self) -> None:
-        self.pointer = _LIB.ZSTD_createDCtx()
-        if not self.pointer:
-            raise MemoryError("ZSTD_createDCtx failed")
-
-    def __del__(self) -> None:
-        if self.pointer and _LIB is not None:
-            _LIB.ZSTD_freeDCtx(self.pointer)
-            self.pointer = None
-
-
-_local = threading.local()
-
-
-def _context() -> int:
-    context = getattr(_local, "context", None)
-    if context is None:
-        context = _local.context = _Context()
-    return context.pointer
+_CONTEXTS = (
+    PerThread(_LIB.ZSTD_createDCtx, _LIB.ZSTD_freeDCtx, "ZSTD_createDCtx") if AVAILABLE else None
+)
 
 
 def decode_into(src: Any, src_size: int, dst: int, dst_size: int) -> bool:
@@ -110,6 +90,6 @@ def decode_into(src: Any, src_size: int, dst: int, dst_size: int) -> bool:
     >>> decode_into(frame[:-2], len(frame) - 2, out.ctypes.data, 8)
     False
     """
-    result = _LIB.ZSTD_decompressDCtx(_context(), dst, dst_size, src, src_size)
+    result = _LIB.ZSTD_decompressDCtx(_CONTEXTS.get(), dst, dst_size, src, src_size)
     # An error is a size_t above (size_t)-120 (ZSTD_isError): never equal to a real chunk size.
     return result == dst_size
