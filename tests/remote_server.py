@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 __all__ = ["RangeRequestHandler", "parse_range", "serve_directory"]
 
@@ -357,6 +358,21 @@ def serve_s3(bucket: str) -> Iterator[dict[str, str]]:
             yield {"endpoint_url": endpoint, "region": "us-east-1"}
         finally:
             server.stop()
+
+
+def s3_fixture(bucket: str) -> Any:
+    """A module-scoped pytest fixture: the storage options of :func:`serve_s3` of ``bucket``, or
+    the module's tests skipped where moto or boto3 is not installed."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def s3() -> Iterator[dict[str, str]]:
+        pytest.importorskip("moto.server")
+        pytest.importorskip("boto3")
+        with serve_s3(bucket) as options:
+            yield options
+
+    return s3
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from linumpy.errors import (
 from linumpy.io import open_array, open_volume, read_axes, read_omezarr, read_volume, save_omezarr
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.stores import open_store, parse_source
-from tests.remote_server import RangeRequestHandler, serve_directory, serve_s3
+from tests.remote_server import RangeRequestHandler, s3_fixture, serve_directory
 from tests.zarr_layouts import CHUNKS, LAYOUTS, REGIONS, SHAPE, make_array, sample_data
 
 pytest.importorskip("obstore")
@@ -80,12 +80,7 @@ def http(tmp_path: Path) -> Iterator[tuple[Path, str]]:
         yield tmp_path, url
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, str]]:
-    pytest.importorskip("moto.server")
-    pytest.importorskip("boto3")
-    with serve_s3(BUCKET) as options:
-        yield options
+s3 = s3_fixture(BUCKET)
 
 
 def _s3_store(url: str, options: dict[str, str]) -> zarr.storage.ObjectStore:

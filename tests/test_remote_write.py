@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ import zarr
 from linumpy.errors import LinumpyError
 from linumpy.io import read_omezarr, read_volume, save_omezarr
 from linumpy.io.remote_write import MetadataLastStore
-from tests.remote_server import S3_CREDENTIALS, serve_s3
+from tests.remote_server import S3_CREDENTIALS, s3_fixture
 
 pytest.importorskip("obstore")
 
@@ -42,12 +41,7 @@ print("done", flush=True)
 """
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, str]]:
-    pytest.importorskip("moto.server")
-    pytest.importorskip("boto3")
-    with serve_s3(BUCKET) as options:
-        yield options
+s3 = s3_fixture(BUCKET)
 
 
 def _objects(s3: dict[str, str], prefix: str) -> list[str]:
