@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import dask
@@ -539,40 +540,20 @@ def test_gpu_written_checksums_read_back_by_the_cpu_and_zarr(tmp_path: Path, sha
 def test_writers_compress_at_the_zstd_level_setting(tmp_path: Path, ngff_version: str) -> None:
     volume = np.arange(4 * 8 * 8, dtype=np.uint16).reshape(4, 8, 8)
 
-    def stored_level(path: Path) -> int:
-        array = zarr.open_group(path, mode="r")["0"]
-        codec = array.compressors[0]
-        return codec.level
+    def stored_level(name: str, **options: Any) -> int:
+        path = tmp_path / f"{name}.ome.zarr"
+        save_omezarr(volume, path, voxel_size=(1, 1, 1), ngff_version=ngff_version, **options)
+        return zarr.open_group(path, mode="r")["0"].compressors[0].level
 
-    save_omezarr(volume, tmp_path / "a.ome.zarr", voxel_size=(1, 1, 1), ngff_version=ngff_version)
-    assert stored_level(tmp_path / "a.ome.zarr") == 2
+    assert stored_level("a") == 2
     with settings.set(zstd_level=7):
-        save_omezarr(
-            volume, tmp_path / "b.ome.zarr", voxel_size=(1, 1, 1), ngff_version=ngff_version
-        )
-        save_omezarr(
-            volume,
-            tmp_path / "c.ome.zarr",
-            voxel_size=(1, 1, 1),
-            ngff_version=ngff_version,
-            zstd_level=4,
-        )
+        assert stored_level("b") == 7
+        assert stored_level("c", zstd_level=4) == 4
         # the old name still works, and warns naming the new one
         with pytest.warns(FutureWarning, match="level= is renamed zstd_level="):
-            save_omezarr(
-                volume,
-                tmp_path / "d.ome.zarr",
-                voxel_size=(1, 1, 1),
-                ngff_version=ngff_version,
-                level=5,
-            )
+            assert stored_level("d", level=5) == 5
         with pytest.raises(TypeError, match="pass zstd_level only"):
-            save_omezarr(
-                volume, tmp_path / "e.ome.zarr", voxel_size=(1, 1, 1), zstd_level=3, level=5
-            )
-    assert stored_level(tmp_path / "b.ome.zarr") == 7
-    assert stored_level(tmp_path / "c.ome.zarr") == 4
-    assert stored_level(tmp_path / "d.ome.zarr") == 5
+            stored_level("e", zstd_level=3, level=5)
     np.testing.assert_array_equal(read_volume(tmp_path / "b.ome.zarr"), volume)
 
 
