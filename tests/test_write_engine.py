@@ -378,30 +378,22 @@ def test_gpu_save_omezarr_reads_back(tmp_path: Path) -> None:
 
 
 def test_shard_index_without_crc32c_is_read_not_written(tmp_path: Path) -> None:
-    sharding = ShardingCodec(
-        chunk_shape=(4,), codecs=[BytesCodec(), ZSTD], index_codecs=[BytesCodec()]
-    )
-    array = zarr.create_array(
-        tmp_path / "a.zarr",
-        shape=(8,),
-        chunks=(8,),
-        dtype="uint16",
-        serializer=sharding,
-        compressors=None,
-    )
+    def sharded(name: str, index: list) -> zarr.Array:
+        codec = ShardingCodec(chunk_shape=(4,), codecs=[BytesCodec(), ZSTD], index_codecs=index)
+        return zarr.create_array(
+            tmp_path / name,
+            shape=(8,),
+            chunks=(8,),
+            dtype="uint16",
+            serializer=codec,
+            compressors=None,
+        )
+
+    array = sharded("a.zarr", [BytesCodec()])
     array[:] = np.arange(8, dtype=np.uint16)
     assert parse_layout(array).shard_index_crc32c is False
     assert read_volume(array).tolist() == list(range(8))
     with pytest.raises(UnsupportedLayoutError, match="shard index codecs .* are not bytes"):
         plan_write(array)
-    index = [BytesCodec(endian="big"), CRC]
-    big = zarr.create_array(
-        tmp_path / "b.zarr",
-        shape=(8,),
-        chunks=(8,),
-        dtype="uint16",
-        compressors=None,
-        serializer=ShardingCodec(chunk_shape=(4,), codecs=[BytesCodec(), ZSTD], index_codecs=index),
-    )
     with pytest.raises(UnsupportedLayoutError, match="shard index codecs"):
-        parse_layout(big)
+        parse_layout(sharded("b.zarr", [BytesCodec(endian="big"), CRC]))
