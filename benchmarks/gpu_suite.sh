@@ -12,6 +12,10 @@ if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
 mkdir -p "$out"
+# the script tests run linum-* commands as `python -m linumpy.scripts.NAME`
+"$PYTHON" -c "import linumpy.scripts" 2>/dev/null || {
+  echo "linumpy.scripts is not importable: install linumpy (pip install -e .), or on a host without" \
+       "pip access link it: ln -s ../scripts linumpy/scripts" >&2; exit 2; }
 printf '| file | result | seconds |\n| --- | --- | --- |\n' > "$out/summary.md"
 # shellcheck disable=SC2086  # GPU_TEST_FILES is a list of paths or globs
 for f in $(grep -l "mark\.gpu" ${GPU_TEST_FILES:-tests/test_*.py}); do
