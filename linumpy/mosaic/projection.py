@@ -2,10 +2,10 @@
 
 Each task reads a column of the volume (a block of the plane, whole stored chunks wide) a slab
 at a time and sums it, from the volume opened once on the client
-(:class:`~linumpy.io.array_ref.ArrayRef`). When the plane gives fewer blocks than the cluster runs tasks at once
-(a small plane, a deep volume), the depth is split too: tasks sum whole stored chunks' depths
-of a column and their partial sums are added, so that every worker gets tasks whatever the
-volume's shape. No stored chunk is read by two tasks.
+(:class:`~linumpy.io.array_ref.ArrayRef`). When the plane gives fewer blocks than the cluster
+runs tasks at once (a small plane, a deep volume), the depth is split too: tasks sum whole
+stored chunks' depths of a column and their partial sums are added, so that every worker gets
+tasks whatever the volume's shape. No stored chunk is read by two tasks.
 """
 
 from __future__ import annotations
