@@ -200,8 +200,8 @@ def _count_chunk_reads(monkeypatch: pytest.MonkeyPatch) -> Counter:
     counts: Counter = Counter()
     plan_region = read_engine.plan_region
 
-    def counting(array, region):
-        plan = plan_region(array, region)
+    def counting(array, region, settings=None):
+        plan = plan_region(array, region, settings)
         for i in np.flatnonzero(plan.stored).tolist():
             counts[plan.files[int(plan.file_index[i])], tuple(plan.coords[i].tolist())] += 1
         return plan

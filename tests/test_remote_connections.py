@@ -91,6 +91,17 @@ def test_the_setting_raises_the_limit(images: tuple[Path, np.ndarray]) -> None:
     assert HTTP_REQUESTS < handler.most <= 12
 
 
+def test_a_reads_own_settings_set_the_limit(images: tuple[Path, np.ndarray]) -> None:
+    """``read_volume(settings=...)`` holds for that read's chunk requests; opening the image
+    (its metadata) follows the settings in force, whose connections may still be open."""
+    root, data = images
+    handler = _counting()
+    with serve_directory(root, handler, delay=0.02) as base:
+        url = f"{base}/chunks.zarr"
+        np.testing.assert_array_equal(read_volume(url, settings={"remote_requests": 12}), data)
+    assert HTTP_REQUESTS < handler.most <= 12 + HTTP_REQUESTS
+
+
 def test_auto_by_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LINUMPY_REMOTE_REQUESTS", "auto")
     assert settings.get().remote_requests == "auto"

@@ -23,6 +23,7 @@ from linumpy.errors import UnsupportedLayoutError
 from linumpy.io.engine.codecs import CodecChain, parse_codecs, parse_v2
 from linumpy.io.engine.codecs.protocol import Compressor
 from linumpy.io.formats import for_zarr_format
+from linumpy.settings import Settings
 
 __all__: list[str] = []
 
@@ -95,7 +96,7 @@ def shard_index_location(sharding: ShardingCodec) -> Literal["start", "end"]:
     return getattr(location, "value", location)
 
 
-def parse_layout(array: zarr.Array) -> ArrayLayout:
+def parse_layout(array: zarr.Array, settings: Settings | None = None) -> ArrayLayout:
     store = array.store
     remote = None
     if isinstance(store, LocalStore):
@@ -103,7 +104,7 @@ def parse_layout(array: zarr.Array) -> ArrayLayout:
     else:  # chunks named by URL, fetched by fetch_remote
         from linumpy.io.engine.fetch_remote import remote_root
 
-        root, remote = remote_root(array)
+        root, remote = remote_root(array, settings)
     metadata = array.metadata
     dtype = np.dtype(array.dtype)
     if not for_zarr_format(metadata.zarr_format).codec_pipeline:

@@ -47,8 +47,9 @@ REMOTE_PIECE_BYTES = 8 * 1024 * 1024
 IDLE_SECONDS = 120.0
 
 
-def remote_root(array: Any) -> tuple[str, Any]:
-    """The URL of a remote array's folder and the client that fetches from its store.
+def remote_root(array: Any, settings: Any = None) -> tuple[str, Any]:
+    """The URL of a remote array's folder and the client that fetches from its store, with
+    ``settings``' requests and retries (by default the settings in force).
 
     Raises
     ------
@@ -65,7 +66,7 @@ def remote_root(array: Any) -> tuple[str, Any]:
     """
     from linumpy.io.remote_client import range_client
 
-    client = range_client(array.store)
+    client = range_client(array.store, settings)
     if client is None:
         name = type(array.store).__name__
         raise UnsupportedLayoutError(f"store {name} is not a local directory or a remote store")

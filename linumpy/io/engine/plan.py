@@ -30,6 +30,7 @@ from linumpy.io.engine.fetch import EMPTY_INNER_CHUNK, SHARD_INDEX_ENTRY, read_s
 from linumpy.io.engine.keys import chunk_keys
 from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.engine.region import Region, parse_region
+from linumpy.settings import Settings
 
 #: Largest decoded chunk a GPU read gives nvCOMP; libzstd decodes larger ones on the host.
 GPU_CHUNK_BYTES = 16 * 2**20
@@ -298,8 +299,9 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
     return _plan(array, layout, parse_region(region, array.shape, layout.root))
 
 
-def plan_region(array: zarr.Array, region: Region) -> ReadPlan:
-    """:func:`plan_read` of a region that :func:`parse_region` returned already.
+def plan_region(array: zarr.Array, region: Region, settings: Settings | None = None) -> ReadPlan:
+    """:func:`plan_read` of a region that :func:`parse_region` returned already; a remote
+    array's requests and retries follow ``settings`` (by default the settings in force).
 
     Examples
     --------
@@ -309,7 +311,7 @@ def plan_region(array: zarr.Array, region: Region) -> ReadPlan:
     >>> plan_region(array, parse_region((slice(1, 3),), array.shape)).n_entries
     2
     """
-    return _plan(array, parse_layout(array), region)
+    return _plan(array, parse_layout(array, settings), region)
 
 
 def _plan(array: zarr.Array, layout: ArrayLayout, region: Region) -> ReadPlan:

@@ -166,7 +166,7 @@ def read(
         shape = tuple(s.stop - s.start for s in selection)
         backend.check_output(shape, np.dtype(array.dtype), source)
     try:
-        plan = plan_region(array, selection)
+        plan = plan_region(array, selection, settings)
         obstacle = backend.obstacle(plan)
     except UnsupportedLayoutError as exc:
         obstacle = str(exc)
