@@ -4,15 +4,12 @@ against ``-f``, the inputs and each other, and written in staging to be moved in
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
-
-from linumpy.errors import LinumpyError
 
 __all__ = ["check_input", "check_output", "output_folder", "output_path"]
 
@@ -286,15 +283,8 @@ def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     >>> os.listdir(folder), (folder / "result.txt").read_text()
     (['result.txt'], 'complete')
     """
-    from linumpy.io.staging import STAGING_SUFFIX, staged
+    from linumpy.io.staging import staged_output
 
-    try:
-        # absolute: a dask worker opens it in a working directory of its own
-        with staged(os.path.abspath(path)) as staging:
-            yield staging
-    except OSError as exc:
-        full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-        if not full and STAGING_SUFFIX not in f"{exc.filename} {exc.filename2}":
-            raise
-        reason = exc.strerror or type(exc).__name__
-        raise LinumpyError(f"cannot write {os.fspath(path)!r}: {reason}") from exc
+    # absolute: a dask worker opens it in a working directory of its own
+    with staged_output(os.path.abspath(path), os.fspath(path)) as staging:
+        yield staging

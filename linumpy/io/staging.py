@@ -363,3 +363,23 @@ def staged(target: str | os.PathLike[str]) -> Iterator[Path]:
         write.abort()
         raise
     write.commit()
+
+
+#: The OS errors of an output that does not fit: a full disk, a quota, a file size limit.
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+@contextlib.contextmanager
+def staged_output(target: str | os.PathLike[str], name: str | None = None) -> Iterator[Path]:
+    """:func:`staged`, where an output that does not fit (a full disk, a quota, a file size
+    limit) or an OS error about its staging folder is a :class:`LinumpyError` naming the output
+    (``name``, by default ``target``): the OS error names a file in staging, or nothing."""
+    try:
+        with staged(target) as staging:
+            yield staging
+    except OSError as exc:
+        full = exc.errno in _FULL
+        if not full and STAGING_SUFFIX not in f"{exc.filename} {exc.filename2}":
+            raise
+        reason = exc.strerror or type(exc).__name__
+        raise LinumpyError(f"cannot write {name or os.fspath(target)!r}: {reason}") from exc

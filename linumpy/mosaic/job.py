@@ -11,20 +11,16 @@ is a :class:`~linumpy.errors.LinumpyError` naming it.
 
 from __future__ import annotations
 
-import errno
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from numpy.typing import DTypeLike
 
-from linumpy.errors import LinumpyError
 from linumpy.io.layout import ShardsArg
 from linumpy.io.reader import read_volume
-from linumpy.io.staging import staged
+from linumpy.io.staging import staged_output
 from linumpy.io.writer import renamed_level
 from linumpy.mosaic.pipeline import (
     estimate_transform_omezarr,
@@ -91,24 +87,6 @@ class JobResult:
     transform: TileTransform
     pairs: list[PairMeasurement]
     projection_shape: tuple[int, ...]
-
-
-#: The OS errors of an output that does not fit: a full disk, a quota, a file size limit.
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-@contextmanager
-def _writing(path: Path) -> Iterator[Path]:
-    """:func:`~linumpy.io.staging.staged` for ``path``, an output that does not fit named in a
-    :class:`LinumpyError` (the OS error names a chunk file in staging, or nothing)."""
-    try:
-        with staged(path) as partial:
-            yield partial
-    except OSError as exc:
-        if exc.errno not in _FULL:
-            raise
-        reason = exc.strerror or os.strerror(exc.errno)
-        raise LinumpyError(f"cannot write {os.fspath(path)!r}: {reason}") from exc
 
 
 def run_mosaic_job(
@@ -180,10 +158,10 @@ def run_mosaic_job(
         cluster=cluster,
         min_score=min_score,
     )
-    with _writing(outputs.transform) as partial:
+    with staged_output(outputs.transform) as partial:
         transform.save(partial)
     common: dict[str, Any] = {"gpu": gpu, "progress": progress, "cluster": cluster}
-    with _writing(outputs.stitched) as partial:
+    with staged_output(outputs.stitched) as partial:
         stitch_omezarr(
             source,
             partial,
@@ -196,9 +174,9 @@ def run_mosaic_job(
             zstd_level=renamed_level(zstd_level, level, "run_mosaic_job"),
             **common,
         )
-    with _writing(outputs.projection) as partial:
+    with staged_output(outputs.projection) as partial:
         shape = projection_omezarr(outputs.stitched, partial, **common)
         if outputs.png is not None:  # before the projection moves into place, as linum-aip
-            with _writing(outputs.png) as partial_png:
+            with staged_output(outputs.png) as partial_png:
                 save_png(read_volume(partial), partial_png)
     return JobResult(outputs, transform, pairs, shape)
