@@ -111,7 +111,6 @@ def write(root: Path, data: np.ndarray, chunk: int = CHUNK) -> None:
 
 def ceiling(url: str) -> Callable[[], Any]:
     """Fetch every request of the whole-array read at once, as the engine would, no decode."""
-    import asyncio
 
     array = open_array(url)
     plan = plan_read(array)
@@ -123,7 +122,7 @@ def ceiling(url: str) -> Callable[[], Any]:
     ]
 
     def fetch() -> None:
-        for future in client.submit(batch, asyncio.Semaphore(client.requests)):
+        for future in client.submit(batch):
             future.result()
 
     return fetch

@@ -180,7 +180,7 @@ class RangeClient:
 
     Examples
     --------
-    >>> import asyncio, tempfile
+    >>> import tempfile
     >>> from linumpy.io.remote import object_store
     >>> from tests.remote_server import serve_directory  # the tests' loopback server
     >>> folder = tempfile.mkdtemp()
@@ -189,7 +189,7 @@ class RangeClient:
     ...     client = RangeClient(url, object_store(url))
     ...     [bytes(b) for b in client.ranges([("a", 2, 3), ("a", 8, 2)])]
     ...     client.objects(["a", "missing"])[1] is None
-    ...     started = client.submit([("a", 1, 2), ("a", 0, -10)], asyncio.Semaphore(2))
+    ...     started = client.submit([("a", 1, 2), ("a", 0, -10)])
     ...     [bytes(future.result()) for future in started]
     [b'234', b'89']
     True
@@ -227,10 +227,9 @@ class RangeClient:
         """The whole of each object, None for one that does not exist."""
         return self._run([self._object(key) for key in keys])
 
-    def submit(
-        self, requests: Sequence[tuple[str, int, int]], limit: asyncio.Semaphore
-    ) -> list[concurrent.futures.Future]:
-        """Start fetching each ``(key, start, nbytes)``, at most ``limit`` at once; return at once.
+    def submit(self, requests: Sequence[tuple[str, int, int]]) -> list[concurrent.futures.Future]:
+        """Start fetching each ``(key, start, nbytes)``, as many at once as the host allows
+        (:func:`host_limit`); return at once.
 
         ``nbytes < 0`` asks for the whole object (None when it does not exist), which the caller
         expects to be at most ``-nbytes`` bytes long (see :meth:`_object`); otherwise the range,
@@ -245,7 +244,7 @@ class RangeClient:
             for (key, first, nbytes), future in zip(requests, futures):
                 if not future.set_running_or_notify_cancel():
                     continue
-                task = loop.create_task(self._limited(limit, key, first, nbytes))
+                task = loop.create_task(self._fetch(key, first, nbytes))
                 future.task = task  # type: ignore[attr-defined]  # for cancel()
                 task.add_done_callback(lambda done, future=future: _settle(future, done))
 
@@ -272,11 +271,10 @@ class RangeClient:
         loop = _Loop.get()
         loop.call_soon_threadsafe(loop.call_later, seconds, callback)
 
-    async def _limited(self, limit: asyncio.Semaphore, key: str, start: int, nbytes: int) -> Any:
-        async with limit:
-            if nbytes < 0:
-                return await self._object(key, -nbytes)
-            return await self._range(key, start, nbytes)
+    async def _fetch(self, key: str, start: int, nbytes: int) -> Any:
+        if nbytes < 0:
+            return await self._object(key, -nbytes)
+        return await self._range(key, start, nbytes)
 
     def _run(self, coroutines: list[Any]) -> list[Any]:
         if not coroutines:
@@ -289,13 +287,7 @@ class RangeClient:
             raise
 
     async def _gather(self, coroutines: list[Any]) -> list[Any]:
-        limit = asyncio.Semaphore(self.requests)
-
-        async def bounded(coroutine: Any) -> Any:
-            async with limit:
-                return await coroutine
-
-        tasks = [asyncio.ensure_future(bounded(c)) for c in coroutines]
+        tasks = [asyncio.ensure_future(c) for c in coroutines]  # each waits on the host's limit
         try:
             return await asyncio.gather(*tasks)
         finally:

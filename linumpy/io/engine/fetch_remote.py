@@ -21,7 +21,6 @@ the responses themselves (:meth:`ReadAhead.start`, :meth:`ReadAhead.release`; se
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import threading
 import time
@@ -255,7 +254,6 @@ class ReadAhead:
         self.futures: list[Any] = [None] * count
         self.budget, self.held = client.readahead, 0
         self.next = int(self.requests.request[order[start]]) if start < len(order) else count
-        self.limit = asyncio.Semaphore(client.requests)
         self.lock = threading.Lock()
         self.used = time.monotonic()
         self.closed = False
@@ -271,7 +269,7 @@ class ReadAhead:
             return
         r = self.requests
         batch = [(r.keys[i], int(r.starts[i]), int(r.nbytes[i])) for i in which]
-        for i, future in zip(which, self.client.submit(batch, self.limit)):
+        for i, future in zip(which, self.client.submit(batch)):
             self.futures[i] = future
             self.held += int(self.cost[i])
 
