@@ -62,7 +62,7 @@ api_modules = (
     "linumpy.gpu",
     "linumpy.gpu.zarr_io",
     "linumpy.gpu.nvcomp_zstd",
-    "linumpy.mosaic.*",
+    "linumpy.mosaic",
     "linumpy.parallel",
 )
 
