@@ -97,36 +97,6 @@ def test_an_error_in_one_of_two_calls_in_flight_reaches_only_its_caller() -> Non
     assert run.calls == [[1, 2], [-3, 4], [-3], [4]]
 
 
-@pytest.mark.parametrize("busy_settle", [0.0, 0.1])
-def test_calls_behind_a_running_call_wait_to_merge(busy_settle: float) -> None:
-    """With a busy settle time, calls that trickle in while a merged call runs are merged into
-    one call instead of the first of them taking the free place alone; a first call, with
-    nothing running, starts at once either way."""
-    run = Recorder(delay=0.4)  # arrivals 20 ms apart: 80 ms of jitter to spare either way
-    merger = CallMerger(run, max_in_flight=2, busy_settle_seconds=busy_settle)
-    started: list[float] = []
-
-    async def at(delay: float, items: list[int]) -> list[int]:
-        await asyncio.sleep(delay)
-        return await merger(items)
-
-    async def main() -> list[list[int]]:
-        loop = asyncio.get_running_loop()
-        begin = loop.time()
-        calls = asyncio.gather(merger([1]), at(0.02, [2]), at(0.04, [3]), at(0.06, [4]))
-        while not run.calls:
-            await asyncio.sleep(0.001)
-        started.append(loop.time() - begin)
-        return list(await calls)
-
-    assert asyncio.run(main()) == [[1], [4], [9], [16]]
-    assert started[0] < 0.015
-    if busy_settle:
-        assert run.calls == [[1], [2, 3, 4]]
-    else:
-        assert run.calls == [[1], [2], [3, 4]]
-
-
 def test_different_keys_are_not_merged() -> None:
     run = Recorder()
     merger = CallMerger(run)
@@ -162,28 +132,6 @@ def test_separate_event_loops_have_separate_queues() -> None:
     assert asyncio.run(merger([2])) == [4]
     assert asyncio.run(merger([3])) == [9]
     assert run.calls == [[2], [3]]
-
-
-@pytest.mark.parametrize(
-    ("settle_seconds", "expected"), [(0.0, [[1], [2], [3]]), (0.3, [[1, 2, 3]])]
-)
-def test_settle_seconds_waits_for_calls_that_arrive_spread_out(
-    settle_seconds: float, expected: list[list[int]]
-) -> None:
-    """Calls 50 ms apart (shards read by other threads) run alone without a settle time, and
-    in one run when the merger waits for them."""
-    run = Recorder()
-    merger = CallMerger(run, settle_seconds=settle_seconds)
-
-    async def after(delay: float, items: list[int]) -> list[int]:
-        await asyncio.sleep(delay)
-        return await merger(items)
-
-    async def main() -> list[list[int]]:
-        return await asyncio.gather(after(0.0, [1]), after(0.05, [2]), after(0.1, [3]))
-
-    assert asyncio.run(main()) == [[1], [4], [9]]
-    assert run.calls == expected
 
 
 @pytest.mark.parametrize(

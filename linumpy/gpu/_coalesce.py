@@ -1,13 +1,8 @@
 """Concurrent batch calls made on one event loop, merged into one call of the batch function.
 
-zarr reads the shards of a sharded array as concurrent tasks, each of which hands the codec the
-inner chunks of one shard. An nvCOMP call takes about as long for a few large chunks as for a few
-hundred (it decodes one frame per thread block), so one call per shard, run one after the other
-on the codec's stream, is many times slower than one call for all of them. :class:`CallMerger`
-gathers the calls that arrive while the tasks that are ready run, and while an earlier merged call
-is still running, and makes one call of the batch function for all of them; with
-``max_in_flight`` above 1, calls that arrive while merged calls run start their own merged call
-at once, up to that many at a time (on the GPU, each on its own stream).
+zarr hands the codec one call per shard; an nvCOMP call takes about as long for a few chunks as
+for a few hundred, so calls that arrive together (or while a merged call runs) are merged into one
+call of the batch function, up to ``max_in_flight`` merged calls at once.
 """
 
 from __future__ import annotations
@@ -20,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__: list[str] = []
+
+# Event-loop iterations to wait for more calls after one arrives.
+_SETTLE_ROUNDS = 2
 
 
 @dataclass(slots=True)
@@ -47,56 +45,19 @@ def _settle(
 class CallMerger[Item, Result]:
     """Merge concurrent ``await merger(items)`` calls into calls of ``run(all_items)``.
 
-    ``run`` must return one result per item, in order. Each caller gets the results of its own
-    items. When a merged call raises, the calls are run again one by one, so an error (a corrupt
-    chunk, say) reaches only the caller whose items caused it.
-
-    Parameters
-    ----------
-    run
-        The batch function.
-    settle_rounds
-        Event-loop iterations to wait, after a call arrives, for more calls; waiting goes on while
-        each round brings new calls.
-    settle_seconds
-        Also wait this long after the rounds, again while each wait brings new calls: calls that
-        come from file reads in other threads arrive spread out in time.
-    max_in_flight
-        Merged calls of the batch function running at once: calls that arrive while fewer run
-        are served at once instead of waiting for a running call to end.
-    busy_settle_seconds
-        While another merged call runs, wait this long before starting one, again while each
-        wait brings new calls: calls that trickle in behind a running call are merged into one
-        instead of the first few taking the last free place (a first call starts at once).
-
-    Examples
-    --------
-    >>> import asyncio
-    >>> calls = []
-    >>> async def double(items):
-    ...     calls.append(len(items))
-    ...     return [2 * item for item in items]
-    >>> merger = CallMerger(double)
-    >>> async def main():
-    ...     return await asyncio.gather(merger([1, 2]), merger([3]), merger([4, 5, 6]))
-    >>> asyncio.run(main()), calls
-    ([[2, 4], [6], [8, 10, 12]], [6])
+    ``run`` returns one result per item, in order; each caller gets its own items' results. When
+    a merged call raises, its calls are run again one by one, so an error (a corrupt chunk) reaches
+    only the caller whose items caused it. ``max_in_flight`` merged calls may run at once.
     """
 
     def __init__(
         self,
         run: Callable[[list[Item]], Awaitable[Sequence[Result]]],
         *,
-        settle_rounds: int = 2,
-        settle_seconds: float = 0.0,
         max_in_flight: int = 1,
-        busy_settle_seconds: float = 0.0,
     ) -> None:
         self._run = run
-        self._settle_rounds = settle_rounds
-        self.settle_seconds = settle_seconds
         self.max_in_flight = max_in_flight
-        self.busy_settle_seconds = busy_settle_seconds
         self._lock = threading.Lock()
         self._queues: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Hashable, _Queue]
@@ -119,15 +80,10 @@ class CallMerger[Item, Result]:
         try:
             while queue.pending and len(queue.running) < self.max_in_flight:
                 seen = -1
-                while seen != len(queue.pending):
+                while seen != len(queue.pending):  # wait while each round brings calls
                     seen = len(queue.pending)
-                    for _ in range(self._settle_rounds):
+                    for _ in range(_SETTLE_ROUNDS):
                         await asyncio.sleep(0)
-                    wait = self.settle_seconds
-                    if queue.running:
-                        wait = max(wait, self.busy_settle_seconds)
-                    if wait > 0:
-                        await asyncio.sleep(wait)
                 calls, queue.pending = queue.pending, []
                 task = loop.create_task(self._serve(calls))
                 queue.running.add(task)
