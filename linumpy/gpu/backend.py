@@ -211,8 +211,6 @@ class GpuBackend:
         self._slot_nbytes = align_up(plan.chunk_nbytes, _SLOT_ALIGN)
         self._slots = [_Slot(streams[i % len(streams)]) for i in range(self.slots)]
         self._checks = ReadChecks.for_read(plan, streams[0])
-        #: Where the stored crc32c of chunks is checked: "device", "cpu", or "" (none stored).
-        self.crc32c_where = self._checks.where
         self._lease = PinnedLease()
         self._device_id = cupy.cuda.runtime.getDevice()
         self._cpu_share = CPU_SHARE

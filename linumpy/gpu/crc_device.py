@@ -1,25 +1,11 @@
-"""crc32c checked on the device before nvCOMP decodes a frame, with no wait for the host.
+"""crc32c checked on the device, before nvCOMP decodes a frame, with no wait for the host.
 
-Chunks stored with zarr's ``crc32c`` codec end with the crc32c of their compressed frame. nvCOMP's
-decoders trust their input (a flipped bit inside a frame can make it fault or hang), so no
-frame whose crc32c fails may reach it. Checking on the CPU costs a pass over the compressed bytes
-on the reading threads; here the check runs on the device, on the stream that decodes the group,
-between the upload of the decode's tables and the decode itself
-(:func:`linumpy.gpu.nvcomp.decode`'s ``before_decode``):
-
-1. nvCOMP's batched CRC32 (``nvcompBatchedCRC32Async``, the ``nvcompCRC32_C`` preset of
-   ``nvcomp/crc32.h``) computes every frame's crc32c from the decode's own source and size
-   columns, and
-2. a kernel compares each with the four bytes stored after the frame and, for a frame that
-   fails, flags it and points its source at a stand-in: a small valid frame of zeros of the
-   chunk's size (:func:`standin_frame`), so that nvCOMP decodes that instead.
-
-The stream never waits for the host; the flags are read after the final synchronisation, and
-the first chunk flagged raises :class:`~linumpy.errors.ChunkDecodeError`
-(:meth:`DeviceCrc32c.raise_first`).
-
-The binding follows ``nvcomp/crc32.h`` of nvCOMP 6 exactly (struct sizes are asserted, options
-passed by value). Importing this module imports neither cupy nor nvCOMP.
+nvCOMP trusts its input (a flipped bit can make it fault), so on the decode's stream, between the
+upload of its tables and the decode (:func:`linumpy.gpu.nvcomp.decode`'s ``before_decode``),
+nvCOMP's batched CRC32 computes each frame's crc32c and a kernel compares it with the stored one,
+pointing a failed frame at a valid stand-in (:func:`standin_frame`). The flags are read after the
+final synchronisation (:meth:`DeviceCrc32c.raise_first`). The binding follows ``nvcomp/crc32.h``
+of nvCOMP 6 (struct sizes asserted, options passed by value).
 """
 
 from __future__ import annotations
@@ -166,31 +152,10 @@ def _options(device: int, count: int, largest: int) -> _CRC32Opts:
 def crc32c_device(
     sources: int, sizes: int, count: int, out: int, *, largest: int, stream: cupy.cuda.Stream
 ) -> None:
-    """Queue nvCOMP's crc32c of ``count`` device buffers on ``stream``.
+    """Queue nvCOMP's crc32c of ``count`` device buffers on ``stream`` (nothing is waited for).
 
-    Parameters
-    ----------
-    sources, sizes
-        Device addresses of two int64 arrays of ``count`` entries: each buffer's device address
-        and size in bytes (no alignment needed).
-    count
-        How many buffers.
-    out
-        Device address of ``count`` uint32, each buffer's crc32c once ``stream`` gets there.
-    largest
-        The largest size among the buffers (picks nvCOMP's kernel configuration).
-    stream
-        The CuPy stream to queue on; nothing is waited for.
-
-    Raises
-    ------
-    GPUUnavailableError
-        When nvCOMP has no batched CRC32 (see :func:`crc32c_unavailable_reason`).
-
-    Examples
-    --------
-    >>> crc32c_device(ptrs.data.ptr, sizes.data.ptr, n, out.data.ptr, largest=2**20,
-    ...               stream=stream)  # doctest: +SKIP
+    ``sources`` and ``sizes`` are device addresses of two int64 columns (each buffer's address and
+    size); ``out`` the address of ``count`` uint32; ``largest`` picks nvCOMP's configuration.
     """
     if count == 0:
         return
@@ -211,46 +176,10 @@ def crc32c_device(
         raise RuntimeError(f"nvCOMP CRC32 launch failed (status {status})")
 
 
-def crc32c_of_buffers(
-    buffer: cupy.ndarray, offsets: np.ndarray, sizes: np.ndarray, *, stream: cupy.cuda.Stream
-) -> cupy.ndarray:
-    """The crc32c of ``buffer[offsets[i] : offsets[i] + sizes[i]]`` for every i, on the device."""
-    import cupy
-
-    offsets = np.asarray(offsets, dtype=np.int64)
-    sizes = np.asarray(sizes, dtype=np.int64)
-    if len(offsets) and (offsets.min() < 0 or (offsets + sizes).max() > buffer.nbytes):
-        raise ValueError("a buffer lies outside the device array")
-    with stream:
-        table = cupy.asarray(np.stack([int(buffer.data.ptr) + offsets, sizes]))
-        out = cupy.empty(len(offsets), dtype=np.uint32)
-    crc32c_device(
-        int(table.data.ptr),
-        int(table.data.ptr) + 8 * len(offsets),
-        len(offsets),
-        int(out.data.ptr),
-        largest=int(sizes.max()) if len(sizes) else 0,
-        stream=stream,
-    )
-    # ``table`` goes back to cupy's pool now: only later work on this stream can reuse it.
-    return out
-
-
 @functools.lru_cache(maxsize=8)
 def standin_frame(compressor: Compressor, nbytes: int) -> np.ndarray:
-    """A valid frame of ``compressor`` holding ``nbytes`` zeros, nvCOMP-ready (a few hundred
-    bytes).
-
-    nvCOMP decodes it in place of a frame whose crc32c failed; the read then raises, so its
-    zeros are never returned.
-
-    Examples
-    --------
-    >>> from linumpy.io.engine.codecs import DEFAULT
-    >>> frame = standin_frame(DEFAULT, 4 * 2**20)
-    >>> frame.nbytes < 1000
-    True
-    """
+    """A valid nvCOMP-ready frame of ``compressor`` holding ``nbytes`` zeros (a few hundred
+    bytes), decoded in place of a frame whose crc32c failed (the read then raises)."""
     encoded = compressor.encoder(1, False).encode(np.zeros(nbytes, dtype=np.uint8))
     frame = np.frombuffer(encoded, np.uint8)
     one = np.zeros(1, np.int64)
@@ -275,27 +204,8 @@ class _Verdicts:
 
 
 class DeviceCrc32c:
-    """The device crc32c check of one read's groups, before nvCOMP decodes them.
-
-    Parameters
-    ----------
-    compressor
-        The chunks' compressor (its whole frames are what nvCOMP decodes).
-    chunk_nbytes
-        Decoded size of every chunk (the stand-in frame decodes to it).
-    stream
-        A stream to upload the stand-in frame on (waited for once, here).
-
-    Examples
-    --------
-    As :class:`linumpy.gpu.backend.GpuBackend` uses it:
-
-    >>> check = DeviceCrc32c(plan.codec, plan.chunk_nbytes, stream)  # doctest: +SKIP
-    >>> guard = check.guard(entries, largest, stream)  # doctest: +SKIP
-    >>> nvcomp.decode(sources, sizes, targets, capacities, stream=stream,
-    ...               before_decode=guard)  # doctest: +SKIP
-    >>> stream.synchronize(); check.raise_first(plan.key)  # doctest: +SKIP
-    """
+    """The device crc32c check of one read's groups, before nvCOMP decodes them; ``stream``
+    uploads the stand-in frame (waited for once, here)."""
 
     def __init__(self, compressor: Compressor, chunk_nbytes: int, stream: cupy.cuda.Stream) -> None:
         import cupy
@@ -340,16 +250,8 @@ class DeviceCrc32c:
         return before_decode
 
     def raise_first(self, key: Any) -> None:
-        """After every stream is synchronised: raise for the first chunk whose crc32c failed.
-
-        ``key(entry)`` names a plan entry. Groups are looked at in the order they were queued,
-        frames in their decode order.
-
-        Raises
-        ------
-        ChunkDecodeError
-            Naming the chunk, with the stored and computed crc32c.
-        """
+        """After every stream is synchronised: raise ChunkDecodeError for the first chunk whose
+        crc32c failed (groups in queue order; ``key(entry)`` names a plan entry)."""
         for group in self._groups:
             bad = np.flatnonzero(group.failed.get())
             if len(bad):

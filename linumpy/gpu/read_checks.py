@@ -1,15 +1,10 @@
 """What a GPU read verifies, and when: the validate stage of the GPU back end.
 
-Before nvCOMP decodes a group, the stored crc32c of its chunks (codec ``crc32c``) is checked on
-the device (:mod:`linumpy.gpu.crc_device`: a failed frame is swapped for a stand-in, so nvCOMP
-never sees it) or, with :data:`CRC32C_WHERE` ``"cpu"`` or where nvCOMP has no CRC32, on the
-reading threads (:mod:`linumpy.io.engine.crc`). After the decode, frames that store zstd's content
-checksum are hashed on the device (:mod:`linumpy.gpu._xxhash`). Everything is read back once,
-after the final synchronisation, and the first failure raises
-:class:`~linumpy.errors.ChunkDecodeError` naming its chunk: a crc32c first (a failed chunk was
-decoded from a stand-in, so its other checks mean nothing), then nvCOMP's statuses and sizes,
-then the content checksums. The device time of the checks is added to the read's phases
-(``crc32c_device``, ``xxh64_device``: summed over groups, whose streams overlap).
+Stored crc32c are checked before nvCOMP decodes, on the device (:mod:`linumpy.gpu.crc_device`)
+where nvCOMP has a CRC32 and decodes whole frames, else on the reading threads; content
+checksums are hashed on the device after the decode (:mod:`linumpy.gpu._xxhash`). Everything is
+read back once, after the final synchronisation: a crc32c failure first (a failed chunk was
+decoded from a stand-in), then nvCOMP's statuses and sizes, then the content checksums.
 """
 
 from __future__ import annotations
@@ -19,19 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from linumpy.errors import ChunkDecodeError, GPUUnavailableError
-from linumpy.gpu import nvcomp
+from linumpy.errors import ChunkDecodeError
 from linumpy.gpu.crc_device import DeviceCrc32c, crc32c_unavailable_reason
-from linumpy.io.engine import plan as engine_plan
+from linumpy.gpu.gpu_read import nvcomp_chunk_limit
 from linumpy.io.engine.backend import Fetched, Group
 from linumpy.io.engine.keys import EntryKeys
 from linumpy.io.engine.plan import ReadPlan
 
 __all__: list[str] = []
-
-#: Where a read checks stored crc32c: "device" (nvCOMP's batched CRC32 on the copied chunks),
-#: "cpu" (the reading threads) or "auto" (the device where nvCOMP can).
-CRC32C_WHERE = "auto"
 
 
 @dataclass(slots=True)
@@ -39,9 +29,7 @@ class ReadChecks:
     """One GPU read's checks (see the module docstring); made by :meth:`for_read`."""
 
     plan: ReadPlan
-    #: Where the stored crc32c of chunks is checked: "device", "cpu", or "" (none stored).
-    where: str = ""
-    crc: DeviceCrc32c | None = None
+    crc: DeviceCrc32c | None = None  # None: crc32c checked on the CPU, or none stored
     statuses: list[tuple[Any, np.ndarray]] = field(default_factory=list)  # entries per call
     # device hashes, the stored checksums (uint32), their entries
     hashes: list[tuple[Any, np.ndarray, np.ndarray]] = field(default_factory=list)
@@ -49,25 +37,15 @@ class ReadChecks:
 
     @classmethod
     def for_read(cls, plan: ReadPlan, stream: Any) -> ReadChecks:
-        """The checks of a read of ``plan`` (where: :data:`CRC32C_WHERE`).
-
-        Raises
-        ------
-        GPUUnavailableError
-            :data:`CRC32C_WHERE` ``"device"`` on chunks with a crc32c, where nvCOMP has no CRC32.
-        """
+        """The checks of a read of ``plan``: its crc32c on the device where nvCOMP can."""
         if not plan.crc32c:
             return cls(plan)
         # Chunks too large for nvCOMP are all decoded on the CPU, after the CPU's check; the
         # device checks the bytes nvCOMP decodes, which must then be the whole frames.
-        fits = plan.chunk_nbytes <= min(engine_plan.GPU_CHUNK_BYTES, nvcomp.MAX_DECODE_BYTES)
-        if CRC32C_WHERE != "cpu" and fits and _decodes_whole_frames(plan.codec):
-            reason = crc32c_unavailable_reason()
-            if reason is None:
-                return cls(plan, "device", DeviceCrc32c(plan.codec, plan.chunk_nbytes, stream))
-            if CRC32C_WHERE == "device":
-                raise GPUUnavailableError(f"the crc32c check on the device needs {reason}")
-        return cls(plan, "cpu")
+        fits = plan.chunk_nbytes <= nvcomp_chunk_limit()
+        if fits and _decodes_whole_frames(plan.codec) and crc32c_unavailable_reason() is None:
+            return cls(plan, DeviceCrc32c(plan.codec, plan.chunk_nbytes, stream))
+        return cls(plan)
 
     def on_device(self, group: Group) -> bool:
         """Whether the group's crc32c is checked on the device, before nvCOMP (not for groups
