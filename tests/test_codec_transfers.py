@@ -12,6 +12,11 @@ from linumpy.gpu import codec_transfers
 from linumpy.gpu.codec_transfers import layout, runs_of, stage_inputs, upload_host_chunks
 
 
+def test_layout_packs_buffers_at_aligned_offsets() -> None:
+    assert layout([3, 20]) == ([0, 16], 48)
+    assert layout([]) == ([], 0)
+
+
 def test_runs_of_keeps_order_and_limit() -> None:
     assert runs_of([], 10) == []
     assert runs_of([4, 4, 4, 4], 8) == [[0, 1], [2, 3]]

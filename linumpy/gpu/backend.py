@@ -1,24 +1,12 @@
 """The GPU back end of the read engine: nvCOMP decodes each group, one kernel scatters it.
 
-The engine's run loop (:func:`linumpy.io.engine.run.run`) fetches and checks group k+1 on the
-CPU while this back end queues group k on a CUDA stream of its own (:data:`STREAMS` of them, in
-turn): one host-to-device copy of the group's compressed bytes, one nvCOMP call decoding them into
-the stream's device buffer, stored checksums hashed there (XXH64 kernel), one scatter kernel into
-the output. An nvCOMP call takes its frames' decode latency however few they are (k calls on
-one stream cost k times one call) while calls on separate streams run together, so reading
-overlaps decoding through the streams (docs/gpu_guide.md, "Measurements behind the GPU
-defaults": streams). With :data:`CPU_SHARE`, the read's last chunks
-come in groups of their own (``Group.tail``) that libzstd threads decode once the files are read,
-while nvCOMP finishes the groups before them: the cores are idle by then, and an nvCOMP call
-lasts as long as its slowest frame however few frames it has.
-
-Memory. Besides the output, each stream holds one device buffer (its group's compressed and
-decoded bytes) and one pinned staging buffer (kept for the next reads: page-locking is slow):
-the device memory is bounded by ``scratch_bytes`` (at least one chunk per stream), the staging
-memory by :func:`~linumpy.gpu.pinned_buffers.pinned_allowance` (buffers page-locked a power of
-two large, for later reads); chunks decoded on the CPU (:data:`CPU_SHARE`) also hold a pinned
-buffer of their decoded bytes; nvCOMP's work space comes on top (``device_extra_bytes`` of the
-report includes it).
+While the run loop fetches and checks group k+1, group k is queued on a stream of its own
+(:data:`STREAMS`, in turn): one upload of its compressed bytes, one nvCOMP call, XXH64 of stored
+checksums, one scatter kernel into the output. An nvCOMP call lasts its slowest frame however few
+frames it has, and calls on separate streams run together, so streams overlap reads with decodes
+(docs/gpu_guide.md). Each stream holds one device buffer (bounded by ``scratch_bytes``) and one
+pinned staging buffer (:func:`~linumpy.gpu.pinned_buffers.pinned_allowance`); groups of the
+read's tail (``Group.tail``) are decoded by libzstd threads into pinned memory instead.
 """
 
 from __future__ import annotations
@@ -92,36 +80,12 @@ class _Slot:
 
 
 class GpuBackend:
-    """The read back end of cupy outputs: nvCOMP decodes groups on :data:`STREAMS` streams (see
-    :class:`~linumpy.io.engine.backend.ReadBackend`); plans of chunks too large for nvCOMP are
-    decoded by libzstd's threads on the host instead (``host``).
+    """The read back end of cupy outputs (see :class:`~linumpy.io.engine.backend.ReadBackend`).
 
-    Parameters
-    ----------
-    plan
-        The read plan.
-    settings
-        Streams, scratch and pinned memory, largest chunk for nvCOMP.
-    out
-        The output: a C-contiguous cupy array of the plan's shape and native dtype.
-    streams
-        The CUDA streams, one per slot (none with ``host``).
-    reader
-        How the run loop reads files (``"pread"`` or ``"kvikio"``).
-    pool_before, new_output
-        cupy's memory pool's used bytes before the read allocated anything (now when None), and
-        whether the read allocated ``out`` since (its bytes are not the read's extra).
-    host
-        The threads that read and decode every chunk on the host and copy it up
-        (:class:`~linumpy.gpu.host_decode.HostDecoder`, holding ``out``), instead of nvCOMP.
-
-    Examples
-    --------
-    What :func:`~linumpy.gpu.zarr_io.read_zarr_to_gpu` does, for an open ``array``:
-
-    >>> from linumpy.io.engine.read import read  # doctest: +SKIP
-    >>> read(array, None, backend=GpuBackend, settings=Settings(), source="a")  # doctest: +SKIP
-    array([0, 0, 0, 0], dtype=int8)
+    ``out`` is a C-contiguous cupy array of the plan's shape; ``streams`` one per slot;
+    ``pool_before``: cupy's pool's used bytes before the read allocated (``new_output``: it then
+    allocated ``out``). With ``host``, libzstd's threads decode every chunk instead
+    (:class:`~linumpy.gpu.host_decode.HostDecoder`, chunks too large for nvCOMP).
     """
 
     name: ClassVar[Literal["gpu"]] = "gpu"
@@ -150,9 +114,8 @@ class GpuBackend:
     def open(
         cls, plan: ReadPlan, settings: Settings, reader: str, out: cupy.ndarray | None
     ) -> GpuBackend:
-        """Fit the read's buffers in the device's free memory (``scratch_bytes`` halved when
-        needed), check it, allocate the output on the first stream; for chunks too large for
-        nvCOMP, check and allocate for libzstd's threads instead."""
+        """Fit the read's buffers in the device's free memory, allocate the output on the first
+        stream (for chunks too large for nvCOMP: for libzstd's threads)."""
         import cupy
 
         dtype = plan.dtype.newbyteorder("=")
@@ -301,12 +264,8 @@ class GpuBackend:
             self._submit_gpu(fetched)
 
     def _submit_cpu(self, fetched: Fetched) -> None:
-        """Decode the group with libzstd in threads into pinned memory, then copy it to the
-        slot's device buffer and scatter it from there.
-
-        The frames checked as nvCOMP-ready are single frames of the chunk's size; libzstd also
-        verifies their stored checksums.
-        """
+        """Decode the group with libzstd threads into pinned memory, then copy it to the slot's
+        device buffer and scatter it from there (libzstd verifies stored checksums)."""
         state = self._slots[fetched.slot]
         n = len(fetched.group.entries)
         mark = time.perf_counter()

@@ -1,15 +1,10 @@
 """Batches of zarr's codec calls on the GPU: validation, nvCOMP, checksums.
 
-:class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` hands its batches here. Decoding gathers every
-chunk into one device buffer (:mod:`linumpy.gpu.codec_transfers`: host chunks uploaded through
-pinned memory a piece at a time, device chunks copied there and downloaded once) and checks each
-frame on the CPU where its bytes are (the zstd compressor of :mod:`linumpy.io.engine.codecs`):
-host chunks as their codec call arrives (:func:`prepare_items`), device chunks in the merged
-call. The merged call decodes with one call of the nvCOMP layer (:mod:`linumpy.gpu.nvcomp`) and
-verifies stored checksums with the XXH64 kernel. Valid chunks that nvCOMP cannot decode (several
-frames, skippable frames, no declared content size) go to libzstd. Encoding packs chunks into one
-device buffer, encodes them with one nvCOMP call, brings the frames back through pinned memory,
-checks every frame like a stored chunk and adds checksums when asked.
+:class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` hands its batches here. A decode gathers the
+chunks into one device buffer (:mod:`linumpy.gpu.codec_transfers`), checks each frame on the CPU
+where its bytes are, decodes with one nvCOMP call and verifies stored checksums with the XXH64
+kernel; frames nvCOMP cannot decode go to libzstd. An encode packs the chunks, encodes them with
+one nvCOMP call and checks every frame like a stored chunk before returning it.
 """
 
 from __future__ import annotations
@@ -82,16 +77,7 @@ def _chunk_description(shape: tuple[int, ...], dtype: ZDType[Any, Any]) -> str:
 
 
 def chunk_key(index: int, count: int, spec: ArraySpec) -> str:
-    """The name errors give a chunk of a codec batch (zarr does not tell a codec its key).
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> from zarr.dtype import UInt16
-    >>> spec = SimpleNamespace(shape=(4, 4), dtype=UInt16())  # the fields zarr's spec has
-    >>> chunk_key(2, 5, spec)
-    'batch item 2 of 5 (chunk shape (4, 4), dtype uint16)'
-    """
+    """The name errors give a chunk of a codec batch (zarr does not tell a codec its key)."""
     return f"batch item {index} of {count} ({_chunk_description(spec.shape, spec.dtype)})"
 
 
@@ -125,13 +111,7 @@ def _wrap(prototype: BufferPrototype, array: Any, *, device: bool) -> Buffer:
 
 
 def current_device() -> int | None:
-    """The calling thread's CuPy device, or None where there is none (the codec then raises).
-
-    Examples
-    --------
-    >>> current_device() in (None, 0, 1, 2, 3, 4, 5, 6, 7)
-    True
-    """
+    """The calling thread's CuPy device, or None where there is none (the codec then raises)."""
     try:
         import cupy
 
@@ -177,16 +157,8 @@ def _nvcomp_decodable(info: Any, size: int) -> bool:
 
 
 async def prepare_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[PreparedChunk]:
-    """Check a codec call's chunks and put their bytes on the device, as the call arrives.
-
-    zarr hands the codec a sharded array's shards one call each, spread over the read; staged
-    here, before :func:`decode_items` merges calls, a late merged call starts nvCOMP at once.
-
-    Raises
-    ------
-    ChunkDecodeError
-        For a malformed chunk (only its own call fails).
-    """
+    """Check a codec call's chunks and put their bytes on the device, as the call arrives, so
+    that a late merged call (:func:`decode_items`) starts nvCOMP at once."""
     require_gpu("the nvCOMP zstd codec")
     loop = asyncio.get_running_loop()
     slots = _prepare_slots.setdefault(loop, asyncio.Semaphore(PREPARES_AT_ONCE))

@@ -41,13 +41,7 @@ ALIGNMENT = 16
 
 
 def layout(sizes: Sequence[int]) -> tuple[list[int], int]:
-    """Aligned offsets of buffers of ``sizes`` packed one after another, and their total.
-
-    Examples
-    --------
-    >>> layout([3, 20])
-    ([0, 16], 48)
-    """
+    """Aligned offsets of buffers of ``sizes`` packed one after another, and their total."""
     offsets = []
     position = 0
     for size in sizes:
@@ -57,13 +51,7 @@ def layout(sizes: Sequence[int]) -> tuple[list[int], int]:
 
 
 def is_on_device(array: Any) -> bool:
-    """Whether ``array`` is in device memory (has ``__cuda_array_interface__``).
-
-    Examples
-    --------
-    >>> is_on_device(np.zeros(2))
-    False
-    """
+    """Whether ``array`` is in device memory (has ``__cuda_array_interface__``)."""
     return hasattr(array, "__cuda_array_interface__")
 
 
@@ -110,16 +98,12 @@ def stage_inputs(
     download: bool,
     pinned: ExitStack,
 ) -> tuple[np.ndarray, cupy.ndarray, list[int], bool]:
-    """Queue the gathering of the device chunks into one device buffer at ``offsets``.
+    """Queue the gathering of the device chunks into a new device buffer at ``offsets``.
 
-    Device chunks are copied on the device into ``device_in``; with ``download`` the whole buffer
-    is then copied once into the pinned host buffer ``staging`` (borrowed until ``pinned`` closes;
-    the CPU checks their frames there). Host chunks are left to :func:`upload_host_chunks`.
-
-    Returns
-    -------
-    staging, device_in, host_chunks, pending
-        The two buffers, the indices of the host chunks, and whether a download is queued.
+    With ``download``, the buffer is then copied once into pinned host memory (borrowed until
+    ``pinned`` closes), where the CPU checks the frames. Host chunks are left to
+    :func:`upload_host_chunks`. Returns the staging and device buffers, the indices of the host
+    chunks, and whether a download is queued.
     """
     import cupy
 
@@ -139,24 +123,12 @@ def stage_inputs(
 
 
 def host_bytes(array: Any) -> np.ndarray:
-    """A host chunk's bytes as a 1-D uint8 array.
-
-    Examples
-    --------
-    >>> host_bytes(np.arange(2, dtype="<u2")).tolist()
-    [0, 0, 1, 0]
-    """
+    """A host chunk's bytes as a 1-D uint8 array."""
     return np.asarray(array).reshape(-1).view(np.uint8)
 
 
 def runs_of(sizes: Sequence[int], limit: int) -> list[list[int]]:
-    """Consecutive positions of ``sizes`` in runs of at most ``limit`` bytes (one, if larger).
-
-    Examples
-    --------
-    >>> runs_of([4, 4, 12, 1], 8)
-    [[0, 1], [2], [3]]
-    """
+    """Consecutive positions of ``sizes`` in runs of at most ``limit`` bytes (one, if larger)."""
     pieces: list[list[int]] = [[]]
     filled = 0
     for k, size in enumerate(sizes):
@@ -233,15 +205,8 @@ async def copy_pieces(
 
 
 async def copied(source: np.ndarray) -> np.ndarray:
-    """A new host array with the bytes of ``source`` (1-D uint8), copied by threads as in
-    :func:`copy_pieces`.
-
-    Examples
-    --------
-    >>> import asyncio
-    >>> asyncio.run(copied(np.arange(4, dtype=np.uint8))).tolist()
-    [0, 1, 2, 3]
-    """
+    """A new host array with the bytes of ``source`` (1-D uint8), copied as by
+    :func:`copy_pieces`."""
     out = np.empty(source.nbytes, dtype=np.uint8)
     step = max(COPY_PART_BYTES, -(-source.nbytes // COPY_THREADS))
     places = list(range(0, source.nbytes, step))

@@ -1,26 +1,10 @@
 """The nvCOMP layer: batched decode and encode through nvCOMP's C API, on a CuPy stream.
 
-A compressor (:class:`~linumpy.io.engine.codecs.protocol.Compressor`) names the algorithm that
-decodes it (its ``NVCOMP``), a key of :data:`ALGORITHMS`, the one table of the algorithms used
-here: zstd (decode and encode) and DEFLATE (decode: zlib and gzip streams without their
-wrappers).
-
-Both the fast read path and the zarr codec (:mod:`linumpy.gpu.nvcomp_zstd`) call
-:func:`decode` and :func:`encode`. They use ``libnvcomp``'s batched, asynchronous C functions
-(``nvcompBatched<Algorithm>DecompressAsync``, ``nvcompBatchedZstdCompressAsync``) through ``ctypes``
-rather than the ``nvidia.nvcomp.Codec`` Python object: a ``Codec`` call allocates its work space,
-asks the device for the frames' sizes and waits for the answer, a fixed cost per call that made
-overlapping reads with decoding (several calls) lose. Here a call
-queues its work and returns: the work space is allocated once per stream and grown when needed,
-the output sizes come from the plan, and per-chunk statuses are checked when the caller waits.
-
-nvCOMP checks little (a corrupt frame may decode to wrong bytes or fault): callers hand it only
-frames that passed their compressor's checks and, for chunks stored with a crc32c, whose
-crc32c matched (on the CPU, or on the device between the upload of a decode's tables and the
-decode: ``before_decode`` and :mod:`linumpy.gpu.crc_device`). The
-statuses and decoded sizes it reports are still checked, as a second line of defence.
-
-Importing this module imports neither cupy nor nvCOMP; the first call does.
+Compressors name their nvCOMP algorithm (``NVCOMP``, a key of :data:`ALGORITHMS`). ``libnvcomp``'s
+batched asynchronous C functions are called through ``ctypes`` rather than ``nvidia.nvcomp.Codec``,
+whose calls allocate their work space and wait for the device: here a call only queues its work,
+and per-chunk statuses are checked when the caller waits. nvCOMP checks little, so callers hand it
+only frames that passed their checks; its statuses and sizes are still checked.
 """
 
 from __future__ import annotations
@@ -159,13 +143,7 @@ def _check(status: int, what: str) -> None:
 
 
 def _function(algorithm: str, suffix: str) -> Any:
-    """nvCOMP's ``nvcompBatched<Algorithm><suffix>`` C function.
-
-    Raises
-    ------
-    GPUUnavailableError
-        When the loaded libnvcomp does not have it.
-    """
+    """nvCOMP's ``nvcompBatched<Algorithm><suffix>`` (GPUUnavailableError when missing)."""
     name = f"nvcompBatched{ALGORITHMS[algorithm]}{suffix}"
     function = getattr(_library(), name, None)
     if function is None:
@@ -190,10 +168,8 @@ def alignments(algorithm: str = "zstd") -> tuple[int, int]:
 def _temp(stream: cupy.cuda.Stream, nbytes: int) -> tuple[int, int, Any]:
     """A device work space of ``nbytes`` for one call on ``stream``, and the array to keep alive.
 
-    Taken from cupy's pool, whose blocks are reused only by later work on the same stream, and
-    given back as soon as the call is queued: a cache of its own per stream would keep the
-    largest space ever asked (about 1.6x the decoded bytes of a call) for the life of the
-    thread, on every dask thread's streams at once.
+    From cupy's pool (stream-ordered reuse), given back as soon as the call is queued: a cache per
+    stream would keep the largest space ever asked on every thread's streams.
     """
     import cupy
 
@@ -247,10 +223,8 @@ def _pinned(shape: tuple[int, ...]) -> np.ndarray:
 def _tables(
     stream: cupy.cuda.Stream, columns: Sequence[np.ndarray], n: int
 ) -> tuple[list[int], Any]:
-    """Upload per-chunk tables (one int64 column each) and room for statuses and sizes.
-
-    Returns the device addresses of each column, then of the statuses and the sizes columns.
-    """
+    """Upload per-chunk int64 columns and room for statuses and sizes; return each column's
+    device address and the device table."""
     import cupy
 
     host = np.zeros((len(columns) + 2, n), dtype=np.int64)
@@ -289,26 +263,10 @@ def decode(
 ) -> PendingStatuses:
     """Queue one batched nvCOMP decode on ``stream``; return its pending statuses.
 
-    Parameters
-    ----------
-    sources, sizes
-        Per frame: device address and size of the compressed bytes (already on the device,
-        checked on the CPU, aligned to :func:`alignments`).
-    targets, capacities
-        Per frame: device address of its decoded bytes and their exact size.
-    stream
-        The CuPy stream to queue on; nothing is waited for.
-    before_decode
-        Called with the device addresses of the sources and sizes columns (int64, one entry
-        per frame) once their upload is queued, before the decode is: it may queue work on
-        ``stream`` that rewrites them (the device crc32c check gives a failed frame a stand-in).
-    algorithm
-        A key of :data:`ALGORITHMS` (the compressor's ``NVCOMP``).
-
-    Returns
-    -------
-    PendingStatuses
-        Check it after synchronising ``stream``.
+    Per frame: the device address and size of its compressed bytes (aligned to
+    :func:`alignments`), and the address and exact size of its decoded bytes. ``before_decode``
+    is called with the device addresses of the sources and sizes columns once their upload is
+    queued: it may queue work that rewrites them (the device crc32c check's stand-in).
     """
     n = len(sources)
     expected = np.asarray(capacities, dtype=np.int64)
@@ -360,21 +318,8 @@ def encode(
 ) -> PendingStatuses:
     """Queue one batched nvCOMP zstd encode on ``stream``; return its pending statuses.
 
-    Parameters
-    ----------
-    sources, sizes
-        Per chunk: device address and size of the bytes to encode (at most
-        :data:`MAX_ENCODE_BYTES`, 4-byte aligned).
-    targets
-        Per chunk: device address of room for :func:`max_encoded_size` bytes.
-    stream
-        The CuPy stream to queue on.
-
-    Returns
-    -------
-    PendingStatuses
-        After synchronising ``stream``, :meth:`PendingStatuses.check` and
-        :meth:`PendingStatuses.sizes` (the frames' sizes).
+    Per chunk: device address and size (at most :data:`MAX_ENCODE_BYTES`, 4-byte aligned), and
+    room for :func:`max_encoded_size` bytes at ``targets``.
     """
     n = len(sources)
     if n == 0:
