@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numcodecs
 import numpy as np
 import pytest
 import zarr
@@ -18,7 +19,7 @@ from linumpy.errors import ChunkDecodeError, UnsupportedLayoutError
 from linumpy.io import read_volume
 from linumpy.io.engine import codecs
 from linumpy.io.engine.codecs import parse_codecs, parse_v2, zstd
-from linumpy.io.engine.codecs.protocol import FRAME_NEEDS_CHECK
+from linumpy.io.engine.codecs.protocol import FRAME_NEEDS_CHECK, decode_fast
 from linumpy.io.engine.cpu import CpuBackend
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.engine.read import last_read_report
@@ -137,3 +138,13 @@ def test_a_registered_compressor_is_read_by_the_engine(
     from linumpy.gpu.gpu_read import fast_path_obstacle  # imports no GPU library
 
     assert "does not decode gzip" in fast_path_obstacle(plan)  # the GPU reads it through zarr
+
+
+def test_decode_fast_refuses_empty_input_and_zstd_spans_whole_frames() -> None:
+    out = np.zeros(3, np.uint8)
+    assert not decode_fast(zstd.decode_into, b"", out)
+    if zstd.FAST_DECODE:
+        assert decode_fast(zstd.decode_into, numcodecs.Zstd().encode(b"abc"), out)
+        assert out.tobytes() == b"abc"
+    start, span = zstd.nvcomp_span(np.array([0, 64]), np.array([60, 30]))
+    assert start.tolist() == [0, 64] and span.tolist() == [60, 30]

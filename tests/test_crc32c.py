@@ -110,6 +110,7 @@ def test_strip_crc32c_many_names_the_first_bad_chunk() -> None:
     assert info.value.key == "2"
     with pytest.raises(ChunkDecodeError, match="shorter than its 4-byte crc32c"):
         strip_crc32c(b"abc", "k")
+    assert strip_crc32c(frames[0] + crc32c(frames[0]).to_bytes(4, "little"), "k") == frames[0]
 
 
 @pytest.mark.parametrize("layout", CRC_LAYOUTS)

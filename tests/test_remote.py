@@ -116,6 +116,10 @@ def test_missing_chunks_read_as_fill_value(http: tuple[Path, str]) -> None:
     expected = data.copy()
     expected[8:16, :16, :16] = 5.0
     np.testing.assert_array_equal(read_volume(f"{url}/v3.zarr"), expected)
+    os.remove(root / "v3-sharded.zarr" / "c" / "1" / "0" / "0")  # a whole shard: fill value
+    expected = data.copy()
+    expected[16:, :32, :32] = 5.0
+    np.testing.assert_array_equal(read_volume(f"{url}/v3-sharded.zarr"), expected)
 
 
 @pytest.mark.parametrize("ngff_version", ["0.4", "0.5"])

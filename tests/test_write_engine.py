@@ -17,6 +17,7 @@ import pytest
 import zarr
 from zarr.codecs import BytesCodec, ShardingCodec
 
+from linumpy import settings
 from linumpy.errors import UnsupportedLayoutError
 from linumpy.gpu.encode import GPU_ENCODER, _finish_file
 from linumpy.io import OmeZarrWriter, read_volume, save_omezarr
@@ -297,6 +298,16 @@ def test_save_omezarr_round_trip_with_checksums_off(tmp_path: Path) -> None:
     assert [type(c).__name__ for c in array.compressors] == ["ZstdCodec"]
     np.testing.assert_array_equal(array[...], data)
     np.testing.assert_array_equal(read_volume(tmp_path / "a.ome.zarr"), data)
+
+
+def test_gpu_encode_min_bytes_scales_with_io_threads() -> None:
+    def threshold(threads: int) -> int:
+        return write_module.gpu_encode_min_bytes(settings.resolve({"io_threads": threads}))
+
+    assert threshold(16) == 32 * settings.MIB and threshold(2) == 16 * settings.MIB
+    with write_module.encode_min_bytes(1):
+        assert threshold(16) == 1
+    assert threshold(2) == 16 * settings.MIB
 
 
 # -- GPU ----------------------------------------------------------------------------------------

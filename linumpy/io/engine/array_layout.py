@@ -30,17 +30,7 @@ __all__: list[str] = []
 
 @dataclass(frozen=True, slots=True)
 class ArrayLayout:
-    """How an array's chunks are stored (see the module docstring).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
-    ...                           shards=(8,), dtype="uint16")
-    >>> layout = parse_layout(array)
-    >>> layout.grid_shape, layout.chunk_shape, layout.shard_index_location, layout.codec.NAME
-    ((8,), (4,), 'end', 'zstd')
-    """
+    """How an array's chunks are stored (see the module docstring)."""
 
     root: str
     grid_shape: tuple[int, ...]  # chunks, or shards when sharded
@@ -59,21 +49,6 @@ def parse_chain(
 ) -> tuple[ShardingCodec | None, CodecChain]:
     """The sharding codec of a zarr v3 array's ``codecs`` (None when unsharded) and the chain of
     codecs of its (inner) chunks (:func:`~linumpy.io.engine.codecs.parse_codecs`).
-
-    Raises
-    ------
-    UnsupportedLayoutError
-        When the shard index codecs are not ``bytes`` (little endian), followed by ``crc32c``
-        (only when ``index_crc32c``), or the chunks' codecs are not a chain the engine knows.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
-    ...                           shards=(8,), dtype="uint16")
-    >>> sharding, chain = parse_chain(array.metadata.codecs, index_crc32c=True)
-    >>> sharding.chunk_shape, chain.compressor.NAME
-    ((4,), 'zstd')
     """
     sharding = None
     if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):

@@ -31,24 +31,6 @@ __all__: list[str] = []
 class GroupBudget:
     """How a back end wants a read's stored chunks grouped by the run loop
     (:func:`~linumpy.io.engine.run.make_groups`).
-
-    Attributes
-    ----------
-    max_compressed
-        Most compressed bytes per group: the capacity of a staging buffer (a larger chunk gets
-        a group alone).
-    max_total
-        Most compressed plus decoded bytes per group: the back end's memory per group.
-    min_groups
-        Split into at least this many groups when there are enough chunks (for overlap).
-    tail
-        Share of the chunks, the last read, to put in groups of their own
-        (:attr:`Group.tail`), which the GPU back end decodes with libzstd.
-
-    Examples
-    --------
-    >>> GroupBudget(max_compressed=2**20)
-    GroupBudget(max_compressed=1048576, max_total=4611686018427387904, min_groups=1, tail=0.0)
     """
 
     max_compressed: int
@@ -59,28 +41,7 @@ class GroupBudget:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """Stored chunks fetched together into one staging buffer and decoded together.
-
-    Attributes
-    ----------
-    entries
-        Indices of the plan's entries.
-    layout
-        Where they go in the staging buffer and the file reads that put them there.
-    tail
-        Whether the group holds some of the read's last chunks, which the back end asked to get
-        in groups of their own (:attr:`GroupBudget.tail`); the GPU back end decodes such groups
-        with libzstd.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.io.engine.fetch import layout_group
-    >>> group = Group(np.array([3]), layout_group(["f"], np.array([0]), np.array([0]),
-    ...                                            np.array([7])))
-    >>> group.entries.tolist(), group.layout.nbytes
-    ([3], 7)
-    """
+    """Stored chunks fetched together into one staging buffer and decoded together."""
 
     entries: np.ndarray
     layout: Layout
@@ -89,33 +50,7 @@ class Group:
 
 @dataclass(slots=True)
 class Fetched:
-    """A group read and checked: what the back end needs to decode and scatter it.
-
-    Attributes
-    ----------
-    index, slot
-        The group's number and the staging slot it was read into.
-    group
-        The group.
-    staging
-        The host buffer holding its compressed chunks.
-    sizes
-        Per chunk of the group: its compressed size.
-    verdicts
-        Per chunk of the group: ``FRAME_GPU`` or ``FRAME_CHECKSUM`` (one frame, size declared,
-        checked), or ``FRAME_NEEDS_CHECK`` for chunks decoded on the CPU already.
-    decoded
-        ``(position in the group, decoded bytes)`` of chunks only libzstd decodes (several or
-        skippable frames, no declared size) or too large for the back end's decoder.
-    seconds
-        Time spent reading the group's files.
-    crc32c_on_device
-        The chunks' crc32c (codec ``crc32c``) is left to the back end, which checks it on the
-        device before decoding (``sizes`` already leave it out); chunks decoded in the fetch or
-        validate stage had theirs checked on the CPU.
-    missing
-        Entries of a remote group found not stored when fetched.
-    """
+    """A group read and checked: what the back end needs to decode and scatter it."""
 
     index: int
     slot: int
@@ -131,13 +66,7 @@ class Fetched:
 
 @dataclass(slots=True)
 class Stats:
-    """What one read of a plan did, for reports.
-
-    Examples
-    --------
-    >>> Stats().n_groups
-    0
-    """
+    """What one read of a plan did, for reports."""
 
     n_reads: int = 0
     n_fill: int = 0
@@ -157,13 +86,6 @@ class ReadBackend(Protocol):
     :meth:`fill`, :meth:`submit`, :meth:`finish` and :meth:`synchronize`. A back end may also
     have ``crc32c_on_device(group) -> bool``: True leaves a group's crc32c checks to the back
     end (:attr:`Fetched.crc32c_on_device`).
-
-    Examples
-    --------
-    >>> from linumpy.io.engine.cpu import CpuBackend
-    >>> names = ("open", "execute", "budget", "staging", "fill", "submit", "finish", "usage")
-    >>> CpuBackend.name, all(hasattr(CpuBackend, name) for name in names)
-    ('cpu', True)
     """
 
     name: ClassVar[Literal["cpu", "gpu"]]  # the report's ``backend``, the key of its last report

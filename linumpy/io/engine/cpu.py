@@ -69,25 +69,6 @@ PREFAULT_BYTES = 64 * 1024 * 1024
 class CpuBackend:
     """The read back end of numpy outputs (see :class:`~linumpy.io.engine.backend.ReadBackend`,
     and :func:`~linumpy.io.engine.cpu_read.read_plan`).
-
-    Parameters
-    ----------
-    plan
-        The read plan.
-    threads
-        Decoding threads.
-    out
-        A C-contiguous array of the plan's shape and dtype, allocated when None.
-    reader
-        ``"pread"``: threads read their own chunks (:meth:`read_files`); ``"kvikio"``: the run
-        loop reads groups of them.
-
-    Examples
-    --------
-    See :func:`linumpy.io.engine.run.run` and :func:`linumpy.io.engine.read.read`:
-
-    >>> CpuBackend.name, CpuBackend.obstacle(None)
-    ('cpu', None)
     """
 
     name: ClassVar[Literal["cpu"]] = "cpu"
@@ -471,15 +452,7 @@ class CpuBackend:
 
 
 def check_thread_memory(plan: ReadPlan, threads: int) -> None:
-    """Raise MemoryLimitError unless the host has room for ``threads`` decoding threads' buffers.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), dtype="uint8")
-    >>> check_thread_memory(plan_read(array), 4)
-    """
+    """Raise MemoryLimitError unless the host has room for ``threads`` decoding threads' buffers."""
     # Per thread: a decoded chunk and, when the thread reads it, its compressed bytes (about as
     # large), and a run of chunks (RUN_BYTES at most).
     per_thread = 2 * plan.chunk_nbytes + min(RUN_BYTES, plan.chunk_nbytes * plan.n_entries)

@@ -29,17 +29,6 @@ __all__: list[str] = []
 class ChunkReads:
     """A plan's chunks read by the threads that decode them, each into a buffer it keeps, with
     their crc32c checked (see :meth:`linumpy.io.engine.cpu.CpuBackend.read_files`).
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
-    ...                           dtype="uint8")
-    >>> array[:2] = 1
-    >>> reads = ChunkReads(plan_read(array))
-    >>> reads.read(0, None)[1] > 0, reads.read(1, None)  # the second chunk is not stored
-    (True, None)
     """
 
     def __init__(self, plan: ReadPlan) -> None:
@@ -52,18 +41,12 @@ class ChunkReads:
         """Read an entry's chunk (its file, or its bytes in a shard held open in ``shards``)
         into this thread's reusable buffer, checking its crc32c; the chunk is named only for an
         error.
-
-        Returns
-        -------
-        tuple or None
-            ``(address, size, frame)`` as ``CpuBackend.decode_entry`` takes it; None when a
-            chunk file does not exist (a shard the plan found must exist).
         """
         plan = self.plan
         file, offset, nbytes = self._file_index[entry], self._offsets[entry], self._nbytes[entry]
         key = lambda: plan.key(entry)  # noqa: E731
         if shards is None:
-            data = read_chunk_file(plan.files[file], offset, nbytes, key, self._buffer)
+            data = read_chunk_file(plan.files[file], key, self._buffer)
         else:
             data = shards.read(file, offset, nbytes, key, self._buffer)
         if data is None:
@@ -96,22 +79,7 @@ class ChunkReads:
 
 
 class OpenShards:
-    """Shard files opened once for a batch of inner chunks, closed with :meth:`close`.
-
-    Parameters
-    ----------
-    files
-        The plan's file paths.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> path = tempfile.mkdtemp() + "/s"
-    >>> _ = open(path, "wb").write(b"0123456789")
-    >>> with OpenShards([path]) as shards:
-    ...     shards.read(0, 2, 3, lambda: "s/0", lambda n: np.zeros(8, np.uint8)).tobytes()
-    b'234'
-    """
+    """Shard files opened once for a batch of inner chunks, closed with :meth:`close`."""
 
     __slots__ = ("_fds", "_files")
 
@@ -133,30 +101,7 @@ class OpenShards:
         key: Callable[[], str],
         buffer: Callable[[int], np.ndarray],
     ) -> np.ndarray:
-        """Read ``nbytes`` at ``offset`` of file ``file`` into ``buffer(nbytes)``.
-
-        Parameters
-        ----------
-        file
-            Index into the files.
-        offset, nbytes
-            Where the inner chunk is in its shard (``nbytes`` >= 0).
-        key
-            Gives the chunk's name, called only for an error.
-        buffer
-            ``buffer(n)``: a 1-D uint8 array of at least ``n`` bytes to read into.
-
-        Returns
-        -------
-        numpy.ndarray
-            The first ``nbytes`` of ``buffer(nbytes)``.
-
-        Raises
-        ------
-        ChunkDecodeError
-            When the shard (whose index the plan read) is gone, is a directory, or ends before
-            the chunk does.
-        """
+        """Read ``nbytes`` at ``offset`` of file ``file`` into ``buffer(nbytes)``."""
         fd = self._fds.get(file)
         if fd is None:
             try:
@@ -186,26 +131,6 @@ class RemoteChunkReads:
     read ahead's budget), :meth:`read` for each (waiting for its response, checking its crc32c,
     giving the chunk's bytes where they arrived) and :meth:`end` once it decoded them (a
     response goes once every chunk it holds was decoded). :meth:`close` stops the requests.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io import open_array
-    >>> from linumpy.io.engine.fetch_remote import read_order
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> from tests.remote_server import serve_directory  # the tests' loopback server
-    >>> root = tempfile.mkdtemp()
-    >>> zarr.create_array(root + "/b.zarr", shape=(4, 8), chunks=(2, 4), shards=(2, 8),
-    ...                   dtype="int16")[...] = 5
-    >>> with serve_directory(root) as url:
-    ...     plan = plan_read(open_array(url + "/b.zarr"))
-    ...     reads = RemoteChunkReads(plan, read_order(plan))
-    ...     reads.begin([0, 1])
-    ...     sizes = [reads.read(e, None)[1] for e in (0, 1)]
-    ...     reads.end([0, 1])
-    ...     reads.close()
-    >>> sizes == plan.nbytes[:2].tolist()  # the frames (these have no crc32c of their own)
-    True
     """
 
     def __init__(self, plan: ReadPlan, order: np.ndarray) -> None:
@@ -225,18 +150,6 @@ class RemoteChunkReads:
     def read(self, entry: int, shards: OpenShards | None) -> tuple[int, int, Any] | None:
         """An entry's chunk where its response holds it, its crc32c checked (``shards`` is not
         used); None for a chunk object that does not exist.
-
-        Returns
-        -------
-        tuple or None
-            ``(address, size, frame)`` as ``CpuBackend.decode_entry`` takes it.
-
-        Raises
-        ------
-        RemoteError
-            When its request failed (after retries), naming the URL.
-        ChunkDecodeError
-            When its crc32c does not match.
         """
         local, request = self._local, self._request[entry]
         found = local.arrived.get(request)

@@ -16,23 +16,6 @@ __all__: list[str] = []
 def contiguous_offsets(plan: ReadPlan, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
     """Per entry, the byte offset in the output of a whole chunk that lands there as one
     contiguous block (decoded in place); -1 for the others.
-
-    Parameters
-    ----------
-    plan
-        The read plan.
-    start, stop
-        Per entry: where its part of the output starts and stops (``plan.bounds()``).
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4, 6), chunks=(2, 6),
-    ...                           dtype="uint16")
-    >>> plan = plan_read(array)
-    >>> contiguous_offsets(plan, *plan.bounds()[:2]).tolist()  # rows 0-1, then rows 2-3
-    [0, 24]
     """
     shape = np.array(plan.shape, dtype=np.int64)
     extent = stop - start
@@ -50,14 +33,7 @@ def contiguous_offsets(plan: ReadPlan, start: np.ndarray, stop: np.ndarray) -> n
 
 @dataclass(slots=True)
 class Run:
-    """One thread's run: whole chunks decoded side by side, ``count`` of them from ``first``.
-
-    Examples
-    --------
-    >>> run = Run(np.zeros(64, np.uint8))
-    >>> run.address == run.buffer.ctypes.data, run.count
-    (True, 0)
-    """
+    """One thread's run: whole chunks decoded side by side, ``count`` of them from ``first``."""
 
     buffer: np.ndarray
     address: int = 0
@@ -71,21 +47,6 @@ class Run:
 def joins(start: np.ndarray, stop: np.ndarray, direct: np.ndarray, whole: np.ndarray) -> np.ndarray:
     """Per entry: whether its chunk continues entry ``e - 1``'s along the output's last axis,
     both whole chunks copied into the output (see :data:`~linumpy.io.engine.cpu.RUN_BYTES`).
-
-    Parameters
-    ----------
-    start, stop
-        Per entry: where its part of the output starts and stops.
-    direct
-        Per entry: :func:`contiguous_offsets` (-1: copied, not decoded in place).
-    whole
-        Per entry: whether the whole chunk lies in the output.
-
-    Examples
-    --------
-    >>> start = np.array([[0, 0], [0, 4], [0, 8]])
-    >>> joins(start, start + 4, np.array([-1, -1, -1]), np.array([True, True, False])).tolist()
-    [False, True, False]
     """
     joins = np.zeros(len(start), dtype=bool)
     if len(start) > 1:
@@ -103,11 +64,6 @@ def joins(start: np.ndarray, stop: np.ndarray, direct: np.ndarray, whole: np.nda
 def batches(n: int, threads: int) -> list[tuple[int, int]]:
     """``[first, last)`` runs of ``range(n)``: about four per thread, so that threads finishing
     early take more, with fewer tasks (and less GIL-held bookkeeping) than one per chunk.
-
-    Examples
-    --------
-    >>> batches(10, 2)
-    [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
     """
     size = max(1, -(-n // (4 * threads)))
     return [(first, min(n, first + size)) for first in range(0, n, size)]
@@ -121,11 +77,6 @@ def tapering_batches(n: int, threads: int) -> list[tuple[int, int]]:
     Batches of equal size end the read with the threads apart by up to a batch, which on a few
     threads is a noticeable share of the read. Tasks are handed out in order, so the large come
     first.
-
-    Examples
-    --------
-    >>> [last - first for first, last in tapering_batches(40, 2)]
-    [5, 5, 5, 5, 5, 4, 3, 2, 2, 1, 1, 1, 1]
     """
     most = max(1, -(-n // (4 * threads)))
     runs, first = [], 0

@@ -22,35 +22,7 @@ __all__: list[str] = []
 def read_plan(
     plan: ReadPlan, *, out: np.ndarray | None = None, threads: int = 1, reader: str = "pread"
 ) -> tuple[np.ndarray, Stats]:
-    """Execute a read plan on the CPU.
-
-    Parameters
-    ----------
-    plan
-        From :func:`linumpy.io.engine.plan.plan_read`.
-    out
-        A C-contiguous array of the plan's shape and dtype to fill; allocated when None.
-    threads
-        Threads reading and decoding.
-    reader
-        How files are read (``"pread"``; ``"kvikio"`` works too where it reads files).
-
-    Returns
-    -------
-    numpy.ndarray, Stats
-        The region's data and what the run did.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="int16")
-    >>> array[:] = np.arange(16, dtype=np.int16).reshape(4, 4)
-    >>> read_plan(plan_read(array, (slice(1, 3),)), threads=2)[0]
-    array([[ 4,  5,  6,  7],
-           [ 8,  9, 10, 11]], dtype=int16)
-    """
+    """Execute a read plan on the CPU."""
     if out is None:
         nbytes, shape = output_nbytes(plan.shape, plan.dtype), plan.shape
         check_host_memory(nbytes, plan.source, f"an output of shape {shape}")

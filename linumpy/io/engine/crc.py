@@ -34,11 +34,6 @@ def google_crc32c_of(data: np.ndarray | bytes | bytearray | memoryview) -> int:
 
     ``google_crc32c.value`` refuses memoryviews (it wants a read-only buffer); a numpy view of
     the same bytes passes without a copy.
-
-    Examples
-    --------
-    >>> hex(google_crc32c_of(memoryview(bytearray(b"123456789"))))
-    '0xe3069283'
     """
     from google_crc32c import value
 
@@ -58,13 +53,7 @@ _CRC32C = _implementation()
 
 
 def crc32c(data: np.ndarray | bytes | bytearray) -> int:
-    """The crc32c (Castagnoli) of ``data``.
-
-    Examples
-    --------
-    >>> hex(crc32c(b"123456789"))
-    '0xe3069283'
-    """
+    """The crc32c (Castagnoli) of ``data``."""
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data).view(np.uint8)
     elif not isinstance(data, bytes):
@@ -78,13 +67,6 @@ def crc32c_matches(view: memoryview, nbytes: int) -> bool:
     The reading threads' check, written for the fewest Python steps per chunk (the GIL is held
     for them, and with many threads it bounds the read): one slice, one call that releases the
     GIL for 32 KiB or more, one integer of the trailer. :func:`strip_crc32c` says what is wrong.
-
-    Examples
-    --------
-    >>> frame = b"some compressed bytes"
-    >>> chunk = memoryview(frame + crc32c(frame).to_bytes(4, "little"))
-    >>> crc32c_matches(chunk, len(chunk)), crc32c_matches(chunk, len(chunk) - 1)
-    (True, False)
     """
     body = nbytes - CRC32C_BYTES
     return body >= 0 and _CRC32C(view[:body]) == int.from_bytes(view[body:nbytes], "little")
@@ -95,21 +77,6 @@ def strip_crc32c(chunk: np.ndarray | bytes, key: str | Callable[[], str]) -> np.
 
     ``key`` names the chunk in errors; a callable is called only for an error (naming a chunk
     costs more than checking it on a reader's hot path).
-
-    Raises
-    ------
-    ChunkDecodeError
-        When the chunk is shorter than its checksum or the checksum does not match.
-
-    Examples
-    --------
-    >>> frame = b"some compressed bytes"
-    >>> strip_crc32c(frame + crc32c(frame).to_bytes(4, "little"), "c/0") == frame
-    True
-    >>> strip_crc32c(b"x" + frame[1:] + crc32c(frame).to_bytes(4, "little"), "c/0")
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.ChunkDecodeError: chunk 'c/0': crc32c checksum mismatch: ...
     """
     name = (lambda: key) if isinstance(key, str) else key
     n = len(chunk)
@@ -131,18 +98,7 @@ def _mismatch(stored: int, computed: int) -> str:
 
 
 def crc32c_bodies(sizes: np.ndarray, key: Callable[[int], str]) -> np.ndarray:
-    """The sizes of chunks without their crc32c, for a check made later (on the GPU).
-
-    Raises
-    ------
-    ChunkDecodeError
-        For the first chunk shorter than its checksum.
-
-    Examples
-    --------
-    >>> crc32c_bodies(np.array([7, 9]), str).tolist()
-    [3, 5]
-    """
+    """The sizes of chunks without their crc32c, for a check made later (on the GPU)."""
     sizes = np.asarray(sizes, dtype=np.int64)
     short = np.flatnonzero(sizes < CRC32C_BYTES)
     if len(short):
@@ -160,32 +116,7 @@ def strip_crc32c_many(
     key: Callable[[int], str],
     pool: Executor | None = None,
 ) -> np.ndarray:
-    """Check the crc32c of chunks packed in ``buffer``; return their sizes without it.
-
-    Parameters
-    ----------
-    buffer
-        1-D uint8 buffer holding the chunks.
-    offsets, sizes
-        Per chunk: where it starts in ``buffer`` and its stored size (checksum included).
-    key
-        ``key(i)``: chunk ``i``'s name for errors.
-    pool
-        Threads to check on (the check releases the GIL); the calling thread when None.
-
-    Raises
-    ------
-    ChunkDecodeError
-        For the first chunk (in order) whose checksum does not match.
-
-    Examples
-    --------
-    >>> frames = [b"abc", b"defgh"]
-    >>> packed = b"".join(f + crc32c(f).to_bytes(4, "little") for f in frames)
-    >>> buffer = np.frombuffer(packed, np.uint8)
-    >>> strip_crc32c_many(buffer, np.array([0, 7]), np.array([7, 9]), str).tolist()
-    [3, 5]
-    """
+    """Check the crc32c of chunks packed in ``buffer``; return their sizes without it."""
     bodies = crc32c_bodies(sizes, key)
     ends = np.asarray(offsets, dtype=np.int64) + bodies
     trailers = buffer[ends[:, None] + np.arange(CRC32C_BYTES)].copy().view("<u4").reshape(-1)

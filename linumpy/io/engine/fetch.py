@@ -39,13 +39,7 @@ SHARD_INDEX_ENTRY = np.dtype("<u8")
 
 
 def align_up(n: int, alignment: int = ALIGN) -> int:
-    """Round ``n`` up to a multiple of ``alignment``.
-
-    Examples
-    --------
-    >>> align_up(17), align_up(32)
-    (32, 32)
-    """
+    """Round ``n`` up to a multiple of ``alignment``."""
     return -(-n // alignment) * alignment
 
 
@@ -53,16 +47,6 @@ def open_chunk_file(path: str, key: Callable[[], str]) -> int:
     """Open a chunk or shard file for reading; anything but a regular file (a directory, a FIFO,
     a device) raises :class:`~linumpy.errors.ChunkDecodeError` naming ``key()``, without a
     blocking open or read of it. FileNotFoundError propagates.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> fifo = tempfile.mkdtemp() + "/c0"
-    >>> os.mkfifo(fifo)
-    >>> open_chunk_file(fifo, lambda: "c/0")
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.ChunkDecodeError: chunk 'c/0': ... is a FIFO, not a chunk file
     """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     mode = os.fstat(fd).st_mode
@@ -88,57 +72,21 @@ def read_exactly(fd: int, view: memoryview, offset: int, key: Callable[[], str])
 
 
 def read_chunk_file(
-    path: str,
-    offset: int,
-    nbytes: int,
-    key: Callable[[], str],
-    buffer: Callable[[int], np.ndarray],
+    path: str, key: Callable[[], str], buffer: Callable[[int], np.ndarray]
 ) -> np.ndarray | None:
-    """Read a chunk's compressed bytes into ``buffer(n)``; None when its file does not exist.
-
-    Parameters
-    ----------
-    path, offset, nbytes
-        Where the bytes are; ``nbytes`` -1 reads to the end of the file.
-    key
-        Gives the chunk's name, called only for an error.
-    buffer
-        ``buffer(n)``: a 1-D uint8 array of at least ``n`` bytes to read into (a caller may
-        lend one it keeps).
-
-    Returns
-    -------
-    numpy.ndarray or None
-        The first ``n`` bytes of ``buffer(n)``, holding the chunk.
-
-    Raises
-    ------
-    ChunkDecodeError
-        When the file is shorter than the plan says (a truncated shard), or is a directory.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> path = tempfile.mkdtemp() + "/c0"
-    >>> _ = open(path, "wb").write(b"0123456789")
-    >>> read_chunk_file(path, 2, 3, lambda: "c0", lambda n: np.zeros(8, np.uint8)).tobytes()
-    b'234'
-    """
+    """Read a chunk file's bytes into ``buffer(n)``; None when the file does not exist."""
     try:
         fd = open_chunk_file(path, key)
     except FileNotFoundError:
         return None
     try:
-        if nbytes < 0:
-            nbytes = os.fstat(fd).st_size - offset
+        nbytes = os.fstat(fd).st_size
         data = buffer(nbytes)[:nbytes]
         view = memoryview(data)
-        got = os.preadv(fd, [view], offset)
+        got = os.preadv(fd, [view], 0)
         if got < nbytes:  # a short read: go on, or say where the file ends
-            read_exactly(fd, view[got:], offset + got, key)
+            read_exactly(fd, view[got:], got, key)
         return data
-    except IsADirectoryError:
-        raise ChunkDecodeError(key(), f"{path} is a directory, not a chunk file") from None
     finally:
         os.close(fd)
 
@@ -149,22 +97,6 @@ def read_shard_index(
     """Read and check a shard's index: ``(n_chunks, 2)`` of (offset, nbytes), or None if absent.
 
     Entries of chunks that are not stored hold ``2**64 - 1``.
-
-    Raises
-    ------
-    ChunkDecodeError
-        When the shard is shorter than its index, the crc32c does not match, or an entry points
-        past the end of the shard.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> root = tempfile.mkdtemp() + "/a.zarr"
-    >>> array = zarr.create_array(root, shape=(4,), chunks=(2,), shards=(4,), dtype="uint8")
-    >>> array[:2] = 1
-    >>> index = read_shard_index(root + "/c/0", 2, at_start=False, crc32c=True)
-    >>> int(index[1, 0]) == 2**64 - 1  # the second chunk is not stored
-    True
     """
     index_nbytes = n_chunks * 16 + (4 if crc32c else 0)
     try:
@@ -177,8 +109,6 @@ def read_shard_index(
             raise ChunkDecodeError(path, f"shard of {size} bytes is shorter than its index")
         raw = bytearray(index_nbytes)
         read_exactly(fd, memoryview(raw), 0 if at_start else size - index_nbytes, lambda: path)
-    except IsADirectoryError:
-        raise ChunkDecodeError(path, "the shard is a directory, not a file") from None
     finally:
         os.close(fd)
     return parse_shard_index(raw, size, n_chunks, crc32c=crc32c, name=path)
@@ -205,17 +135,6 @@ def chunk_sizes(plan: Any) -> np.ndarray:
     Sharded entries carry their size in the plan; unsharded chunk files are sized with
     ``os.stat`` in the calling thread: a stat is shorter than the hand-over of Python's GIL
     between threads, so more threads size them more slowly.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
-    ...                           dtype="uint8")
-    >>> array[:2] = 1
-    >>> sizes = chunk_sizes(plan_read(array))
-    >>> bool(sizes[0] > 0), int(sizes[1])  # the second chunk was never written
-    (True, -1)
     """
     sizes = np.where(plan.stored, plan.nbytes, -1).astype(np.int64)
     unknown = np.flatnonzero(plan.stored & (plan.nbytes < 0))
@@ -238,25 +157,7 @@ def _file_size(path: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Where a group's chunks go in a staging buffer, and the file reads that put them there.
-
-    Attributes
-    ----------
-    offsets
-        Per chunk of the group (in the group's order): its offset in the buffer.
-    runs
-        Reads ``(path, file offset, nbytes, buffer offset, first chunk)``: adjacent byte ranges
-        of one file merged; the chunk (position in the group) names the run in errors.
-    nbytes
-        Bytes of the buffer in use.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> layout = layout_group(["f"], np.array([0, 0]), np.array([0, 10]), np.array([10, 5]))
-    >>> layout.offsets.tolist(), len(layout.runs), layout.nbytes
-    ([0, 10], 1, 15)
-    """
+    """Where a group's chunks go in a staging buffer, and the file reads that put them there."""
 
     offsets: np.ndarray
     runs: tuple[tuple[str, int, int, int, int], ...]
@@ -270,25 +171,7 @@ def layout_group(
     sizes: np.ndarray,
     merge_gap: int = MERGE_GAP,
 ) -> Layout:
-    """Lay out a group of stored chunks in a staging buffer, merging reads of adjacent ranges.
-
-    Parameters
-    ----------
-    files
-        File paths, indexed by ``file_index``.
-    file_index, file_offsets, sizes
-        Per chunk: its file, byte offset in it, compressed size (all stored: ``sizes >= 0``).
-    merge_gap
-        Ranges of one file this close are read as one (the gap is read too).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> layout = layout_group(["s", "t"], np.array([0, 0, 1]), np.array([100, 0, 0]),
-    ...                       np.array([50, 100, 7]))
-    >>> layout.offsets.tolist(), [run[:4] for run in layout.runs], layout.nbytes
-    ([100, 0, 160], [('s', 0, 150, 0), ('t', 0, 7, 160)], 167)
-    """
+    """Lay out a group of stored chunks in a staging buffer, merging reads of adjacent ranges."""
     n = len(file_index)
     if n == 0:
         return Layout(np.zeros(0, dtype=np.int64), (), 0)
@@ -379,37 +262,7 @@ def read_group(
     pool: Executor | None,
     threads: int,
 ) -> None:
-    """Fill ``buffer`` with a group's chunks as :func:`layout_group` laid them out.
-
-    Parameters
-    ----------
-    buffer
-        1-D uint8 host buffer of at least ``layout.nbytes`` bytes (pinned for the GPU).
-    layout
-        From :func:`layout_group`.
-    keys
-        ``keys(i)``: the name of chunk ``i`` of the group, for errors.
-    reader
-        ``"pread"`` (``os.preadv`` on ``pool``'s threads) or ``"kvikio"`` (``CuFile.pread``).
-    pool, threads
-        Thread pool and how many runs of reads to split the work into (``pread`` only).
-
-    Raises
-    ------
-    ChunkDecodeError
-        When a file is shorter than its chunks or vanished since it was sized.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> path = tempfile.mkdtemp() + "/c0"
-    >>> _ = open(path, "wb").write(b"0123456789")
-    >>> layout = layout_group([path], np.array([0]), np.array([4]), np.array([3]))
-    >>> buffer = np.zeros(layout.nbytes, np.uint8)
-    >>> read_group(buffer, layout, str, reader="pread", pool=None, threads=1)
-    >>> buffer.tobytes()
-    b'456'
-    """
+    """Fill ``buffer`` with a group's chunks as :func:`layout_group` laid them out."""
     runs = layout.runs
     if reader == "kvikio":
         read_runs_kvikio(runs, buffer, keys)

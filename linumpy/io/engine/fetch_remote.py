@@ -49,19 +49,6 @@ IDLE_SECONDS = 120.0
 def remote_root(array: Any, settings: Any = None) -> tuple[str, Any]:
     """The URL of a remote array's folder and the client that fetches from its store, with
     ``settings``' requests and retries (by default the settings in force).
-
-    Raises
-    ------
-    UnsupportedLayoutError
-        For a store the engine does not fetch from (then zarr reads the array itself).
-
-    Examples
-    --------
-    >>> import zarr
-    >>> remote_root(zarr.create_array({}, shape=(1,), dtype="u1"))  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-        ...
-    linumpy.errors.UnsupportedLayoutError: store MemoryStore is not a local directory or ...
     """
     from linumpy.io.remote_client import range_client
 
@@ -77,27 +64,6 @@ def remote_shard_indexes(
 ) -> list[np.ndarray | None]:
     """The checked index of each shard (see :func:`~linumpy.io.engine.fetch.read_shard_index`),
     all fetched at once; None for a shard that is not stored.
-
-    Raises
-    ------
-    ChunkDecodeError
-        When a shard is shorter than its index, fails its crc32c, or points past its end.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io import open_array
-    >>> from tests.remote_server import serve_directory  # the tests' loopback server
-    >>> folder = tempfile.mkdtemp()
-    >>> array = zarr.create_array(folder + "/a.zarr", shape=(8,), chunks=(2,), shards=(4,),
-    ...                           dtype="uint8")
-    >>> array[:4] = 1
-    >>> with serve_directory(folder) as url:
-    ...     client = remote_root(open_array(url + "/a.zarr"))[1]
-    ...     found = remote_shard_indexes(client, [client.key_url("c/0"), client.key_url("c/1")],
-    ...                                  2, at_start=False, crc32c=True)
-    >>> found[0].shape, found[1] is None  # the second shard is not stored
-    ((2, 2), True)
     """
     nbytes = n_chunks * 16 + (4 if crc32c else 0)
     keys = [client.key_of(url) for url in urls]
@@ -116,24 +82,7 @@ def remote_shard_indexes(
 
 @dataclass(frozen=True, slots=True)
 class Requests:
-    """The requests that fetch a set of a plan's chunks, and where each chunk lies in them.
-
-    Attributes
-    ----------
-    keys, starts, nbytes
-        Per request: the object's key, the first byte, the bytes asked (negative: the whole
-        object, expected to be at most that many bytes).
-    request
-        Per plan entry: the request that fetches it, -1 for an entry not fetched.
-    at
-        Per plan entry: its first byte in its request's data.
-    count
-        Per request: the entries it fetches.
-
-    Examples
-    --------
-    See :class:`ReadAhead`: a request per shard there.
-    """
+    """The requests that fetch a set of a plan's chunks, and where each chunk lies in them."""
 
     keys: list[str]
     starts: np.ndarray
@@ -144,18 +93,7 @@ class Requests:
 
 
 def read_order(plan: Any, sizes: np.ndarray | None = None) -> np.ndarray:
-    """The plan's stored entries in the order the run loop reads them: by object and offset.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(6,), chunks=(2,),
-    ...                           dtype="uint8")
-    >>> array[2:] = 1  # the first chunk is not stored
-    >>> read_order(plan_read(array)).tolist()
-    [1, 2]
-    """
+    """The plan's stored entries in the order the run loop reads them: by object and offset."""
     sizes = chunk_sizes(plan) if sizes is None else sizes
     stored = np.flatnonzero(sizes >= 0)
     return stored[np.lexsort((plan.offsets[stored], plan.file_index[stored]))]
@@ -173,10 +111,6 @@ def remote_requests(
     Consecutive entries of one object, each starting at most ``gap`` bytes after the previous
     one ends, share a request until it reaches ``piece`` bytes; an unsharded chunk is one
     request for its whole object.
-
-    Examples
-    --------
-    See :class:`ReadAhead`, whose requests these are.
     """
     client, n_entries = plan.remote, plan.n_entries
     request = np.full(n_entries, -1, dtype=np.int64)
@@ -222,26 +156,6 @@ class ReadAhead:
     ``readahead`` bytes of data started and not yet handed on; a group's own requests start
     when it asks, whatever the budget. A request's data go once every chunk it holds was handed
     on.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io import open_array
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> from tests.remote_server import serve_directory  # the tests' loopback server
-    >>> folder = tempfile.mkdtemp()
-    >>> array = zarr.create_array(folder + "/a.zarr", shape=(8,), chunks=(2,), shards=(4,),
-    ...                           dtype="uint8")
-    >>> array[:] = 3
-    >>> with serve_directory(folder) as url:
-    ...     plan = plan_read(open_array(url + "/a.zarr"))
-    ...     ahead = ReadAhead(plan, read_order(plan))
-    ...     first = ahead.group(np.arange(2), lambda n: np.empty(n, np.uint8))
-    ...     second = ahead.group(np.arange(2, 4), lambda n: np.empty(n, np.uint8))
-    >>> first[0].tolist(), second[0].tolist(), ahead.done
-    ([0, 1], [2, 3], True)
-    >>> ahead.requests.keys, ahead.requests.request.tolist()  # one request per shard
-    (['c/0', 'c/1'], [0, 0, 1, 1])
     """
 
     def __init__(self, plan: Any, order: np.ndarray, start: int = 0) -> None:
@@ -452,36 +366,7 @@ def fetch_remote_group(
     entries: np.ndarray,
     staging: Callable[[int], np.ndarray],
 ) -> tuple[np.ndarray, Layout, np.ndarray, np.ndarray, np.ndarray]:
-    """Fetch a group of a remote plan's chunks into a staging buffer (reading ahead).
-
-    Parameters
-    ----------
-    plan
-        A remote read plan.
-    entries
-        The plan entries of the group.
-    staging
-        ``staging(n)``: the back end's buffer of at least ``n`` bytes for this group.
-
-    Returns
-    -------
-    tuple
-        ``(present, layout, buffer, sizes, missing)``: the entries that are stored, their
-        layout in the buffer, the buffer, their compressed sizes, and the entries whose object
-        does not exist (read as the fill value).
-
-    Raises
-    ------
-    RemoteError
-        For a failed request (after retries), naming its URL.
-    ChunkDecodeError
-        When an object is shorter than its shard index says.
-
-    Examples
-    --------
-    The read ahead of a plan (:class:`ReadAhead`, whose example shows it at work) starts on
-    its first group and goes once its last chunk is handed on, or the read fails.
-    """
+    """Fetch a group of a remote plan's chunks into a staging buffer (reading ahead)."""
     ahead = _read_ahead(plan, entries)
     try:
         return ahead.group(entries, staging)

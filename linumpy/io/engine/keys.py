@@ -17,14 +17,6 @@ def chunk_keys(metadata: Any, coords: np.ndarray, prefix: str = "") -> list[str]
     zarr's two standard key encodings are built here from each axis' numbers written once
     (asking zarr's ``encode_chunk_key`` chunk by chunk would be most of a read's planning); any
     other encoding is asked chunk by chunk.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4, 4), chunks=(2, 2),
-    ...                           dtype="uint8")
-    >>> chunk_keys(array.metadata, np.array([[0, 1], [1, 0]]), "a/")
-    ['a/c/0/1', 'a/c/1/0']
     """
     encoding = getattr(metadata, "chunk_key_encoding", None)
     # The standard encodings are told apart by their JSON name, as zarr's metadata spells them.
@@ -51,16 +43,6 @@ def chunk_keys(metadata: Any, coords: np.ndarray, prefix: str = "") -> list[str]
 class EntryKeys:
     """The names of some plan entries, made only when an error asks for one
     (``keys[i]`` or ``keys(i)``: the name of ``entries[i]``).
-
-    Examples
-    --------
-    >>> import os, tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> plan = plan_read(zarr.create_array(path, shape=(4,), chunks=(2,), dtype="uint8"))
-    >>> keys = EntryKeys(plan, np.array([1]))
-    >>> os.path.relpath(keys[0], path), keys(0) == keys[0]
-    ('c/1', True)
     """
 
     plan: Any  # a ReadPlan

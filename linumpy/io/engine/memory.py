@@ -14,13 +14,7 @@ __all__: list[str] = []
 
 
 def available_memory() -> int:
-    """Host memory available to new allocations, in bytes (``MemAvailable`` on Linux).
-
-    Examples
-    --------
-    >>> available_memory() > 0
-    True
-    """
+    """Host memory available to new allocations, in bytes (``MemAvailable`` on Linux)."""
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
@@ -37,12 +31,7 @@ def check_host_memory(
     what: str,
     hint: str = "read a region at a time (region=...) or lazily with linumpy.io.open_volume",
 ) -> None:
-    """Raise :class:`~linumpy.errors.HostMemoryError` before allocating more than is available.
-
-    Examples
-    --------
-    >>> check_host_memory(1024, "v.zarr", "the output")  # fits: nothing happens
-    """
+    """Raise :class:`~linumpy.errors.HostMemoryError` before allocating more than is available."""
     available = available_memory()
     if nbytes > available:
         raise HostMemoryError(
@@ -52,13 +41,7 @@ def check_host_memory(
 
 
 def format_size(nbytes: float) -> str:
-    """A byte count for people.
-
-    Examples
-    --------
-    >>> format_size(512), format_size(3 * 2**30)
-    ('512 bytes', '3.0 GiB')
-    """
+    """A byte count for people."""
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
         if nbytes < 1024 or unit == "TiB":
             return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"

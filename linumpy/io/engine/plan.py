@@ -38,36 +38,7 @@ __all__: list[str] = []
 
 
 class ChunkRead(NamedTuple):
-    """One chunk to fetch, decode and scatter (a named tuple: plans of large arrays hold many).
-
-    Attributes
-    ----------
-    key
-        The chunk's file path (with the inner chunk's coordinates for sharded arrays), used in
-        error messages.
-    path
-        The file holding the compressed bytes.
-    offset
-        Byte offset of the compressed bytes in the file.
-    nbytes
-        Number of compressed bytes, or -1 for the whole file (unsharded chunks, size unknown until
-        read).
-    out_sel
-        Where the chunk's part of the region lands in the output.
-    chunk_sel
-        Which part of the decoded chunk is kept.
-
-    Examples
-    --------
-    >>> import os, tempfile, zarr
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
-    >>> read = plan_read(array, (slice(1, 3), slice(0, 2))).reads[0]
-    >>> os.path.relpath(read.path, path), read.offset, read.nbytes
-    ('c/0/0', 0, -1)
-    >>> read.out_sel, read.chunk_sel
-    ((slice(0, 1, None), slice(0, 2, None)), (slice(1, 2, None), slice(0, 2, None)))
-    """
+    """One chunk to fetch, decode and scatter (a named tuple: plans of large arrays hold many)."""
 
     key: str
     path: str
@@ -85,58 +56,6 @@ class ReadPlan:
     touches. Entries are numbered in C order of the chunk grid; per-entry values are numpy
     arrays, so that plans of large arrays cost no Python object per chunk. :meth:`entry` gives
     one entry as a :class:`ChunkRead`.
-
-    Attributes
-    ----------
-    source
-        The array's location, for messages.
-    shape
-        Shape of the output (the region's shape).
-    dtype
-        Output dtype, equal to the dtype zarr returns.
-    stored_dtype
-        Dtype of the decoded bytes, with their stored byte order.
-    chunk_shape
-        Shape of a decoded chunk (the inner chunk of sharded arrays).
-    order
-        Memory order of decoded chunks (zarr v2 arrays may be ``"F"``).
-    fill_value
-        Value of elements whose chunk is not stored.
-    region
-        The region read, one slice per dimension.
-    files
-        The files entries are read from.
-    file_index
-        Per entry: index into ``files``.
-    offsets, nbytes
-        Per entry: where its compressed bytes start in its file and how many there are (-1: the
-        whole file, size unknown until read).
-    coords
-        Per entry: the chunk's coordinates in the (inner) chunk grid, shape ``(n, ndim)``.
-    stored
-        Per entry: False when the plan already knows the chunk is not stored (an empty entry of
-        a shard index, a missing shard); an unsharded chunk whose file is missing reads as
-        ``fill_value`` too.
-    chunks_per_shard
-        For sharded arrays, the inner chunks along each axis of a shard (keys name the inner
-        chunk); None otherwise.
-    crc32c
-        Whether each stored chunk ends with the crc32c of its compressed bytes (codec ``crc32c``).
-    remote
-        For an array on a remote store, the :class:`~linumpy.io.remote.RangeClient` that
-        fetches its chunks (``files`` are then URLs); None for local files.
-    codec
-        The compressor (:class:`~linumpy.io.engine.codecs.protocol.Compressor`): frame checks,
-        CPU decoding, the nvCOMP algorithm of GPU reads.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> array = zarr.create_array(path, shape=(8, 8), chunks=(4, 4), dtype="uint16")
-    >>> plan = plan_read(array, (slice(2, 6), slice(0, 4)))
-    >>> plan.shape, plan.chunk_shape, plan.n_entries, plan.out_nbytes, plan.chunk_nbytes
-    ((4, 4), (4, 4), 2, 32, 32)
     """
 
     source: str
@@ -174,16 +93,7 @@ class ReadPlan:
         return len(self.offsets)
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per entry, ``(n, ndim)`` arrays: output start, output stop, start inside the chunk.
-
-        Examples
-        --------
-        >>> import tempfile, zarr
-        >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
-        ...                           dtype="uint8")
-        >>> [b.ravel().tolist() for b in plan_read(array, (slice(2, 6),)).bounds()]
-        [[0, 2], [2, 4], [2, 0]]
-        """
+        """Per entry, ``(n, ndim)`` arrays: output start, output stop, start inside the chunk."""
         ndim = len(self.shape)
         chunk = np.array(self.chunk_shape, dtype=np.int64).reshape(1, ndim)
         lo = np.array([s.start for s in self.region], dtype=np.int64).reshape(1, ndim)
@@ -194,16 +104,7 @@ class ReadPlan:
         return start - lo, stop - lo, start - origin
 
     def key(self, i: int) -> str:
-        """The name of entry ``i`` in errors: its file, and the inner chunk for shards.
-
-        Examples
-        --------
-        >>> import os, tempfile, zarr
-        >>> path = tempfile.mkdtemp() + "/array.zarr"
-        >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
-        >>> os.path.relpath(plan_read(array).key(3), path)
-        'c/1/1'
-        """
+        """The name of entry ``i`` in errors: its file, and the inner chunk for shards."""
         path = self.files[int(self.file_index[i])]
         if self.chunks_per_shard is None:
             return path
@@ -211,16 +112,7 @@ class ReadPlan:
         return f"{path} [inner chunk {','.join(map(str, inner))}]"
 
     def entry(self, i: int) -> ChunkRead:
-        """Entry ``i`` as a :class:`ChunkRead`.
-
-        Examples
-        --------
-        >>> import tempfile, zarr
-        >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
-        ...                           dtype="uint8")
-        >>> plan_read(array, (slice(1, 3),)).entry(1)[3:]
-        (-1, (slice(1, 2, None),), (slice(0, 1, None),))
-        """
+        """Entry ``i`` as a :class:`ChunkRead`."""
         out_start, out_stop, chunk_start = (b[i].tolist() for b in self.bounds())
         out_sel = tuple(slice(a, b) for a, b in zip(out_start, out_stop))
         chunk_sel = tuple(slice(c, c + b - a) for a, b, c in zip(out_start, out_stop, chunk_start))
@@ -261,40 +153,7 @@ def _grid(region: Region, block: tuple[int, ...], source: str) -> np.ndarray:
 
 
 def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) -> ReadPlan:
-    """Plan the batched read of ``array[region]``.
-
-    Parameters
-    ----------
-    array
-        A zarr array on a local store.
-    region
-        The part to read (see :func:`parse_region`); the whole array by default.
-
-    Returns
-    -------
-    ReadPlan
-        The chunks to read and where each lands.
-
-    Raises
-    ------
-    UnsupportedLayoutError
-        When the store or codec chain is not one of the planned layouts.
-    ChunkDecodeError
-        When a shard index is corrupt.
-    LinumpyError
-        When the region is invalid.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), shards=(4, 4),
-    ...                           dtype="uint8", fill_value=7)
-    >>> array[:2, :2] = 1
-    >>> plan = plan_read(array)
-    >>> len(plan.reads), len(plan.missing)
-    (1, 3)
-    """
+    """Plan the batched read of ``array[region]``."""
     layout = parse_layout(array)
     return _plan(array, layout, parse_region(region, array.shape, layout.root))
 
@@ -302,14 +161,6 @@ def plan_read(array: zarr.Array, region: slice | Sequence[slice] | None = None) 
 def plan_region(array: zarr.Array, region: Region, settings: Settings | None = None) -> ReadPlan:
     """:func:`plan_read` of a region that :func:`parse_region` returned already; a remote
     array's requests and retries follow ``settings`` (by default the settings in force).
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
-    ...                           dtype="uint8")
-    >>> plan_region(array, parse_region((slice(1, 3),), array.shape)).n_entries
-    2
     """
     return _plan(array, parse_layout(array, settings), region)
 
@@ -411,21 +262,5 @@ def _sharded(metadata: Any, layout: ArrayLayout, coords: np.ndarray) -> _Entries
 
 
 def chunk_view(buffer: Any, plan: ReadPlan) -> Any:
-    """View a decoded chunk's bytes (1-D uint8, numpy or cupy) as the chunk's array.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.fetch import read_chunk_file
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> array = zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="uint8")
-    >>> array[:] = np.arange(16, dtype=np.uint8).reshape(4, 4)
-    >>> plan = plan_read(array)
-    >>> read = plan.reads[-1]
-    >>> data = read_chunk_file(read.path, read.offset, read.nbytes, lambda: read.key,
-    ...                        lambda n: np.empty(n, np.uint8))
-    >>> chunk_view(plan.codec.decode(data, key=read.key), plan)
-    array([[10, 11],
-           [14, 15]], dtype=uint8)
-    """
+    """View a decoded chunk's bytes (1-D uint8, numpy or cupy) as the chunk's array."""
     return buffer.view(plan.stored_dtype).reshape(plan.chunk_shape, order=plan.order)

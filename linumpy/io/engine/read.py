@@ -70,20 +70,6 @@ class ReadReport:
         (``final_sync``); a GPU read adds its back end's steps (``pinned``, ``nvcomp``...).
     backend
         ``"cpu"`` or ``"gpu"``.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.cpu import CpuBackend
-    >>> from linumpy.settings import Settings
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
-    ...                           dtype="uint8")
-    >>> array[:4] = 1
-    >>> read(array, None, backend=CpuBackend, settings=Settings(), source="a").tolist()
-    [1, 1, 1, 1, 0, 0, 0, 0]
-    >>> report = last_read_report()
-    >>> report.path, report.n_reads, report.n_fill, report.output_bytes, "pipeline" in report.phases
-    ('fast', 1, 1, 8, True)
     """
 
     source: str
@@ -107,13 +93,7 @@ _reports = threading.local()
 
 
 def last_read_report(backend: Literal["cpu", "gpu"] = "cpu") -> ReadReport | None:
-    """The report of this thread's last read on ``backend``, or None.
-
-    Examples
-    --------
-    >>> last_read_report("gpu") is None or last_read_report("gpu").backend == "gpu"
-    True
-    """
+    """The report of this thread's last read on ``backend``, or None."""
     return getattr(_reports, "last", {}).get(backend)
 
 
@@ -133,33 +113,7 @@ def read(
     source: str,
     out: Any = None,
 ) -> Any:
-    """Read ``array[region]`` with ``backend``, recording a :class:`ReadReport`.
-
-    Parameters
-    ----------
-    array
-        The zarr array.
-    region
-        A slice or tuple of slices (step 1); the whole array when None.
-    backend
-        The back end's class: :class:`~linumpy.io.engine.cpu.CpuBackend` or
-        :class:`~linumpy.gpu.backend.GpuBackend`.
-    settings
-        The call's resolved settings.
-    source
-        The array's name in errors about the region and memory.
-    out
-        An array of the region's shape to fill (checked by the back end); allocated when None.
-
-    Returns
-    -------
-    numpy.ndarray or cupy.ndarray
-        The region's data (``out`` when given).
-
-    Examples
-    --------
-    See :class:`ReadReport`.
-    """
+    """Read ``array[region]`` with ``backend``, recording a :class:`ReadReport`."""
     started = time.perf_counter()
     selection = parse_region(region, array.shape, source)
     if out is None:  # before planning: the plan of a huge region alone takes long
@@ -217,11 +171,5 @@ def read(
 
 
 def output_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
-    """Bytes of an output of ``shape`` and ``dtype``.
-
-    Examples
-    --------
-    >>> output_nbytes((2, 3), np.dtype("uint16"))
-    12
-    """
+    """Bytes of an output of ``shape`` and ``dtype``."""
     return math.prod(shape) * np.dtype(dtype).itemsize

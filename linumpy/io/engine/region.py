@@ -15,34 +15,7 @@ Region = tuple[slice, ...]
 def parse_region(
     region: slice | Sequence[slice] | None, shape: Sequence[int], source: str = "array"
 ) -> Region:
-    """Check a region against an array's shape and return one slice per dimension.
-
-    Parameters
-    ----------
-    region
-        A slice or a tuple of slices (step 1); missing trailing dimensions are read whole;
-        negative bounds count from the end, as in Python.
-    shape
-        The array's shape.
-    source
-        The array's name for error messages.
-
-    Returns
-    -------
-    tuple of slice
-        Slices with explicit, non-negative ``start <= stop`` bounds.
-
-    Raises
-    ------
-    LinumpyError
-        When the region has too many dimensions, a non-slice entry, a step other than 1, or
-        bounds outside the array.
-
-    Examples
-    --------
-    >>> parse_region((slice(2, None),), (10, 20))
-    (slice(2, 10, None), slice(0, 20, None))
-    """
+    """Check a region against an array's shape and return one slice per dimension."""
     if region is None:
         region = ()
     elif isinstance(region, slice):

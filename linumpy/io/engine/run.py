@@ -47,34 +47,6 @@ def make_groups(
     Filling groups up to the budget one after the other leaves a small last group whenever the
     chunks do not divide evenly, and on the GPU that group waits behind the first on its stream,
     paying a whole nvCOMP call's latency alone (128^3 chunks: 5 groups on 4 streams).
-
-    Parameters
-    ----------
-    order
-        Indices of the chunks to read, in the order to read them.
-    sizes
-        Compressed size per chunk (indexed like the plan's reads).
-    chunk_nbytes
-        Decoded size of a chunk.
-    max_compressed
-        Most compressed bytes per group (staging capacity); a larger chunk gets a group alone.
-    max_total
-        Most compressed plus decoded bytes per group (the back end's memory per group).
-    min_groups
-        Split into at least this many groups when there are enough chunks (for overlap).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> sizes = np.array([10, 10, 10, 10])
-    >>> make_groups(np.arange(4), sizes, chunk_nbytes=20, max_compressed=25, max_total=1000)
-    [array([0, 1]), array([2, 3])]
-    >>> [len(g) for g in make_groups(np.arange(9), np.full(9, 10), chunk_nbytes=10,
-    ...                              max_compressed=10**6, max_total=80)]
-    [3, 3, 3]
-    >>> [g.tolist() for g in make_groups(np.arange(4), sizes, chunk_nbytes=20,
-    ...                                  max_compressed=100, max_total=1000, min_groups=4)]
-    [[0], [1], [2], [3]]
     """
     n = len(order)
     if n == 0:
@@ -203,46 +175,7 @@ def run(
     reader: str,
     threads: int,
 ) -> Stats:
-    """Execute ``plan`` through ``backend``: fetch and check group k+1 while k is decoded.
-
-    Parameters
-    ----------
-    plan
-        From :func:`linumpy.io.engine.plan.plan_read`.
-    backend
-        The CPU or GPU back end, holding the output.
-    reader
-        ``"pread"`` or ``"kvikio"`` (see :func:`linumpy.io.engine.fetch.read_group`).
-    threads
-        Threads reading files (and decoding the chunks only libzstd decodes).
-
-    The back end's :meth:`~linumpy.io.engine.backend.ReadBackend.budget`, given the compressed
-    sizes in read order, says how chunks are grouped (:func:`make_groups`) and which last
-    share of them go in groups of their own (:attr:`~linumpy.io.engine.backend.Group.tail`).
-    With its ``size_order``, chunks are read in order of compressed size, smallest first,
-    instead of file order: the GPU back end's nvCOMP call lasts as long as its slowest frame,
-    and the best-compressed frames (the most matches) decode slowest, so they go in the first
-    group, which also reads fastest (:data:`linumpy.gpu.backend.SIZE_ORDER_MIN_CHUNK`).
-
-    Returns
-    -------
-    Stats
-        Counts, bytes and per-phase seconds.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.cpu import CpuBackend
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4, 4), chunks=(2, 2),
-    ...                           dtype="int16")
-    >>> array[:2] = 7
-    >>> plan = plan_read(array)
-    >>> backend = CpuBackend(plan, threads=2)
-    >>> stats = run(plan, backend, reader="pread", threads=2)
-    >>> backend.out.tolist(), stats.n_reads, stats.n_fill
-    ([[7, 7, 7, 7], [7, 7, 7, 7], [0, 0, 0, 0], [0, 0, 0, 0]], 2, 2)
-    """
+    """Execute ``plan`` through ``backend``: fetch and check group k+1 while k is decoded."""
     stats = Stats()
     phases = stats.phases
     mark = time.perf_counter()

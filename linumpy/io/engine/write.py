@@ -33,14 +33,7 @@ __all__: list[str] = []
 
 
 class DeviceEncoder(Protocol):
-    """What :func:`write_array` asks of the encoder of device data.
-
-    Examples
-    --------
-    >>> from linumpy.io.block_write import device_encoder
-    >>> device_encoder(np.zeros(2)) is None  # host data: the CPU encodes it
-    True
-    """
+    """What :func:`write_array` asks of the encoder of device data."""
 
     def unusable_reason(self, plan: WritePlan) -> str | None:
         """Why it cannot encode this plan's chunks (then the CPU does), or None."""
@@ -67,13 +60,6 @@ _ENCODE_MIN_BYTES = 0
 def encode_min_bytes(nbytes: int) -> Iterator[None]:
     """Within: device arrays of ``nbytes`` or more are encoded by nvCOMP, smaller ones on the
     host (1: every array on the GPU, as the kernel preparation and tests do); process-wide.
-
-    Examples
-    --------
-    >>> from linumpy import settings
-    >>> with encode_min_bytes(1):
-    ...     gpu_encode_min_bytes(settings.get())
-    1
     """
     global _ENCODE_MIN_BYTES
     before, _ENCODE_MIN_BYTES = _ENCODE_MIN_BYTES, nbytes
@@ -87,14 +73,6 @@ def gpu_encode_min_bytes(config: settings_module.Settings) -> int:
     """The smallest device array the GPU encodes: :data:`GPU_ENCODE_MIN_BYTES_PER_THREAD` per
     ``io_threads`` (the host's libzstd threads), at least :data:`GPU_ENCODE_MIN_BYTES_FLOOR`
     (unless :func:`encode_min_bytes` says otherwise).
-
-    Examples
-    --------
-    >>> from linumpy import settings
-    >>> gpu_encode_min_bytes(settings.resolve({"io_threads": 16})) // settings.MIB
-    32
-    >>> gpu_encode_min_bytes(settings.resolve({"io_threads": 2})) // settings.MIB
-    16
     """
     default = max(GPU_ENCODE_MIN_BYTES_FLOOR, GPU_ENCODE_MIN_BYTES_PER_THREAD * config.io_threads)
     return _ENCODE_MIN_BYTES or default
@@ -114,42 +92,6 @@ def write_array(
     :func:`linumpy.io.block_write.device_encoder` finds it) when large enough; anything else by
     the array's compressor in ``settings.io_threads`` threads. Files are written into the
     array's directory, each whole, in as many threads.
-
-    Parameters
-    ----------
-    array
-        An existing zarr v3 array on a local directory (e.g. a level of an
-        :class:`~linumpy.io.writer.OmeZarrWriter`).
-    data
-        A numpy or cupy array of the region's shape (cast to the array's dtype).
-    region
-        A slice per axis (the whole array by default), starting on the file grid (shards, or
-        chunks when unsharded) and ending on it or at the array's end.
-    settings
-        :class:`~linumpy.settings.Settings` or a dict of fields overriding the current ones.
-    encoder
-        The encoder of device data; without one, device data is copied to the host and encoded
-        there.
-
-    Returns
-    -------
-    WriteReport
-        Files and chunks written, bytes, time.
-
-    Raises
-    ------
-    UnsupportedLayoutError
-        When the layout or the region is not one the engine writes, or ``data`` does not have
-        the region's shape: write with zarr instead (nothing was written).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(6, 6), chunks=(4, 4),
-    ...                           dtype="uint16")
-    >>> report = write_array(array, np.arange(36, dtype=np.uint16).reshape(6, 6))
-    >>> report.files_written, int(array[5, 5])
-    (4, 35)
     """
     started = time.perf_counter()
     plan = plan_write(array, region)

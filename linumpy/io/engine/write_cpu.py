@@ -75,20 +75,6 @@ def write_cpu(plan: WritePlan, data: np.ndarray, config: Settings) -> WriteRepor
     and writes it: a shard is not one thread's). The plan's directories must exist
     (:func:`~linumpy.io.engine.write_files.make_directories`); callers use
     :func:`~linumpy.io.engine.write.write_array`.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy import settings
-    >>> from linumpy.io.engine.write_files import make_directories
-    >>> from linumpy.io.engine.write_plan import plan_write
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8, 8), chunks=(4, 4),
-    ...                           shards=(8, 8), dtype="uint8")
-    >>> plan = plan_write(array)
-    >>> make_directories(plan)
-    >>> report = write_cpu(plan, np.full((8, 8), 7, np.uint8), settings.get())
-    >>> report.files_written, report.chunks_written, int(array[7, 7])
-    (1, 4, 7)
     """
     layout = plan.layout
     report = WriteReport("cpu")

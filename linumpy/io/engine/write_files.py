@@ -30,33 +30,7 @@ _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 @dataclass
 class WriteReport:
-    """What one :func:`write_array` call did.
-
-    Attributes
-    ----------
-    backend
-        ``"cpu"`` (libzstd threads) or ``"gpu"`` (nvCOMP).
-    files_written
-        Files written (a file whose chunks all equal the fill value is removed instead).
-    chunks_written, chunks_empty
-        Chunks encoded and stored, and chunks left out (equal to the fill value).
-    stored_bytes
-        Bytes in the files written.
-    seconds
-        Wall time of the write.
-    phases
-        Seconds per phase, where the back end measures them.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.write import write_array
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8, 8), chunks=(4, 4),
-    ...                           dtype="uint8")
-    >>> report = write_array(array, np.ones((8, 8), np.uint8))
-    >>> report.backend, report.files_written, report.chunks_written
-    ('cpu', 4, 4)
-    """
+    """What one :func:`write_array` call did."""
 
     backend: str
     files_written: int = 0
@@ -79,12 +53,6 @@ def empty_rows(xp: Any, rows: Any, fill_value: Any) -> Any:
 
     The test zarr makes before leaving a chunk out: NaN equals a NaN fill value, and a zero
     float fill value is compared bit for bit (a chunk of ``-0.0`` is stored).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> empty_rows(np, np.array([[0.0, 0.0], [0.0, -0.0], [np.nan, 1]]), 0.0).tolist()
-    [True, False, False]
     """
     fill = np.asarray(fill_value, dtype=rows.dtype)
     if rows.dtype.kind in "fc":
@@ -105,27 +73,7 @@ def _crc(frame: Any) -> bytes:
 
 
 def assemble_file(plan: WritePlan, frames: Sequence[Any]) -> list[Any] | None:
-    """The parts of one file, in order, or None when no chunk of it is stored.
-
-    Parameters
-    ----------
-    plan
-        The write's plan (its layout says whether files are shards, where the index goes and
-        whether chunks carry a crc32c).
-    frames
-        Per chunk of the file (inner chunks of a shard in C order): its zstd frame as a 1-D
-        uint8 numpy array or bytes, or None when the chunk is not stored.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.write_plan import plan_write
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
-    ...                           shards=(4,), dtype="uint8")
-    >>> parts = assemble_file(plan_write(array), [None, b"frame"])
-    >>> parts[0], len(parts[1])  # the frame, then the index and its crc32c
-    (b'frame', 36)
-    """
+    """The parts of one file, in order, or None when no chunk of it is stored."""
     layout = plan.layout
     if not layout.sharded:
         frame = frames[0]
@@ -160,15 +108,6 @@ def write_file(path: str, parts: list[Any] | None, *, writeback: bool = False) -
     the swap then waits for less.
 
     Returns the bytes written.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> path = tempfile.mkdtemp() + "/c0"
-    >>> write_file(path, [b"ab", b"cd"]), open(path, "rb").read()
-    (4, b'abcd')
-    >>> write_file(path, None), os.path.exists(path)
-    (0, False)
     """
     if parts is None:
         with suppress(FileNotFoundError):
@@ -194,33 +133,13 @@ def write_file(path: str, parts: list[Any] | None, *, writeback: bool = False) -
 
 
 def make_directories(plan: WritePlan) -> None:
-    """Create the directories the plan's files go in (once, before the threads write).
-
-    Examples
-    --------
-    >>> import os, tempfile, zarr
-    >>> from linumpy.io.engine.write_plan import plan_write
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> array = zarr.create_array(path, shape=(8, 8), chunks=(4, 4), dtype="uint8")
-    >>> make_directories(plan_write(array))
-    >>> sorted(os.listdir(path + "/c"))
-    ['0', '1']
-    """
+    """Create the directories the plan's files go in (once, before the threads write)."""
     for directory in sorted({os.path.dirname(plan.path(i)) for i in range(plan.n_blocks)}):
         os.makedirs(directory, exist_ok=True)
 
 
 class FilePool:
-    """Threads writing files, with at most ``window`` files' frames in flight.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> with FilePool(2) as pool:
-    ...     _ = pool.submit(lambda: 1)
-    >>> pool.results
-    [1]
-    """
+    """Threads writing files, with at most ``window`` files' frames in flight."""
 
     def __init__(self, threads: int, window: int | None = None) -> None:
         self._pool = ThreadPoolExecutor(max(1, threads))

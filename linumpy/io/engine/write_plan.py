@@ -40,48 +40,7 @@ _KINDS = "biufc"
 
 @dataclass(frozen=True)
 class WriteLayout:
-    """How an array's chunks are encoded and stored.
-
-    Attributes
-    ----------
-    root
-        The array's directory.
-    shape, dtype
-        The array's shape and (native) dtype.
-    stored_dtype
-        The dtype of a chunk's bytes (little endian).
-    fill_value
-        The array's fill value, as a numpy scalar of ``dtype``.
-    chunk_shape
-        Shape of an encoded chunk (the inner chunk of a shard).
-    block_shape
-        Shape of one file's block: the shard, or the chunk when unsharded.
-    sharded
-        Whether files are shards.
-    index_at_start
-        Shards only: the index precedes the chunks.
-    compressor
-        The compressor encoding the chunks.
-    level, checksum
-        Its level and content checksum flag.
-    crc32c
-        Every compressed chunk is followed by its crc32c (4 bytes, little endian).
-    write_empty_chunks
-        Store chunks equal to ``fill_value`` everywhere (zarr's array config); otherwise they are
-        left out, as zarr does.
-    encode_key
-        The chunk key (file name under ``root``) of a block's grid coordinates.
-    inner_order
-        Shards only: linear (C order) indices of the inner chunks in the order they are laid out.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(10,), chunks=(4,),
-    ...                           shards=(8,), dtype="uint16")
-    >>> write_layout(array).encode_key((1,))
-    'c/1'
-    """
+    """How an array's chunks are encoded and stored."""
 
     root: str
     shape: tuple[int, ...]
@@ -124,22 +83,7 @@ def _inner_order(sharding: ShardingCodec, per_block: tuple[int, ...]) -> np.ndar
 
 
 def write_layout(array: zarr.Array) -> WriteLayout:
-    """Check that the engine can write ``array`` and describe how its chunks are stored.
-
-    Raises
-    ------
-    UnsupportedLayoutError
-        When the store, format, codecs, chunk keys or dtype are not one of the planned layouts.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(10,), chunks=(4,),
-    ...                           shards=(8,), dtype="uint16")
-    >>> layout = write_layout(array)
-    >>> layout.chunk_shape, layout.block_shape, layout.sharded, layout.crc32c
-    ((4,), (8,), True, False)
-    """
+    """Check that the engine can write ``array`` and describe how its chunks are stored."""
     store = array.store
     if not isinstance(store, LocalStore):
         raise UnsupportedLayoutError(f"store {type(store).__name__} is not a local directory")
@@ -183,25 +127,7 @@ def write_layout(array: zarr.Array) -> WriteLayout:
 
 @dataclass(frozen=True)
 class WritePlan:
-    """The files a region write replaces.
-
-    Attributes
-    ----------
-    layout
-        How chunks are stored.
-    region
-        The region written, one slice per axis, aligned to ``layout.block_shape``.
-    blocks
-        Grid coordinates of each file's block, ``(n, ndim)``, C order.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(10,), chunks=(4,),
-    ...                           dtype="uint16")
-    >>> plan_write(array, (slice(4, 10),)).blocks.tolist()
-    [[1], [2]]
-    """
+    """The files a region write replaces."""
 
     layout: WriteLayout
     region: Region
@@ -231,24 +157,7 @@ class WritePlan:
 
 
 def plan_write(array: zarr.Array, region: slice | Sequence[slice] | None = None) -> WritePlan:
-    """Plan the write of ``array[region]``: every file it replaces.
-
-    Raises
-    ------
-    UnsupportedLayoutError
-        When the layout is not one the engine writes, or the region does not start on the file
-        grid (shards, or chunks when unsharded) and end on it or at the array's end.
-    LinumpyError
-        When the region is not a region of the array.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(10, 4), chunks=(4, 4),
-    ...                           dtype="uint8")
-    >>> plan_write(array, (slice(4, 10),)).blocks.tolist()
-    [[1, 0], [2, 0]]
-    """
+    """Plan the write of ``array[region]``: every file it replaces."""
     layout = write_layout(array)
     region = parse_region(region, layout.shape, layout.root)
     for axis, (sel, block, size) in enumerate(zip(region, layout.block_shape, layout.shape)):
@@ -286,13 +195,6 @@ def gather_chunks(xp: Any, data: Any, chunk_shape: Sequence[int], fill_value: An
     ``data`` is padded with ``fill_value`` up to whole chunks; rows follow the C order of the
     chunk grid of ``data``. One copy (two with padding) whatever the number of chunks: the GPU
     back end gathers a group of shards with it.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> gather_chunks(np, np.arange(6).reshape(2, 3), (2, 2), -1)
-    array([[ 0,  1,  3,  4],
-           [ 2, -1,  5, -1]])
     """
     shape = tuple(data.shape)
     counts = tuple(-(-s // c) for s, c in zip(shape, chunk_shape))
@@ -313,14 +215,6 @@ def group_boxes(plan: WritePlan, max_blocks: int) -> list[tuple[np.ndarray, np.n
 
     Boxes span whole trailing axes where they can, so that a box's data is few slices of the
     region. Returns ``(start, stop)`` block grid coordinates per box, in C order.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8, 8), chunks=(2, 4),
-    ...                           dtype="uint8")
-    >>> [(a.tolist(), b.tolist()) for a, b in group_boxes(plan_write(array), 5)]
-    [([0, 0], [2, 2]), ([2, 0], [4, 2])]
     """
     lo = plan.blocks.min(axis=0)
     hi = plan.blocks.max(axis=0) + 1
@@ -345,25 +239,7 @@ def group_boxes(plan: WritePlan, max_blocks: int) -> list[tuple[np.ndarray, np.n
 def group_rows(
     plan: WritePlan, start: np.ndarray, stop: np.ndarray
 ) -> tuple[Region, np.ndarray, np.ndarray, np.ndarray]:
-    """What :func:`gather_chunks` of a box of blocks gives: which file and chunk each row is.
-
-    Returns
-    -------
-    box, files, row_file, row_inner
-        The box in array coordinates (clipped at the array's end); the plan indices of the
-        box's files (C order); per row, its file (plan index) and its chunk's C-order index
-        inside that file.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(6,), chunks=(2,),
-    ...                           shards=(4,), dtype="uint8")
-    >>> box, files, row_file, row_inner = group_rows(plan_write(array), *group_boxes(
-    ...     plan_write(array), 4)[0])
-    >>> box, files.tolist(), row_file.tolist(), row_inner.tolist()
-    ((slice(0, 6, None),), [0, 1], [0, 0, 1], [0, 1, 0])
-    """
+    """What :func:`gather_chunks` of a box of blocks gives: which file and chunk each row is."""
     layout = plan.layout
     block, chunk = layout.block_shape, layout.chunk_shape
     per_block = np.array(layout.chunks_per_block, dtype=np.int64)

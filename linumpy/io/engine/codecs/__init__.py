@@ -35,18 +35,7 @@ DEFAULT: Compressor = zstd  # type: ignore[assignment]
 
 
 def lookup(name: str) -> Compressor:
-    """The registered compressor called ``name``.
-
-    Raises
-    ------
-    UnsupportedLayoutError
-        When no compressor has that name.
-
-    Examples
-    --------
-    >>> lookup("zlib").NAME
-    'zlib'
-    """
+    """The registered compressor called ``name``."""
     for compressor in COMPRESSORS:
         if name == compressor.NAME:
             return compressor
@@ -55,28 +44,7 @@ def lookup(name: str) -> Compressor:
 
 @dataclass(frozen=True, slots=True)
 class CodecChain:
-    """A recognised codec chain.
-
-    Attributes
-    ----------
-    codecs
-        The chain as zarr holds it (empty for zarr v2).
-    compressor
-        The compressor (:class:`~linumpy.io.engine.codecs.protocol.Compressor`).
-    endian
-        The ``bytes`` codec's byte order (None for single-byte types and zarr v2).
-    crc32c
-        Whether each chunk ends with the crc32c of its compressed bytes.
-    level, checksum
-        The compressor's level and whether its frames carry content checksums.
-
-    Examples
-    --------
-    >>> from zarr.codecs import ZstdCodec
-    >>> chain = parse_codecs([BytesCodec(), ZstdCodec(level=3), Crc32cCodec()])
-    >>> chain.compressor.NAME, chain.endian, chain.crc32c, chain.level
-    ('zstd', 'little', True, 3)
-    """
+    """A recognised codec chain."""
 
     codecs: tuple[Any, ...]
     compressor: Compressor
@@ -99,21 +67,7 @@ def _recognise(codec: Any) -> tuple[Compressor, int, bool] | None:
 
 
 def parse_codecs(codecs: Sequence[Any]) -> CodecChain:
-    """Recognise a zarr v3 chunk codec chain (a shard's inner chain for sharded arrays).
-
-    Raises
-    ------
-    UnsupportedLayoutError
-        When the chain is not ``bytes``, a registered compressor, optionally ``crc32c``.
-
-    Examples
-    --------
-    >>> from zarr.codecs import BloscCodec
-    >>> parse_codecs([BytesCodec(), BloscCodec()])
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.UnsupportedLayoutError: codec chain (...) is not bytes+zstd|zlib|gzip(+crc32c)
-    """
+    """Recognise a zarr v3 chunk codec chain (a shard's inner chain for sharded arrays)."""
     codecs = tuple(codecs)
     crc32c = len(codecs) == 3 and isinstance(codecs[2], Crc32cCodec)
     found = (
@@ -127,19 +81,7 @@ def parse_codecs(codecs: Sequence[Any]) -> CodecChain:
 
 
 def parse_v2(compressor: Any, filters: Any) -> CodecChain:
-    """Recognise a zarr v2 array's compressor (no filters).
-
-    Raises
-    ------
-    UnsupportedLayoutError
-        When there are filters or the compressor is not a registered one.
-
-    Examples
-    --------
-    >>> from numcodecs import Zstd
-    >>> parse_v2(Zstd(level=2), None).level
-    2
-    """
+    """Recognise a zarr v2 array's compressor (no filters)."""
     found = None if filters else _recognise(compressor)
     if found is None:
         raise UnsupportedLayoutError(

@@ -28,19 +28,7 @@ class _Handle:
 
 
 class PerThread:
-    """The handle ``create()`` makes, one per thread; ``free(handle)`` releases it.
-
-    Examples
-    --------
-    >>> made = []
-    >>> handles = PerThread(lambda: made.append(1) or len(made), lambda h: None, "create")
-    >>> handles.get() == handles.get() == 1
-    True
-    >>> t = threading.Thread(target=handles.get)
-    >>> t.start(); t.join()
-    >>> len(made)
-    2
-    """
+    """The handle ``create()`` makes, one per thread; ``free(handle)`` releases it."""
 
     def __init__(self, create: Callable[[], int], free: Callable[[int], Any], what: str) -> None:
         self._create, self._free, self._what = create, free, what

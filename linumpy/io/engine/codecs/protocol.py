@@ -43,15 +43,6 @@ def decoded_chunk(
 ) -> np.ndarray:
     """A CPU decoder's bytes as uint8, checked against the chunk's size and copied into ``out``
     when given: the common end of every compressor's :meth:`Compressor.decode`.
-
-    Examples
-    --------
-    >>> decoded_chunk(b"ab", key="c/0", expected_size=2, out=None)
-    array([97, 98], dtype=uint8)
-    >>> decoded_chunk(b"ab", key="c/0", expected_size=3, out=None)
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.ChunkDecodeError: chunk 'c/0': decoded to 2 bytes, the chunk holds 3
     """
     result = np.frombuffer(decoded, dtype=np.uint8)
     if expected_size is not None and result.nbytes != expected_size:
@@ -70,16 +61,6 @@ def decode_fast(
     """Whether ``decode_into`` (a compressor's :meth:`Compressor.decode_into`) decoded ``data``
     into exactly ``target``, the GIL released: the fast path of every :meth:`Compressor.decode`.
     On False the caller decodes again, slowly, to say what is wrong.
-
-    Examples
-    --------
-    >>> from linumpy.io.engine.codecs import zstd
-    >>> from numcodecs import Zstd
-    >>> out = np.zeros(3, np.uint8)
-    >>> not zstd.FAST_DECODE or decode_fast(zstd.decode_into, Zstd().encode(b"abc"), out)
-    True
-    >>> decode_fast(zstd.decode_into, b"", out)
-    False
     """
     source = data if isinstance(data, bytes) else np.frombuffer(data, dtype=np.uint8)
     if not len(source):
@@ -89,16 +70,7 @@ def decode_fast(
 
 
 class ChunkInfo(Protocol):
-    """What a compressor's ``inspect_chunk`` says of one chunk.
-
-    Examples
-    --------
-    >>> from linumpy.io.engine.codecs import parse_v2
-    >>> from numcodecs import Zstd
-    >>> info = parse_v2(Zstd(), None).compressor.inspect_chunk(Zstd().encode(b"ab"), key="c")
-    >>> info.verdict == FRAME_GPU, info.checksum
-    (True, None)
-    """
+    """What a compressor's ``inspect_chunk`` says of one chunk."""
 
     @property
     def checksum(self) -> int | None:
@@ -113,28 +85,7 @@ class ChunkInfo(Protocol):
 
 
 class Compressor(Protocol):
-    """A compressor as the engine uses it: one module per compressor implements it.
-
-    Attributes
-    ----------
-    NAME
-        The compressor's name in messages.
-    NVCOMP
-        The nvCOMP algorithm that decodes its :meth:`nvcomp_span` on the GPU (a key of
-        :data:`linumpy.gpu.nvcomp.ALGORITHMS`), or None: GPU reads then go through zarr.
-    NVCOMP_ENCODE
-        Whether nvCOMP writes chunks of it (the GPU writer's encoder).
-    CHECKSUM_BYTES
-        Bytes of the content checksum a :data:`FRAME_CHECKSUM` chunk ends with.
-    FAST_DECODE
-        Whether :meth:`decode_into` works here.
-
-    Examples
-    --------
-    >>> from linumpy.io.engine.codecs import COMPRESSORS
-    >>> sorted(c.NAME for c in COMPRESSORS)
-    ['gzip', 'zlib', 'zstd']
-    """
+    """A compressor as the engine uses it: one module per compressor implements it."""
 
     NAME: str
     NVCOMP: str | None

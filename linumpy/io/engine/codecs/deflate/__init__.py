@@ -57,21 +57,7 @@ _SIZE_MASK = 0xFFFFFFFF
 
 @dataclass(frozen=True, slots=True)
 class StreamInfo:
-    """What one chunk's wrapper declares.
-
-    Attributes
-    ----------
-    checksum
-        The trailer's Adler-32 (zlib) or CRC-32 (gzip).
-    verdict
-        :data:`~linumpy.io.engine.codecs.protocol.FRAME_GPU` when nvCOMP may decode it,
-        else :data:`~linumpy.io.engine.codecs.protocol.FRAME_NEEDS_CHECK` (the CPU decodes it).
-
-    Examples
-    --------
-    >>> ZLIB.inspect_chunk(zlib.compress(b"abc"), key="c/0").verdict == FRAME_GPU
-    True
-    """
+    """What one chunk's wrapper declares."""
 
     checksum: int
     verdict: int
@@ -89,12 +75,6 @@ def _uint(buffer: np.ndarray, positions: np.ndarray, width: int, valid: np.ndarr
 class Deflate:
     """A DEFLATE compressor in one wrapper, ``"zlib"`` or ``"gzip"`` (:data:`ZLIB`,
     :data:`GZIP`).
-
-    Examples
-    --------
-    >>> data = np.arange(1000, dtype=np.uint16)
-    >>> GZIP.decode(GZip(5).encode(data), key="c/0", expected_size=2000).view(np.uint16)[-1]
-    np.uint16(999)
     """
 
     NVCOMP: str | None = "deflate"
@@ -112,15 +92,7 @@ class Deflate:
         return f"<compressor {self.NAME}>"
 
     def config_of(self, codec: Any) -> tuple[int, bool] | None:
-        """The level of a codec of this wrapper (no content checksum flag), or None.
-
-        Examples
-        --------
-        >>> ZLIB.config_of(Zlib(level=3)), GZIP.config_of(GzipCodec(level=6))
-        ((3, False), (6, False))
-        >>> ZLIB.config_of(GZip()) is None
-        True
-        """
+        """The level of a codec of this wrapper (no content checksum flag), or None."""
         ours = isinstance(codec, Zlib) if self._zlib else isinstance(codec, GZip | GzipCodec)
         if not ours:  # numcodecs' codecs wrapped for zarr v3
             config = getattr(codec, "codec_config", None)
@@ -131,23 +103,11 @@ class Deflate:
         return int(codec.level), False
 
     def encoder(self, level: int, checksum: bool) -> Any:
-        """numcodecs' codec of ``level`` (``checksum`` is ignored: the trailer always has one).
-
-        Examples
-        --------
-        >>> ZLIB.encoder(1, False).encode(b"x")[:1]
-        b'x'
-        """
+        """numcodecs' codec of ``level`` (``checksum`` is ignored: the trailer always has one)."""
         return Zlib(level=level) if self._zlib else GZip(level=level)
 
     def nvcomp_span(self, offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The raw DEFLATE stream between a plain header and the trailer.
-
-        Examples
-        --------
-        >>> ZLIB.nvcomp_span(np.array([0]), np.array([20]))
-        (array([2]), array([14]))
-        """
+        """The raw DEFLATE stream between a plain header and the trailer."""
         return offsets + self._head, sizes - self._head - self._tail
 
     def set_checksum(self, frame: np.ndarray, checksum: int) -> None:
@@ -157,16 +117,7 @@ class Deflate:
     def check_frames(
         self, buffer: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, expected_size: int
     ) -> np.ndarray:
-        """The headers (and gzip's size) of many chunks of one buffer, checked at once.
-
-        Examples
-        --------
-        >>> one = np.frombuffer(zlib.compress(bytes(100)), np.uint8)
-        >>> buffer = np.concatenate([one, one[1:]])  # a stream, then one without its first byte
-        >>> ZLIB.check_frames(buffer, np.array([0, one.size]), np.array([one.size, one.size - 1]),
-        ...                   100)
-        array([0, 2], dtype=int8)
-        """
+        """The headers (and gzip's size) of many chunks of one buffer, checked at once."""
         start = np.asarray(offsets, dtype=np.int64)
         size = np.asarray(sizes, dtype=np.int64)
         ok = size > self._head + self._tail
@@ -190,20 +141,7 @@ class Deflate:
     def inspect_chunk(
         self, data: BytesLike, *, key: str, expected_size: int | None = None
     ) -> StreamInfo:
-        """Check one chunk's wrapper, saying precisely what is wrong with it.
-
-        Raises
-        ------
-        ChunkDecodeError
-            When the chunk is too short, not of this wrapper, or needs a preset dictionary.
-
-        Examples
-        --------
-        >>> GZIP.inspect_chunk(zlib.compress(bytes(range(256))), key="c/0")
-        Traceback (most recent call last):
-        ...
-        linumpy.errors.ChunkDecodeError: chunk 'c/0': not a gzip member (it starts with 78 9c)
-        """
+        """Check one chunk's wrapper, saying precisely what is wrong with it."""
         view = memoryview(data).cast("B")
         if len(view) <= self._head + self._tail:
             raise ChunkDecodeError(key, f"{len(view)} bytes are too few for a {self.NAME} stream")
@@ -231,14 +169,7 @@ class Deflate:
         return StreamInfo(int.from_bytes(view[-8:-4], "little"), verdict)
 
     def decode_into(self, src: Any, src_size: int, dst: int, dst_size: int) -> bool:
-        """libdeflate's decode of one stream into exactly ``dst_size`` bytes at ``dst``.
-
-        Examples
-        --------
-        >>> stream, out = zlib.compress(b"abcd"), np.zeros(4, np.uint8)
-        >>> not ZLIB.FAST_DECODE or ZLIB.decode_into(stream, len(stream), out.ctypes.data, 4)
-        True
-        """
+        """libdeflate's decode of one stream into exactly ``dst_size`` bytes at ``dst``."""
         return libdeflate.decode_into(self.NAME, src, src_size, dst, dst_size)
 
     def decode(
@@ -250,23 +181,7 @@ class Deflate:
         expected_size: int | None = None,
         checked: bool = False,
     ) -> np.ndarray:
-        """Check and decode one chunk on the CPU: libdeflate, or Python's :mod:`zlib`.
-
-        Raises
-        ------
-        ChunkDecodeError
-            When the wrapper is wrong, the stream or its trailer is corrupt, or it decodes to
-            another size than expected.
-
-        Examples
-        --------
-        >>> ZLIB.decode(zlib.compress(bytes(range(5))), key="c/0", expected_size=5)
-        array([0, 1, 2, 3, 4], dtype=uint8)
-        >>> ZLIB.decode(zlib.compress(bytes(5)), key="c/0", expected_size=6)
-        Traceback (most recent call last):
-        ...
-        linumpy.errors.ChunkDecodeError: chunk 'c/0': decoded to 5 bytes, the chunk holds 6
-        """
+        """Check and decode one chunk on the CPU: libdeflate, or Python's :mod:`zlib`."""
         if out is not None:
             expected_size = out.nbytes
         if not checked:

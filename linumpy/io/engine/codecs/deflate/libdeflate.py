@@ -65,33 +65,7 @@ _DECOMPRESSORS = (
 
 
 def decode_into(wrapper: str, src: Any, src_size: int, dst: int, dst_size: int) -> bool:
-    """Decode one ``"zlib"`` or ``"gzip"`` stream into exactly ``dst_size`` bytes at ``dst``.
-
-    Parameters
-    ----------
-    wrapper
-        ``"zlib"`` (RFC 1950) or ``"gzip"`` (RFC 1952, one member).
-    src, src_size
-        The compressed bytes (``bytes`` or an address) and their length.
-    dst, dst_size
-        Address and size of the destination; libdeflate writes no byte past it.
-
-    Returns
-    -------
-    bool
-        True when the stream, trailer checked, decoded to exactly ``dst_size`` bytes and used
-        all ``src_size`` bytes; False otherwise (the destination may hold garbage).
-
-    Examples
-    --------
-    >>> import zlib, numpy as np
-    >>> stream = zlib.compress(bytes(range(8)))
-    >>> out = np.zeros(8, np.uint8)
-    >>> not AVAILABLE or decode_into("zlib", stream, len(stream), out.ctypes.data, 8)
-    True
-    >>> not AVAILABLE or not decode_into("zlib", stream[:-1], len(stream) - 1, out.ctypes.data, 8)
-    True
-    """
+    """Decode one ``"zlib"`` or ``"gzip"`` stream into exactly ``dst_size`` bytes at ``dst``."""
     function = _LIB.libdeflate_zlib_decompress_ex
     if wrapper != "zlib":
         function = _LIB.libdeflate_gzip_decompress_ex

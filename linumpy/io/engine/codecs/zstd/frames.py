@@ -47,31 +47,7 @@ _MIN_FRAME = 6  # magic, descriptor and the smallest block header
 
 @dataclass(frozen=True, slots=True)
 class FrameInfo:
-    """What the headers of one chunk's zstd data declare.
-
-    Attributes
-    ----------
-    content_size
-        Decompressed size declared by the frame header of a single-frame chunk; None when the
-        header omits it or the chunk holds several frames.
-    checksum
-        The stored 32-bit content checksum (low 32 bits of XXH64, seed 0) of a single-frame chunk,
-        or None.
-    n_frames
-        Number of zstd data frames (skippable frames are not counted).
-    n_skippable
-        Number of skippable frames.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from numcodecs import Zstd
-    >>> frame = Zstd().encode(np.zeros(1000, dtype=np.uint16))
-    >>> inspect_chunk(frame, key="c/0")
-    FrameInfo(content_size=2000, checksum=None, n_frames=1, n_skippable=0)
-    >>> inspect_chunk(frame + frame, key="c/0").gpu_decodable  # two frames
-    False
-    """
+    """What the headers of one chunk's zstd data declare."""
 
     content_size: int | None
     checksum: int | None
@@ -161,37 +137,7 @@ def _read_frame(view: memoryview, start: int) -> _Frame:
 
 
 def inspect_chunk(data: BytesLike, *, key: str, expected_size: int | None = None) -> FrameInfo:
-    """Check that ``data`` is well-formed zstd and say what its headers declare.
-
-    Parameters
-    ----------
-    data
-        The chunk's compressed bytes (host memory).
-    key
-        The chunk's name, used in error messages.
-    expected_size
-        The chunk's decompressed size in bytes; a single frame declaring another size is rejected.
-
-    Returns
-    -------
-    FrameInfo
-        The frame count, declared content size and stored checksum.
-
-    Raises
-    ------
-    ChunkDecodeError
-        For empty input, a bad magic number, truncated headers or blocks, reserved bits or block
-        types, bytes after the last frame, or a declared size other than ``expected_size``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from numcodecs import Zstd
-    >>> frame = Zstd(level=3).encode(np.zeros(1000, dtype=np.uint16))
-    >>> info = inspect_chunk(frame, key="c/0", expected_size=2000)
-    >>> info.content_size, info.gpu_decodable
-    (2000, True)
-    """
+    """Check that ``data`` is well-formed zstd and say what its headers declare."""
     view = _as_bytes_view(data)
     size = len(view)
     if size == 0:
@@ -257,31 +203,6 @@ def check_frames(
     (valid types, at most 128 KiB) end exactly at the chunk's end, checksum included. Every other
     chunk is left to :func:`inspect_chunk`, which raises a precise error or accepts it for
     the CPU decoder.
-
-    Parameters
-    ----------
-    buffer
-        1-D uint8 host buffer holding the chunks.
-    offsets, sizes
-        Start and length of each chunk in ``buffer``.
-    expected_size
-        Decompressed size of every chunk.
-
-    Returns
-    -------
-    numpy.ndarray
-        int8 per chunk: :data:`FRAME_GPU` (nvCOMP can decode it), :data:`FRAME_CHECKSUM` (the
-        same, with a stored content checksum to verify) or :data:`FRAME_NEEDS_CHECK`.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from numcodecs import Zstd
-    >>> frame = np.frombuffer(Zstd().encode(np.zeros(1000, np.uint16)), np.uint8)
-    >>> buffer = np.concatenate([frame, frame[:-1]])  # a good frame, then a truncated one
-    >>> offsets, sizes = np.array([0, frame.size]), np.array([frame.size, frame.size - 1])
-    >>> check_frames(buffer, offsets, sizes, 2000)
-    array([0, 2], dtype=int8)
     """
     start = np.asarray(offsets, dtype=np.int64)
     end = start + np.asarray(sizes, dtype=np.int64)

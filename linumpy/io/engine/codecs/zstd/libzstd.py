@@ -62,34 +62,7 @@ _CONTEXTS = (
 
 
 def decode_into(src: Any, src_size: int, dst: int, dst_size: int) -> bool:
-    """Decode zstd data into ``dst_size`` bytes at address ``dst``; False unless exactly that.
-
-    Parameters
-    ----------
-    src
-        The compressed bytes: a ``bytes`` object or an address (int).
-    src_size
-        Their length.
-    dst, dst_size
-        Address and size of the destination; libzstd writes no byte past it.
-
-    Returns
-    -------
-    bool
-        True when libzstd decoded the data (verifying stored checksums) to exactly ``dst_size``
-        bytes; False when it failed or the size differs (the destination may hold garbage).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from numcodecs import Zstd
-    >>> frame = Zstd().encode(np.arange(8, dtype=np.uint8))
-    >>> out = np.zeros(8, np.uint8)
-    >>> decode_into(frame, len(frame), out.ctypes.data, 8), out.tolist()
-    (True, [0, 1, 2, 3, 4, 5, 6, 7])
-    >>> decode_into(frame[:-2], len(frame) - 2, out.ctypes.data, 8)
-    False
-    """
+    """Decode zstd data into ``dst_size`` bytes at address ``dst``; False unless exactly that."""
     result = _LIB.ZSTD_decompressDCtx(_CONTEXTS.get(), dst, dst_size, src, src_size)
     # An error is a size_t above (size_t)-120 (ZSTD_isError): never equal to a real chunk size.
     return result == dst_size
