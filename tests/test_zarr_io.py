@@ -636,6 +636,40 @@ def test_a_cached_pinned_buffer_serves_larger_requests_within_its_room() -> None
     third.close()
 
 
+def test_the_reader_and_host_decodes_follow_the_chunk_size(tmp_path: Path) -> None:
+    """Chunks above the limit given to nvCOMP are read and decoded by libzstd's threads."""
+    from linumpy.gpu.gpu_read import fast_path_obstacle, reader_for
+    from linumpy.gpu.host_decode import decode_pool, decodes_on_host
+
+    path = tmp_path / "a.zarr"
+    plan = plan_read(zarr.create_array(path, shape=(64,), chunks=(32,), dtype="uint16"))
+    assert fast_path_obstacle(plan) is None
+    assert (decodes_on_host(plan, 32), decodes_on_host(plan, 64)) == (True, False)
+    assert reader_for(plan, Settings(fetch="pread")) == ("pread", "requested")
+    with tuned(chunk_bytes=32):
+        reader, why = reader_for(plan, Settings(fetch="kvikio"))
+    assert reader == "pread" and "libzstd threads decode them" in why
+    assert decode_pool(2) is decode_pool(2)
+
+
+def test_scatter_table_places_chunk_parts_and_fills_in_words(tmp_path: Path) -> None:
+    from linumpy.gpu.scatter import geometry, scatter_table
+
+    array = zarr.create_array(tmp_path / "a.zarr", shape=(4, 6), chunks=(2, 4), dtype="uint16")
+    geo = geometry(plan_read(array))
+    assert geo.word == 2
+    assert geo.count.tolist() == [8, 4, 8, 4] and geo.out_offset.tolist() == [0, 4, 12, 16]
+    table = scatter_table(
+        geo, np.array([0]), np.array([1]), sources=np.array([1000]), out_ptr=5000, fill_ptr=9000
+    )
+    # per row: source, destination, element count
+    assert table[:, :3].tolist() == [[1000, 5000, 8], [9000, 5008, 4]]
+    path = tmp_path / "c.zarr"
+    complex_array = zarr.create_array(path, shape=(4,), chunks=(2,), dtype="complex64")
+    complex_geo = geometry(plan_read(complex_array))
+    assert (complex_geo.ndim, complex_geo.word) == (2, 4)  # an element is two words of 4 bytes
+
+
 @pytest.mark.parametrize(
     ("nbytes", "room", "expected"),
     [(3 << 20, 1 << 30, 4 << 20), (4 << 20, 1 << 30, 4 << 20), (5 << 20, 6 << 20, 6 << 20),

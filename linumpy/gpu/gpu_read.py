@@ -1,10 +1,6 @@
 """What a GPU read settles before its back end opens: what nvCOMP cannot read, the file reader,
-zarr on the GPU as the fallback, and the device memory of the read's buffers.
-
-:class:`~linumpy.gpu.backend.GpuBackend`, the read back end of cupy outputs, answers the read
-orchestrator with these; chunks too large for nvCOMP it has decoded on the host
-(:func:`open_host_decode`, :mod:`linumpy.gpu.host_decode`). Importing this module imports no GPU
-library.
+zarr on the GPU as the fallback, and the device memory of the read's buffers. Importing this module
+imports no GPU library.
 """
 
 from __future__ import annotations
@@ -37,16 +33,7 @@ __all__: list[str] = []
 
 
 def fast_path_obstacle(plan: ReadPlan) -> str | None:
-    """Why the GPU back end cannot produce this plan's output, or None.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
-    >>> fast_path_obstacle(plan_read(array)) is None
-    True
-    """
+    """Why the GPU back end cannot produce this plan's output, or None."""
     if plan.codec.NVCOMP is None:
         return f"nvCOMP does not decode {plan.codec.NAME} here"
     dtype = plan.dtype
@@ -59,13 +46,7 @@ def fast_path_obstacle(plan: ReadPlan) -> str | None:
 
 
 def choose_reader(fetch: str, threads: int) -> tuple[str, str]:
-    """The file reader for the ``fetch`` setting, and why it was chosen.
-
-    Examples
-    --------
-    >>> choose_reader("pread", 4)
-    ('pread', 'requested')
-    """
+    """The file reader for the ``fetch`` setting, and why it was chosen."""
     if fetch == "pread":
         return "pread", "requested"
     reason = kvikio_unusable_reason()
@@ -78,28 +59,13 @@ def choose_reader(fetch: str, threads: int) -> tuple[str, str]:
 
 
 def nvcomp_chunk_limit() -> int:
-    """The largest decoded chunk nvCOMP is given; larger ones libzstd decodes.
-
-    Examples
-    --------
-    >>> nvcomp_chunk_limit() <= nvcomp.MAX_DECODE_BYTES
-    True
-    """
+    """The largest decoded chunk nvCOMP is given; larger ones libzstd decodes."""
     return min(engine_plan.GPU_CHUNK_BYTES, nvcomp.MAX_DECODE_BYTES)
 
 
 def reader_for(plan: ReadPlan, settings: Settings) -> tuple[str, str]:
-    """kvikio or pread, by the ``fetch`` setting (see :func:`choose_reader`); the CPU back end's
-    own reads for chunks that libzstd decodes (see :mod:`linumpy.gpu.host_decode`).
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
-    >>> reader_for(plan_read(array), Settings(fetch="pread"))
-    ('pread', 'requested')
-    """
+    """kvikio or pread, by the ``fetch`` setting; the CPU back end's own reads for chunks that
+    libzstd decodes (:mod:`linumpy.gpu.host_decode`)."""
     limit = nvcomp_chunk_limit()
     if decodes_on_host(plan, limit):
         return "pread", (
@@ -122,17 +88,7 @@ def read_through_zarr(array: zarr.Array, region: Region, out: cupy.ndarray | Non
 
 
 def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:
-    """Device memory a read may take beyond its output: slots' buffers and nvCOMP's work space.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> from linumpy.settings import Settings
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint16")
-    >>> device_memory_needed(plan_read(array), Settings(scratch_bytes=2**20)) >= 2**20
-    True
-    """
+    """Device memory a read may take beyond its output: slots' buffers and nvCOMP's work space."""
     chunks = max(1, plan.n_entries)
     decoded = min(settings.scratch_bytes, chunks * plan.chunk_nbytes)
     # nvCOMP's work space grows with the decoded bytes in flight: allow 1.6 times them, 64 MiB

@@ -1,15 +1,10 @@
 """GPU reads of chunks too large for nvCOMP: libzstd decodes them on the host's threads, and each
 thread copies its chunk up and scatters it on a stream of its own while the others decode.
 
-nvCOMP decodes a zstd frame on one thread block, so a frame of tens of MiB takes it about half a
-second however many run beside it (docs/gpu_guide.md). Chunks above
-:data:`~linumpy.io.engine.plan.GPU_CHUNK_BYTES` (16 MiB) are decoded by the CPU back end's
-threads instead (:class:`HostDecoder`, which the GPU back end reads such plans with), as a CPU
-read decodes them (same reads, checksums and errors): each thread
-decodes into its own host buffer, copies it into its own device buffer (from pageable memory:
-nothing is page-locked, and the copy returns once the host buffer may be reused) and scatters it
-into the output with a copy kernel on its stream. So the upload of one chunk overlaps the
-decoding of the others, and the read takes about the time of a CPU read.
+nvCOMP decodes a frame on one thread block, so a frame of tens of MiB takes it about half a second
+(docs/gpu_guide.md). Chunks above :data:`~linumpy.io.engine.plan.GPU_CHUNK_BYTES` are read and
+decoded as a CPU read does (same checksums and errors), so the upload of one chunk overlaps the
+decoding of the others and the read takes about the time of a CPU read.
 """
 
 from __future__ import annotations
@@ -28,47 +23,15 @@ __all__: list[str] = []
 
 
 def decodes_on_host(plan: ReadPlan, max_decode_bytes: int) -> bool:
-    """Whether every chunk of ``plan`` is larger than nvCOMP is given to decode, and stored in
-    native byte order (byte-swapped chunks keep the GPU back end, whose scatter swaps them:
-    cupy has no arrays of swapped dtypes).
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(64,), chunks=(32,),
-    ...                           dtype="uint16")
-    >>> decodes_on_host(plan_read(array), 32), decodes_on_host(plan_read(array), 64)
-    (True, False)
-    """
+    """Whether every chunk of ``plan`` is larger than nvCOMP is given and stored in native byte
+    order (swapped chunks keep the GPU back end, whose scatter swaps them)."""
     return plan.chunk_nbytes > max_decode_bytes and plan.stored_dtype.isnative
 
 
 class HostDecoder(CpuBackend):
-    """The CPU back end's reads and libzstd decodes, into a cupy output (see the module): what
-    the GPU back end (:class:`~linumpy.gpu.backend.GpuBackend`) reads such plans with.
-
-    Parameters
-    ----------
-    plan
-        The read plan.
-    threads
-        Decoding threads (each holds one decoded chunk on the host and one on the device).
-    out
-        The C-contiguous cupy output of the plan's shape and dtype.
-    ready
-        A CUDA event recorded where ``out`` was allocated: the threads' streams wait for it
-        before they write (:func:`~linumpy.gpu.availability.after_current_stream`).
-
-    Examples
-    --------
-    What :func:`~linumpy.gpu.gpu_read.open_host_decode` and the GPU back end do for such a plan:
-
-    >>> out = cupy.empty(plan.shape, plan.dtype)  # doctest: +SKIP
-    >>> decoder = HostDecoder(plan, threads=16, out=out, ready=after_current_stream([]))
-    ... # doctest: +SKIP
-    >>> stats = decoder.read_files(); decoder.close()  # doctest: +SKIP
-    """
+    """The CPU back end's reads and libzstd decodes into the cupy ``out`` (see the module); each
+    of ``threads`` holds one decoded chunk on the host and one on the device, and its stream
+    waits for ``ready``, recorded where ``out`` was allocated."""
 
     in_place = False
 
@@ -138,16 +101,8 @@ _decode_pools_lock = threading.Lock()
 
 
 def decode_pool(threads: int) -> ThreadPoolExecutor:
-    """The process's libzstd threads for GPU reads' CPU decodes, ``threads`` of them.
-
-    Kept for later reads, so that no read pays for starting its threads and their libzstd
-    contexts' first allocations.
-
-    Examples
-    --------
-    >>> decode_pool(2) is decode_pool(2)
-    True
-    """
+    """The process's ``threads`` libzstd threads for GPU reads' CPU decodes, kept for later
+    reads so that none pays for starting them."""
     with _decode_pools_lock:
         pool = _decode_pools.get(threads)
         if pool is None:

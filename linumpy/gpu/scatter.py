@@ -1,9 +1,6 @@
-"""The GPU back end's scatter stage: one CUDA kernel copies decoded chunks into the output.
-
-One launch handles a whole group: a table row per chunk gives the source and destination
-addresses, the element count and, per dimension, the extent and both strides (in words of the
-element's size, byte-swapped when the stored byte order is not native). Rows whose source strides
-are 0 broadcast one value: the fill value of chunks that are not stored.
+"""The GPU back end's scatter stage: one CUDA kernel copies a group's decoded chunks into the
+output, from a table of one row per chunk (see the kernel's comment); fill rows broadcast one
+value.
 """
 
 from __future__ import annotations
@@ -94,20 +91,8 @@ def _scatter_kernel(ndim: int, word: int, swap: bool) -> cupy.RawKernel:
 
 @dataclass(frozen=True, slots=True)
 class Geometry:
-    """Per-entry placement of chunk parts, as arrays in words, ready for scatter tables.
-
-    Made by :func:`geometry`.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
-    ...                           dtype="complex64")
-    >>> geo = geometry(plan_read(array))
-    >>> geo.ndim, geo.word  # a complex element is two words of 4 bytes
-    (2, 4)
-    """
+    """Per-entry placement of chunk parts in words (a complex element is two), from
+    :func:`geometry`."""
 
     ndim: int  # dimensions of the kernel's index space (a complex axis added, at least 1)
     word: int  # bytes per word
@@ -131,18 +116,7 @@ def _strides(shape: Sequence[int], order: str) -> np.ndarray:
 
 
 def geometry(plan: ReadPlan) -> Geometry:
-    """Where each entry of ``plan`` lands, in words, for :func:`scatter_table`.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4, 6), chunks=(2, 4),
-    ...                           dtype="uint16")
-    >>> geo = geometry(plan_read(array))
-    >>> geo.word, geo.count.tolist(), geo.out_offset.tolist()
-    (2, [8, 4, 8, 4], [0, 4, 12, 16])
-    """
+    """Where each entry of ``plan`` lands, in words, for :func:`scatter_table`."""
     stored = plan.stored_dtype
     components = 2 if stored.kind == "c" else 1
     word = stored.itemsize // components
@@ -184,31 +158,8 @@ def scatter_table(
     out_ptr: int,
     fill_ptr: int,
 ) -> np.ndarray:
-    """Rows of the scatter kernel's table: ``reads`` (decoded at addresses ``sources``), fills.
-
-    Parameters
-    ----------
-    geo
-        From :func:`geometry`.
-    reads, fills
-        Plan entries to copy from their decoded chunk, and entries to fill.
-    sources
-        Per read: device address of its decoded chunk.
-    out_ptr, fill_ptr
-        Device addresses of the output and of one fill value.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), chunks=(2,),
-    ...                           dtype="uint8")
-    >>> geo = geometry(plan_read(array))
-    >>> table = scatter_table(geo, np.array([0]), np.array([1]), sources=np.array([1000]),
-    ...                       out_ptr=5000, fill_ptr=9000)
-    >>> table[:, :3].tolist()  # source, destination, element count
-    [[1000, 5000, 2], [9000, 5002, 2]]
-    """
+    """Rows of the scatter kernel's table: plan entries ``reads``, decoded at device addresses
+    ``sources``, then entries ``fills`` from the fill value at ``fill_ptr``."""
     rows = np.concatenate([reads, fills]).astype(np.int64)
     n, nd = len(rows), geo.ndim
     table = np.empty((n, 3 + 3 * nd), dtype=np.int64)
