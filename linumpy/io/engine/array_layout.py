@@ -1,10 +1,5 @@
-"""What an array's metadata says of how its chunks are stored, for the plan stage.
-
-:func:`parse_layout` reads a zarr array's metadata once: where its chunks are (a local folder, or
-a remote store's URL and client), the chunk or shard grid, the decoded (inner) chunk's shape,
-dtype and memory order, the shard index's place and checksum, and the codec chain's compressor
-(recognised by :mod:`linumpy.io.engine.codecs`). Layouts outside these raise
-:class:`~linumpy.errors.UnsupportedLayoutError`.
+"""What an array's metadata says of how its chunks are stored, read once for the plan stage;
+layouts outside it raise :class:`~linumpy.errors.UnsupportedLayoutError`.
 """
 
 from __future__ import annotations

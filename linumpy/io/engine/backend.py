@@ -1,15 +1,5 @@
-"""What the read engine asks of a back end: :class:`ReadBackend`, one class per destination.
-
-A back end is a class (:class:`linumpy.io.engine.cpu.CpuBackend` for numpy outputs,
-:class:`linumpy.gpu.backend.GpuBackend` for cupy ones). Its class methods answer the read
-orchestrator (:func:`linumpy.io.engine.read.read`) before anything is allocated: whether an
-output fits, what it cannot read, zarr's own read as the fallback, the file reader; its
-:meth:`~ReadBackend.open` checks the memory of the read's buffers and returns an instance holding
-the output, whose :meth:`~ReadBackend.execute` reads the plan. A back end reads through the
-engine's run loop (:func:`linumpy.io.engine.run.run`, which groups chunks by its
-:class:`GroupBudget` and hands it :class:`Fetched` groups) or with threads that read their own
-chunks; the orchestrator does not ask which. Also here: the groups and counts the run loop and
-the back ends exchange.
+"""What the read engine asks of a back end (:class:`ReadBackend`, one class per destination),
+and the groups and counts the run loop and the back ends exchange.
 """
 
 from __future__ import annotations

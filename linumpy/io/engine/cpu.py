@@ -1,19 +1,11 @@
-"""The CPU back end: threads read their chunks, libzstd decodes them, numpy scatters them.
+"""The CPU back end: threads read their chunks, the compressor decodes them, numpy scatters them.
 
-:class:`CpuBackend` is the read orchestrator's back end for numpy outputs (host memory checks,
-zarr's own read as the fallback). With the ``pread`` reader each thread reads its own chunks,
-from chunk files, from shards or from a remote store's responses, and decodes them at once
-(:meth:`CpuBackend.read_files`); with ``kvikio`` the engine's run loop reads groups of chunks and
-the back end decodes each group's frames in its thread pool.
-A chunk whose destination in the output is one contiguous block is decoded straight into it;
-others are decoded into a per-thread scratch buffer and copied by the same thread (numpy copies
-release the GIL); when a thread reads them, whole chunks side by side along the last axis a run
-of them at a time (:data:`RUN_BYTES`). A new output's pages are faulted in first, in parallel
-(:data:`PREFAULT_BYTES`). The plan's compressor decodes (its ``decode_into``: for zstd, libzstd
-through ctypes on a context each thread keeps, the GIL released for the decode and held only for
-a few microseconds of bookkeeping per chunk, stored content checksums verified). A chunk it
-rejects is decoded again by the compressor's ``decode`` for the message.
-Chunks are handed to threads in batches, not one task each.
+With the ``pread`` reader each thread reads, checks and decodes its own batch of chunks
+(:meth:`CpuBackend.read_files`); with ``kvikio`` the run loop reads groups and the back end
+decodes them in its pool. A chunk whose place in the output is contiguous is decoded straight
+into it; others go through a per-thread scratch buffer, whole chunks along the last axis a run
+at a time (:data:`RUN_BYTES`). A new output's pages are faulted in first, in parallel
+(:data:`PREFAULT_BYTES`).
 """
 
 from __future__ import annotations

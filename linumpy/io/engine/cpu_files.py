@@ -1,11 +1,8 @@
 """The CPU back end's file reads: a thread's chunk bytes, read into a buffer it keeps.
 
-Chunk files are read with :func:`~linumpy.io.engine.fetch.read_chunk_file` (one open per chunk,
-each file read once; a missing file is a chunk not stored). The inner chunks of shards are read
-from files that a thread keeps open for its batch of chunks (:class:`OpenShards`): one
-``preadv`` per chunk, no open and close. The chunks of a remote plan come from the engine's
-read ahead (:class:`RemoteChunkReads`): each thread decodes its chunks from the responses'
-own buffers, as they arrive, with no copy into staging and no hand-over between threads.
+Shards stay open for a thread's batch (:class:`OpenShards`: one ``preadv`` per chunk); remote
+chunks are decoded from the read ahead's responses themselves (:class:`RemoteChunkReads`), with
+no copy into staging and no hand-over between threads.
 """
 
 from __future__ import annotations

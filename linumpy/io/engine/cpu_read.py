@@ -1,9 +1,5 @@
-"""A CPU read of a plan without the read orchestrator: :func:`read_plan`.
-
-The orchestrator (:func:`linumpy.io.engine.read.read`) plans a region, asks the back end and
-reports; :func:`read_plan` executes a plan made already through
-:class:`~linumpy.io.engine.cpu.CpuBackend` (benchmarks and tests time and check the engine this
-way, into an output they reuse).
+"""A CPU read of a plan made already, without the read orchestrator (:func:`read_plan`):
+benchmarks and tests time and check the engine this way, into an output they reuse.
 """
 
 from __future__ import annotations

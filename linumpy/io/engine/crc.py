@@ -1,14 +1,8 @@
 """The crc32c that zarr's ``crc32c`` codec appends to each compressed chunk, checked before decode.
 
-A chunk written with the codec chain ``bytes, zstd, crc32c`` (linumpy's default when checksums
-are on) ends with four bytes: the crc32c (Castagnoli) of the zstd frame, little endian. The fetch
-stage checks it on the reading threads, so a chunk whose stored bytes changed is refused before
-any decoder sees it. That matters for the GPU: nvCOMP's zstd decoder trusts its input, and a
-flipped bit inside a frame's blocks can make it fault or hang (docs/gpu_guide.md, "Checksums
-and corrupt data"; the zstd content checksum is only checked after decoding).
-
-The ``crc32c`` package computes it with the CPU's crc32 instruction and releases the GIL, so the
-reading threads check in parallel; ``google_crc32c`` (a dependency of zarr) is the fallback.
+nvCOMP's zstd decoder trusts its input, and a flipped bit inside a frame can make it fault or
+hang (the zstd content checksum is only checked after decoding), so the reading threads refuse a
+changed chunk first. The ``crc32c`` package releases the GIL; ``google_crc32c`` is the fallback.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The engine's fetch stage: the one layer that reads chunk bytes from files.
+"""The engine's fetch stage: the one layer that reads chunk bytes from local files.
 
-Everything the readers take from disk comes through here: shard indexes, single chunks, and
-groups of chunks read into one host buffer. A group's chunks are sorted by file and offset and
-adjacent byte ranges of one file are merged into one read (the inner chunks of a shard are stored
-back to back, so a whole shard is one ``preadv``); each chunk's offset in the buffer follows. Two
-readers fill a buffer: a thread pool of ``os.preadv`` calls, or kvikio's ``CuFile.pread`` (its C++
-thread pool, no GIL) where kvikio can read files here (:mod:`linumpy.io.engine.fetch_kvikio`).
-
-Nothing here imports cupy or kvikio before a read asks for kvikio.
+A group's chunks are sorted by file and offset and adjacent byte ranges of one file are merged
+into one read (a whole shard is one ``preadv``), by a pool of ``os.preadv`` calls or by kvikio
+(:mod:`linumpy.io.engine.fetch_kvikio`), which is imported only when a read asks for it.
 """
 
 from __future__ import annotations

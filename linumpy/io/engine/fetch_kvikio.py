@@ -1,8 +1,5 @@
-"""kvikio in the fetch stage: whether it can read files here, its threads, and its reads.
-
-kvikio's ``CuFile.pread`` fills a group's host buffer from its C++ thread pool (no GIL) where a
-real read works (:func:`kvikio_unusable_reason`); :func:`linumpy.io.engine.fetch.read_group`
-hands it the group's runs. kvikio is imported inside the functions only.
+"""kvikio in the fetch stage: whether it can read files here, its threads, and its reads
+(``CuFile.pread``, no GIL). kvikio is imported inside the functions only.
 """
 
 from __future__ import annotations

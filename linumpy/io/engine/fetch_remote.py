@@ -1,22 +1,9 @@
 """The fetch stage for remote stores (HTTP, S3, GCS): ranged GETs, many in flight, read ahead.
 
-A remote plan names its chunks by URL (:attr:`~linumpy.io.engine.plan.ReadPlan.remote` holds the
-:class:`~linumpy.io.remote_client.RangeClient`). Shard indexes are fetched together while
-planning (a suffix or prefix range of each shard). The run loop asks for one group of chunks at
-a time, one group ahead of the decode; fetching a group only when asked would leave the link
-idle while each group's last requests finish and the next group's first ones start. So the
-stage reads ahead (:class:`ReadAhead`): on a read's first group it lays out the requests of the
-whole read, in the order the run loop asks for chunks, and keeps them in flight, up to
-the client's ``requests`` at once and its ``readahead`` bytes fetched and not yet handed on.
-Chunks of one object closer than :data:`REMOTE_MERGE_GAP` are fetched by one request (a
-request's round trip costs more than that many bytes on most links), of at most about
-:data:`REMOTE_PIECE_BYTES`, so that a whole shard usually comes in one request; unsharded
-chunks are fetched whole (their size is unknown until then, so the group's layout in the
-staging buffer is made from what arrived). On the GPU, each group's chunks are then copied into
-the staging buffer the back end lends, and the validate, decode and scatter stages that follow
-are the local reads' own. The CPU back end's threads instead take their batches' chunks from
-the responses themselves (:meth:`ReadAhead.start`, :meth:`ReadAhead.release`; see
-:class:`~linumpy.io.engine.cpu_files.RemoteChunkReads`).
+Fetching a group only when the run loop asks would leave the link idle between groups, so
+:class:`ReadAhead` lays out the requests of the whole read on its first group and keeps them in
+flight, within the client's ``requests`` and ``readahead`` bytes. Chunks of one object closer
+than :data:`REMOTE_MERGE_GAP` share a request (a round trip costs more than those bytes).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Host memory checks: a read that cannot fit fails before it allocates, saying how much it asked.
-
-Hostile or mistaken metadata (a shape of 2**60 voxels, chunks of 2**48) must not make a reader
-try to allocate it.
+"""Host memory checks: a read that cannot fit fails before it allocates, saying how much it
+asked (hostile or mistaken metadata must not make a reader try to allocate it).
 """
 
 from __future__ import annotations

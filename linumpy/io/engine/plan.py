@@ -1,15 +1,7 @@
-"""The engine's plan stage: which stored chunks cover a region, and where each one lands.
-
-A read is planned once: which chunk files (or which byte ranges inside shards) cover a region,
-and where each decoded chunk lands in the output. Both back ends (:mod:`linumpy.io.engine.cpu`,
-:mod:`linumpy.gpu.backend`) run the same plan through the same fetch and validate stages.
-
-Layouts planned here: zarr v3 ``bytes`` + a registered compressor (``zstd``, ``gzip``...),
-optionally followed by ``crc32c`` (checked before decoding, see :mod:`linumpy.io.engine.crc`);
-zarr v3 sharding with those inner codecs (the shard index is read and its crc32c checked while
-planning); zarr v2 with a registered compressor (``zstd``, ``zlib``, ``gzip``) and no filters
-(the chains :mod:`linumpy.io.engine.codecs` recognises). Anything else raises
-:class:`~linumpy.errors.UnsupportedLayoutError` so that callers fall back to zarr itself.
+"""The engine's plan stage: which stored chunks (or ranges inside shards) cover a region, and
+where each lands in the output; shard indexes are read and checked here. Layouts are those
+:mod:`linumpy.io.engine.codecs` recognises; anything else raises
+:class:`~linumpy.errors.UnsupportedLayoutError` so that callers fall back to zarr.
 """
 
 from __future__ import annotations

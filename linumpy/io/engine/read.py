@@ -1,15 +1,8 @@
 """The read orchestrator: one way from ``array[region]`` to an array, for every back end.
 
-:func:`read` parses the region once, asks the back end (a
-:class:`~linumpy.io.engine.backend.ReadBackend` class) whether an output of that shape fits its
-memory, plans the read (:func:`~linumpy.io.engine.plan.plan_read`), asks the back end for any
-reason it cannot produce the plan's output, and then either reads through zarr (the back end's
-fallback) or opens the back end and executes the plan. Every read, on the CPU or the GPU, ends
-with the same :class:`ReadReport` (:func:`last_read_report`).
-
-Back ends: :class:`linumpy.io.engine.cpu.CpuBackend` (the compressor's CPU decoder in threads,
-numpy output) and :class:`linumpy.gpu.backend.GpuBackend` (nvCOMP, cupy output). This module
-imports neither: :func:`linumpy.io.reader.read_to` looks the destination's up and hands it in.
+It checks the output's memory, plans, and reads through the back end, or through zarr where the
+back end cannot produce the plan's output; every read ends with a :class:`ReadReport`. The back
+end is handed in by :func:`linumpy.io.reader.read_to`: this module imports neither.
 """
 
 from __future__ import annotations

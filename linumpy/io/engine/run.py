@@ -1,16 +1,5 @@
-"""The engine's run loop: plan -> fetch -> validate -> decode -> scatter, for either back end.
-
-:func:`run` takes a :class:`~linumpy.io.engine.plan.ReadPlan` and a back end. It sizes the chunk
-files, splits the stored chunks into groups (:func:`make_groups`), and for each group reads the
-chunks into a host staging buffer that the back end lends (:mod:`~linumpy.io.engine.fetch`) and
-checks their frames (the plan's compressor,
-:class:`~linumpy.io.engine.codecs.protocol.Compressor`) on a producer thread, while the back end
-decodes and scatters the previous group. Back ends differ only in decode and scatter: the CPU
-back end (:mod:`linumpy.io.engine.cpu`) decodes with the compressor's CPU decoder in a thread
-pool, the GPU back end (:mod:`linumpy.gpu.backend`) queues one nvCOMP call and one scatter kernel
-per group on a CUDA stream of its own. A back end's
-:meth:`~linumpy.io.engine.backend.ReadBackend.execute` calls :func:`run` where it reads through
-the run loop.
+"""The engine's run loop: groups of chunks read into the back end's staging buffers and checked
+on a producer thread while the back end decodes and scatters the previous group.
 """
 
 from __future__ import annotations

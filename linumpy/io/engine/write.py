@@ -1,16 +1,10 @@
 """The write engine: ``plan -> encode -> assemble -> write files``, without zarr's codec pipeline.
 
-A whole numpy or cupy array (or a region aligned to the array's files) is written into an existing
-zarr v3 array. The plan (:mod:`~linumpy.io.engine.write_plan`) names the files; :func:`write_array`
-hands the chunks to one of two encoders: the array's compressor in a thread pool for numpy data
-(:mod:`~linumpy.io.engine.write_cpu`), or the :class:`DeviceEncoder` its caller looked up for device
-data (nvCOMP for cupy data: :data:`linumpy.gpu.encode.GPU_ENCODER`, found by
-:func:`linumpy.io.block_write.device_encoder`); the engine imports nothing of the GPU layer. Both
-assemble each file (frames, their crc32c, the shard index) and write it whole with one ``open`` and
-one ``writev``, in a thread pool (:mod:`~linumpy.io.engine.write_files`). The files mean what zarr's
-would: chunks equal to the fill value everywhere are left out (a file with nothing left is removed),
-edge chunks are padded with the fill value, inner chunks are laid out in zarr's order. Layouts the
-plan does not know raise :class:`UnsupportedLayoutError`, and callers let zarr write.
+Numpy data is encoded on the CPU (:mod:`~linumpy.io.engine.write_cpu`), device data by the
+:class:`DeviceEncoder` its caller hands in (the engine imports nothing of the GPU layer). Files
+mean what zarr's would: chunks equal to the fill value are left out, edge chunks padded, inner
+chunks in zarr's order. Layouts the plan does not know raise :class:`UnsupportedLayoutError`,
+and callers let zarr write.
 """
 
 from __future__ import annotations

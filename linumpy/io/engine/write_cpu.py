@@ -1,9 +1,6 @@
-"""The write engine's CPU back end: chunks of a numpy array encoded in threads by
-the array's compressor (:class:`~linumpy.io.engine.codecs.protocol.Compressor`).
-
-Chunk files are each one task (encode, assemble, write); a shard's inner chunks are encoded by
-tasks of their own, and a task per shard waits for them and writes the file (a shard is not one
-thread's work). The GPU back end is :mod:`linumpy.gpu.encode`.
+"""The write engine's CPU back end: chunks of a numpy array encoded in threads by the array's
+compressor. A shard's inner chunks are encoded by tasks of their own (a shard is not one thread's
+work), and a task per shard writes the file.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The files of a write: what one write did, chunks equal to the fill value, a file assembled as
-zarr lays it out, written whole, by a pool of threads.
-
-Both encoders of the write engine use these: libzstd's (:mod:`~linumpy.io.engine.write_cpu`) and
-nvCOMP's (:mod:`linumpy.gpu.encode`).
+"""The files of a write, for both encoders: the write's report, chunks equal to the fill value,
+and a file assembled as zarr lays it out and written whole by a pool of threads.
 """
 
 from __future__ import annotations

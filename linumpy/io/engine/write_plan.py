@@ -1,15 +1,9 @@
 """The write engine's plan stage: which files a region replaces, and which chunks each holds.
 
-A write replaces whole files: chunk files of an unsharded array, shard files of a sharded one. The
-region must therefore start on the file grid and end on it or at the array's end. The plan names
-every file, its block of the array, and, for shards, the order inner chunks are laid out in (zarr's
-``subchunk_write_order``, so that files match zarr's byte for byte).
-
-Layouts planned here (anything else raises :class:`UnsupportedLayoutError`, and callers let zarr
-write): zarr v3 on a local directory, codecs ``bytes`` (little endian) + a registered compressor
-(:data:`linumpy.io.engine.codecs.COMPRESSORS`) optionally followed by ``crc32c``, either directly
-or as the inner codecs of a shard whose index codecs are ``bytes`` + ``crc32c`` (index at the
-start or the end); chunk keys ``default`` or ``v2``.
+A write replaces whole files, so the region must start on the file grid and end on it or at the
+array's end. Inner chunks follow zarr's ``subchunk_write_order`` so that files match zarr's byte
+for byte. Anything but zarr v3 on a local directory with a recognised chain raises
+:class:`UnsupportedLayoutError`, and callers let zarr write.
 """
 
 from __future__ import annotations

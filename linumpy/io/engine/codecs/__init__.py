@@ -1,16 +1,9 @@
 """The codec chains the engine reads and writes, recognised in one place for both planners.
 
-A chunk is stored through ``bytes`` (its byte order), one compressor, and optionally zarr's
-``crc32c`` codec (:mod:`linumpy.io.engine.crc`), or, in zarr v2, through a compressor alone.
-:func:`parse_codecs` and :func:`parse_v2` turn zarr's metadata into a :class:`CodecChain`, or
-raise :class:`~linumpy.errors.UnsupportedLayoutError` so that callers fall back to zarr itself.
-
-A compressor implements :class:`~linumpy.io.engine.codecs.protocol.Compressor` (recognition,
-frame checks and verdicts, checksum bytes, CPU decode and encode, the nvCOMP algorithm it maps
-to): :mod:`~linumpy.io.engine.codecs.zstd`, and zlib and gzip
-(:mod:`~linumpy.io.engine.codecs.deflate`), registered in :data:`COMPRESSORS`. A plan carries
-its chain's compressor, and the run loop, the back ends and the GPU modules ask it; none of them
-names a compressor.
+A compressor is a package implementing :class:`~linumpy.io.engine.codecs.protocol.Compressor`,
+registered in :data:`COMPRESSORS`; the run loop, the back ends and the GPU modules ask the plan's
+compressor and never name one. Unknown chains raise
+:class:`~linumpy.errors.UnsupportedLayoutError` so that callers fall back to zarr.
 """
 
 from __future__ import annotations

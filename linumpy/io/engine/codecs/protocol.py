@@ -1,20 +1,9 @@
 """What the engine asks of a compressor: the :class:`Compressor` protocol and the frame verdicts.
 
-A compressor is one package under :mod:`linumpy.io.engine.codecs` (``zstd``, ``zlib``...)
-implementing this protocol at module level. The read and write planners find it from zarr's
-metadata (:func:`~linumpy.io.engine.codecs.parse_codecs`), a plan carries it, and the run loop,
-the back ends, the GPU modules and the benchmarks ask it, never a compressor by name: adding a
-compressor is adding a package and, for GPU decoding, a line in the nvCOMP layer's table
-(:data:`linumpy.gpu.nvcomp.ALGORITHMS`).
-
-The verdicts of :meth:`Compressor.check_frames` say what each chunk may go to:
-
-- :data:`FRAME_GPU`: a chunk nvCOMP decodes (its :meth:`~Compressor.nvcomp_span`), of the
-  chunk's size;
-- :data:`FRAME_CHECKSUM`: the same, with a stored content checksum the GPU back end verifies
-  after the decode (:attr:`Compressor.CHECKSUM_BYTES` at the chunk's end);
-- :data:`FRAME_NEEDS_CHECK`: left to :meth:`~Compressor.inspect_chunk`, which raises a precise
-  error, or accepts the chunk for the CPU decoder (:meth:`~Compressor.decode`).
+The verdicts of :meth:`Compressor.check_frames` say where a chunk may go: :data:`FRAME_GPU`
+(nvCOMP decodes it), :data:`FRAME_CHECKSUM` (the same, with a content checksum verified after the
+decode) or :data:`FRAME_NEEDS_CHECK` (:meth:`~Compressor.inspect_chunk` raises a precise error or
+leaves the chunk to the CPU decoder).
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """zlib and gzip, the DEFLATE compressors of public OME-Zarr data, in one package.
 
-Two compressors share DEFLATE (RFC 1951) and differ in their wrapper: ``zlib`` (RFC 1950: a
-2-byte header, an Adler-32 trailer; zarr v2's ``zlib`` compressor) and ``gzip`` (RFC 1952: a
-10-byte header or more, a CRC-32 and the size modulo 2^32 as trailer; zarr v3's ``gzip`` codec
-and zarr v2's ``gzip`` compressor). :data:`ZLIB` and :data:`GZIP` implement
-:class:`~linumpy.io.engine.codecs.protocol.Compressor`:
-
-- **recognition**: zarr v3's :class:`~zarr.codecs.GzipCodec`, numcodecs' ``Zlib`` and ``GZip``
-  (zarr v2 compressors, or wrapped as zarr v3 codecs);
-- **validation**: headers checked on the CPU, many chunks at once with numpy
-  (:meth:`Deflate.check_frames`) or one with a precise message (:meth:`Deflate.inspect_chunk`);
-  the gzip trailer's size is compared with the chunk's;
-- **CPU decoding**: libdeflate through ctypes, a decompressor per thread, the GIL released, the
-  trailer's checksum verified (:mod:`~linumpy.io.engine.codecs.deflate.libdeflate`), or Python's
-  :mod:`zlib` (also in threads: it releases the GIL while inflating) where libdeflate is not
-  installed;
-- **CPU encoding**: numcodecs' ``Zlib`` and ``GZip``;
-- **GPU**: nvCOMP's DEFLATE decoder takes the stream between header and trailer
-  (:meth:`Deflate.nvcomp_span`); only plain headers (no gzip name, comment or extra field) go to
-  it. The trailer's checksum is not verified on the device: nvCOMP's statuses and the decoded
-  size are. nvCOMP writes neither wrapper.
+They differ only in their wrapper (RFC 1950 and 1952). CPU decoding uses libdeflate where it is
+installed, else Python's :mod:`zlib`; nvCOMP decodes the stream between header and trailer
+(:meth:`Deflate.nvcomp_span`), for plain headers only, and the trailer's checksum is not verified
+on the device (nvCOMP's statuses and the decoded size are).
 """
 
 from __future__ import annotations

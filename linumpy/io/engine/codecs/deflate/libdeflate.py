@@ -1,12 +1,8 @@
-"""libdeflate called through ctypes: one reused decompressor per thread, no GIL held.
+"""libdeflate called through ctypes: one reused decompressor per thread, no GIL held (about
+twice as fast as zlib's ``inflate``); :data:`AVAILABLE` is False where it is not installed.
 
-libdeflate decodes a whole zlib or gzip stream into a buffer of known size in one call, about
-twice as fast as zlib's ``inflate``, and verifies the stream's Adler-32 or CRC-32 trailer. The
-system's ``libdeflate`` is used where it is installed; elsewhere :data:`AVAILABLE` is False and
-callers decode with Python's :mod:`zlib` (:func:`linumpy.io.engine.codecs.deflate.decode`).
-
-Only the fast path lives here: a stream that fails, does not fill its destination exactly, or is
-followed by other bytes is handed back (False) for the slow path to decode or explain.
+Only the fast path lives here: a stream that fails or does not fill its destination exactly is
+handed back (False) for the slow path to decode or explain.
 """
 
 from __future__ import annotations

@@ -1,23 +1,5 @@
-"""zstd, the engine's compressor: everything the engine knows of it, in one place.
-
-- **recognition**: :func:`config_of` says whether a zarr v3 codec or a zarr v2 compressor is
-  zstd, with its level and checksum flag (:mod:`linumpy.io.engine.codecs` asks it for the read
-  and the write planners);
-- **validation**: :func:`check_frames` and :func:`inspect_chunk` walk frame and block headers on
-  the CPU (:mod:`~linumpy.io.engine.codecs.zstd.frames`) before any decoder sees a chunk;
-- **CPU decoding**: :func:`decode_into`, libzstd through ctypes on a context per thread with the
-  GIL released (:mod:`~linumpy.io.engine.codecs.zstd.libzstd`; :data:`FAST_DECODE` says whether
-  it loaded), and :func:`decode`, which decodes every valid layout and says what is wrong with
-  the others;
-- **CPU encoding**: :func:`encoder`, numcodecs' codec of a level and checksum flag;
-- **GPU hooks**: the verdicts of :func:`check_frames` (one frame nvCOMP decodes, with or
-  without a stored content checksum), :data:`NVCOMP` (nvCOMP's zstd decodes whole frames,
-  :func:`nvcomp_span`), the size of a content checksum (:data:`CHECKSUM_BYTES`), and
-  :func:`set_checksum`, which gives nvCOMP's frames (written without one) the content checksum
-  hashed on the device.
-
-The package implements :class:`~linumpy.io.engine.codecs.protocol.Compressor`; it is registered
-in :data:`linumpy.io.engine.codecs.COMPRESSORS`.
+"""zstd, the engine's default compressor: recognition, frame checks, CPU decode and encode, and
+the GPU hooks, implementing :class:`~linumpy.io.engine.codecs.protocol.Compressor`.
 """
 
 from __future__ import annotations

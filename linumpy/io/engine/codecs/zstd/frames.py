@@ -1,12 +1,8 @@
-"""zstd's validate stage: frames checked on the CPU before any decoder sees them.
-
-A chunk's bytes are walked header by header (RFC 8878): frame header, block headers, optional
-checksum. This is cheap and catches what a decoder may silently get wrong: truncation, garbage,
-trailing bytes, a second frame, a missing or wrong content size. Two forms share one table of
-constants: :func:`check_frames` walks many chunks of one buffer at once with numpy (the common
-case: one frame, size declared), and :func:`inspect_chunk` walks one chunk in Python, says
-precisely what is wrong, and accepts the valid layouts only libzstd decodes (several frames,
-skippable frames, no declared size). nvCOMP only ever sees frames that passed one of them.
+"""zstd's validate stage: frames walked header by header (RFC 8878) on the CPU before any decoder
+sees them, which catches what a decoder may silently get wrong (truncation, garbage, trailing
+bytes, a wrong content size). :func:`check_frames` checks many chunks at once with numpy;
+:func:`inspect_chunk` walks one, says what is wrong, and accepts the valid layouts only libzstd
+decodes. nvCOMP only ever sees frames that passed one of them.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """libzstd called through ctypes: one reused decompression context per thread, no GIL held.
 
-numcodecs' ``Zstd.decode`` holds the GIL for about 20 us per call (argument normalisation in
-Python, a fresh decompression context in C): with 16 threads and 64^3 chunks that serial part
-bounds the whole read. Here a call is one ``ZSTD_decompressDCtx`` on a context the thread keeps,
-through ctypes, which releases the GIL for the call. The library is the one numcodecs is built
-with (its extension exports libzstd's symbols), else the system's ``libzstd``; when neither
-loads, :data:`AVAILABLE` is False and callers use numcodecs.
-
-Only the fast path lives here: a chunk that fails, or decodes to another size than expected, is
-handed back (:func:`decode_into` returns False) so that
-:func:`linumpy.io.engine.codecs.zstd.decode` can say precisely what is wrong with it.
+numcodecs' ``Zstd.decode`` holds the GIL for about 20 us per call, which bounds a many-threaded
+read of small chunks. The library is numcodecs' own (its extension exports libzstd's symbols),
+else the system's; when neither loads, :data:`AVAILABLE` is False and callers use numcodecs.
+A chunk that fails is handed back (False) for :func:`linumpy.io.engine.codecs.zstd.decode` to
+explain.
 """
 
 from __future__ import annotations
