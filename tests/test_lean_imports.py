@@ -66,6 +66,17 @@ def test_a_command_process_skips_them_and_main_called_from_python_does_not(tmp_p
     assert _python(library).splitlines()[-1] == "True"
 
 
+def test_nothing_is_hooked_once_dask_array_is_imported() -> None:
+    import dask.array  # noqa: F401
+
+    from linumpy.cli.lean_imports import _LeanFinder, lean_dask_array
+
+    before = list(sys.meta_path)
+    lean_dask_array()
+    assert sys.meta_path == before
+    assert not any(isinstance(finder, _LeanFinder) for finder in sys.meta_path)
+
+
 def test_a_module_that_needs_a_hidden_one_is_executed_again_as_usual(tmp_path) -> None:
     (tmp_path / "lean_helper.py").write_text("ANSWER = 42\n")
     (tmp_path / "needs_helper.py").write_text("import lean_helper\nVALUE = lean_helper.ANSWER\n")

@@ -1,22 +1,6 @@
-"""Shared conventions of the ``linum-*`` scripts.
-
-- The module docstring is the parser's description; inputs and outputs are positional.
-- ``-f/--overwrite`` replaces existing outputs; without it an existing output is an error.
-- ``-v/--verbose`` logs what happens (``-vv`` for debug details) and ends with a table of where
-  the time went (start-up and imports, metadata, level 0, pyramid, the final swap, other: see
-  :mod:`linumpy.phases`).
-- ``--use-gpu/--no-use-gpu`` (alias ``--use_gpu``, off by default): without a usable GPU, a warning
-  says what is missing and the CPU path runs.
-- Bad arguments, unreadable or corrupt inputs, malformed metadata and unwritable outputs end with
-  exit code 2 and a one-line error naming the file, option or chunk (``-v`` adds the traceback);
-  exit code 1 (a traceback) is a bug.
-- An output is never one of the inputs, nor another output of the same run (nor inside one, nor
-  containing one): such a run stops before anything is touched.
-- Ctrl-C ends a run with ``PROG: interrupted`` and exit status 130; a full disk, a quota or a file
-  size limit ends it with an error naming the output.
-- Outputs are written in a staging directory beside them and moved into place at the end (see
-  :mod:`linumpy.io.staging`): an interrupted run leaves the previous output intact, and the next
-  run removes what it left.
+"""Shared conventions of the ``linum-*`` scripts (docs/scripts.md, "Conventions"): positional
+inputs and outputs, ``-f``, ``-v``, ``--use-gpu``, one-line errors with exit status 2 (130 on
+Ctrl-C), outputs checked against the inputs and each other and written in staging.
 
 The modules: :mod:`linumpy.cli.parser` (the parser and the shared options),
 :mod:`linumpy.cli.paths` (inputs and outputs), :mod:`linumpy.cli.run` (logging, errors and exit
@@ -35,7 +19,7 @@ from linumpy.cli.parser import (
     resolve_gpu,
 )
 from linumpy.cli.paths import check_input, check_output, output_folder, output_path
-from linumpy.cli.run import fail_on_errors, parse_args, setup_logging
+from linumpy.cli.run import fail_on_errors, parse_args
 
 __all__ = [
     "LinumArgumentParser",
@@ -50,5 +34,4 @@ __all__ = [
     "output_path",
     "parse_args",
     "resolve_gpu",
-    "setup_logging",
 ]

@@ -5,8 +5,7 @@ they ask for, and whether its tasks run on GPUs (asked of the workers under ``--
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from linumpy.cli.options import number
 from linumpy.errors import ClusterError, LinumpyError
@@ -25,19 +24,7 @@ def _size_arg(value: str) -> str:
 
 
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--memory-limit SIZE``, ``--scheduler ADDRESS``, ``--cluster-timeout SECONDS`` and
-    ``--gpus N`` (see :func:`linumpy.parallel.dask_cluster`).
-
-    Examples
-    --------
-    >>> import argparse
-    >>> from linumpy.cli.cluster_args import add_cluster_args
-    >>> parser = argparse.ArgumentParser(prog="linum-demo")
-    >>> add_cluster_args(parser)
-    >>> args = parser.parse_args(["--memory-limit", "2GiB", "--gpus", "2"])
-    >>> args.memory_limit, args.scheduler, args.gpus
-    ('2GiB', None, 2)
-    """
+    """Add ``--memory-limit``, ``--scheduler``, ``--cluster-timeout`` and ``--gpus``."""
     group = parser.add_argument_group("out of core and parallel (dask)")
     group.add_argument(
         "--memory-limit",
@@ -69,50 +56,24 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@contextmanager
-def cluster_from_args(args: argparse.Namespace) -> Iterator[Cluster]:
-    """:func:`~linumpy.parallel.dask_cluster` from the options :func:`add_cluster_args` adds.
-
-    Examples
-    --------
-    >>> import argparse
-    >>> from linumpy.cli.cluster_args import cluster_from_args
-    >>> args = argparse.Namespace(memory_limit="1GiB", scheduler=None, gpus=None)
-    >>> with cluster_from_args(args) as cluster:
-    ...     cluster.client is None, cluster.memory_limit
-    (True, 1073741824)
-    """
-    timeout = getattr(args, "cluster_timeout", DEFAULT_CLUSTER_TIMEOUT_S)
-    with dask_cluster(
-        memory_limit=args.memory_limit, scheduler=args.scheduler, gpus=args.gpus, timeout=timeout
-    ) as cluster:
-        yield cluster
+def cluster_from_args(args: argparse.Namespace) -> AbstractContextManager[Cluster]:
+    """:func:`~linumpy.parallel.dask_cluster` from the options :func:`add_cluster_args` adds."""
+    return dask_cluster(
+        memory_limit=args.memory_limit,
+        scheduler=args.scheduler,
+        gpus=args.gpus,
+        timeout=args.cluster_timeout,
+    )
 
 
 def cluster_gpu(args: argparse.Namespace, cluster: Cluster) -> bool:
     """Whether the job's tasks run on GPUs: ``--use-gpu`` (or ``--gpus``) and a usable GPU.
-
-    With ``--scheduler`` the workers are asked, not this process (a login node may have no
-    GPU): a worker without one is an error naming it. Otherwise
-    :func:`linumpy.cli.resolve_gpu` decides here (no usable GPU: a warning, the CPU path).
-
-    Raises
-    ------
-    ClusterError
-        Under ``--scheduler`` and ``--use-gpu``, for a worker without a usable GPU.
-
-    Examples
-    --------
-    >>> import argparse
-    >>> from linumpy.cli.cluster_args import cluster_gpu
-    >>> from linumpy.parallel import Cluster
-    >>> cluster_gpu(argparse.Namespace(use_gpu=False, gpus=None), Cluster())
-    False
-    """
+    Under ``--scheduler`` the workers are asked, not this process (a login node may have no
+    GPU), and a worker without one is a :class:`ClusterError` naming it."""
     from linumpy.cli.parser import gpu_reason, resolve_gpu
 
-    wanted = bool(getattr(args, "use_gpu", False)) or getattr(args, "gpus", None) is not None
-    if not wanted or cluster.client is None or getattr(args, "gpus", None) is not None:
+    wanted = args.use_gpu or args.gpus is not None
+    if not wanted or cluster.client is None or args.gpus is not None:
         return resolve_gpu(wanted)
     answers = cluster.client.run(gpu_reason)
     missing = {worker: why for worker, why in sorted(answers.items()) if why is not None}

@@ -1,14 +1,10 @@
 """A command's ``dask.array`` imported without the optional modules it would load and never use.
 
-``dask.array`` imports xarray (and pandas with it), ``scipy.sparse``, ``scipy.fftpack`` and
-``cupyx.scipy.sparse`` when they are installed, to recognise their arrays (``dask.array.core``,
-``dask.array.chunk_types``, ``dask.array.fft``); each import is optional there, skipped when it
-fails. The ``linum-*`` commands never hand dask such arrays, and these imports would be about half
-of ``import dask.array``'s time in every command's start-up. :func:`lean_dask_array` makes them fail
-while ``dask.array`` itself is imported, then makes them importable again: a command that later
-imports xarray or scipy.sparse gets them. Only a command's own process does this
-(:func:`linumpy.cli.parse_args` with ``argv`` None), never a library user's; cupy, which
-``dask.array`` also imports, is imported first, with nothing hidden.
+``dask.array`` imports xarray (with pandas), ``scipy.sparse``, ``scipy.fftpack`` and
+``cupyx.scipy.sparse`` when installed, to recognise their arrays; the ``linum-*`` commands never
+hand it such arrays, and these imports are about half of ``import dask.array``'s time. Only a
+command's own process hides them (:func:`linumpy.cli.parse_args` with ``argv`` None), and only
+while ``dask.array`` itself is imported: they stay importable afterwards.
 """
 
 from __future__ import annotations
@@ -85,18 +81,8 @@ class _LeanFinder(importlib.abc.MetaPathFinder):
 
 
 def lean_dask_array() -> None:
-    """Import ``dask.array``, when this process first does, without :data:`SKIPPED_BY_COMMANDS`.
-
-    Nothing happens when ``dask.array`` is already imported or the hook is already in place.
-
-    Examples
-    --------
-    >>> import sys
-    >>> from linumpy.cli.lean_imports import lean_dask_array
-    >>> lean_dask_array()  # in a new process, before dask.array is imported
-    >>> sum(isinstance(finder, _LeanFinder) for finder in sys.meta_path) <= 1
-    True
-    """
+    """Import ``dask.array``, when this process first does, without :data:`SKIPPED_BY_COMMANDS`
+    (nothing happens when it is already imported or the hook is in place)."""
     if "dask.array" in sys.modules or any(isinstance(f, _LeanFinder) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _LeanFinder())

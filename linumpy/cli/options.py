@@ -32,25 +32,7 @@ def number(
     kind: type, low: float, high: float | None = None, *, strict: bool = False
 ) -> Callable[[str], Any]:
     """An argparse ``type``: a finite ``kind`` (int or float) from ``low`` (above it if
-    ``strict``) to ``high``.
-
-    Examples
-    --------
-    >>> import contextlib, sys
-    >>> from linumpy.cli import build_parser
-    >>> from linumpy.cli.options import number
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> _ = parser.add_argument("--overlap", type=number(float, 0, 1), default=0.2)
-    >>> parser.parse_args(["--overlap", "0.5"]).overlap
-    0.5
-    >>> try:
-    ...     with contextlib.redirect_stderr(sys.stdout):
-    ...         parser.parse_args(["--overlap", "nan"])
-    ... except SystemExit as exc:
-    ...     print("exit status", exc.code)
-    linum-demo: error: argument --overlap: must be from 0 to 1, got nan
-    exit status 2
-    """
+    ``strict``) to ``high``."""
 
     def parse(text: str) -> Any:
         try:
@@ -73,21 +55,8 @@ positive_int = number(int, 0, strict=True)
 
 
 def add_zstd_level_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``--zstd-level`` (1 to 22), with ``--level``, its old name, kept as an alias; without
-    it, None: the writers' ``zstd_level`` setting (``LINUMPY_ZSTD_LEVEL``, 2 by default).
-
-    Examples
-    --------
-    >>> from linumpy.cli import build_parser
-    >>> from linumpy.cli.options import add_zstd_level_arg
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> add_zstd_level_arg(parser)
-    >>> for argv in ([], ["--zstd-level", "9"], ["--level", "5"]):
-    ...     print(parser.parse_args(argv).zstd_level)
-    None
-    9
-    5
-    """
+    """Add ``--zstd-level`` (alias ``--level``, its old name); None without it: the writers'
+    ``zstd_level`` setting."""
     parser.add_argument(
         "--zstd-level",
         "--level",
@@ -106,17 +75,7 @@ NGFF_VERSIONS = ("0.4", "0.5")
 
 
 def add_ngff_version_arg(parser: argparse.ArgumentParser, help: str = "OME-NGFF version") -> None:
-    """Add ``--ngff-version`` (:data:`NGFF_VERSIONS`, the last by default).
-
-    Examples
-    --------
-    >>> from linumpy.cli import build_parser
-    >>> from linumpy.cli.options import add_ngff_version_arg
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> add_ngff_version_arg(parser, "OME-NGFF version of the output")
-    >>> [parser.parse_args(argv).ngff_version for argv in ([], ["--ngff-version", "0.4"])]
-    ['0.5', '0.4']
-    """
+    """Add ``--ngff-version`` (:data:`NGFF_VERSIONS`, the last by default)."""
     parser.add_argument(
         "--ngff-version",
         choices=NGFF_VERSIONS,
@@ -126,18 +85,7 @@ def add_ngff_version_arg(parser: argparse.ArgumentParser, help: str = "OME-NGFF 
 
 
 def add_registration_args(parser: argparse.ArgumentParser) -> None:
-    """Add the tile registration's ``--tile-shape H W`` and ``--min-score``.
-
-    Examples
-    --------
-    >>> from linumpy.cli import build_parser
-    >>> from linumpy.cli.options import add_registration_args
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> add_registration_args(parser)
-    >>> args = parser.parse_args(["--tile-shape", "64", "96"])
-    >>> args.tile_shape, args.min_score
-    ([64, 96], 0.3)
-    """
+    """Add the tile registration's ``--tile-shape H W`` and ``--min-score``."""
     parser.add_argument(
         "--tile-shape",
         nargs=2,
@@ -159,21 +107,7 @@ STITCH_DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "float32
 
 
 def add_blending_args(parser: argparse.ArgumentParser, image: str = "the output") -> None:
-    """Add the stitch's ``--blending``, ``--dtype`` (of ``image``) and ``--n-levels`` (its
-    pyramid).
-
-    Examples
-    --------
-    >>> from linumpy.cli import build_parser
-    >>> from linumpy.cli.options import add_blending_args
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> add_blending_args(parser)
-    >>> args = parser.parse_args(["--blending", "average"])
-    >>> args.blending, args.dtype, args.n_levels
-    ('average', None, 3)
-    >>> parser.parse_args(["--dtype", "float32"]).dtype
-    'float32'
-    """
+    """Add the stitch's ``--blending``, ``--dtype`` and ``--n-levels`` (of ``image``)."""
     parser.add_argument(
         "--blending",
         choices=("none", "average", "linear"),
@@ -202,18 +136,7 @@ def add_layout_args(
     chunks_help: str = "(Inner) chunk shape (default: about 1 MiB each).",
     shards_help: str = "Shard shape, a multiple of the chunks (default: slabs of whole planes).",
 ) -> None:
-    """Add ``--chunks``, and ``--shards`` or ``--no-shards``: the output's layout (read them
-    back with :func:`layout_shards`).
-
-    Examples
-    --------
-    >>> from linumpy.cli import build_parser
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> add_layout_args(parser)
-    >>> args = parser.parse_args(["--chunks", "8", "8", "--no-shards"])
-    >>> args.chunks, layout_shards(args)
-    ([8, 8], None)
-    """
+    """Add ``--chunks``, and ``--shards`` or ``--no-shards`` (read by :func:`layout_shards`)."""
     parser.add_argument("--chunks", nargs="+", type=positive_int, help=chunks_help)
     shards = parser.add_mutually_exclusive_group()
     shards.add_argument("--shards", nargs="+", type=positive_int, help=shards_help)
@@ -221,30 +144,13 @@ def add_layout_args(
 
 
 def layout_shards(args: argparse.Namespace) -> list[int] | str | None:
-    """The ``shards`` argument of linumpy's writers from :func:`add_layout_args`'s options:
-    None for ``--no-shards``, the shape given, else ``"auto"`` (the default layout).
-
-    Examples
-    --------
-    >>> import argparse
-    >>> layout_shards(argparse.Namespace(shards=None, no_shards=False))
-    'auto'
-    """
+    """The writers' ``shards``: None for ``--no-shards``, the shape given, else ``"auto"``."""
     return None if args.no_shards else args.shards or "auto"
 
 
 def stitch_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The stitch's keyword arguments (``stitch_omezarr``, ``run_mosaic_job``) from the options
-    of :func:`add_blending_args`, :func:`add_layout_args` and :func:`add_zstd_level_arg`.
-
-    Examples
-    --------
-    >>> import argparse
-    >>> args = argparse.Namespace(blending="linear", dtype=None, n_levels=3, chunks=None,
-    ...                           shards=None, no_shards=True, zstd_level=None)
-    >>> stitch_options(args)["shards"] is None
-    True
-    """
+    """The stitch's keyword arguments from the options of :func:`add_blending_args`,
+    :func:`add_layout_args` and :func:`add_zstd_level_arg`."""
     return {
         "blending": args.blending,
         "dtype": args.dtype,
@@ -256,18 +162,7 @@ def stitch_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def png_name(text: str) -> str:
-    """An argparse ``type``: a file name ending in ``.png``.
-
-    Examples
-    --------
-    >>> from linumpy.cli.options import png_name
-    >>> png_name("preview.PNG")
-    'preview.PNG'
-    >>> png_name("preview.jpg")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: a PNG file name ending in .png is needed, got 'preview.jpg'
-    """
+    """An argparse ``type``: a file name ending in ``.png``."""
     if not text.lower().endswith(".png"):
         raise argparse.ArgumentTypeError(f"a PNG file name ending in .png is needed, got {text!r}")
     return text

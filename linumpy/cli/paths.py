@@ -24,27 +24,8 @@ _OUTPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
 
 
 def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -> Path | str:
-    """Exit with a one-line error when the input ``path`` does not exist.
-
-    A remote URL (``http(s)://``, ``s3://``, ``gs://``) is returned as it is: its reader names
-    it in any error; a ``file://`` URL is checked as the local path it names.
-
-    Examples
-    --------
-    >>> import contextlib, sys, tempfile
-    >>> from linumpy.cli import build_parser, check_input
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> folder = tempfile.mkdtemp()
-    >>> check_input(parser, folder).is_dir()
-    True
-    >>> try:
-    ...     with contextlib.redirect_stderr(sys.stdout):
-    ...         check_input(parser, "missing.ome.zarr")
-    ... except SystemExit as exc:
-    ...     print("exit status", exc.code)
-    linum-demo: error: input 'missing.ome.zarr' does not exist
-    exit status 2
-    """
+    """Exit with a one-line error when the input ``path`` does not exist; a remote URL is
+    returned as it is (its reader names it in any error), a ``file://`` URL checked as its path."""
     from linumpy.io.remote import is_url, local_path, url_scheme
 
     if is_url(path):
@@ -65,38 +46,9 @@ def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -
 
 @contextmanager
 def output_folder(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Create the folder ``path`` that a script writes its outputs into (and its parents) and
-    yield it, or exit with a one-line error when it is an input of the script or inside one, is
-    a file, or cannot be created. A folder this call created is removed again when the block
-    fails (an exit included) and leaves it empty. Its outputs are checked one by one with
-    :func:`check_output`.
-
-    Examples
-    --------
-    >>> import contextlib, sys, tempfile
-    >>> from pathlib import Path
-    >>> from linumpy.cli import build_parser, check_input, output_folder
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> with output_folder(parser, folder / "out" / "job") as job:
-    ...     job.is_dir()
-    True
-    >>> try:
-    ...     with output_folder(parser, folder / "new"):
-    ...         raise RuntimeError("failed")
-    ... except RuntimeError:
-    ...     (folder / "new").exists()
-    False
-    >>> source = check_input(parser, folder / "out")
-    >>> try:
-    ...     with contextlib.redirect_stderr(sys.stdout):
-    ...         with output_folder(parser, folder / "out" / "job"):
-    ...             pass
-    ... except SystemExit as exc:
-    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
-    linum-demo: error: output '.../job' is inside the input '.../out'; write to another path
-    exit status 2
-    """
+    """Create the output folder ``path`` (and its parents) and yield it, or exit with a one-line
+    error when it is an input or inside one, is a file, or cannot be created. The folders this
+    call created are removed again when the block fails and leaves them empty."""
     path = Path(path)
     for other in _INPUTS.get(parser, []):
         overlap = _overlap(path, other)
@@ -144,66 +96,9 @@ def check_output(
     kind: Literal["file", "directory"] | None = None,
 ) -> Path:
     """Exit with a one-line error when ``path`` exists without ``-f`` (a dangling link too),
-    cannot be created, or is an input of the script (checked with :func:`check_input` before) or
-    another of its outputs (checked before), inside one or contains one.
-
-    With ``make_parents``, missing parent directories are created. With ``kind``, an existing
-    ``path`` of the other kind is never replaced, ``-f`` or not. What an interrupted earlier
-    write of ``path`` left in staging is recovered or removed first.
-
-    Examples
-    --------
-    >>> import contextlib, sys, tempfile
-    >>> from pathlib import Path
-    >>> from linumpy.cli import build_parser, check_output
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> check_output(parser, folder / "new" / "out.ome.zarr", False, make_parents=True).name
-    'out.ome.zarr'
-    >>> (folder / "new").is_dir()
-    True
-    >>> parser = build_parser("Demo.", prog="linum-demo")  # each run checks its outputs apart
-    >>> try:
-    ...     with contextlib.redirect_stderr(sys.stdout):
-    ...         check_output(parser, folder / "new", overwrite=False)
-    ... except SystemExit as exc:
-    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
-    linum-demo: error: output '.../new' exists; use -f to overwrite it
-    exit status 2
-    >>> check_output(parser, folder / "new", overwrite=True) == folder / "new"
-    True
-    >>> source = check_input(parser, folder / "new")
-    >>> try:
-    ...     with contextlib.redirect_stderr(sys.stdout):
-    ...         check_output(parser, folder / "new", overwrite=True)
-    ... except SystemExit as exc:
-    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
-    linum-demo: error: output '.../new' is the input '.../new'; write to another path
-    exit status 2
-
-    Two outputs of one run are never one path (nor one inside the other):
-
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> _ = check_output(parser, folder / "a.png", overwrite=True)
-    >>> try:
-    ...     with contextlib.redirect_stderr(sys.stdout):
-    ...         check_output(parser, folder / "a.png", overwrite=True)
-    ... except SystemExit as exc:
-    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
-    linum-demo: error: output '.../a.png' is the output '.../a.png'; write to another path
-    exit status 2
-
-    Outputs are written on a file system (local or shared by a cluster's workers), not to an
-    object store's URL:
-
-    >>> try:
-    ...     with contextlib.redirect_stderr(sys.stdout):
-    ...         check_output(parser, "s3://lab/aip.ome.zarr", overwrite=True)
-    ... except SystemExit as exc:
-    ...     print("exit status", exc.code)  # doctest: +ELLIPSIS
-    linum-demo: error: output 's3://lab/aip.ome.zarr': the scripts write outputs to a file ...
-    exit status 2
-    """
+    cannot be created, is a URL, or is (inside, or contains) an input or another output of the
+    run. ``kind``: an existing path of the other kind is never replaced. What an interrupted write
+    of ``path`` left in staging is recovered or removed first."""
     from linumpy.io.remote import local_path, url_scheme
 
     scheme = url_scheme(path)
@@ -249,40 +144,8 @@ def check_output(
 
 @contextmanager
 def output_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path to write ``path``'s content to; move it into place on success.
-
-    The temporary path has the same name, inside a hidden staging directory beside ``path`` (same
-    file system, so the final move is a rename; see :func:`linumpy.io.staging.staged`). On an
-    exception (Ctrl-C included) it is deleted and ``path`` is left as it was; a killed run leaves
-    the staging directory, which the next write of ``path`` removes. An existing ``path`` is
-    replaced only once the new one is complete, in one step. An OS error about the staging
-    directory (a read-only folder), and a full disk, a quota or a file size limit met while
-    writing, become a :class:`LinumpyError` naming ``path``.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> from pathlib import Path
-    >>> from linumpy.cli import output_path
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> with output_path(folder / "result.txt") as staging:
-    ...     _ = staging.write_text("complete")
-    ...     [p.name.endswith(".linumpy-staging") for p in folder.iterdir()]
-    [True]
-    >>> os.listdir(folder), (folder / "result.txt").read_text()
-    (['result.txt'], 'complete')
-
-    An interrupted run leaves the previous output in place:
-
-    >>> try:
-    ...     with output_path(folder / "result.txt") as staging:
-    ...         _ = staging.write_text("half")
-    ...         raise RuntimeError("interrupted")
-    ... except RuntimeError:
-    ...     pass
-    >>> os.listdir(folder), (folder / "result.txt").read_text()
-    (['result.txt'], 'complete')
-    """
+    """Yield a staging path beside ``path`` to write to, moved into place on success and deleted
+    on an exception (see :func:`linumpy.io.staging.staged_output`)."""
     from linumpy.io.staging import staged_output
 
     # absolute: a dask worker opens it in a working directory of its own

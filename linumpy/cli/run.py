@@ -33,25 +33,7 @@ _COMMAND_LINE: weakref.WeakSet[argparse.ArgumentParser] = weakref.WeakSet()
 
 
 def setup_logging(verbose: int, prog: str) -> None:
-    """Send linumpy's log records to stderr: warnings always, info with -v, debug with -vv.
-
-    Examples
-    --------
-    Here stderr is redirected to stdout to show the records; the last two lines put the
-    ``linumpy`` logger back as it was.
-
-    >>> import contextlib, logging, sys
-    >>> from linumpy.cli import setup_logging
-    >>> root = logging.getLogger("linumpy")
-    >>> handlers, level, propagate = root.handlers[:], root.level, root.propagate
-    >>> with contextlib.redirect_stderr(sys.stdout):
-    ...     setup_logging(1, "linum-demo")
-    >>> logging.getLogger("linumpy.mosaic").info("stitched 6 tiles")
-    linum-demo: INFO: stitched 6 tiles
-    >>> logging.getLogger("linumpy.mosaic").debug("shown with -vv only")
-    >>> root.handlers[:], root.propagate = handlers, propagate
-    >>> root.setLevel(level)
-    """
+    """Send linumpy's log records to stderr: warnings always, info with -v, debug with -vv."""
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{prog}: %(levelname)s: %(message)s"))
@@ -63,27 +45,9 @@ def setup_logging(verbose: int, prog: str) -> None:
 
 @contextmanager
 def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
-    """Turn linumpy's errors and OS errors (unreadable input, unwritable output) into a one-line
-    error and exit status 2; with ``-v`` (see :func:`parse_args`) the traceback comes first.
-    Ctrl-C ends the run with ``PROG: interrupted`` and exit status 130 (what was being written is
-    thrown away, its previous version kept).
-
-    Any other exception is a bug: it propagates (a traceback and exit status 1).
-
-    Examples
-    --------
-    >>> import contextlib, sys
-    >>> from linumpy.cli import build_parser, fail_on_errors
-    >>> from linumpy.mosaic.transform import parse_tile_shape
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> try:
-    ...     with contextlib.redirect_stderr(sys.stdout), fail_on_errors(parser):
-    ...         parse_tile_shape((0, 64))
-    ... except SystemExit as exc:
-    ...     print("exit status", exc.code)
-    linum-demo: error: tile shape must be two positive integers (height, width), got (0, 64)
-    exit status 2
-    """
+    """Turn linumpy's errors, OS errors and ValueErrors into a one-line error and exit status 2
+    (or the error's ``exit_status``), with the traceback first under ``-v``; Ctrl-C ends the run
+    with ``PROG: interrupted`` and status 130. Any other exception is a bug and propagates."""
     timing = _PHASES.get(parser)
     if timing is not None:
         if timing[1] == 0 and phases.active() is None:
@@ -118,41 +82,25 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse ``argv`` and set up logging from ``-v`` (and tracebacks in :func:`fail_on_errors`).
-
-    Examples
-    --------
-    The last two lines put the ``linumpy`` logger back as it was (see :func:`setup_logging`).
-
-    >>> import logging
-    >>> from linumpy.cli import add_verbose_arg, build_parser, parse_args
-    >>> parser = build_parser("Demo.", prog="linum-demo")
-    >>> _ = parser.add_argument("input")
-    >>> add_verbose_arg(parser)
-    >>> root = logging.getLogger("linumpy")
-    >>> handlers, level, propagate = root.handlers[:], root.level, root.propagate
-    >>> parse_args(parser, ["mosaic.ome.zarr", "-v"])
-    Namespace(input='mosaic.ome.zarr', verbose=1)
-    >>> logging.getLevelName(root.level)
-    'INFO'
-    >>> root.handlers[:], root.propagate = handlers, propagate
-    >>> root.setLevel(level)
-    """
+    """Parse ``argv`` and set up logging from ``-v`` (and tracebacks in :func:`fail_on_errors`);
+    for the process's own command line (``argv`` None), also the Ctrl-C hook, SIGUSR1 stacks, the
+    lean ``dask.array`` import and, for a local GPU run, the GPU warm-up."""
     args = parser.parse_args(argv)
     _VERBOSE[parser] = getattr(args, "verbose", 0)
     setup_logging(_VERBOSE[parser], parser.prog)
     if _VERBOSE[parser] > 0:
         # the interpreter's start-up counts for a command, not for main(argv) called from Python
         _PHASES[parser] = [None, 0, argv is None]
-    if argv is None and _VERBOSE[parser] == 0:
+    if argv is not None:
+        return args
+    if _VERBOSE[parser] == 0:
         sys.excepthook = _interrupted_hook(parser.prog, sys.excepthook)
-    if argv is None:
-        _COMMAND_LINE.add(parser)
-        _stacks_on_sigusr1()
-        from linumpy.cli.lean_imports import lean_dask_array
+    _COMMAND_LINE.add(parser)
+    _stacks_on_sigusr1()
+    from linumpy.cli.lean_imports import lean_dask_array
 
-        lean_dask_array()  # before the warm-up thread starts importing
-    if argv is None and _runs_on_this_gpu(args):
+    lean_dask_array()  # before the warm-up thread starts importing
+    if _runs_on_this_gpu(args):
         from linumpy.gpu.availability import load_cupy
         from linumpy.gpu.warm_up import create_context_in_background, warm_up_in_background
 
@@ -165,12 +113,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
 
 
 def _stacks_on_sigusr1() -> None:
-    """Make ``kill -USR1 PID`` print every thread's stack to stderr; the command goes on.
-
-    For a command that seems stuck (a stalled remote store, a hung device call): the stacks say
-    where each thread waits. Where the system has no SIGUSR1 or stderr is not a file, nothing is
-    set up.
-    """
+    """Make ``kill -USR1 PID`` print every thread's stack to stderr (where a stuck command
+    waits); nothing where the system has no SIGUSR1 or stderr is not a file."""
     import faulthandler
     import signal
 
@@ -198,14 +142,10 @@ def _quiet_after_interrupt(*, exiting: bool) -> None:
     warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
     if not exiting:
         return
-    sys.unraisablehook = _drop_unraisable
+    sys.unraisablehook = lambda unraisable: None  # the run already ended with "interrupted"
     staging = sys.modules.get("linumpy.io.staging")  # not loaded: no write to quiet
     if staging is not None:
         staging.discard_quietly()
-
-
-def _drop_unraisable(unraisable: Any) -> None:
-    """An unraisablehook that prints nothing (the run already ended with ``interrupted``)."""
 
 
 def _interrupted_hook(prog: str, previous: Any) -> Any:
