@@ -4,16 +4,21 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 from dask.utils import format_bytes
 
+from linumpy.errors import MemoryLimitError
 from linumpy.parallel import block_sizes
 from linumpy.parallel.gpu_devices import device_memory
 from linumpy.parallel.progress import compute_with_bar
 from linumpy.settings import available_cpus
 
 __all__ = ["Cluster"]
+
+logger = logging.getLogger(__name__)
 
 
 class Cluster:
@@ -82,14 +87,7 @@ class Cluster:
 
     @property
     def slots(self) -> int:
-        """Tasks that run at once: the workers times their threads (local threads: the threads).
-
-        Examples
-        --------
-        >>> from linumpy.parallel import Cluster
-        >>> Cluster(threads=3).slots
-        3
-        """
+        """Tasks that run at once: the workers times their threads (local threads: the threads)."""
         if self.client is None:
             return self.threads
         return max(1, len(self.client.scheduler_info().get("workers", {}))) * self.threads
@@ -103,15 +101,13 @@ class Cluster:
         gpu: bool = False,
         gpu_task_bytes: int = block_sizes.DEFAULT_GPU_TASK_BYTES,
     ) -> int:
-        """The working set one task may use, by the policy of :mod:`linumpy.parallel.block_sizes`:
-        ``TASK_SHARE`` of the memory limit, shared by a worker's threads, and no more than
-        ``total`` split into ``BLOCKS_PER_SLOT`` (GPU: ``GPU_BLOCKS_PER_SLOT``) blocks per
-        :attr:`slots` (down to ``SPLIT_FLOOR_BYTES``), so that every worker gets blocks to run; a
-        GPU task's also within ``GPU_DEVICE_SHARE`` of its device's memory (:meth:`device_bytes`).
+        """The working set one task may use: ``TASK_SHARE`` of the memory limit, shared by a
+        worker's threads; no more than :meth:`split_bytes` of ``total``; for a GPU task also
+        within ``GPU_DEVICE_SHARE`` of its device's memory.
 
         With the local threaded scheduler, fewer threads run when the limit cannot hold
-        ``minimum`` bytes per thread. A ``gpu`` job uses ``gpu_task_bytes`` (as the
-        default and as the floor of the split) and, on local threads not set by the caller,
+        ``minimum`` bytes per thread. A ``gpu`` job uses ``gpu_task_bytes`` (as the default and
+        as the floor of the split) and, on local threads not set by the caller,
         ``DEFAULT_GPU_THREADS`` threads.
 
         Parameters
@@ -124,6 +120,8 @@ class Cluster:
             Working set of the whole job as one block, in bytes, if known.
         gpu
             Whether the job's tasks run on the GPU.
+        gpu_task_bytes
+            A GPU task's working set without a memory limit, and the floor of the split.
 
         Raises
         ------
@@ -132,19 +130,9 @@ class Cluster:
 
         Examples
         --------
-        >>> from linumpy.parallel import SPLIT_SLACK, Cluster
-        >>> cluster = Cluster(memory_limit=4 * 2**20, threads=4)
-        >>> cluster.task_bytes(minimum=2**20), cluster.threads  # 3 threads fit, not 4
-        (1048576, 3)
-        >>> big = Cluster(memory_limit=2**40, threads=2)  # ~4 blocks for each of 2 threads
-        >>> big.task_bytes(minimum=2**20, total=2**32) == int(2**32 * SPLIT_SLACK) // 8
-        True
-        >>> from linumpy.parallel import DEFAULT_GPU_TASK_BYTES, DEFAULT_GPU_THREADS
-        >>> local = Cluster()  # GPU jobs: fewer threads, larger blocks
-        >>> local.task_bytes(2**20, gpu=True) == DEFAULT_GPU_TASK_BYTES
-        True
-        >>> local.threads <= DEFAULT_GPU_THREADS
-        True
+        >>> from linumpy.parallel import Cluster
+        >>> Cluster(memory_limit=4 * 2**20, threads=4).task_bytes(minimum=2**20)  # 3 threads
+        1048576
         """
         self.threads = self.max_threads
         if gpu and self.client is None and not self._threads_given:
@@ -160,14 +148,7 @@ class Cluster:
         return budget
 
     def device_bytes(self) -> int | None:
-        """Memory of the GPUs this cluster's GPU tasks run on, when known here.
-
-        Examples
-        --------
-        >>> from linumpy.parallel import Cluster
-        >>> Cluster(device_bytes=2**34).device_bytes()
-        17179869184
-        """
+        """Memory of the GPUs this cluster's GPU tasks run on, when known here."""
         if self._device_bytes is None and (self.client is None or self.gpus):
             self._device_bytes = device_memory() or 0
         return self._device_bytes or None
@@ -181,23 +162,33 @@ class Cluster:
         gpu: bool = False,
         gpu_task_bytes: int = block_sizes.DEFAULT_GPU_TASK_BYTES,
     ) -> int:
-        """``budget`` lowered so that a job of ``total`` bytes makes a few blocks per
-        :attr:`slots` (:func:`~linumpy.parallel.block_sizes.split_bytes`): :meth:`task_bytes`
-        with ``total``."""
-        return block_sizes.split_bytes(
-            budget, minimum, total, self.slots, gpu=gpu, gpu_task_bytes=gpu_task_bytes
-        )
+        """``budget`` lowered so that a job of ``total`` bytes makes about ``BLOCKS_PER_SLOT``
+        (GPU: ``GPU_BLOCKS_PER_SLOT``) blocks per :attr:`slots` (with ``SPLIT_SLACK``), but not
+        below ``SPLIT_FLOOR_BYTES`` (GPU: ``gpu_task_bytes``) nor ``minimum``."""
+        floor = gpu_task_bytes if gpu else block_sizes.SPLIT_FLOOR_BYTES
+        per_slot = block_sizes.GPU_BLOCKS_PER_SLOT if gpu else block_sizes.BLOCKS_PER_SLOT
+        share = max(floor, int(total * block_sizes.SPLIT_SLACK) // (per_slot * self.slots))
+        return max(minimum, min(budget, share))
 
     def _limit_bytes(self, minimum: int, what: str, default: int | None) -> int:
-        budget, self.threads = block_sizes.limit_bytes(
-            self.memory_limit,
-            self.threads,
-            minimum,
-            what,
-            default=default,
-            fewer_threads=self.client is None,
-        )
-        return budget
+        """The working set per thread under the memory limit (``default`` or
+        ``DEFAULT_TASK_BYTES`` without one), setting :attr:`threads`: fewer run on local threads
+        when the limit cannot hold ``minimum`` per thread; a remote worker's threads are not
+        ours to change, so there it raises :class:`~linumpy.errors.MemoryLimitError`."""
+        if self.memory_limit is None:
+            return max(minimum, default or block_sizes.DEFAULT_TASK_BYTES)
+        usable = int(self.memory_limit * block_sizes.TASK_SHARE)
+        if usable // self.threads >= minimum:
+            return usable // self.threads
+        fit = usable // minimum
+        if self.client is not None or fit < 1:
+            needed = minimum * (self.threads if self.client is not None else 1)
+            raise MemoryLimitError(
+                self.memory_limit, math.ceil(needed / block_sizes.TASK_SHARE), what
+            )
+        logger.info("%s: %d thread(s) fit the memory limit, not %d", what, fit, self.threads)
+        self.threads = int(fit)
+        return usable // self.threads
 
     def compute(self, collection: Any, *, desc: str = "dask", progress: bool = False) -> Any:
         """Compute a dask collection here, with a progress bar over its tasks.
