@@ -56,9 +56,9 @@ def test_the_first_read_takes_the_staging_the_warm_up_page_locked(tmp_path, monk
     volume = np.random.default_rng(0).integers(0, 4000, (64, 128, 128), dtype=np.uint16)
     path = tmp_path / "volume.ome.zarr"
     save_omezarr(volume, path, voxel_size=(1, 1, 1))
-    moved = pinned_buffers.moved()
+    moved = pinned_buffers._moved
     np.testing.assert_array_equal(read_volume(path, gpu=True).get(), volume)
-    assert pinned_buffers.moved() > moved, "the read staged nothing through pinned memory"
+    assert pinned_buffers._moved > moved, "the read staged nothing through pinned memory"
     after = {id(e[1]) for entries in pinned_buffers._idle.values() for e in entries}
     assert after == buffers, "the read page-locked buffers of its own"
 

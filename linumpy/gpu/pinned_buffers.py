@@ -1,10 +1,9 @@
 """Page-locked (pinned) host buffers of the GPU path, kept between reads and writes.
 
-Page-locking host memory is slow (it can take half of a GPU write), so pinned buffers outlive a
-read in a small cache; the pinned memory the process holds stays bounded by what one read asks
-for. By default a process's reads stage through
-:data:`FIRST_PINNED_BYTES` at first, growing to :data:`MAX_PINNED_BYTES` as they move data
-(:func:`pinned_allowance`), since a command that reads once pays for every byte it locks.
+Page-locking is slow (up to half of a GPU write), so buffers outlive a read in a small cache. A
+process's reads stage through :data:`FIRST_PINNED_BYTES` at first, growing to
+:data:`MAX_PINNED_BYTES` as they move data (:func:`pinned_allowance`): a command that reads once
+pays for every byte it locks.
 """
 
 from __future__ import annotations
@@ -36,15 +35,8 @@ _FIXED_BYTES = 0
 
 
 def pinned_allowance() -> int:
-    """The page-locked staging a read may use now: :data:`FIRST_PINNED_BYTES` in a new process
-    and one more byte per :data:`PINNED_PAYBACK` bytes staged since, up to
-    :data:`MAX_PINNED_BYTES`.
-
-    Examples
-    --------
-    >>> pinned_allowance() == min(MAX_PINNED_BYTES, max(FIRST_PINNED_BYTES, moved() // 16))
-    True
-    """
+    """The page-locked staging a read may use now: :data:`FIRST_PINNED_BYTES` in a new process,
+    one more byte per :data:`PINNED_PAYBACK` bytes staged since, up to :data:`MAX_PINNED_BYTES`."""
     if _FIXED_BYTES > 0:
         return _FIXED_BYTES
     return min(MAX_PINNED_BYTES, max(FIRST_PINNED_BYTES, _moved // PINNED_PAYBACK))
@@ -52,16 +44,8 @@ def pinned_allowance() -> int:
 
 @contextmanager
 def steady_staging() -> Iterator[None]:
-    """Within: reads stage through :data:`MAX_PINNED_BYTES` from the first, as a process that
-    has read for a while does (benchmarks of repeated reads use it, so that their first rows are
-    not measured on a smaller staging).
-
-    Examples
-    --------
-    >>> with steady_staging():
-    ...     pinned_allowance() == MAX_PINNED_BYTES
-    True
-    """
+    """Within: reads stage through :data:`MAX_PINNED_BYTES` from the first, as a process that has
+    read for a while does (for benchmarks of repeated reads)."""
     global _FIXED_BYTES
     before, _FIXED_BYTES = _FIXED_BYTES, _FIXED_BYTES or MAX_PINNED_BYTES
     try:
@@ -71,29 +55,19 @@ def steady_staging() -> Iterator[None]:
 
 
 def count_moved(nbytes: int) -> None:
-    """Record that a read staged ``nbytes`` through pinned memory (see :func:`pinned_allowance`).
-
-    Examples
-    --------
-    >>> before = moved()
-    >>> count_moved(1 << 20)
-    >>> moved() - before
-    1048576
-    """
+    """Record that a read staged ``nbytes`` through pinned memory (see :func:`pinned_allowance`)."""
     global _moved
     with _moved_lock:
         _moved += max(0, int(nbytes))
 
 
-def moved() -> int:
-    """Bytes the process's GPU reads have staged through pinned memory so far.
+def _page_locked(nbytes: int) -> tuple[Any, np.ndarray]:
+    """New page-locked memory and a uint8 view of its ``nbytes`` (keep both)."""
+    import cupy
 
-    Examples
-    --------
-    >>> moved() >= 0
-    True
-    """
-    return _moved
+    memory = cupy.cuda.PinnedMemory(max(nbytes, 1))
+    pointer = cupy.cuda.PinnedMemoryPointer(memory, 0)
+    return memory, np.frombuffer(pointer, dtype=np.uint8, count=nbytes)
 
 
 _pinned_lock = threading.Lock()
@@ -102,14 +76,9 @@ _IDLE_PINNED = 4  # the staging buffers of one read with the default number of s
 
 
 @contextmanager
-def pinned_buffers(nbytes: int, count: int = 2, keep: int = 0) -> Iterator[list[np.ndarray]]:
-    """Lend ``count`` page-locked host buffers of at least ``nbytes`` bytes each.
-
-    Buffers come back to a small cache on exit: the largest ``max(count, keep, 4)`` stay idle
-    (``keep``: how many one reader uses at once, e.g. one per stream).
-    """
-    import cupy
-
+def pinned_buffers(nbytes: int, count: int = 2) -> Iterator[list[np.ndarray]]:
+    """Lend ``count`` page-locked host buffers of at least ``nbytes`` bytes each; on exit the
+    largest ``max(count, 4)`` stay idle for the next."""
     taken: list[tuple[int, Any, np.ndarray]] = []
     with _pinned_lock:
         for entry in sorted(_pinned_idle, key=lambda e: e[0]):
@@ -118,34 +87,20 @@ def pinned_buffers(nbytes: int, count: int = 2, keep: int = 0) -> Iterator[list[
         for entry in taken:
             _pinned_idle.remove(entry)
     while len(taken) < count:
-        memory = cupy.cuda.PinnedMemory(max(nbytes, 1))
-        pointer = cupy.cuda.PinnedMemoryPointer(memory, 0)
-        taken.append((nbytes, memory, np.frombuffer(pointer, dtype=np.uint8, count=nbytes)))
+        taken.append((nbytes, *_page_locked(nbytes)))
     try:
         yield [view for _, _, view in taken]
     finally:
         with _pinned_lock:
             _pinned_idle.extend(taken)
             _pinned_idle.sort(key=lambda e: -e[0])
-            del _pinned_idle[max(count, keep, _IDLE_PINNED) :]
+            del _pinned_idle[max(count, _IDLE_PINNED) :]
 
 
 def roomy(nbytes: int, room: int) -> int:
-    """Bytes to page-lock for a request of ``nbytes`` that later requests may exceed, up to
-    ``room``: the next power of two, but no more than ``room`` (and no less than ``nbytes``).
-
-    Requests of a job's reads and writes vary with the data (deeper blocks of an OCT volume
-    compress less), and a cached buffer only serves requests it holds: allocated at their exact
-    sizes, a job's buffers are page-locked again block after block (docs/gpu_guide.md,
-    "Measurements behind the GPU defaults": pinned buffers).
-
-    Examples
-    --------
-    >>> roomy(3 * 2**20, 2**30) == 4 * 2**20, roomy(3 * 2**20, 0) == 3 * 2**20
-    (True, True)
-    >>> roomy(5 * 2**20, 6 * 2**20) == 6 * 2**20
-    True
-    """
+    """Bytes to page-lock for a request of ``nbytes``: the next power of two, but no more than
+    ``room`` (the most later requests may ask) and no less than ``nbytes``; a buffer locked at
+    an exact size would serve no larger request of a job's next blocks (docs/gpu_guide.md)."""
     return max(nbytes, min(1 << (max(nbytes, 1) - 1).bit_length(), room))
 
 
@@ -157,40 +112,26 @@ _IDLE_BYTES = 4 * 2**30  # and at most this much idle pinned memory in all
 
 def prestage(role: str, slots: int, nbytes: int, count: int = 1) -> None:
     """Page-lock buffers of ``nbytes`` so that each of the first ``slots`` slots of ``role`` has
-    ``count`` idle, for the next leases to take (ahead of a process's first reads).
-    """
-    import cupy
-
+    ``count`` idle, for the next leases to take (ahead of a process's first reads)."""
     for slot in range(slots):
         with _lease_lock:
             missing = count - len(_idle.get((role, slot), []))
         for _ in range(missing):
-            memory = cupy.cuda.PinnedMemory(max(nbytes, 1))
-            pointer = cupy.cuda.PinnedMemoryPointer(memory, 0)
-            view = np.frombuffer(pointer, dtype=np.uint8, count=nbytes)
+            entry = _page_locked(nbytes)
             with _lease_lock:
-                _idle.setdefault((role, slot), []).append((memory, view))
+                _idle.setdefault((role, slot), []).append(entry)
 
 
 class PinnedLease:
-    """Page-locked buffers lent to one read, by ``(role, slot)``, for as long as it runs.
-
-    A read owns what it borrows until :meth:`close`; buffers then go back to a per-slot idle
-    list that the process's next reads take from (page-locking is slow). Reads that run at the
-    same time get buffers of their own. A slot's buffer grows when a read needs more; at most
-    eight idle buffers per slot (reads that ran at once under dask) and 4 GiB in all are kept.
-    """
+    """Page-locked buffers lent to one read, by ``(role, slot)``, until :meth:`close` gives them
+    back to a per-slot idle list (at most eight per slot and 4 GiB in all) for the next reads."""
 
     def __init__(self) -> None:
         self._held: dict[tuple[str, int], tuple[Any, np.ndarray]] = {}
 
     def get(self, role: str, slot: int, nbytes: int, room: int = 0) -> np.ndarray:
-        """The lease's buffer of ``(role, slot)``, of at least ``nbytes`` (first ``nbytes``).
-
-        A new buffer gets :func:`roomy` bytes: ``room`` is the most this role's requests can
-        ask (0: exactly ``nbytes``)."""
-        import cupy
-
+        """The first ``nbytes`` of the lease's buffer of ``(role, slot)``; a new buffer gets
+        :func:`roomy` bytes (``room``: the most this role's requests can ask, 0: ``nbytes``)."""
         key = (role, slot)
         entry = self._held.get(key)
         if entry is None or entry[1].nbytes < nbytes:
@@ -203,10 +144,7 @@ class PinnedLease:
                 else:
                     entry = None
             if entry is None:
-                size = max(roomy(nbytes, room), 1)
-                memory = cupy.cuda.PinnedMemory(size)
-                pointer = cupy.cuda.PinnedMemoryPointer(memory, 0)
-                entry = (memory, np.frombuffer(pointer, dtype=np.uint8, count=size))
+                entry = _page_locked(max(roomy(nbytes, room), 1))
             self._give_back(self._held.pop(key, None), key)
             self._held[key] = entry
         return entry[1][:nbytes]
