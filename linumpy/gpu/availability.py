@@ -25,18 +25,11 @@ _cupyx_loaded = threading.Event()
 
 
 def load_cupy() -> ModuleType:
-    """Import cupy and load ``cupyx`` whole, once per process, one thread at a time.
+    """Import cupy and load its lazy ``cupyx`` whole, once per process, one thread at a time.
 
-    cupy registers ``cupyx`` as a lazy module (``importlib.util.LazyLoader``) and imports its
-    submodules at the first use of some operations. When one thread loads the lazy module while
-    another imports one of its submodules, each can hold the lock the other waits for, and both
-    threads hang. Called before a command or a read starts its threads, this leaves them an
-    ordinary module.
-
-    Raises
-    ------
-    ImportError
-        When cupy (or its ``cupyx``) cannot be imported.
+    Two threads, one loading the lazy module while another imports one of its submodules, can
+    each hold the lock the other waits for; called before a command's threads start, this
+    leaves them an ordinary module.
     """
     import cupy
 
@@ -80,16 +73,7 @@ def gpu_unavailable_reason() -> str | None:
 
 
 def require_gpu(what: str) -> None:
-    """Raise :class:`GPUUnavailableError` naming ``what`` and the reason, when the GPU is unusable.
-
-    Examples
-    --------
-    >>> try:
-    ...     require_gpu("read_volume(gpu=True)")
-    ... except GPUUnavailableError as exc:
-    ...     print(str(exc).split(":")[0])  # doctest: +SKIP
-    read_volume(gpu=True) needs an NVIDIA GPU with cupy and nvCOMP
-    """
+    """Raise :class:`GPUUnavailableError` naming ``what`` and why, when the GPU is unusable."""
     reason = gpu_unavailable_reason()
     if reason is not None:
         raise GPUUnavailableError(
@@ -105,10 +89,9 @@ _local = threading.local()
 def codec_stream() -> Iterator[cupy.cuda.Stream]:
     """Lend one of the calling thread's streams for the zarr codec, on its current device.
 
-    Blocking streams: they wait for earlier work on the legacy default stream, where zarr and
-    cupy copy chunk bytes to the device, and memory freed after such work is not reused early.
-    Merged codec calls that run at once on one event loop (``CallMerger.max_in_flight``) each
-    get a stream of their own; a thread makes no more streams than it had calls at once.
+    Blocking streams: they wait for zarr's and cupy's copies on the legacy default stream, and
+    memory freed after such work is not reused early. Merged codec calls running at once each
+    get a stream of their own.
     """
     import cupy
 
@@ -136,11 +119,9 @@ def after_current_stream(streams: list[cupy.cuda.Stream]) -> Any:
     """Make ``streams`` wait for the work queued so far on the calling thread's current stream;
     return the event they wait for.
 
-    cupy's memory pool hands a block freed on a stream back to the next allocation on that
-    stream at once, while kernels queued on it may still read the block. A read that allocates
-    its output there and fills it from non-blocking streams would overwrite such a block under
-    those kernels (a GPU stitch's tiles were read into memory a block of the other dask thread
-    was still averaging), so the read's streams first wait for the current stream.
+    cupy's pool hands a block freed on a stream to the next allocation on that stream at once,
+    while kernels queued there may still read it: an output allocated there and filled from other
+    streams would overwrite such a block under those kernels.
     """
     import cupy
 

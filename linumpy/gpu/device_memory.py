@@ -14,10 +14,8 @@ __all__: list[str] = []
 
 
 def check_free(needed: int, source: str, shape: tuple[int, ...], dtype: Any, what: str) -> None:
-    """Raise :class:`DeviceMemoryError` when ``needed`` bytes exceed what the device can give.
-
-    CuPy's memory pool counts as free: its cached blocks are reused before CUDA is asked.
-    """
+    """Raise :class:`DeviceMemoryError` when ``needed`` bytes exceed what the device can give
+    (cupy's pool's cached blocks count as free)."""
     import cupy
 
     free, total = cupy.cuda.runtime.memGetInfo()

@@ -1,17 +1,11 @@
 """zarr's buffers inside :func:`~linumpy.gpu.zarr_context.gpu_zarr_context`: stored bytes stay
 on the host, arrays live on the device.
 
-``zarr.config.enable_gpu()`` makes every zarr buffer a device buffer: a store copies each chunk or
-shard it reads to the device from pageable memory, on CUDA's legacy default stream (which waits
-for the codec's nvCOMP calls on the other streams), and the GPU codec then copies the compressed
-bytes back to the host, where it checks their frames before nvCOMP sees them. Inside
-``gpu_zarr_context`` zarr's byte buffers are :class:`HostBytes` instead: what a store reads stays
-in host memory until the codec uploads a whole batch at once from pinned memory, the codec hands
-its decoded chunks over on the device, and zarr's arrays are :class:`DeviceNDBuffer`, so reads
-still return cupy arrays (arrays made on the host, such as shard indexes, stay there). Encoded
-frames come back to the host, where the store writes them.
-
-Importing this module needs zarr only; cupy is imported when a buffer holds device memory.
+Under ``zarr.config.enable_gpu()`` a store copies every chunk it reads to the device (pageable
+memory, legacy default stream) and the codec copies it back to check its frames. With
+:class:`HostBytes` what a store reads stays on the host until the codec uploads a whole batch
+from pinned memory, and :class:`DeviceNDBuffer` arrays still make reads return cupy arrays.
+Importing this module needs zarr only.
 """
 
 from __future__ import annotations
@@ -36,19 +30,8 @@ __all__: list[str] = []
 
 
 class HostBytes(cpu.Buffer):
-    """zarr's byte buffer that keeps its bytes where they were made, host or device.
-
-    Bytes a store reads are host memory (``from_bytes``), and a device array handed to it (a
-    decoded chunk, a chunk about to be encoded) stays on the device: nothing is copied until
-    :meth:`as_numpy_array` asks for host memory.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> buffer = HostBytes.from_bytes(b"ab") + HostBytes.from_array_like(np.array([99], "B"))
-    >>> buffer.to_bytes()
-    b'abc'
-    """
+    """zarr's byte buffer that keeps its bytes where they were made, host or device, until
+    :meth:`as_numpy_array` asks for host memory."""
 
     @classmethod
     def from_buffer(cls, buffer: Buffer) -> Self:
@@ -75,20 +58,12 @@ class HostBytes(cpu.Buffer):
 
 
 class DeviceNDBuffer(gpu.NDBuffer):
-    """zarr's GPU array buffer, which leaves an array made on the host there.
+    """zarr's GPU array buffer, which leaves an array made on the host there (a shard's index, a
+    chunk no GPU codec decoded) until it is written into a device one.
 
-    The arrays zarr creates (a read's output, a chunk to fill) are on the device, as with zarr's
-    own GPU buffer, so reads return cupy arrays. A host array it is given (a shard's index, a
-    chunk that no GPU codec decoded, a numpy array written) stays a host array until it is
-    written into a device one: zarr decodes and encodes a shard's index on the host, and a round
-    trip through the device there is a copy on CUDA's legacy default stream, which waits for
-    every nvCOMP call in flight and so stalls zarr's event loop. Nor is zarr's "slow copy based
-    path" warning given for such arrays: their copy to the device is the one copy there is.
-
-    Examples
-    --------
-    >>> DeviceNDBuffer(np.arange(3)).as_ndarray_like()  # a host array stays one
-    array([0, 1, 2])
+    zarr decodes a shard's index on the host, and a round trip through the device would be a
+    copy on CUDA's legacy default stream, which waits for every nvCOMP call in flight and so
+    stalls zarr's event loop. Nor is zarr's "slow copy based path" warning given for such arrays.
     """
 
     def __init__(self, array: NDArrayLike) -> None:
@@ -123,18 +98,8 @@ class DeviceNDBuffer(gpu.NDBuffer):
 
 
 def host_bytes_config() -> dict[str, str]:
-    """zarr config overrides: :class:`HostBytes` byte buffers and :class:`DeviceNDBuffer` arrays.
-
-    Registers both classes with zarr (again is harmless). :func:`gpu_zarr_context` applies them;
-    ``zarr.config.enable_gpu()`` is the all-device alternative.
-
-    Examples
-    --------
-    >>> import zarr
-    >>> with zarr.config.set(host_bytes_config()):
-    ...     zarr.buffer.default_buffer_prototype().buffer.__name__
-    'HostBytes'
-    """
+    """zarr config overrides: :class:`HostBytes` byte buffers and :class:`DeviceNDBuffer` arrays
+    (registered with zarr here; again is harmless)."""
     register_buffer(HostBytes, qualname=fully_qualified_name(HostBytes))
     register_ndbuffer(DeviceNDBuffer, qualname=fully_qualified_name(DeviceNDBuffer))
     return {

@@ -1,9 +1,4 @@
-"""zarr itself on the GPU: :func:`gpu_zarr_context`, and :func:`describe_gpu` for people.
-
-Inside :func:`gpu_zarr_context`, zarr returns cupy arrays and its ``zstd`` codec runs on the GPU
-through :class:`~linumpy.gpu.nvcomp_zstd.NvcompZstdCodec` (the configuration of
-:func:`~linumpy.gpu.nvcomp_zstd.gpu_zstd_config`).
-"""
+"""zarr itself on the GPU: :func:`gpu_zarr_context`, and :func:`describe_gpu` for people."""
 
 from __future__ import annotations
 
