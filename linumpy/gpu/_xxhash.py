@@ -1,22 +1,10 @@
-"""XXH64 (seed 0) of many device buffers at once, as CuPy RawKernels.
+"""XXH64 (seed 0) of many device buffers at once: zstd's frame checksum, which nvCOMP neither
+verifies nor writes.
 
-zstd's frame checksum is the low 32 bits of XXH64 of the decompressed content, and nvCOMP neither
-verifies nor writes it. XXH64 consumes its input in 32-byte stripes, one 8-byte word per lane into
-four independent accumulators, each step depending on the previous one: inside one buffer the four
-lanes are the only parallelism, and a buffer takes at least one dependent chain of its stripes.
-Two kernels reach that bound in two regimes:
-
-- ``xxh64_lanes`` gives every buffer four threads (one per lane, reading 32 contiguous bytes per
-  stripe together) with many loads in flight per thread: many small buffers fill the device.
-- ``xxh64_tiled`` gives every buffer a block: four warps copy it into shared memory a tile ahead
-  (coalesced, many loads in flight) while four threads of its first warp hash the tile before.
-  Four threads alone keep too few bytes in flight for a long buffer's chain, so long buffers
-  go here and many short ones to ``xxh64_lanes``.
-
-Thread 0 of a buffer then merges the four accumulators, hashes the tail of fewer than 32 bytes and
-applies the final avalanche.
-
-cupy is imported inside the functions: importing this module touches no GPU library.
+Inside one buffer XXH64's four lanes are the only parallelism, so two kernels cover two regimes:
+``xxh64_lanes`` gives every buffer four threads with many loads in flight (many small buffers),
+``xxh64_tiled`` a block whose warps copy tiles ahead into shared memory while four threads hash
+(long buffers, whose chain four threads alone cannot feed).
 """
 
 from __future__ import annotations
@@ -217,30 +205,9 @@ def xxh64_batch(
     *,
     stream: cupy.cuda.Stream,
 ) -> cupy.ndarray:
-    """Hash ``buffer[offsets[i] : offsets[i] + sizes[i]]`` for every i with XXH64, seed 0.
-
-    The work is queued on ``stream`` and not waited for.
-
-    Parameters
-    ----------
-    buffer
-        A 1-D uint8 device array holding every input.
-    offsets, sizes
-        Where each input starts in ``buffer`` and how many bytes it has. Each input must start at
-        a device address that is a multiple of 8.
-    stream
-        The CuPy stream the kernel runs on; read the result after this stream's work is done.
-
-    Returns
-    -------
-    cupy.ndarray
-        One uint64 hash per input (zstd stores the low 32 bits as a frame's checksum).
-
-    Raises
-    ------
-    ValueError
-        When the lists differ in length, an input lies outside ``buffer`` or is misaligned.
-    """
+    """Queue on ``stream`` the XXH64 of ``buffer[offsets[i] : offsets[i] + sizes[i]]`` (1-D uint8
+    on the device, each input 8-byte aligned) for every i: one uint64 per input (zstd stores its
+    low 32 bits). ValueError for inputs outside ``buffer`` or misaligned."""
     import cupy
 
     n = len(offsets)

@@ -1,22 +1,11 @@
 """The write engine's GPU back end: chunks of a cupy array encoded by nvCOMP, written by threads.
 
-For each group of files (a box of shards or chunks, sized by ``settings.scratch_bytes``):
-
-1. gather: one transposed copy puts every chunk of the box in a row of one contiguous device
-   buffer (:func:`~linumpy.io.engine.write_plan.gather_chunks`; edge chunks padded with the fill
-   value first);
-2. empty chunks: one reduction flags the rows equal to the fill value, which are not encoded (zarr
-   leaves them out);
-3. encode: one batched nvCOMP zstd call over the other rows, and the XXH64 kernel over the same
-   rows when the codec stores zstd's content checksum;
-4. download: nvCOMP's statuses and sizes are checked, then each frame is copied into page-locked
-   host memory (with four spare bytes for the checksum);
-5. assemble and write: in the file threads, every frame is walked like a stored chunk
-   (the compressor's ``inspect_chunk``) before it is written, the checksum is
-   patched in, and each file is assembled (crc32c of each frame, shard index) and written whole.
-
-The GPU work of a group overlaps the file writes of the group before (two host buffers take
-turns). Importing this module imports neither cupy nor nvCOMP.
+Per group of files (sized by ``settings.scratch_bytes``): one transposed copy gathers the chunks
+in rows (:func:`~linumpy.io.engine.write_plan.gather_chunks`), rows equal to the fill value are
+left out, one nvCOMP call encodes the rest (and the XXH64 kernel hashes them for the content
+checksum), the frames come back to page-locked memory, and the file threads check every frame like
+a stored chunk, patch its checksum in, and assemble and write each file. A group's GPU work
+overlaps the file writes of the group before (two host buffers in turn).
 """
 
 from __future__ import annotations
@@ -68,12 +57,9 @@ def gpu_encode_unusable_reason(plan: WritePlan) -> str | None:
 def _group_budget(plan: WritePlan, scratch_bytes: int) -> int:
     """Blocks per group: the gathered rows and the encoder's output fit ``scratch_bytes``.
 
-    The padded box (edges only) and an aligned copy of the rows live only while gathering,
-    before the output is allocated, so the peak is rows plus output. Counting all three would
-    make groups a third smaller, and each group is one nvCOMP encode call, whose cost on the
-    device hardly depends on its size (docs/gpu_guide.md, "Measurements behind the GPU
-    defaults": ``scratch_bytes`` for writes). nvCOMP's own work space comes on top (1-2.7 GiB,
-    the GPU guide).
+    The padded box and an aligned copy of the rows live only while gathering, before the output
+    is allocated, so they are not counted: each group is one nvCOMP call, whose cost hardly
+    depends on its size (docs/gpu_guide.md). nvCOMP's own work space comes on top.
     """
     from linumpy.gpu import nvcomp
 
@@ -130,16 +116,9 @@ def _byte_rows(rows: cupy.ndarray, nbytes: int) -> tuple[cupy.ndarray, int]:
 
 
 def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteReport:
-    """Write ``data`` (cupy, the plan's region) with nvCOMP encoding; see the module docstring.
-
-    Runs on the current device and stream (the stream that made ``data``).
-
-    Raises
-    ------
-    ChunkDecodeError
-        When nvCOMP reports a failed chunk or writes a frame that does not check out; files of
-        earlier groups may be written by then (the caller's staging throws them away).
-    """
+    """Write ``data`` (cupy, the plan's region) with nvCOMP encoding, on the current device and
+    stream (see the module). ChunkDecodeError for a failed chunk or a frame that does not check
+    out; earlier groups' files may be written by then (the caller's staging discards them)."""
     import cupy
 
     from linumpy.gpu import nvcomp
@@ -254,8 +233,7 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
 
 
 class _GpuEncoder:
-    """nvCOMP's encoder as the write engine asks it
-    (:class:`~linumpy.io.engine.write.DeviceEncoder`)."""
+    """nvCOMP's encoder as the write engine asks it (its ``DeviceEncoder``)."""
 
     def unusable_reason(self, plan: WritePlan) -> str | None:
         """See :func:`gpu_encode_unusable_reason`."""

@@ -1,26 +1,11 @@
 """A GPU command's first-use costs, paid in background threads while its modules import.
 
-A ``linum-*`` command run with ``--use-gpu`` spends a second or more importing Python modules
-(dask, zarr, linumpy) before its first read, and then, on the critical path of that read, creates
-the CUDA context, loads nvCOMP and the kernels, and page-locks its staging buffers. Those steps
-wait on the driver and the disk much more than on the interpreter, so
-:func:`warm_up_in_background` runs them in a daemon thread as soon as the command's arguments ask
-for the GPU; whatever it has not finished when the read starts, the read does itself.
-
-Nothing here is needed for correctness: each step is what the first read would do, any failure
-is logged at debug level and left for the read to report.
-
-A command imports cupy, with its lazy ``cupyx`` loaded whole
-(:func:`~linumpy.gpu.availability.load_cupy`), before it starts this thread: once the command's
-threads run, one importing a ``cupyx`` submodule while another loads the lazy module can each
-hold the lock the other waits for, and both hang; and a stitch's first block need not load
-``cupyx`` itself. Loading cupy takes the main thread a while, so the CUDA context is created
-before it, by
-:func:`create_context_in_background`: the device's primary context, retained through the driver
-library with :mod:`ctypes` (its calls leave the interpreter free), which cupy's runtime then
-finds in place. The warm-up page-locks the staging before it loads libraries and kernels: a
-command's first metadata reads wait for the driver while it locks pages, and it is locked by
-the time they come.
+A ``--use-gpu`` command spends a second or more importing modules before its first read, which
+would then create the CUDA context, load nvCOMP and the kernels and page-lock its staging: steps
+that wait on the driver and the disk, not the interpreter. :func:`warm_up_in_background` runs
+them in a daemon thread (failures are logged at debug level and left for the read to report);
+:func:`create_context_in_background` creates the context earlier still, through the driver
+library with :mod:`ctypes`, while the main thread loads cupy (whose runtime then finds it).
 """
 
 from __future__ import annotations
@@ -42,18 +27,8 @@ _DRIVER_LIBRARIES = (("win", "nvcuda.dll"), ("", "libcuda.so.1"))
 
 
 def create_context_in_background() -> threading.Thread | None:
-    """Start creating the current device's CUDA context in a daemon thread, without cupy
-    (once per process); None when it was already started.
-
-    The thread initialises the CUDA driver and retains the primary context of device 0, the
-    device cupy uses by default (``CUDA_VISIBLE_DEVICES`` numbers it); any failure is logged at
-    debug level and left for cupy to report.
-
-    Examples
-    --------
-    >>> from linumpy.gpu.warm_up import create_context_in_background
-    >>> thread = create_context_in_background()  # doctest: +SKIP
-    """
+    """Start retaining device 0's primary CUDA context (cupy's default device) in a daemon
+    thread, without cupy, once per process; None when it was already started."""
     return _start_once(_context_started, _retain_primary_context, "linumpy-cuda-context")
 
 
@@ -98,13 +73,7 @@ def _retain_primary_context() -> None:
 
 
 def warm_up_in_background() -> threading.Thread | None:
-    """Start the warm-up thread (once per process); None when it was already started.
-
-    Examples
-    --------
-    >>> from linumpy.gpu.warm_up import warm_up_in_background
-    >>> thread = warm_up_in_background()  # doctest: +SKIP
-    """
+    """Start the warm-up thread (once per process); None when it was already started."""
     return _start_once(_started, _warm_up, "linumpy-gpu-warm-up")
 
 
@@ -116,7 +85,7 @@ def _warm_up() -> None:
         cupy = load_cupy()
         cupy.empty(1)  # the first allocation creates the CUDA context, or finds it created
         cupy.cuda.runtime.deviceSynchronize()
-        _page_lock_staging()
+        _page_lock_staging()  # first: locked by the time the command's metadata reads end
         _load_libraries_and_kernels()
         _nvcomp_round_trip()
     except Exception as exc:  # the read that follows reports what is wrong
