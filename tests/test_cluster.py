@@ -286,3 +286,31 @@ def test_killing_one_of_two_workers_mid_stitch_gives_the_local_output(
     finally:
         for name in killed:  # the cluster has its two workers again
             cluster.start_worker(name)
+
+
+def test_task_paths_are_absolute_and_urls_kept(tmp_path: Path, monkeypatch) -> None:
+    from linumpy.parallel.task_inputs import input_digest, task_path
+
+    monkeypatch.chdir(tmp_path)
+    assert task_path("data/a.zarr") == str(tmp_path / "data" / "a.zarr")
+    assert task_path("file://data/a.zarr") == f"file://{tmp_path / 'data' / 'a.zarr'}"
+    assert task_path("s3://lab/a.zarr") == "s3://lab/a.zarr"
+    assert input_digest("s3://lab/a.zarr") is None
+    assert input_digest("file://data/a.zarr") == input_digest("data/a.zarr") == "missing"
+    (tmp_path / "data" / "a.zarr").mkdir(parents=True)
+    (tmp_path / "data" / "a.zarr" / "zarr.json").write_text('{"zarr_format": 3}')
+    assert len(input_digest("file://data/a.zarr")) == 64
+
+
+def test_other_versions_on_a_worker_are_named() -> None:
+    from linumpy.parallel.workers import version_mismatches
+
+    versions = {
+        "client": {"packages": {"zarr": "3.1"}},
+        "scheduler": {"packages": {"zarr": "3.1"}},
+        "workers": {"tcp://w:1": {"packages": {"zarr": "3.0"}}, "tcp://w:2": {"packages": {}}},
+    }
+    assert version_mismatches(versions, ("zarr",)) == [
+        "worker tcp://w:1 has zarr 3.0, the client 3.1",
+        "worker tcp://w:2 has zarr missing, the client 3.1",
+    ]

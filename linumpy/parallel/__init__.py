@@ -7,24 +7,9 @@ take one and size their blocks with :meth:`Cluster.task_bytes`, so that the bloc
 holds at once fit its memory limit. ``distributed`` and ``dask_cuda`` are imported only when a
 scheduler or GPUs are asked for.
 
-The package's modules, each of one concern:
-
-- :mod:`linumpy.parallel.startup`: :func:`dask_cluster`, the cluster start-up;
-- :mod:`linumpy.parallel.cluster`: :class:`Cluster`, where tasks run and their working set;
-- :mod:`linumpy.parallel.block_sizes`: sizes as text and the policy that cuts a job into blocks;
-- :mod:`linumpy.parallel.gpu_devices`: the GPUs visible and their memory (the CUDA runtime);
-- :mod:`linumpy.parallel.host_memory`: freed memory handed back to the system at once;
-- :mod:`linumpy.parallel.progress`: the progress bar over a computation's tasks;
-- :mod:`linumpy.parallel.on_workers`: a computation on a distributed cluster that stops at its
-  first failed task, with errors and timeouts in one line;
-- :mod:`linumpy.parallel.workers`: the scheduler's workers checked before a job (one joined,
-  the client's versions);
-- :mod:`linumpy.parallel.task_inputs`: the paths tasks open (absolute), and the check that each
-  worker sees the client's input.
-
-The policy's figures are read where they are defined: a change to one (a benchmark's
-``--blocks-per-slot``) is made in :mod:`linumpy.parallel.block_sizes` (or, for
-``GPU_WORKER_THREADS``, :mod:`linumpy.parallel.startup`).
+The policy's figures (``BLOCKS_PER_SLOT``, ...) are read where they are defined, in
+:mod:`linumpy.parallel.block_sizes` (``GPU_WORKER_THREADS``: :mod:`linumpy.parallel.startup`);
+a change to one (a benchmark's ``--blocks-per-slot``) is made there.
 """
 
 from __future__ import annotations

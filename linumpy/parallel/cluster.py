@@ -1,6 +1,5 @@
-"""A :class:`~linumpy.parallel.Cluster`: where dask work runs (local threads or a
-``dask.distributed`` client), and the working set each of its tasks may use (the policy of
-:mod:`linumpy.parallel.block_sizes` applied to its workers, threads and GPUs)."""
+"""A :class:`~linumpy.parallel.Cluster`: where dask work runs, and the working set each of its
+tasks may use."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The CUDA devices a dask job can use, counted and sized through the CUDA runtime (cupy), which
-honours ``CUDA_VISIBLE_DEVICES``: 0 devices and no size without cupy or a driver.
-
-cupy is imported only when asked, and only by GPU jobs, which import it anyway; dask-cuda's NVML
-queries give the same answers but would cost an import of dask-cuda in every GPU run, with or
-without a dask-cuda cluster.
-"""
+"""The CUDA devices a dask job can use, through the CUDA runtime (cupy, imported only when asked,
+by GPU jobs, which import it anyway; dask-cuda's NVML would cost its import in every GPU run)."""
 
 from __future__ import annotations
 

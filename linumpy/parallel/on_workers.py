@@ -1,12 +1,8 @@
-"""A dask computation on a ``dask.distributed`` cluster that fails fast and in one line.
-
-:func:`compute_on_workers` ships a collection, counts its output blocks as they finish, and
-stops at the first failed one: the job's futures are cancelled, the tasks still running get a
-short grace to end (so that the caller's clean-up removes what they wrote), and the error is
-raised as one line. A data error from a task (a corrupt chunk) is raised as the task raised it;
-a task that killed its workers, a lost scheduler, and every worker gone for longer than the
-cluster's timeout become a :class:`~linumpy.errors.ClusterLostError` naming the scheduler or
-the worker. Ctrl-C cancels the futures the same way.
+"""A dask computation on a ``dask.distributed`` cluster that stops at its first failed task,
+with the error in one line: a task's own error as it raised it; a task that killed its workers, a
+lost scheduler, or no worker for longer than the cluster's timeout as a
+:class:`~linumpy.errors.ClusterLostError`. The job's futures are cancelled, and the tasks still
+running get a short grace to end, so that the caller's clean-up removes what they wrote.
 """
 
 from __future__ import annotations
@@ -90,39 +86,8 @@ def _stop(client: Any, futures: list[Any], grace: float) -> None:
 def compute_on_workers(
     collection: Any, client: Any, bar: Any, *, timeout: float | None = None
 ) -> Any:
-    """Compute ``collection`` on ``client``'s cluster and return its result, updating the tqdm
-    ``bar`` as its output blocks finish (never to the end when one fails).
-
-    Parameters
-    ----------
-    collection
-        A dask collection.
-    client
-        A ``distributed.Client``.
-    bar
-        A tqdm bar, reset to the number of output blocks.
-    timeout
-        Seconds the job waits with no worker (all lost) before it fails; None waits on.
-
-    Raises
-    ------
-    ClusterLostError
-        For a lost scheduler, a task that killed its workers, or no worker for ``timeout``.
-    Exception
-        The error of the first failed task, without the workers' traceback.
-
-    Examples
-    --------
-    >>> import dask.array as da
-    >>> from distributed import Client, LocalCluster
-    >>> from tqdm import tqdm
-    >>> from linumpy.parallel.on_workers import compute_on_workers
-    >>> with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-    ...                   dashboard_address=None) as cluster, Client(cluster) as client:
-    ...     with tqdm(disable=True) as bar:
-    ...         int(compute_on_workers(da.ones(10, chunks=5).sum(), client, bar))
-    10
-    """
+    """Compute ``collection`` on ``client``'s cluster, updating the tqdm ``bar`` as its output
+    blocks finish; ``timeout``: seconds with no worker before the job fails (None waits on)."""
     from distributed import futures_of, wait
 
     address = _address(client)

@@ -37,20 +37,8 @@ def compute_with_bar(
     progress: bool = False,
     timeout: float | None = None,
 ) -> Any:
-    """Compute a dask collection on ``threads`` local threads, or on ``client``'s cluster, with
-    a tqdm bar over its tasks (``progress``).
-
-    With a distributed client the bar counts the collection's output blocks as they finish, and
-    the first failed one stops the job (:func:`~linumpy.parallel.on_workers.compute_on_workers`,
-    which fails after ``timeout`` seconds without a worker).
-
-    Examples
-    --------
-    >>> import dask.array as da
-    >>> from linumpy.parallel.progress import compute_with_bar
-    >>> compute_with_bar(da.arange(6, chunks=2) * 2, threads=1)
-    array([ 0,  2,  4,  6,  8, 10])
-    """
+    """Compute a dask collection on ``threads`` local threads, or on ``client``'s cluster
+    (:func:`~linumpy.parallel.on_workers.compute_on_workers`), with a tqdm bar over its tasks."""
     # delay: no bar is drawn before the task count is known (reset draws the first one)
     with tqdm(desc=desc, unit="task", disable=not progress, total=0, delay=1e-9) as bar:
         if client is None:

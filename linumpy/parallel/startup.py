@@ -1,7 +1,5 @@
-"""Cluster start-up: the scripts' ``--memory-limit``, ``--scheduler`` and ``--gpus`` made into a
-:class:`~linumpy.parallel.Cluster` of local threads, an existing ``dask.distributed``
-scheduler, or one dask-cuda worker per GPU. ``distributed`` and ``dask_cuda`` are imported only
-when a scheduler or GPUs are asked for."""
+"""Cluster start-up: :func:`~linumpy.parallel.dask_cluster`, which imports ``distributed`` and
+``dask_cuda`` only when a scheduler or GPUs are asked for."""
 
 from __future__ import annotations
 

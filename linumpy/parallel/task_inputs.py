@@ -1,11 +1,6 @@
-"""Paths that dask tasks open, made the same on every worker.
-
-A task runs in its worker's working directory, which on a cluster is not the client's: a
-relative path would name another file there, or none. :func:`task_path` makes a path absolute on
-the client before its task ships (a URL is kept as it is). :func:`input_digest` summarizes an
-input's metadata files on the client, and :func:`check_same_input`, called by the first task of
-each worker process that reads the input, compares it with what that worker sees: a worker
-that mounts another file at that path fails with one line naming itself and the path.
+"""Paths that dask tasks open, made the same on every worker: absolute on the client (a task
+runs in its worker's working directory), and each worker's first task checks that it sees the
+client's input (:func:`input_digest`, :func:`check_same_input`).
 """
 
 from __future__ import annotations
@@ -30,18 +25,8 @@ _LOCK = threading.Lock()
 
 
 def task_path(path: str | os.PathLike[str]) -> str:
-    """``path`` as a dask task should open it: absolute (resolved against this process's working
-    directory, links kept), or a URL unchanged.
-
-    Examples
-    --------
-    >>> import os
-    >>> from linumpy.parallel.task_inputs import task_path
-    >>> task_path("data/mosaic.ome.zarr") == os.path.join(os.getcwd(), "data/mosaic.ome.zarr")
-    True
-    >>> task_path("s3://lab/mosaic.ome.zarr")
-    's3://lab/mosaic.ome.zarr'
-    """
+    """``path`` made absolute against this process's working directory (links kept); a URL
+    unchanged."""
     text = os.fspath(path)
     match = _URL.match(text) if isinstance(text, str) else None
     if match is not None:
@@ -59,20 +44,8 @@ def _local(path: str) -> Path | None:
 
 
 def input_digest(path: str | os.PathLike[str]) -> str | None:
-    """A digest of a local zarr input's metadata files (their bytes, sizes and modification
-    times, at ``path`` and its first level ``0``), or None for a URL; ``"missing"`` where there
-    is nothing at ``path``. Two copies of one image differ in their modification times.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> from linumpy.parallel.task_inputs import input_digest
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "zarr.json").write_text('{"zarr_format": 3}')
-    >>> len(input_digest(folder)), input_digest(folder / "missing"), input_digest("s3://b/a")
-    (64, 'missing', None)
-    """
+    """A digest of a local zarr input's metadata files (bytes, sizes and modification times, at
+    ``path`` and its level ``0``): None for a URL, ``"missing"`` where nothing is at ``path``."""
     local = _local(task_path(path))
     if local is None:
         return None
@@ -96,26 +69,12 @@ def input_digest(path: str | os.PathLike[str]) -> str | None:
 
 
 def on_dask_worker() -> bool:
-    """Whether this runs in a task of a ``dask.distributed`` worker.
-
-    Examples
-    --------
-    >>> from linumpy.parallel.task_inputs import on_dask_worker
-    >>> on_dask_worker()
-    False
-    """
+    """Whether this runs in a task of a ``dask.distributed`` worker."""
     return worker_name() != "this process"
 
 
 def worker_name() -> str:
-    """The dask worker this runs in (its address), or ``"this process"`` outside one.
-
-    Examples
-    --------
-    >>> from linumpy.parallel.task_inputs import worker_name
-    >>> worker_name()
-    'this process'
-    """
+    """The dask worker this runs in (its address), or ``"this process"`` outside one."""
     import sys
 
     if "distributed" in sys.modules:  # a worker has it loaded; elsewhere it is not imported
@@ -130,22 +89,7 @@ def worker_name() -> str:
 
 def check_same_input(path: str, digest: str | None) -> None:
     """Raise :class:`InputMismatchError` when this process sees another ``path`` than the client,
-    whose :func:`input_digest` was ``digest``; checked once per process (None: not checked).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> from linumpy.parallel.task_inputs import check_same_input, input_digest
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "zarr.json").write_text('{"zarr_format": 3}')
-    >>> check_same_input(str(folder), input_digest(folder))
-    >>> try:
-    ...     check_same_input(str(folder), "0" * 64)
-    ... except InputMismatchError as exc:
-    ...     print(str(exc).replace(str(folder), "FOLDER"))  # doctest: +ELLIPSIS
-    this process sees another input at 'FOLDER' than the client (its metadata differ): ...
-    """
+    whose :func:`input_digest` was ``digest``; checked once per process (None: not checked)."""
     if digest is None:
         return
     with _LOCK:

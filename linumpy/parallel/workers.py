@@ -33,17 +33,7 @@ def wait_for_workers(client: Any, address: str, timeout: float) -> None:
 
 def version_mismatches(versions: dict[str, Any], packages: tuple[str, ...]) -> list[str]:
     """One phrase per worker (or the scheduler, which reads the tasks too) whose version of one of
-    ``packages`` differs from the client's, from ``distributed.Client.get_versions``' answer.
-
-    Examples
-    --------
-    >>> from linumpy.parallel.workers import version_mismatches
-    >>> versions = {"client": {"packages": {"zarr": "3.1"}},
-    ...             "scheduler": {"packages": {"zarr": "3.1"}},
-    ...             "workers": {"tcp://w:1": {"packages": {"zarr": "3.0"}}}}
-    >>> version_mismatches(versions, ("zarr",))
-    ['worker tcp://w:1 has zarr 3.0, the client 3.1']
-    """
+    ``packages`` differs from the client's, from ``distributed.Client.get_versions``' answer."""
     client = versions.get("client", {}).get("packages", {})
     found = []
     others = {"the scheduler": versions.get("scheduler", {})}
@@ -60,16 +50,8 @@ def version_mismatches(versions: dict[str, Any], packages: tuple[str, ...]) -> l
 
 
 def check_workers(client: Any, address: str, timeout: float) -> None:
-    """Wait for a first worker (:func:`wait_for_workers`), then check the workers' versions of
-    :data:`CHECKED_PACKAGES` against the client's (dask's own version report).
-
-    Raises
-    ------
-    ClusterLostError
-        When no worker joins within ``timeout`` seconds.
-    ClusterError
-        When a worker runs other versions (or lacks linumpy).
-    """
+    """Wait for a first worker, then raise :class:`ClusterError` when a worker's versions of
+    :data:`CHECKED_PACKAGES` are not the client's."""
     wait_for_workers(client, address, timeout)
     versions = client.get_versions(packages=list(CHECKED_PACKAGES))
     found = version_mismatches(versions, CHECKED_PACKAGES)
