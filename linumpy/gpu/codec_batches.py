@@ -13,7 +13,6 @@ import asyncio
 import functools
 import logging
 import math
-import time
 import weakref
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -170,7 +169,6 @@ async def prepare_items(items: list[tuple[Buffer, ArraySpec, str]]) -> list[Prep
 async def _prepare(
     stream: cupy.cuda.Stream, items: list[tuple[Buffer, ArraySpec, str]], pinned: ExitStack
 ) -> list[PreparedChunk]:
-    started = time.perf_counter()
     arrays = [chunk.as_array_like() for chunk, _, _ in items]
     sizes = [int(array.nbytes) for array in arrays]
     offsets, total = layout(sizes)
@@ -183,7 +181,6 @@ async def _prepare(
     except BaseException:
         _synchronize_on_error(stream)
         raise
-    staged = time.perf_counter()
     on_host = set(host_chunks)
     prepared = []
     for i, ((_, spec, key), offset, size) in enumerate(zip(items, offsets, sizes, strict=True)):
@@ -196,12 +193,6 @@ async def _prepare(
             )
         else:  # libzstd's; a copy, since the staging buffer goes back to the cache
             prepared.append(PreparedChunk(spec, key, info, size, 0, np.array(source), None))
-    logger.debug(
-        "prepared %d chunks; ms: staging %.1f, checks %.1f",
-        len(items),
-        1e3 * (staged - started),
-        1e3 * (time.perf_counter() - staged),
-    )
     return prepared
 
 
@@ -210,7 +201,6 @@ async def _decode_prepared(
 ) -> list[Buffer]:
     import cupy
 
-    started = time.perf_counter()
     on_gpu = [i for i, chunk in enumerate(chunks) if chunk.address]
     on_cpu = [i for i, chunk in enumerate(chunks) if not chunk.address]
     out_sizes = [chunks[i].info.content_size or 0 for i in on_gpu]
@@ -266,12 +256,7 @@ async def _decode_prepared(
                 f"content checksum mismatch: the frame stores 0x{stored:08X}, the decoded bytes "
                 f"hash to 0x{int(digest) & 0xFFFFFFFF:08X}",
             )
-    logger.debug(
-        "decoded %d chunks with nvCOMP, %d on the CPU; ms: decode %.1f",
-        len(on_gpu),
-        len(on_cpu),
-        1e3 * (time.perf_counter() - started),
-    )
+    logger.debug("decoded %d chunks with nvCOMP, %d on the CPU", len(on_gpu), len(on_cpu))
 
     results: list[Buffer | None] = [None] * len(chunks)
     for k, i in enumerate(on_gpu):

@@ -235,13 +235,8 @@ def write_gpu(plan: WritePlan, data: cupy.ndarray, config: Settings) -> WriteRep
 class _GpuEncoder:
     """nvCOMP's encoder as the write engine asks it (its ``DeviceEncoder``)."""
 
-    def unusable_reason(self, plan: WritePlan) -> str | None:
-        """See :func:`gpu_encode_unusable_reason`."""
-        return gpu_encode_unusable_reason(plan)
-
-    def write(self, plan: WritePlan, data: Any, config: Settings) -> WriteReport:
-        """See :func:`write_gpu`."""
-        return write_gpu(plan, data, config)
+    unusable_reason = staticmethod(gpu_encode_unusable_reason)
+    write = staticmethod(write_gpu)
 
 
 #: The write engine's encoder of cupy data, looked up by
