@@ -44,12 +44,8 @@ class LinumpyError(Exception):
 
     Examples
     --------
-    >>> from linumpy.io import read_volume
-    >>> try:
-    ...     read_volume("/no/such/volume.ome.zarr")
-    ... except LinumpyError as exc:
-    ...     print(exc)
-    /no/such/volume.ome.zarr: no such file or directory
+    >>> issubclass(SettingsError, LinumpyError)
+    True
     """
 
 
@@ -58,8 +54,7 @@ class BenchInputError(LinumpyError, ValueError):
 
     Examples
     --------
-    >>> from linumpy.errors import LinumpyError
-    >>> issubclass(BenchInputError, LinumpyError)
+    >>> issubclass(BenchInputError, ValueError)
     True
     """
 
@@ -77,17 +72,8 @@ class ChunkDecodeError(LinumpyError, ValueError):
 
     Examples
     --------
-    >>> import os, tempfile, zarr
-    >>> from linumpy.io import read_volume
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> zarr.create_array(path, shape=(4,), chunks=(4,), dtype="uint8")[...] = 1
-    >>> with open(os.path.join(path, "c", "0"), "wb") as chunk:
-    ...     _ = chunk.write(b"junk")
-    >>> try:
-    ...     read_volume(path)
-    ... except ChunkDecodeError as exc:
-    ...     print(os.path.relpath(exc.key, path), "|", exc.reason)
-    c/0 | not zstd data: bad magic number 0x6B6E756A
+    >>> print(ChunkDecodeError("0/c/1/0/2", "not zstd data"))
+    chunk '0/c/1/0/2': not zstd data
     """
 
     def __init__(self, key: str, reason: str) -> None:
@@ -104,18 +90,8 @@ class GPUUnavailableError(LinumpyError, RuntimeError):
 
     Examples
     --------
-    Fall back to the CPU reader where there is no GPU:
-
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import read_volume, save_omezarr
-    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
-    >>> save_omezarr(np.zeros((8, 8, 8), np.uint16), path, voxel_size=(1, 1, 1))
-    >>> try:
-    ...     volume = read_volume(path, gpu=True)
-    ... except GPUUnavailableError:
-    ...     volume = read_volume(path)
-    >>> volume.shape
-    (8, 8, 8)
+    >>> issubclass(GPUUnavailableError, RuntimeError)
+    True
     """
 
 
@@ -124,13 +100,8 @@ class ClusterError(LinumpyError, RuntimeError):
 
     Examples
     --------
-    >>> from linumpy.parallel import dask_cluster
-    >>> try:
-    ...     with dask_cluster(gpus=0):
-    ...         pass
-    ... except ClusterError as exc:
-    ...     print(exc)
-    gpus must be a positive number of GPUs, got 0
+    >>> ClusterError.exit_status
+    2
     """
 
     #: Exit status of a ``linum-*`` script that ends with this error (2: fix the command).
@@ -197,15 +168,8 @@ class DeviceMemoryError(LinumpyError, MemoryError):
 
     Examples
     --------
-    It is a :class:`MemoryError`; a region that fits is the way out:
-
     >>> issubclass(DeviceMemoryError, MemoryError)
     True
-    >>> from linumpy.io import read_volume
-    >>> try:  # doctest: +SKIP
-    ...     volume = read_volume("huge.ome.zarr", gpu=True)
-    ... except DeviceMemoryError:
-    ...     volume = read_volume("huge.ome.zarr", gpu=True, region=(slice(0, 256),))
     """
 
 
@@ -217,12 +181,6 @@ class DiskSpaceError(LinumpyError, OSError):
     --------
     >>> issubclass(DiskSpaceError, OSError)
     True
-    >>> from linumpy.mosaic.demo import make_demo_data
-    >>> try:
-    ...     make_demo_data("grid.ome.zarr", grid_shape=(2, 2), free_bytes=2**20)
-    ... except DiskSpaceError as exc:
-    ...     print(str(exc).split(": ")[1].split(" of disk")[0])
-    a 2x2 grid of (64, 128, 128) tiles needs up to 8.5 MB
     """
 
 
@@ -234,12 +192,6 @@ class HostMemoryError(LinumpyError, MemoryError):
     --------
     >>> issubclass(HostMemoryError, MemoryError)
     True
-    >>> from linumpy.io.engine.memory import check_host_memory
-    >>> try:
-    ...     check_host_memory(2**62, "v.zarr", "the output")
-    ... except HostMemoryError as exc:
-    ...     print(str(exc).split(",")[0])
-    v.zarr: the output needs 4194304.0 TiB of host memory
     """
 
 
@@ -248,15 +200,8 @@ class SeriesError(LinumpyError, IndexError):
 
     Examples
     --------
-    >>> import numpy as np, tempfile, tifffile
-    >>> path = tempfile.mkdtemp() + "/one.tif"
-    >>> tifffile.imwrite(path, np.zeros((8, 8), np.uint8))
-    >>> from linumpy.io.sources import open_image
-    >>> try:
-    ...     open_image(path, series=1)
-    ... except SeriesError as exc:
-    ...     print(str(exc).split("/")[-1])
-    one.tif holds 1 series (0 to 0), not series 1
+    >>> issubclass(SeriesError, IndexError)
+    True
     """
 
 
@@ -265,12 +210,8 @@ class SettingsError(LinumpyError, ValueError):
 
     Examples
     --------
-    >>> from linumpy import settings
-    >>> try:
-    ...     settings.Settings(io_threads=0)
-    ... except SettingsError as exc:
-    ...     print(exc)
-    io_threads must be a positive integer, got 0
+    >>> issubclass(SettingsError, ValueError)
+    True
     """
 
 
@@ -283,12 +224,10 @@ class UnsupportedLayoutError(LinumpyError, NotImplementedError):
     --------
     >>> import zarr
     >>> from linumpy.io.engine.plan import plan_read
-    >>> array = zarr.create_array(store={}, shape=(4,), dtype="uint8")
-    >>> try:
-    ...     plan_read(array)
-    ... except UnsupportedLayoutError as exc:
-    ...     print(exc)
-    store MemoryStore is not a local directory or a remote store
+    >>> plan_read(zarr.create_array(store={}, shape=(4,), dtype="uint8"))
+    Traceback (most recent call last):
+    ...
+    linumpy.errors.UnsupportedLayoutError: store MemoryStore is not a local directory ...
     """
 
 

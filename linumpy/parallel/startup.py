@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from linumpy.errors import ClusterError
+from linumpy.errors import GPU_INSTALL_HINT, ClusterError
 from linumpy.parallel.block_sizes import parse_size
 from linumpy.parallel.cluster import Cluster
 from linumpy.parallel.gpu_devices import visible_gpus
@@ -21,8 +21,6 @@ __all__ = ["dask_cluster"]
 GPU_WORKER_THREADS = 1
 #: Seconds to wait for an existing scheduler before giving up.
 SCHEDULER_TIMEOUT_S = 3
-#: What brings dask-cuda (the package index's ``linumpy`` is another project).
-GPU_EXTRA_HINT = 'pip install -e ".[gpu-cu13]" (or ".[gpu-cu12]") from the linumpy checkout'
 
 
 def _worker_memory(client: Any) -> int | None:
@@ -48,7 +46,7 @@ def _start_cuda_cluster(gpus: int) -> Any:
         from dask_cuda import LocalCUDACluster
     except ImportError:
         raise ClusterError(
-            f"--gpus {gpus} needs dask-cuda, which is not installed: {GPU_EXTRA_HINT}"
+            f"--gpus {gpus} needs dask-cuda, which is not installed: {GPU_INSTALL_HINT}"
         ) from None
     visible = visible_gpus()
     if gpus > visible:
