@@ -15,16 +15,11 @@ Use it by registering it and routing zarr's ``zstd`` through it while opening ar
         with zarr.config.enable_gpu(), zarr.config.set(gpu_zstd_config()):
             volume = zarr.open_array("volume.zarr")[...]  # a cupy array, decoded by nvCOMP
 
-nvCOMP is not handed anything it could get wrong (the GPU guide's "Checksums and corrupt data"
-section says why): every chunk is first walked on the CPU by the zstd compressor's
-``inspect_chunk`` (:mod:`linumpy.io.engine.codecs`). Malformed chunks raise
-:class:`~linumpy.errors.ChunkDecodeError`; valid chunks that nvCOMP cannot decode (several frames,
-skippable frames, no declared content size) are decoded by libzstd on the CPU; stored content
-checksums, which nvCOMP ignores, are verified on the GPU with an XXH64 kernel.
+Every chunk is first walked on the CPU by the zstd compressor's ``inspect_chunk``: malformed
+chunks raise :class:`~linumpy.errors.ChunkDecodeError`, valid chunks nvCOMP cannot decode go to
+libzstd, and stored content checksums, which nvCOMP ignores, are verified on the GPU.
 
-Importing this module imports neither nvCOMP nor kvikio and touches no device (zarr itself imports
-cupy when it is installed, which creates no CUDA context); that happens on the first decode or
-encode.
+Importing this module imports neither nvCOMP nor kvikio and touches no device.
 """
 
 from __future__ import annotations
@@ -179,9 +174,8 @@ class NvcompZstdCodec(BytesBytesCodec):
         if present:
             named = _named(items, present)
             # Host bytes (gpu_zarr_context) are checked and staged as their call arrives, so a
-            # late merged call starts nvCOMP at once (sharded 128^3: 1.43x -> 1.86x enable_gpu());
-            # device bytes (enable_gpu()) are gathered in the merged call, one download for all
-            # (staged per call they ran at 0.77x, 10 smaller calls).
+            # late merged call starts nvCOMP at once; device bytes (enable_gpu()) are gathered
+            # in the merged call, one download for all (docs/gpu_guide.md).
             batch = await prepare_items(named) if arrived_on_host(named) else named
             decoded = await _DECODES(batch, key=current_device())
             for i, buffer in zip(present, decoded, strict=True):

@@ -1,17 +1,13 @@
 """Public GPU reads: a zarr volume straight into GPU memory, or zarr itself on the GPU.
 
-- :func:`read_zarr_to_gpu` (an alias of ``linumpy.io.read_volume(path, gpu=True)``, with ``out``)
-  runs the read engine (:mod:`linumpy.io.engine`) with the GPU back end
-  (:class:`~linumpy.gpu.backend.GpuBackend`): chunk
-  files are read into pinned host memory and their zstd frames checked on the CPU, groups of
-  chunks are decoded by nvCOMP on several CUDA streams at once and scattered into the output by
-  one kernel per group. Layouts the engine does not plan fall back to :func:`gpu_zarr_context`
-  (the reason is logged and reported).
+- :func:`read_zarr_to_gpu` (``linumpy.io.read_volume(path, gpu=True)`` with ``out``) reads chunk
+  files into pinned memory, checks their frames on the CPU, decodes groups of chunks with nvCOMP
+  on several CUDA streams and scatters them into the output; layouts it does not plan fall back
+  to :func:`gpu_zarr_context` (the reason is logged and reported).
 - :func:`gpu_zarr_context` makes zarr itself return cupy arrays and decode zstd with nvCOMP, for
-  arbitrary slicing and for writing cupy arrays (GPU encode).
+  arbitrary slicing and for writing cupy arrays.
 
-Settings come from :mod:`linumpy.settings` (``settings=`` per call, ``linumpy.settings.set``, or
-the ``LINUMPY_*`` environment variables). CPU-only use never imports nvCOMP or kvikio and never
+Settings come from :mod:`linumpy.settings`. CPU-only use never imports nvCOMP or kvikio and never
 creates a CUDA context.
 """
 
