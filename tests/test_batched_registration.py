@@ -9,7 +9,7 @@ from linumpy.mosaic import batched_registration
 from linumpy.mosaic.batched_registration import register_pairs
 from linumpy.mosaic.demo import generate_demo_mosaic
 from linumpy.mosaic.pair_geometry import overlap_ncc, overlap_views
-from linumpy.mosaic.registration import DEFAULT_BAND, measure_pair
+from linumpy.mosaic.registration import measure_pair
 
 TILE = 64
 
@@ -38,7 +38,7 @@ def _one_at_a_time(stack, pairs, axes, **options):
 
 
 def _register(stack, pairs, axes, **options):
-    options = {"min_overlap": 0.05, "upsample": 100, "band": DEFAULT_BAND, **options}
+    options = {"min_overlap": 0.05, "upsample": 100, **options}
     return register_pairs(stack, pairs, axes, **options)
 
 

@@ -570,3 +570,19 @@ def test_uint16_stitch_blocks_decode_and_encode_each_chunk_once(tmp_path: Path, 
         assert size % unit == 0 or size == extent
     if threads == 2:
         assert tuple(block[1:]) == tuple(out_shape[1:])
+
+
+def test_tiles_in_region_names_the_overlapping_tiles_or_none() -> None:
+    transform = TileTransform([[4.0, 0.0], [0.0, 4.0]], (0.0, 0.0), (6, 6), (3, 3))
+    assert tiles_in_region(transform, (0, 9), (3, 5)) == (slice(0, 1), slice(1, 3))
+    assert tiles_in_region(transform, (20, 0), (4, 4)) is None
+
+
+def test_projection_depth_groups_and_read_threads() -> None:
+    from linumpy.mosaic.projection import depth_groups, read_threads
+
+    assert depth_groups(64, 8, plane_blocks=1, slots=2) == tuple(range(0, 65, 8))
+    assert depth_groups(64, 16, plane_blocks=1, slots=2) == (0, 16, 32, 48, 64)
+    assert depth_groups(64, 8, plane_blocks=16, slots=2) == (0, 64)
+    assert read_threads(36, 16, io_threads=16) == 1
+    assert read_threads(4, 16, io_threads=16) == 4

@@ -1,13 +1,8 @@
 """Every tile pair of a mosaic registered at once on the GPU (or, to check it, with numpy).
 
-The steps are those of :func:`linumpy.mosaic.registration.measure_pair`, each done for many
-pairs per call instead of one pair at a time: the tiles' whitened spectra and the pairs'
-correlations as stacks (one cuFFT call each), the highest peaks of every correlation, the
-normalized cross-correlation of every candidate overlap in one kernel, and the sub-pixel
-refinement for all pairs whose overlaps have the same shape together. A pair on the GPU is a few
-dozen short kernels whatever the tile size, each waited for by the host; batched, a mosaic's
-registration waits a few dozen times in all. The results agree with the host's to the hundredth
-of a pixel.
+The steps of :func:`linumpy.mosaic.registration.measure_pair`, each for many pairs per call: a
+pair on the GPU is a few dozen short kernels, each waited for by the host; batched, a mosaic's
+registration waits a few dozen times in all. The results agree with the host's to 0.01 pixel.
 """
 
 from __future__ import annotations
@@ -27,10 +22,12 @@ from linumpy.mosaic.pair_geometry import (
     subpixel_parts,
     wrapped_peak,
 )
-from linumpy.mosaic.phase_correlation import refined_shifts, whitened_spectrum
+from linumpy.mosaic.phase_correlation import DEFAULT_BAND, refined_shifts, whitened_spectrum
 
 __all__ = ["register_pairs"]
 
+#: Correlation peaks tried for each pair (the highest can be a background tile's vignetting).
+N_PEAKS = 4
 #: Bytes of complex pair products computed at once (pairs are taken in batches of that size).
 BATCH_BYTES = 256 << 20
 
@@ -105,55 +102,17 @@ def register_pairs(
     *,
     min_overlap: float,
     upsample: int,
-    band: tuple[float, float],
-    n_peaks: int = 4,
     refine_from: float | None = None,
     done: Callable[[int], Any] | None = None,
 ) -> list[tuple[np.ndarray, float]]:
-    """Displacement and score of each pair of a stack of tiles, as ``measure_pair`` gives them.
-
-    Parameters
-    ----------
-    tiles
-        ``(n, h, w)`` float64 cupy array (or numpy: the same steps on the host, without the
-        GPU's kernel).
-    pairs
-        ``(p, 2)`` integer array: for each pair the index of tile ``a`` and of tile ``b``.
-    axes
-        For each pair the axis its displacement is mostly along (0 or 1), or None.
-    min_overlap, upsample, band, n_peaks, refine_from
-        See :func:`linumpy.mosaic.registration.measure_pair`.
-    done
-        Called with a count of pairs whenever that many more are measured.
-
-    Returns
-    -------
-    list
-        For each pair ``(displacement, score)``: ``b``'s top-left corner relative to ``a``'s, in
-        pixels, and the normalized cross-correlation of the overlap there (``(0, 0)`` and 0 when
-        no candidate overlaps enough).
-
-    Examples
-    --------
-    Two 64 x 64 tiles of one scene, the second 48 pixels right of the first (numpy here; a cupy
-    stack runs on its GPU):
-
-    >>> import numpy as np
-    >>> from linumpy.mosaic.batched_registration import register_pairs
-    >>> from linumpy.mosaic.registration import DEFAULT_BAND
-    >>> scene = np.random.default_rng(0).random((64, 112))
-    >>> tiles = np.stack([scene[:, :64], scene[:, 48:]])
-    >>> [(displacement, score)] = register_pairs(
-    ...     tiles, np.array([[0, 1]]), [1], min_overlap=0.05, upsample=100, band=DEFAULT_BAND
-    ... )
-    >>> displacement.round(2), round(score, 2)
-    (array([ 0., 48.]), 1.0)
-    """
+    """Displacement and score of each pair (indices of tiles ``a`` and ``b`` in ``tiles``, a
+    float64 ``(n, h, w)`` cupy or numpy stack) as ``measure_pair`` gives them; ``axes``: each
+    pair's axis, or None; ``done`` is called with the count of pairs each time more are done."""
     shape = tiles.shape[1:]
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     if not len(pairs):
         return []
-    peaks = _peaks(tiles, pairs, band, n_peaks)
+    peaks = _peaks(tiles, pairs, N_PEAKS)
     candidates: list[tuple[int, int, int, int]] = []
     owners: list[int] = []
     for index, ((first, second), axis) in enumerate(zip(pairs.tolist(), axes, strict=True)):
@@ -181,7 +140,7 @@ def register_pairs(
     for members in groups.values():
         fixed = [tiles[pairs[owner, 0]][parts.fixed] for owner, _, parts in members]
         blocks = [tiles[pairs[owner, 1]][parts.block] for owner, _, parts in members]
-        fractions = refine_subpixel(fixed, blocks, members[0][2].moving, upsample, band)
+        fractions = refine_subpixel(fixed, blocks, members[0][2].moving, upsample)
         for (owner, coarse, _), fraction in zip(members, fractions, strict=True):
             results[owner] = (coarse + fraction, results[owner][1])
         if done is not None:
@@ -189,7 +148,7 @@ def register_pairs(
     return results
 
 
-def _peaks(tiles: Any, pairs: np.ndarray, band: tuple[float, float], count: int) -> np.ndarray:
+def _peaks(tiles: Any, pairs: np.ndarray, count: int) -> np.ndarray:
     """The ``count`` highest local peaks of each pair's whole-tile correlation, highest first,
     as shifts in ``(-n/2, n/2]``: ``(p, count, 2)``."""
     xp = array_module(tiles)
@@ -199,7 +158,7 @@ def _peaks(tiles: Any, pairs: np.ndarray, band: tuple[float, float], count: int)
     for start in range(0, len(pairs), per_batch):
         batch = pairs[start : start + per_batch]
         used, inverse = np.unique(batch, return_inverse=True)
-        spectra = whitened_spectrum(tiles[xp.asarray(used)], band)
+        spectra = whitened_spectrum(tiles[xp.asarray(used)], DEFAULT_BAND)
         inverse = xp.asarray(inverse.reshape(-1, 2))
         products = spectra[inverse[:, 0]] * spectra[inverse[:, 1]].conj()
         del spectra
@@ -209,10 +168,9 @@ def _peaks(tiles: Any, pairs: np.ndarray, band: tuple[float, float], count: int)
 
 
 def top_peaks(correlations: Any, count: int) -> np.ndarray:
-    """The ``count`` highest local peaks of each of a stack of circular correlations ``(p, h,
-    w)``, highest first, as shifts in ``(-n/2, n/2]``: ``(p, count, 2)``. Each peak is the
-    highest sample once 5 x 5 samples (circularly) around the ones found before are left out;
-    the host is waited for once."""
+    """The ``count`` highest local peaks ``(p, count, 2)`` of a stack of circular correlations
+    ``(p, h, w)``, as shifts in ``(-n/2, n/2]``: each the highest sample once 5 x 5 samples
+    around the ones found before are left out."""
     xp = array_module(correlations)
     n, h, w = correlations.shape
     surface = correlations.copy().reshape(n, -1)
@@ -259,20 +217,17 @@ def refine_subpixel(
     blocks: Sequence[Any],
     moving: tuple[slice, slice],
     upsample: int,
-    band: tuple[float, float],
 ) -> np.ndarray:
-    """The sub-pixel part ``(g, 2)`` of the displacement of each of ``g`` pairs whose parts
-    (:class:`~linumpy.mosaic.pair_geometry.SubpixelParts`) share one shape: its ``fixed`` part
-    of tile ``a``, its ``block`` of tile ``b``, and ``moving``, the block's part matching
-    ``fixed``.
+    """The sub-pixel part ``(g, 2)`` of the displacement of ``g`` pairs whose parts
+    (:class:`~linumpy.mosaic.pair_geometry.SubpixelParts`) share one shape.
 
     Phase correlation of two crops underestimates a sub-pixel shift (the crops' edges correlate at
     zero shift), so each block is resampled by its current estimate and the residual measured
-    again until it vanishes: the estimate converges to the shift itself.
+    again until it vanishes.
     """
     xp = array_module(fixed[0])
     ndimage = ndimage_module(xp)
-    fixed_spectra = whitened_spectrum(xp.stack(list(fixed)), band)
+    fixed_spectra = whitened_spectrum(xp.stack(list(fixed)), DEFAULT_BAND)
     fractions = np.zeros((len(blocks), 2))
     active = np.arange(len(blocks))
     shifted = [block[moving] for block in blocks]
@@ -282,7 +237,7 @@ def refine_subpixel(
             shifted[i] = shifted[i][moving]
         # every pair is correlated at each step, converged or not: a stack of one size keeps
         # one cuFFT plan for the whole refinement (a plan per size would cost more than the FFTs)
-        products = fixed_spectra * whitened_spectrum(xp.stack(shifted), band).conj()
+        products = fixed_spectra * whitened_spectrum(xp.stack(shifted), DEFAULT_BAND).conj()
         residual = refined_shifts(products, upsample)[active]
         fractions[active] += residual
         active = active[np.abs(residual).max(axis=1) >= 0.5 / upsample]

@@ -12,7 +12,6 @@ integer dtype that holds them; weights of 1).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,19 +35,7 @@ def _float32_bounds(dtype: np.dtype) -> tuple[np.float32, np.float32]:
 @dataclass(frozen=True)
 class PlacedTile:
     """A tile in a region: its rectangle there, and where region pixel ``(y, x)`` is in the
-    mosaic part (``(y, x) + offset``) and in the tile's weights (``(y, x) - position``).
-
-    Examples
-    --------
-    The second of two 1x6 tiles, placed at x = 4 of the region:
-
-    >>> import numpy as np
-    >>> from linumpy.mosaic.blend import PlacedTile
-    >>> volume = np.array([[[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]]], dtype=np.uint16)
-    >>> tile = PlacedTile((0, 1, 4, 10), (0, 2), (0, 4))
-    >>> tile.pixels(volume, (0, 1, 4, 6)), tile.weights(np.arange(6)[None], (0, 1, 4, 6))
-    (array([[[3, 3]]], dtype=uint16), array([[0, 1]]))
-    """
+    mosaic part (``(y, x) + offset``) and in the tile's weights (``(y, x) - position``)."""
 
     rect: Rect
     offset: tuple[int, int]
@@ -70,17 +57,7 @@ class PlacedTile:
 def store_values(values: Any, target: Any) -> None:
     """``target[...] = values`` (tiles, or float32 values that may be overwritten), rounded and
     clipped as float32 values are for an integer ``target``; copied as they are when that gives
-    the same (integer tiles that float32 and ``target`` hold exactly).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.mosaic.blend import store_values
-    >>> target = np.zeros(4, np.uint8)
-    >>> store_values(np.array([0.5, 1.5, -3.0, 300.0], np.float32), target)
-    >>> target
-    array([  0,   2,   0, 255], dtype=uint8)
-    """
+    the same (integer tiles that float32 and ``target`` hold exactly)."""
     xp = array_module(target)
     if target.dtype.kind == "f" or _exact_copy(values.dtype, target.dtype):
         target[...] = values
@@ -115,37 +92,9 @@ def blend_tiles(
     placed: list[PlacedTile],
     weights: Any,
     out: Any,
-    on_tile: Callable[[], None] | None,
 ) -> None:
-    """Weighted means of the ``placed`` tiles into ``out``: one pass where a tile covers a pixel
-    alone, float32 sums where tiles overlap, per pixel the arithmetic of sums over the whole
-    region (``0 + t1 * w1 + t2 * w2 ...`` in tile order, times ``1 / (w1 + w2 ...)``).
-
-    Parameters
-    ----------
-    volume
-        ``(Z, H, W)`` mosaic part holding the tiles.
-    placed
-        The tiles in the region, in the stitch's order.
-    weights
-        A tile's blending weights, ``(tile_h, tile_w)`` float32.
-    out
-        ``(Z, height, width)`` region, zeros, of the output dtype.
-    on_tile
-        Called after each tile.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.mosaic.blend import PlacedTile, blend_tiles
-    >>> volume = np.array([[[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]]], dtype=np.uint16)
-    >>> placed = [PlacedTile((0, 1, 0, 6), (0, 0), (0, 0)),
-    ...           PlacedTile((0, 1, 4, 10), (0, 2), (0, 4))]
-    >>> out = np.zeros((1, 1, 10), np.uint16)
-    >>> blend_tiles(volume, placed, np.ones((1, 6), np.float32), out, None)
-    >>> out
-    array([[[1, 1, 1, 1, 2, 2, 3, 3, 3, 3]]], dtype=uint16)
-    """
+    """Weighted means of the ``placed`` tiles (in the stitch's order) of ``volume`` into ``out``
+    (zeros): one pass where a tile covers a pixel alone, float32 sums where tiles overlap."""
     xp = array_module(out)
     depth, height, width = out.shape
     # the weight sums and their inverses over the plane (2D: cheap), as the whole region's
@@ -234,8 +183,6 @@ def blend_tiles(
                 local = (inner[0] - first[0], inner[1] - first[0], inner[2] - first[2])
                 local += (inner[3] - first[2],)
                 PlacedTile.slices(sums(i, first), local)[...] += weighted
-        if on_tile is not None:
-            on_tile()
     for i, rect in firsts:
         values = sums(i, rect)
         values *= PlacedTile.slices(inverse, rect)

@@ -1,10 +1,5 @@
-"""Where two tiles of a pair overlap, for the registration one pair at a time and in batches.
-
-Both registrations (:mod:`linumpy.mosaic.registration`, pair by pair on numpy or cupy, and
-:mod:`linumpy.mosaic.batched_registration`, every pair at once on the GPU) take the same
-candidates from a correlation peak and refine the same parts of the two tiles, so that they agree
-to the hundredth of a pixel.
-"""
+"""Where two tiles of a pair overlap: the candidates and parts both registrations (pair by
+pair, and batched on the GPU) share, so that they agree to the hundredth of a pixel."""
 
 from __future__ import annotations
 
@@ -36,22 +31,8 @@ def candidate_displacements(
     peak: np.ndarray, shape: Sequence[int], min_overlap: float, axis: int | None
 ) -> list[tuple[int, int]]:
     """The displacements of tile ``b`` from tile ``a`` that a circular correlation peak allows,
-    in the order they are tried.
-
-    ``b[y, x] ~ a[y + d, x + d]`` makes the circular shift ``d`` modulo the tile size, so each
-    axis has two candidates; those whose overlap is below ``min_overlap`` of the tile's area, or
-    (with ``axis``) not mostly along ``axis``, are left out.
-
-    Examples
-    --------
-    A peak 12 pixels left of the origin in 64 x 64 tiles: ``b`` 52 pixels right of ``a`` (or 12
-    left), and, at the same row, nothing else for a right neighbour:
-
-    >>> import numpy as np
-    >>> from linumpy.mosaic.pair_geometry import candidate_displacements
-    >>> candidate_displacements(np.array([0.0, -12.0]), (64, 64), 0.05, axis=1)
-    [(0, 52), (0, -12)]
-    """
+    in the order they are tried: two per axis (the shift is known modulo the tile size), less
+    those overlapping under ``min_overlap`` of the tile or (with ``axis``) not mostly along it."""
     h, w = (int(n) for n in shape)
     base = np.mod(peak, (h, w)).astype(int)
     found = []
@@ -76,17 +57,7 @@ def overlap_slices(shape: Sequence[int], displacement: Sequence[int]) -> tuple[t
 
 def overlap_views(a: Any, b: Any, displacement: Sequence[int]) -> tuple[Any, Any]:
     """The parts of tiles ``a`` and ``b`` that see the same place when ``b`` sits at
-    ``displacement`` (integer pixels) from ``a``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.mosaic.pair_geometry import overlap_views
-    >>> scene = np.arange(8 * 12).reshape(8, 12)
-    >>> in_a, in_b = overlap_views(scene[:, :8], scene[:, 4:], (0, 4))
-    >>> in_a.shape, bool((in_a == in_b).all())
-    ((8, 4), True)
-    """
+    ``displacement`` (integer pixels) from ``a``."""
     in_a, in_b = overlap_slices(a.shape, displacement)
     return a[in_a], b[in_b]
 
@@ -109,11 +80,10 @@ def _resample_span(start: int, stop: int, size: int) -> tuple[slice, slice]:
     """The span of a tile's axis to resample for its overlap ``start:stop``, and the overlap
     within that span.
 
-    The span has a margin of at least ``_RESAMPLE_MARGIN`` pixels where the tile has them (the
-    cubic spline prefilter's influence falls by 0.27 per pixel, so the overlap is resampled as
-    if the whole tile were) and a length that is a multiple of ``_RESAMPLE_STEP`` or the whole
-    axis: cupyx.scipy.ndimage compiles its shift kernel for each output shape, so pairs of
-    slightly different overlaps share a few shapes, hence a few compiled kernels.
+    A margin of ``_RESAMPLE_MARGIN`` pixels where the tile has them (the cubic spline
+    prefilter's influence falls by 0.27 per pixel), and a length a multiple of
+    ``_RESAMPLE_STEP`` or the whole axis: cupyx.scipy.ndimage compiles its shift kernel for each
+    output shape, so pairs of slightly different overlaps share a few compiled kernels.
     """
     begin, end = max(start - _RESAMPLE_MARGIN, 0), min(stop + _RESAMPLE_MARGIN, size)
     length = -(-(end - begin) // _RESAMPLE_STEP) * _RESAMPLE_STEP
@@ -127,19 +97,10 @@ def _resample_span(start: int, stop: int, size: int) -> tuple[slice, slice]:
 
 @dataclass(frozen=True)
 class SubpixelParts:
-    """The parts of a pair's tiles that refine its displacement near an integer one.
-
-    Attributes
-    ----------
-    fixed
-        Slices of tile ``a``: its overlap without a 2-pixel border, long sides trimmed to a
-        multiple of 16 pixels (pairs then share a few FFT shapes, so the GPU's cuFFT plans stay
-        in cupy's plan cache).
-    block
-        Slices of tile ``b`` that are resampled.
-    moving
-        Slices of the resampled block that correspond to ``fixed``.
-    """
+    """The parts of a pair's tiles that refine its displacement near an integer one: ``fixed``,
+    tile ``a``'s overlap less a 2-pixel border, long sides trimmed to a multiple of 16 (a few
+    FFT shapes, whose cuFFT plans stay cached); ``block``, tile ``b``'s part that is resampled;
+    ``moving``, the resampled block's part matching ``fixed``."""
 
     fixed: tuple[slice, slice]
     block: tuple[slice, slice]

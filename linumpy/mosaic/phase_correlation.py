@@ -1,11 +1,9 @@
-"""Band-limited phase correlation of two images, on numpy or cupy arrays alike.
+"""Band-limited phase correlation, on numpy or cupy arrays alike.
 
 The spectra are whitened and band-passed; the correlation peak is refined to sub-pixel precision by
-the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett. 33, 2008), the method of
-scikit-image's ``phase_cross_correlation``: at 1/10 pixel on its 15 x 15 grid, then a last-decimal
-step of its own (cheaper than scikit-image's at 1/100 pixel; figures in the quickstart). A
-refinement is a few dozen small array operations, so it calls no library function that computes
-more than it uses: on the GPU every operation is a kernel launch.
+the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett. 33, 2008), as scikit-image's
+``phase_cross_correlation`` does, with a cheaper last step. A refinement calls no library function
+that computes more than it uses: on the GPU every operation is a kernel launch.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.mosaic.pair_geometry import wrapped_peak
 
-__all__ = ["DEFAULT_BAND", "phase_correlation"]
+__all__ = ["DEFAULT_BAND", "refined_shifts", "whitened_spectrum"]
 
 #: Default pass band of the phase correlation, in cycles per pixel: below it, illumination and
 #: vignetting; above it, detector noise that no two acquisitions share.
@@ -49,10 +47,8 @@ def _band_amplitude(shape: tuple[int, int], band: tuple[float, float], device: i
 
 
 def whitened_spectrum(image: Any, band: tuple[float, float]) -> Any:
-    """Spectrum of ``image`` (or of each image of a stack) with unit magnitude, times the square
-    root of the band-pass weight (a Gaussian low-pass of width ``band[1]`` times a Gaussian
-    high-pass of width ``band[0]``, zero at the mean): the product of two such spectra is the
-    band-limited phase correlation."""
+    """Spectrum of ``image`` (or of each of a stack) of unit magnitude, times the square root of
+    the band-pass weight: the product of two such spectra is the band-limited phase correlation."""
     xp = array_module(image)
     spectrum = xp.fft.fft2(image.astype(xp.float64, copy=False))
     spectrum *= _band_amplitude(tuple(image.shape[-2:]), band, _device(xp)) / xp.maximum(
@@ -62,64 +58,9 @@ def whitened_spectrum(image: Any, band: tuple[float, float]) -> Any:
 
 
 def check_pair(fixed: Any, moving: Any) -> None:
+    """Refuse images that are not two 2D images of one shape."""
     if fixed.shape != moving.shape or fixed.ndim != 2:
         raise LinumpyError(f"need two 2D images of one shape, got {fixed.shape} and {moving.shape}")
-
-
-def phase_correlation(
-    fixed: Any,
-    moving: Any,
-    *,
-    upsample: int = 100,
-    band: tuple[float, float] = DEFAULT_BAND,
-) -> tuple[np.ndarray, float]:
-    """Translation between two equally shaped 2D images by band-limited phase correlation.
-
-    The images' spectra are whitened and band-passed; the correlation peak is refined to sub-pixel
-    precision by the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett. 33, 2008), the
-    method of scikit-image's ``phase_cross_correlation``, on the host or on the GPU.
-
-    Parameters
-    ----------
-    fixed, moving
-        2D images (numpy or cupy).
-    upsample
-        Sub-pixel precision is ``1 / upsample`` pixel.
-    band
-        ``(low, high)`` pass band in cycles per pixel: the normalized cross-power spectrum is
-        weighted by a Gaussian low-pass of width ``high`` times a Gaussian high-pass of width
-        ``low``.
-
-    Returns
-    -------
-    shift
-        ``(dy, dx)`` such that ``fixed[y, x] ~ moving[y - dy, x - dx]``, each in ``(-n/2, n/2]``
-        (the correlation is circular).
-    peak
-        Magnitude of the correlation peak (about 1 for a pure circular shift, near 0 for
-        unrelated images, 0 when an image is flat).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.mosaic.registration import phase_correlation
-    >>> image = np.random.default_rng(0).random((64, 64))
-    >>> shift, peak = phase_correlation(np.roll(image, (3, -5), axis=(0, 1)), image)
-    >>> shift.round(2), round(peak, 2)
-    (array([ 3., -5.]), 1.0)
-    """
-    check_pair(fixed, moving)
-    xp = array_module(fixed)
-    fixed_spectrum = whitened_spectrum(fixed, band)
-    moving_spectrum = whitened_spectrum(xp.asarray(moving), band)
-    product = fixed_spectrum * moving_spectrum.conj()
-    shift = refined_shift(product, upsample)
-    # |correlation at the shift| over the spectra's norms: scikit-image's invariant error is
-    # sqrt(1 - peak^2) (Fienup, 1997)
-    powers = [(xp.abs(spectrum) ** 2).sum() for spectrum in (fixed_spectrum, moving_spectrum)]
-    norm = math.sqrt(float(powers[0] * powers[1]))
-    value = float(xp.abs(_dft_surface(product[None], shift[None, :1], shift[None, 1:]))[0, 0, 0])
-    return shift, value / norm if norm > 0 else 0.0
 
 
 @functools.lru_cache(maxsize=64)
@@ -136,9 +77,7 @@ def _frequencies(n: int, device: int | None) -> Any:
 
 def _dft_surface(product: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
     """The inverse DFT of each of a stack of products ``(n, h, w)`` (unnormalized) at the
-    positions ``rows[i]`` x ``cols[i]`` (arrays ``(n, r)`` and ``(n, c)``), in pixels and
-    fractions of pixels: the matrix-multiply DFT of Guizar-Sicairos et al. (Opt. Lett. 33, 2008).
-    """
+    positions ``rows[i]`` x ``cols[i]`` (``(n, r)`` and ``(n, c)``), in fractions of pixels."""
     xp = array_module(product)
     row_kernel, col_kernel = (
         xp.exp(2j * np.pi * xp.asarray(positions)[:, :, None] * _frequencies(n, _device(xp)))
@@ -166,22 +105,11 @@ def _dft_peaks(product: Any, centers: Any, upsample: int, half_width: int, magni
     return centers + (_argmax_each(surface) - half_width) / upsample
 
 
-def refined_shift(product: Any, upsample: int) -> np.ndarray:
-    """Shift to ``1 / upsample`` pixel from the product of two whitened spectra (the first times
-    the second's conjugate): :func:`refined_shifts` of one product."""
-    return refined_shifts(product[None], upsample)[0]
-
-
 def refined_shifts(products: Any, upsample: int) -> np.ndarray:
-    """Shifts to ``1 / upsample`` pixel, ``(n, 2)``, from a stack of ``n`` products of two
-    whitened spectra (each the first times the second's conjugate): the integer peak of each
-    correlation, then the inverse DFT within 0.7 pixel of it in 1/10 pixel steps (the 15 x 15
-    samples of scikit-image's ``phase_cross_correlation`` at 10) and within 1/10 pixel of that in
-    ``1 / upsample`` steps (21 x 21 samples at 100).
-
-    scikit-image's refinement samples 1.5 pixels at ``1 / upsample``, 150 x 150 samples at 100:
-    called for every iteration of every pair, that made the layout estimate slower, and its
-    matrix products are large enough to start BLAS threads, which on a busy machine cost more.
+    """Shifts ``(n, 2)`` to ``1 / upsample`` pixel from a stack of products of two whitened
+    spectra: the integer peak of each correlation, then the inverse DFT within 0.7 pixel of it in
+    1/10 pixel steps and within 1/10 pixel of that in ``1 / upsample`` steps (21 x 21 samples,
+    where scikit-image samples 150 x 150: large enough matrix products to start BLAS threads).
     """
     xp = array_module(products)
     shifts = wrapped_peak(_argmax_each(xp.abs(xp.fft.ifft2(products))), products.shape[-2:])

@@ -23,16 +23,7 @@ def _meets(a: Rect, b: Rect) -> bool:
 
 
 def minus(rects: Sequence[Rect], cut: Rect) -> list[Rect]:
-    """The parts of ``rects`` (disjoint rectangles) outside ``cut``, as disjoint rectangles.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.pieces import minus
-    >>> minus([(0, 4, 0, 4)], (1, 3, 2, 6))  # above, below, then the left of the middle rows
-    [(0, 1, 0, 4), (3, 4, 0, 4), (1, 3, 0, 2)]
-    >>> minus([(0, 4, 0, 4)], (4, 8, 0, 4))
-    [(0, 4, 0, 4)]
-    """
+    """The parts of ``rects`` (disjoint rectangles) outside ``cut``, as disjoint rectangles."""
     cy0, cy1, cx0, cx1 = cut
     out: list[Rect] = []
     for rect in rects:
@@ -62,25 +53,9 @@ def _minus_all(rects: list[Rect], cuts: Sequence[Rect]) -> list[Rect]:
 
 @dataclass(frozen=True)
 class TilePieces:
-    """One tile's part of a region, as disjoint rectangles of the region.
-
-    Attributes
-    ----------
-    alone
-        Pixels no other tile covers.
-    first
-        Pixels other tiles also cover, none of them earlier in the order: the tile starts
-        their sums (and they are normalised once, from these pieces).
-    added
-        Pixels an earlier tile also covers: the tile adds to their sums.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.pieces import tile_pieces
-    >>> left, right = tile_pieces([(0, 2, 0, 6), (0, 2, 4, 10)])
-    >>> left.alone, left.first, right.alone, right.added
-    ([(0, 2, 0, 4)], [(0, 2, 4, 6)], [(0, 2, 6, 10)], [(0, 2, 4, 6)])
-    """
+    """One tile's part of a region, as disjoint rectangles: ``alone``, pixels no other tile
+    covers; ``first``, pixels later tiles also cover (the tile starts their sums); ``added``,
+    pixels an earlier tile covers (the tile adds to their sums)."""
 
     alone: list[Rect]
     first: list[Rect]
@@ -92,17 +67,6 @@ def tile_pieces(rects: Sequence[Rect]) -> list[TilePieces]:
 
     Over all tiles, the ``alone`` and ``first`` pieces tile the covered pixels once; a pixel that
     ``k`` tiles cover is in one tile's ``first`` and ``k - 1`` tiles' ``added``.
-
-    Examples
-    --------
-    Three tiles in a row, each overlapping the next by 2 columns:
-
-    >>> from linumpy.mosaic.pieces import tile_pieces
-    >>> pieces = tile_pieces([(0, 4, 0, 6), (0, 4, 4, 10), (0, 4, 8, 14)])
-    >>> [p.alone for p in pieces]
-    [[(0, 4, 0, 4)], [(0, 4, 6, 8)], [(0, 4, 10, 14)]]
-    >>> [p.first for p in pieces], [p.added for p in pieces]
-    ([[(0, 4, 4, 6)], [(0, 4, 8, 10)], []], [[], [(0, 4, 4, 6)], [(0, 4, 8, 10)]])
     """
     result = []
     for i, rect in enumerate(rects):

@@ -1,11 +1,8 @@
 """Tile layout estimation: phase correlation of overlapping tile pairs and a robust affine fit.
 
-Each pair: the band-limited phase correlation of :mod:`linumpy.mosaic.phase_correlation`,
-several peaks each tried with its wrap-around candidates (by direction and overlap, scored by
-normalized cross-correlation), and an iterative refinement on the overlaps; then the robust fit.
-The CPU registers pairs in threads, one pair at a time each (:func:`measure_pair`, on numpy or
-cupy arrays alike); a cupy projection (``--use-gpu``) has all its pairs registered at once on
-its GPU (:mod:`linumpy.mosaic.batched_registration`).
+The CPU registers pairs in threads, one pair at a time each (:func:`measure_pair`); a cupy
+projection has all its pairs registered at once on its GPU
+(:mod:`linumpy.mosaic.batched_registration`).
 """
 
 from __future__ import annotations
@@ -21,7 +18,12 @@ import numpy as np
 from linumpy import phases
 from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.errors import LinumpyError
-from linumpy.mosaic.batched_registration import refine_subpixel, register_pairs, top_peaks
+from linumpy.mosaic.batched_registration import (
+    N_PEAKS,
+    refine_subpixel,
+    register_pairs,
+    top_peaks,
+)
 from linumpy.mosaic.pair_geometry import (
     candidate_displacements,
     overlap_ncc,
@@ -31,7 +33,6 @@ from linumpy.mosaic.pair_geometry import (
 from linumpy.mosaic.phase_correlation import (
     DEFAULT_BAND,
     check_pair,
-    phase_correlation,
     whitened_spectrum,
 )
 from linumpy.mosaic.transform import (
@@ -50,7 +51,6 @@ __all__ = [
     "estimate_transform",
     "fit_transform",
     "measure_pair",
-    "phase_correlation",
     "registration_threads",
 ]
 
@@ -65,8 +65,6 @@ def measure_pair(
     *,
     min_overlap: float = 0.05,
     upsample: int = 100,
-    band: tuple[float, float] = DEFAULT_BAND,
-    n_peaks: int = 4,
     axis: int | None = None,
     refine_from: float | None = None,
 ) -> tuple[np.ndarray, float]:
@@ -82,10 +80,8 @@ def measure_pair(
         2D tiles of one shape (for instance each tile's average intensity projection).
     min_overlap
         Smallest overlap, as a fraction of the tile's area, a candidate may have.
-    upsample, band
-        See :func:`phase_correlation`.
-    n_peaks
-        How many correlation peaks to try.
+    upsample
+        Sub-pixel precision is ``1 / upsample`` pixel.
     axis
         0 when ``b`` is the next tile down, 1 when it is the next tile right: the displacement must
         then be mostly along that axis. None accepts any direction.
@@ -107,7 +103,7 @@ def measure_pair(
     Two 64x64 tiles of one scene, the second 48 pixels right of the first:
 
     >>> import numpy as np
-    >>> from linumpy.mosaic.registration import measure_pair
+    >>> from linumpy.mosaic import measure_pair
     >>> scene = np.random.default_rng(0).random((64, 112))
     >>> displacement, score = measure_pair(scene[:, :64], scene[:, 48:], axis=1)
     >>> displacement.round(2), round(score, 2)
@@ -119,10 +115,10 @@ def measure_pair(
     b = xp.asarray(b).astype(xp.float64)
     # phase_cross_correlation returns only the highest peak; a background tile's vignetting or a
     # repeated structure can outrank the true one, so the candidates come from several.
-    product = whitened_spectrum(a, band) * whitened_spectrum(b, band).conj()
+    product = whitened_spectrum(a, DEFAULT_BAND) * whitened_spectrum(b, DEFAULT_BAND).conj()
     correlation = xp.fft.ifft2(product).real
     best: tuple[float, np.ndarray] | None = None
-    for peak in top_peaks(correlation[None], n_peaks)[0]:
+    for peak in top_peaks(correlation[None], N_PEAKS)[0]:
         for displacement in candidate_displacements(peak, a.shape, min_overlap, axis):
             score = overlap_ncc(*overlap_views(a, b, displacement))
             if best is None or score > best[0]:
@@ -133,7 +129,7 @@ def measure_pair(
     parts = subpixel_parts(a.shape, coarse)
     if parts is None or (refine_from is not None and score < refine_from):
         return coarse.astype(np.float64), score
-    fraction = refine_subpixel([a[parts.fixed]], [b[parts.block]], parts.moving, upsample, band)
+    fraction = refine_subpixel([a[parts.fixed]], [b[parts.block]], parts.moving, upsample)
     return coarse + fraction[0], score
 
 
@@ -143,8 +139,7 @@ def _in_threads(
     threads: int,
     done: Callable[[], Any],
 ) -> list[PairMeasurement]:
-    """``function`` of every item, in order, from a pool of ``threads`` (or this thread alone);
-    ``done`` after each.
+    """``function`` of every item, in order, from a pool of ``threads``; ``done`` after each.
 
     BLAS is held to one thread meanwhile: the refinement's small matrix products would start
     BLAS threads of their own in every pool thread. An interruption cancels the items not begun.
@@ -182,10 +177,9 @@ def estimate_transform(
     """Estimate the tile layout of a mosaic grid from its 2D projection.
 
     On the CPU the pairs are registered in ``threads`` threads (numpy's FFTs and scipy's
-    resampling release the GIL), with one BLAS thread each; on the GPU all at once
-    (:func:`linumpy.mosaic.batched_registration.register_pairs`), which is faster than the host's
-    threads (figures in the GPU guide). Pairs whose overlap scores below ``min_score`` are not
-    refined to sub-pixel precision: the fit leaves them out.
+    resampling release the GIL), with one BLAS thread each; on the GPU all at once, which is
+    faster than the host's threads (figures in the GPU guide). Pairs whose overlap scores below
+    ``min_score`` are not refined to sub-pixel precision: the fit leaves them out.
 
     Parameters
     ----------
@@ -199,8 +193,8 @@ def estimate_transform(
     progress
         Show a progress bar over the tile pairs.
     threads
-        Pairs registered at once on the CPU; by default :func:`registration_threads` of the
-        CPUs available to the process.
+        Pairs registered at once on the CPU; by default one per 128 x 128 pixels of a tile, at
+        most the CPUs available to the process.
     on_host
         For a cupy projection: True registers its pairs on the host, in ``threads`` threads,
         instead of on its GPU. The results agree to 0.01 px.
@@ -216,8 +210,7 @@ def estimate_transform(
     --------
     The layout of a small synthetic 2x3 mosaic grid, from its average intensity projection:
 
-    >>> from linumpy.mosaic.demo import generate_demo_mosaic
-    >>> from linumpy.mosaic.registration import estimate_transform
+    >>> from linumpy.mosaic import estimate_transform, generate_demo_mosaic
     >>> demo = generate_demo_mosaic(grid_shape=(2, 3), tile_shape=(8, 64, 64))
     >>> transform, measurements = estimate_transform(demo.mosaic.mean(axis=0), (64, 64))
     >>> transform.grid_shape, len(measurements)
@@ -293,7 +286,6 @@ def _on_gpu(
         tiles,
         indices.reshape(-1, 2),
         axes,
-        band=DEFAULT_BAND,
         done=bar.update,
         **options,
     )
@@ -305,13 +297,6 @@ def _on_gpu(
 
 def registration_threads(tile_shape: Sequence[int], cpus: int) -> int:
     """Threads that register a mosaic's pairs on the CPU: one per :data:`PIXELS_PER_THREAD` of
-    a tile, at most ``cpus``.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.registration import registration_threads
-    >>> registration_threads((256, 256), 16), registration_threads((512, 512), 16)
-    (4, 16)
-    """
+    a tile, at most ``cpus``."""
     h, w = parse_tile_shape(tile_shape)
     return max(1, min(cpus, math.ceil(h * w / PIXELS_PER_THREAD)))

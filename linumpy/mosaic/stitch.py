@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -43,35 +43,10 @@ OUTPUT_DTYPES: tuple[str, ...] = ("uint8", "int8", "uint16", "int16", "uint32", 
 def stitch_dtype(
     tiles: DTypeLike, dtype: DTypeLike | None = None, *, option: str = "dtype"
 ) -> np.dtype:
-    """The dtype of the stitched image of tiles of dtype ``tiles``.
-
-    Parameters
-    ----------
-    tiles
-        The mosaic grid's dtype.
-    dtype
-        The dtype asked for, one of :data:`OUTPUT_DTYPES`; by default the tiles' own, float32
-        for tiles of a dtype not in that list (float64, complex).
-    option
-        The option's name in the error message (``--dtype`` for a script).
-
-    Raises
-    ------
-    LinumpyError
-        For a dtype not in :data:`OUTPUT_DTYPES`, or an integer dtype for float or complex
-        tiles (their blend is not an integer).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.mosaic.stitch import stitch_dtype
-    >>> stitch_dtype(np.uint16), stitch_dtype(np.uint16, "float32"), stitch_dtype(np.float64)
-    (dtype('uint16'), dtype('float32'), dtype('float32'))
-    >>> stitch_dtype(np.float32, "uint16", option="--dtype")
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.LinumpyError: --dtype uint16 cannot hold a blend of float32 tiles: give float32
-    """
+    """The stitched image's dtype for tiles of dtype ``tiles``: ``dtype`` (one of
+    :data:`OUTPUT_DTYPES`, ``option`` naming it in errors), by default the tiles' own, float32
+    for tiles of another dtype. An integer dtype for float tiles is refused: their blend is not
+    an integer."""
     source = np.dtype(tiles)
     if dtype is None:
         return np.dtype(source.name if source.name in OUTPUT_DTYPES else np.float32)
@@ -93,26 +68,8 @@ def _ramp(size: int, width: int) -> np.ndarray:
 
 
 def blending_weights(transform: TileTransform, blending: Blending) -> np.ndarray:
-    """Weight of each pixel of a tile, shape ``(tile_h, tile_w)``, float32.
-
-    ``average`` and ``none`` weigh every pixel 1; ``linear`` feathers the tile's borders with
-    linear ramps as wide as the overlap with its neighbours, so that overlapping tiles cross-fade.
-
-    Examples
-    --------
-    Two 4x4 tiles side by side, overlapping by 2 columns:
-
-    >>> from linumpy.mosaic.stitch import blending_weights
-    >>> from linumpy.mosaic.transform import TileTransform
-    >>> transform = TileTransform([[4.0, 0.0], [0.0, 2.0]], (0.0, 0.0), (4, 4), (1, 2))
-    >>> blending_weights(transform, "linear").round(2)
-    array([[0.33, 0.67, 0.67, 0.33],
-           [0.33, 0.67, 0.67, 0.33],
-           [0.33, 0.67, 0.67, 0.33],
-           [0.33, 0.67, 0.67, 0.33]], dtype=float32)
-    >>> blending_weights(transform, "average").min()
-    np.float32(1.0)
-    """
+    """Weight of each pixel of a tile, ``(tile_h, tile_w)`` float32: 1 for ``average`` and
+    ``none``; for ``linear``, ramps over the borders as wide as the overlaps (a cross-fade)."""
     h, w = transform.tile_shape
     if parse_blending(blending) != "linear":
         return np.ones((h, w), dtype=np.float32)
@@ -126,7 +83,6 @@ def stitch(
     blending: Blending = "linear",
     *,
     dtype: DTypeLike = np.float32,
-    on_tile: Callable[[], None] | None = None,
 ) -> Any:
     """Stitch a mosaic grid into one image.
 
@@ -144,8 +100,6 @@ def stitch(
     dtype
         The result's dtype (see :func:`stitch_dtype`): values are blended in float32, and for an
         integer dtype rounded to the nearest integer (half to even) and clipped to its range.
-    on_tile
-        Called after each tile is placed (for progress bars).
 
     Returns
     -------
@@ -158,8 +112,7 @@ def stitch(
     A grid of two 1x6 tiles, of 1s and 3s, the second 4 pixels right of the first:
 
     >>> import numpy as np
-    >>> from linumpy.mosaic.stitch import stitch
-    >>> from linumpy.mosaic.transform import TileTransform
+    >>> from linumpy.mosaic import TileTransform, stitch
     >>> transform = TileTransform([[1.0, 0.0], [0.0, 4.0]], (0.0, 0.0), (1, 6), (1, 2))
     >>> mosaic = np.array([[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]], dtype=np.uint16)
     >>> stitch(mosaic, transform, "none")
@@ -178,37 +131,14 @@ def stitch(
     (2, 1, 10)
     """
     transform.check_mosaic_shape(mosaic.shape)
-    return stitch_region(mosaic, transform, blending, dtype=dtype, on_tile=on_tile)
+    return stitch_region(mosaic, transform, blending, dtype=dtype)
 
 
 def tiles_in_region(
     transform: TileTransform, origin: Sequence[int], shape: Sequence[int]
 ) -> tuple[slice, slice] | None:
-    """The grid rows and columns of the tiles that overlap a region of the stitched image.
-
-    Parameters
-    ----------
-    transform
-        The tile layout, normalized.
-    origin, shape
-        ``(y, x)`` of the region's top-left pixel and its ``(height, width)``.
-
-    Returns
-    -------
-    (rows, cols) or None
-        Slices of tile indices covering every tile that overlaps the region (the smallest
-        such rectangle of the grid); None when no tile does.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.stitch import tiles_in_region
-    >>> from linumpy.mosaic.transform import TileTransform
-    >>> transform = TileTransform([[4.0, 0.0], [0.0, 4.0]], (0.0, 0.0), (6, 6), (3, 3))
-    >>> tiles_in_region(transform, (0, 9), (3, 5))  # x 9 to 13: columns 1 and 2
-    (slice(0, 1, None), slice(1, 3, None))
-    >>> tiles_in_region(transform, (20, 0), (4, 4)) is None
-    True
-    """
+    """The grid rows and columns (slices, the smallest rectangle) of the tiles that overlap the
+    region ``origin`` (y, x), ``shape`` (height, width) of the stitched image; None for none."""
     h, w = transform.tile_shape
     (y0, x0), (dy, dx) = origin, shape
     positions = transform.pixel_positions()
@@ -229,7 +159,6 @@ def stitch_region(
     shape: Sequence[int] | None = None,
     grid_origin: Sequence[int] = (0, 0),
     dtype: DTypeLike = np.float32,
-    on_tile: Callable[[], None] | None = None,
     threads: int = 1,
 ) -> Any:
     """Stitch one region of the output from the part of the mosaic grid that covers it.
@@ -242,7 +171,7 @@ def stitch_region(
     mosaic
         ``([Z,] n_rows * tile_h, n_cols * tile_w)`` numpy or cupy array: the tiles of grid rows
         ``grid_origin[0]`` and up, columns ``grid_origin[1]`` and up (tiles outside it are
-        skipped: give all those :func:`tiles_in_region` names).
+        skipped).
     transform
         The tile layout of the whole grid, normalized.
     blending
@@ -254,8 +183,6 @@ def stitch_region(
         Grid ``(row, col)`` of the first tile in ``mosaic``.
     dtype
         As for :func:`stitch`.
-    on_tile
-        Called after each tile is placed.
     threads
         Stitch bands of rows of the region in this many threads (numpy releases the GIL in
         its arithmetic), each from the tiles that overlap it: the same result.
@@ -268,8 +195,7 @@ def stitch_region(
     Examples
     --------
     >>> import numpy as np
-    >>> from linumpy.mosaic.stitch import stitch, stitch_region
-    >>> from linumpy.mosaic.transform import TileTransform
+    >>> from linumpy.mosaic import TileTransform, stitch, stitch_region
     >>> transform = TileTransform([[1.0, 0.0], [0.0, 4.0]], (0.0, 0.0), (1, 6), (1, 2))
     >>> mosaic = np.array([[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]], dtype=np.uint16)
     >>> right = stitch_region(mosaic, transform, origin=(0, 5), shape=(1, 5))
@@ -302,7 +228,6 @@ def stitch_region(
             (origin, (height, width)),
             grid_origin,
             dtype,
-            on_tile,
             threads,
         )
         return xp.concatenate(bands, axis=-2)
@@ -322,10 +247,8 @@ def stitch_region(
     if blending == "none":
         for tile in placed:
             store_values(tile.pixels(volume, tile.rect), tile.slices(out, tile.rect))
-            if on_tile is not None:
-                on_tile()
     else:
-        blend_tiles(volume, placed, xp.asarray(blending_weights(transform, blending)), out, on_tile)
+        blend_tiles(volume, placed, xp.asarray(blending_weights(transform, blending)), out)
     return out if mosaic.ndim == 3 else out[0]
 
 
@@ -336,11 +259,9 @@ def _stitch_bands(
     region: tuple[Sequence[int], tuple[int, int]],
     grid_origin: Sequence[int],
     dtype: np.dtype,
-    on_tile: Callable[[], None] | None,
     threads: int,
 ) -> list[Any]:
-    """:func:`stitch_region` of ``region`` (origin, shape) in bands of rows, one per thread, each
-    from a view of the tiles that overlap it."""
+    """:func:`stitch_region` in bands of rows, one per thread, each from its tiles."""
     xp = array_module(mosaic)
     (y0, x0), (height, width) = region
     h, w = transform.tile_shape
@@ -366,7 +287,6 @@ def _stitch_bands(
             shape=(stop - start, width),
             grid_origin=(g0 + r0, g1 + c0),
             dtype=dtype,
-            on_tile=on_tile,
         )
 
     with ThreadPoolExecutor(n) as pool:

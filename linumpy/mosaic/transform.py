@@ -19,7 +19,6 @@ __all__ = [
     "TileTransform",
     "describe_fit",
     "fit_transform",
-    "parse_grid_shape",
     "parse_tile_shape",
 ]
 
@@ -27,45 +26,16 @@ _FORMAT = "linumpy-tile-transform"
 _FORMAT_VERSION = 1
 
 
+def _positive_pair(value: Sequence[int], what: str) -> tuple[int, int]:
+    shape = tuple(value)
+    if len(shape) != 2 or not all(isinstance(n, int | np.integer) and n > 0 for n in shape):
+        raise LinumpyError(f"{what} must be two positive integers, got {value!r}")
+    return int(shape[0]), int(shape[1])
+
+
 def parse_tile_shape(value: Sequence[int]) -> tuple[int, int]:
-    """Validate a tile shape ``(height, width)`` in pixels.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.transform import parse_tile_shape
-    >>> parse_tile_shape([128, 256])
-    (128, 256)
-    >>> parse_tile_shape((128, 0))  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-        ...
-    linumpy.errors.LinumpyError: tile shape must be two positive integers ..., got (128, 0)
-    """
-    shape = tuple(value)
-    if len(shape) != 2 or not all(isinstance(n, int | np.integer) and n > 0 for n in shape):
-        raise LinumpyError(
-            f"tile shape must be two positive integers (height, width), got {value!r}"
-        )
-    return int(shape[0]), int(shape[1])
-
-
-def parse_grid_shape(value: Sequence[int]) -> tuple[int, int]:
-    """Validate a grid shape ``(rows, cols)`` in tiles.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.mosaic.transform import parse_grid_shape
-    >>> parse_grid_shape(np.array([4, 5]))
-    (4, 5)
-    >>> parse_grid_shape((4,))
-    Traceback (most recent call last):
-        ...
-    linumpy.errors.LinumpyError: grid shape must be two positive integers (rows, cols), got (4,)
-    """
-    shape = tuple(value)
-    if len(shape) != 2 or not all(isinstance(n, int | np.integer) and n > 0 for n in shape):
-        raise LinumpyError(f"grid shape must be two positive integers (rows, cols), got {value!r}")
-    return int(shape[0]), int(shape[1])
+    """Validate a tile shape ``(height, width)`` in pixels."""
+    return _positive_pair(value, "tile shape (height, width)")
 
 
 def _parse_matrix(value: Sequence[Sequence[float]]) -> tuple[tuple[float, float], ...]:
@@ -111,7 +81,7 @@ class TileTransform:
     slight rotation:
 
     >>> import tempfile
-    >>> from linumpy.mosaic.transform import TileTransform
+    >>> from linumpy.mosaic import TileTransform
     >>> transform = TileTransform(
     ...     [[100.0, 2.0], [-1.0, 110.0]], (0.0, 0.0), tile_shape=(128, 128), grid_shape=(2, 3)
     ... )
@@ -137,7 +107,9 @@ class TileTransform:
         object.__setattr__(self, "matrix", _parse_matrix(self.matrix))
         object.__setattr__(self, "offset", _parse_offset(self.offset))
         object.__setattr__(self, "tile_shape", parse_tile_shape(self.tile_shape))
-        object.__setattr__(self, "grid_shape", parse_grid_shape(self.grid_shape))
+        object.__setattr__(
+            self, "grid_shape", _positive_pair(self.grid_shape, "grid shape (rows, cols)")
+        )
 
     @property
     def n_tiles(self) -> int:
@@ -149,11 +121,6 @@ class TileTransform:
         for row in range(self.grid_shape[0]):
             for col in range(self.grid_shape[1]):
                 yield row, col
-
-    def grid_slices(self, row: int, col: int) -> tuple[slice, slice]:
-        """The ``(y, x)`` slices of tile ``(row, col)`` in the mosaic grid."""
-        h, w = self.tile_shape
-        return slice(row * h, (row + 1) * h), slice(col * w, (col + 1) * w)
 
     def check_mosaic_shape(self, shape: Sequence[int], what: str = "mosaic grid") -> None:
         """Raise :class:`~linumpy.errors.LinumpyError` unless ``shape`` is a 2D or 3D mosaic grid
@@ -273,11 +240,11 @@ class PairMeasurement:
         ``(dy, dx)`` of ``second`` relative to ``first`` in pixels.
     score
         Normalized cross-correlation of the overlap (see
-        :func:`linumpy.mosaic.registration.measure_pair`).
+        :func:`linumpy.mosaic.measure_pair`).
 
     Examples
     --------
-    >>> from linumpy.mosaic.transform import PairMeasurement
+    >>> from linumpy.mosaic import PairMeasurement
     >>> pair = PairMeasurement((0, 0), (0, 1), displacement=(1.0, 90.0), score=0.9)
     >>> pair.axis
     1
@@ -310,16 +277,7 @@ def _robust_mean(values: np.ndarray, weights: np.ndarray, tolerance: float) -> n
 def describe_fit(
     transform: TileTransform, pairs: Sequence[PairMeasurement], min_score: float
 ) -> str:
-    """One line on a fitted layout: its matrix, its offset and the pairs it was fitted to.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.transform import PairMeasurement, TileTransform, describe_fit
-    >>> layout = TileTransform(((60.0, 0.0), (0.0, 60.0)), (0.0, 0.0), (64, 64), (1, 2))
-    >>> pairs = [PairMeasurement((0, 0), (0, 1), (0.0, 60.0), 0.9)]
-    >>> describe_fit(layout, pairs, 0.3)
-    'matrix [[60.000, 0.000], [0.000, 60.000]], offset [0.000, 0.000] from 1 of 1 tile pairs'
-    """
+    """One line on a fitted layout: its matrix, its offset and the pairs it was fitted to."""
     used = sum(pair.score >= min_score for pair in pairs)
     matrix = ", ".join(f"[{a:.3f}, {b:.3f}]" for a, b in transform.matrix)
     offset = ", ".join(f"{value:.3f}" for value in transform.offset)
@@ -338,28 +296,6 @@ def fit_transform(
 
     Pairs scoring below ``min_score`` (tiles without tissue) are dropped; of the rest, those more
     than ``tolerance`` pixels from the median displacement of their direction are outliers.
-
-    Raises
-    ------
-    LinumpyError
-        When a direction with adjacent tiles has no reliable pair.
-
-    Examples
-    --------
-    A 2x2 grid of 100x100 tiles; the vertical pair scoring 0.1 (no tissue) is ignored:
-
-    >>> import numpy as np
-    >>> from linumpy.mosaic.transform import PairMeasurement, fit_transform
-    >>> measurements = [
-    ...     PairMeasurement((0, 0), (0, 1), (1.0, 90.0), 0.9),
-    ...     PairMeasurement((1, 0), (1, 1), (1.0, 90.0), 0.8),
-    ...     PairMeasurement((0, 0), (1, 0), (95.0, -2.0), 0.9),
-    ...     PairMeasurement((0, 1), (1, 1), (60.0, 10.0), 0.1),
-    ... ]
-    >>> transform = fit_transform(measurements, (100, 100), (2, 2))
-    >>> np.round(transform.matrix, 6), transform.offset
-    (array([[95.,  1.],
-           [-2., 90.]]), (0.0, 2.0))
     """
     matrix = np.zeros((2, 2))
     for axis in (0, 1):
