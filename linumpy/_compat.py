@@ -1,10 +1,6 @@
-"""The one place linumpy reaches into zarr's private modules.
-
-zarr documents ``zarr.core`` as internal. linumpy needs two pieces of it that have no public
-equivalent in the zarr versions pinned in ``pyproject.toml`` (the type of the spec zarr hands a
-codec, and zarr's I/O event loop, to let its writes in flight finish before an aborted write is
-deleted); they are reached here and nowhere else, so a zarr release that moves them breaks one
-module, and ``tests/test_compat.py`` names them.
+"""The one place linumpy reaches into zarr's private ``zarr.core`` (the type of the spec zarr
+hands a codec, and zarr's I/O event loop), so that a zarr release that moves them breaks one
+module; ``tests/test_compat.py`` checks that they still exist.
 """
 
 from __future__ import annotations
@@ -17,7 +13,11 @@ from typing import TYPE_CHECKING
 __all__ = ["PRIVATE_ZARR_NAMES", "wait_for_zarr_io"]
 
 #: Every private zarr name linumpy uses, as ``module:name`` (checked by the test suite).
-PRIVATE_ZARR_NAMES = ("zarr.core.array_spec:ArraySpec", "zarr.core.sync:loop")
+PRIVATE_ZARR_NAMES = (
+    "zarr.core.array_spec:ArraySpec",
+    "zarr.core.sync:loop",
+    "zarr.core.sync:iothread",
+)
 
 if TYPE_CHECKING:  # annotations only: zarr builds the specs, linumpy reads their fields
     from zarr.core.array_spec import ArraySpec  # noqa: F401
@@ -32,14 +32,8 @@ async def _others_done() -> None:
 
 def wait_for_zarr_io(timeout: float = 2.0) -> bool:
     """Wait up to ``timeout`` seconds for the tasks on zarr's I/O event loop to finish (writes a
-    Ctrl-C left running there); True when none is left. Called from zarr's own loop thread, or
-    with no loop started, it returns at once.
-
-    Examples
-    --------
-    >>> wait_for_zarr_io()
-    True
-    """
+    Ctrl-C left running there, before an aborted write is deleted); True when none is left.
+    Called from zarr's own loop thread, or with no loop started, it returns at once."""
     import zarr.core.sync
 
     loop = zarr.core.sync.loop[0]

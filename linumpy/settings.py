@@ -38,9 +38,8 @@ DEFAULT_ZSTD_LEVEL = 2
 
 
 def cache_dir(name: str) -> Path:
-    """linumpy's cache folder ``name``: under ``$XDG_CACHE_HOME/linumpy`` (by default
-    ``~/.cache/linumpy``), where what one process found is kept for the next (compiled GPU
-    kernels). Not created here.
+    """linumpy's cache folder ``name`` (not created): ``$XDG_CACHE_HOME/linumpy/name``, by
+    default under ``~/.cache``, where one process keeps what the next needs (compiled kernels).
 
     Examples
     --------
@@ -124,10 +123,7 @@ class Declaration:
 
     Examples
     --------
-    >>> spec = declarations()["zstd_level"]
-    >>> spec.variable, spec.parse("zstd_level", 3)
-    ('LINUMPY_ZSTD_LEVEL', 3)
-    >>> spec.parse_text("12")
+    >>> declarations()["zstd_level"].parse_text("12")
     12
     """
 
@@ -175,13 +171,8 @@ class Settings:
 
     Examples
     --------
-    >>> s = Settings(io_threads=4, fetch="pread")
-    >>> s.io_threads, s.fetch
-    (4, 'pread')
-    >>> Settings(fetch="nvme")
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.SettingsError: fetch must be one of auto, kvikio, pread, got 'nvme'
+    >>> Settings(io_threads=4, fetch="pread").fetch
+    'pread'
     """
 
     io_threads: int = _setting(
@@ -276,10 +267,7 @@ class Settings:
 
         Examples
         --------
-        >>> import os
-        >>> from unittest import mock
-        >>> with mock.patch.dict(os.environ, {"LINUMPY_IO_THREADS": "3"}):
-        ...     Settings.from_env().io_threads
+        >>> Settings.from_env(io_threads=3).io_threads
         3
         """
         _warn_removed()
@@ -398,8 +386,6 @@ def resolve(settings: Settings | Mapping[str, Any] | None) -> Settings:
     --------
     >>> resolve({"fetch": "pread"}).fetch
     'pread'
-    >>> resolve(None) == get()
-    True
     """
     if isinstance(settings, Settings):
         return settings
@@ -422,11 +408,9 @@ class set:  # noqa: N801 - named like kvikio's and zarr's ``defaults.set``/``con
 
     Examples
     --------
-    >>> with set(fetch="pread", io_threads=2):
-    ...     get().fetch, get().io_threads
-    ('pread', 2)
-    >>> get().fetch == Settings.from_env().fetch
-    True
+    >>> with set(fetch="pread"):
+    ...     get().fetch
+    'pread'
     """
 
     def __init__(self, **values: Any) -> None:

@@ -15,6 +15,7 @@ def test_private_zarr_names_still_exist() -> None:
     assert compat.PRIVATE_ZARR_NAMES == (
         "zarr.core.array_spec:ArraySpec",
         "zarr.core.sync:loop",
+        "zarr.core.sync:iothread",
     )
     for entry in compat.PRIVATE_ZARR_NAMES:
         module, name = entry.split(":")
@@ -30,3 +31,11 @@ def test_no_module_but_compat_names_zarr_core() -> None:
         if path.name != "_compat.py" and pattern.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_waiting_for_zarr_io_returns_once_nothing_runs_there(tmp_path: Path) -> None:
+    import zarr
+
+    assert compat.wait_for_zarr_io()  # no loop started, or an idle one
+    zarr.create_array(tmp_path / "a.zarr", shape=(4,), dtype="uint8")[...] = 1
+    assert compat.wait_for_zarr_io(timeout=5.0)  # the loop runs, its writes are done
