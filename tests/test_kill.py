@@ -16,6 +16,7 @@ by side.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import json
 import os
@@ -36,7 +37,7 @@ import pytest
 
 from linumpy.io import read_volume, save_omezarr
 from linumpy.io.omezarr import read_axes, read_omezarr
-from linumpy.io.recovery import HOST, PREFIX_CHARS, read_json
+from linumpy.io.recovery import HOST, PREFIX_CHARS, read_json, started
 from linumpy.io.staging import STAGING_SUFFIX, clean_staging, recover_staging
 from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 
@@ -485,9 +486,19 @@ def test_a_killed_writer_left_a_zombie_counts_as_gone(tmp_path: Path) -> None:
         child.wait()
 
 
-def test_a_pid_reused_by_another_process_is_not_the_writer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("locks", [True, False], ids=["locks", "no-locks"])
+def test_a_pid_reused_by_another_process_is_not_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, locks: bool
+) -> None:
     """A staging folder whose recorded pid now runs an unrelated program (no lock held) is
-    cleaned, not left forever."""
+    cleaned, not left forever; without locks, the pid's start time tells."""
+    if not locks:
+        import fcntl
+
+        def no_locks(fd: int, operation: int) -> None:
+            raise OSError(errno.ENOLCK, "no locks available")
+
+        monkeypatch.setattr(fcntl, "flock", no_locks)
     target = tmp_path / "out.ome.zarr"
     sleeper = subprocess.Popen(_python("-c", "import time; time.sleep(60)"))
     try:
@@ -495,14 +506,14 @@ def test_a_pid_reused_by_another_process_is_not_the_writer(tmp_path: Path) -> No
         (stale / "new" / target.name).mkdir(parents=True)
         owner = {"target": target.name, "pid": sleeper.pid, "host": HOST, "started": 1}
         (stale / "owner").write_text(json.dumps(owner))
+        if not locks:  # the pid's own start time: a live writer, left alone
+            (stale / "owner").write_text(json.dumps({**owner, "started": started(sleeper.pid)}))
+            assert recover_staging(target) == [] and stale.exists()
+            (stale / "owner").write_text(json.dumps(owner))
         assert recover_staging(target) == [f"{stale}: removed"]
     finally:
         sleeper.kill()
         sleeper.wait()
-    # linumpy 0.1's folders name the pid: a zombie or a reused pid is read from /proc
-    named = tmp_path / f".{target.name}.{os.getpid()}@{HOST}-abcd{STAGING_SUFFIX}"
-    (named / "new").mkdir(parents=True)
-    assert recover_staging(target) == [f"{named}: removed"]  # this process writes no such folder
 
 
 @pytest.mark.parametrize("name", ["a@b.ome.zarr", "x.1@host-2.ome.zarr", "é @#.txt"])

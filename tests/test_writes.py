@@ -3,6 +3,7 @@ itself, checksums by default, axes and units round trips, chunk shapes refused."
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import logging
@@ -28,6 +29,7 @@ from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume, sav
 from linumpy.io import staging as staging_module
 from linumpy.io.metadata import Axis
 from linumpy.io.omezarr import read_axes
+from linumpy.io.recovery import identity
 from linumpy.io.staging import STAGING_SUFFIX, StagedWrite, clean_staging, recover_staging
 from linumpy.scripts import linum_aip, linum_convert_to_omezarr
 
@@ -172,10 +174,17 @@ def test_commit_refuses_nothing_written(tmp_path: Path) -> None:
 # -- recovery of interrupted replacements -------------------------------------------------------
 
 
-def stale_staging(target: Path, pid: int, host: str = HOST) -> Path:
-    folder = target.parent / f".{target.name}.{pid}@{host}-abcd{STAGING_SUFFIX}"
+def stale_staging(target: Path, pid: int, host: str = HOST, token: str = "abcd") -> Path:
+    folder = target.parent / f".{target.name}.{token}{STAGING_SUFFIX}"
     (folder / "new").mkdir(parents=True)
+    owner = {"target": target.name, "pid": pid, "host": host}
+    (folder / "owner").write_text(json.dumps(owner))
     return folder
+
+
+def swapping(folder: Path) -> None:
+    """Record, as a commit does, that ``folder``'s ``ready`` is the complete new version."""
+    (folder / "state").write_text(json.dumps({"new": identity(folder / "ready")}))
 
 
 def image(path: Path, value: int) -> Path:
@@ -200,6 +209,7 @@ def test_a_reader_reports_an_interrupted_write_and_leaves_it(
     folder = stale_staging(target, dead_pid())
     image(folder / "ready", 2)
     image(folder / "old", 1)
+    swapping(folder)
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     with (
         caplog.at_level(logging.INFO, logger="linumpy.io.omezarr"),
@@ -223,6 +233,7 @@ def test_killed_between_the_two_renames_rolls_forward(tmp_path: Path, trigger: s
     folder = stale_staging(target, dead_pid())
     image(folder / "ready", 2)
     image(folder / "old", 1)
+    swapping(folder)
     RECOVERIES[trigger](target)
     expected = 7 if trigger == "write" else 2
     assert (read_volume(target) == expected).all()
@@ -256,32 +267,20 @@ def test_a_half_written_new_image_is_never_restored(tmp_path: Path) -> None:
 
 def test_staging_of_live_writers_is_left_alone(tmp_path: Path) -> None:
     target = image(tmp_path / "img.ome.zarr", 1)
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live = stale_staging(target, os.getpid(), token="0a")
+    lock = os.open(live / "owner", os.O_RDWR)  # a writer holds its owner file's lock
     try:
-        live = stale_staging(target, sleeper.pid)
-        remote = stale_staging(target, 1, host="another-host")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        remote = stale_staging(target, 1, host="another-host", token="0b")
         mine = StagedWrite(target)
         actions = recover_staging(target)
         assert live.exists() and remote.exists() and mine.staging.exists()
         assert actions == [f"{remote}: left alone: its writer runs on another-host"]
         mine.abort()
     finally:
-        sleeper.kill()
-        sleeper.wait()
+        os.close(lock)
     recover_staging(target)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [remote.name]
-
-
-def test_clean_staging_handles_the_old_scripts_partial_folders(tmp_path: Path) -> None:
-    legacy = tmp_path / ".out.ome.zarr.k2j4abcd.partial"
-    image(legacy / "out.ome.zarr.old", 1)  # killed between the old scripts' two renames
-    image(legacy / "out.ome.zarr", 2)
-    leftover = tmp_path / ".other.ome.zarr.zz9sdflk.partial"
-    image(leftover / "other.ome.zarr", 3)  # killed while writing: nothing to restore
-    actions = clean_staging(tmp_path)
-    assert (read_volume(tmp_path / "out.ome.zarr") == 1).all()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.ome.zarr"]
-    assert len(actions) == 3
 
 
 # -- writing an image from itself ---------------------------------------------------------------
@@ -587,6 +586,7 @@ def test_a_scripts_input_check_reports_an_interrupted_write_and_leaves_it(
     folder = stale_staging(target, dead_pid())
     image(folder / "ready", 2)
     image(folder / "old", 1)
+    swapping(folder)
     with pytest.raises(SystemExit):
         check_input(build_parser("Demo.", prog="linum-demo"), target)
     assert f"does not exist; an interrupted write left {folder}" in capsys.readouterr().err

@@ -5,9 +5,9 @@ complete new version or deleting what is left, and reporting what cannot be clea
 A writer is alive while it holds the ``flock`` on its staging folder's ``owner`` file: the lock
 goes with the process (a killed writer, a zombie, a pid reused by another process hold none),
 and a recovery holds it while it works, so two recoveries never act on one folder. Where the file
-system has no locks, and for the staging folders of older linumpy versions, the owner's pid, host
-and process start time decide: a zombie or a pid now running another program counts as gone; a
-writer on another host cannot be checked and is left alone.
+system has no locks, the owner's pid, host and process start time decide: a zombie or a pid now
+running another program counts as gone; a writer on another host cannot be checked and is left
+alone.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 __all__ = ["STAGING_SUFFIX", "clean_staging", "recover_staging", "staging_left"]
 
@@ -39,9 +39,6 @@ HOST = socket.gethostname()
 ACTIVE: set[Path] = set()
 
 _YOUNG_S = 60.0  # a staging folder without an owner this recent may be being created
-_PARTIAL_SUFFIX = ".partial"  # the scripts' staging in linumpy 0.2: ``.NAME.<random>.partial``
-# linumpy 0.1's staging names: ``.NAME.<pid>@<host>-<token>.linumpy-staging``, nothing inside
-_PID_NAME = re.compile(r"^\.(.+)\.(\d+)@(.+)-[0-9a-f]+" + re.escape(STAGING_SUFFIX) + "$")
 
 
 def exists(path: Path) -> bool:
@@ -113,33 +110,22 @@ def remove_tree(path: Path) -> str | None:
 
 @dataclass(frozen=True)
 class _Found:
-    """A staging folder: its path, its target's name (None when unknown) and its format."""
+    """A staging folder: its path, its target's name (None when unknown) and its owner."""
 
     path: Path
     target: str | None
-    kind: Literal["current", "pid-named", "partial"]
     owner: dict[str, Any]
 
 
 def _found(folder: Path, entry: str) -> _Found | None:
-    if not entry.startswith("."):
+    if not (entry.startswith(".") and entry.endswith(STAGING_SUFFIX)):
         return None
     path = folder / entry
-    if entry.endswith(_PARTIAL_SUFFIX):
-        return _Found(path, entry[1:].rsplit(".", 2)[0], "partial", {})
-    if not entry.endswith(STAGING_SUFFIX):
-        return None
     owner = read_json(path / "owner") or {}
     target = owner.get("target")
     if not isinstance(target, str):
         target = (read_json(path / "state") or {}).get("target")
-    if isinstance(target, str) and target:
-        return _Found(path, target, "current", owner)
-    match = _PID_NAME.match(entry)
-    if match and not exists(path / "owner"):
-        owner = {"pid": int(match[2]), "host": match[3]}
-        return _Found(path, match[1], "pid-named", owner)
-    return _Found(path, None, "current", owner)
+    return _Found(path, target if isinstance(target, str) and target else None, owner)
 
 
 def _pid_state(owner: dict[str, Any], path: Path) -> str:
@@ -174,9 +160,6 @@ def _claimed(found: _Found) -> Iterator[str]:
     if found.path in ACTIVE:
         yield "live"
         return
-    if found.kind != "current":
-        yield "stale" if found.kind == "partial" else _pid_state(found.owner, found.path)
-        return
     try:
         fd = os.open(found.path / "owner", os.O_RDWR)
     except FileNotFoundError:
@@ -207,19 +190,8 @@ def _claimed(found: _Found) -> Iterator[str]:
         os.close(fd)
 
 
-def _complete(found: _Found, target: Path) -> Path | str | None:
-    """The complete new version in a stale staging folder, None if there is none, or a reason
-    when it cannot be told."""
-    if found.kind == "partial":
-        old = found.path / (target.name + ".old")  # the new output there may be incomplete
-        return old if exists(old) else None
-    if found.kind == "pid-named":
-        ready, old = found.path / "ready", found.path / "old"
-        if exists(ready) and exists(old):
-            return ready  # killed between the two renames: ready is the complete new version
-        if exists(ready):
-            return "its 'ready' may hold the new or the old version (written by linumpy 0.1)"
-        return None
+def _complete(found: _Found, target: Path) -> Path | None:
+    """The complete new version in a stale staging folder, None if there is none."""
     state = read_json(found.path / "state") or {}
     new = state.get("new")
     if not new:
@@ -235,11 +207,6 @@ def _recover(found: _Found, target: Path) -> list[str]:
     actions = []
     if found.target is not None and not exists(target):
         complete = _complete(found, target)
-        if isinstance(complete, str):
-            return [
-                f"{found.path}: left in place: {complete}; move it to {target} or delete it "
-                "(nothing of it was read)"
-            ]
         if complete is not None:
             try:
                 os.rename(complete, target)
@@ -267,9 +234,8 @@ def _report(actions: list[str]) -> list[str]:
     return actions
 
 
-def _staging_of(target: Path, legacy: bool) -> Iterator[_Found]:
-    """The staging folders of ``target`` in its folder (linumpy 0.2's ``.partial`` folders only
-    with ``legacy``)."""
+def _staging_of(target: Path) -> Iterator[_Found]:
+    """The staging folders of ``target`` in its folder."""
     folder = target.parent
     try:
         entries = sorted(os.listdir(folder or "."))
@@ -280,7 +246,7 @@ def _staging_of(target: Path, legacy: bool) -> Iterator[_Found]:
         if not entry.startswith(head):
             continue
         found = _found(folder, entry)
-        if found is None or (found.kind == "partial" and not legacy):
+        if found is None:
             continue
         exact = re.fullmatch(re.escape(f".{target.name}.") + r"[0-9a-f]+" + STAGING_SUFFIX, entry)
         if found.target == target.name or (found.target is None and exact):
@@ -288,55 +254,17 @@ def _staging_of(target: Path, legacy: bool) -> Iterator[_Found]:
 
 
 def staging_left(target: str | os.PathLike[str]) -> list[Path]:
-    """The staging folders beside ``target`` that writes of it left (interrupted, or still
-    running), found without touching them: what a reader reports, leaving the recovery to the
-    next write and :func:`clean_staging`.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> (folder / ".image.ome.zarr.99@nohost-0000.linumpy-staging" / "old").mkdir(parents=True)
-    >>> [path.name for path in staging_left(folder / "image.ome.zarr")]
-    ['.image.ome.zarr.99@nohost-0000.linumpy-staging']
-    """
-    return [found.path for found in _staging_of(Path(target), legacy=True)]
+    """The staging folders that writes of ``target`` left beside it, found without touching them
+    (a reader names them and leaves the recovery to the next write and :func:`clean_staging`)."""
+    return [found.path for found in _staging_of(Path(target))]
 
 
-def recover_staging(target: str | os.PathLike[str], *, legacy: bool = False) -> list[str]:
-    """Finish or undo the interrupted writes of ``target`` and delete their staging folders.
-
-    Applies the recovery rule of :mod:`linumpy.io.staging` to every staging folder of ``target``
-    whose writer is gone; those of running writers are left alone.
-
-    Parameters
-    ----------
-    target
-        The file or directory whose staging to clean.
-    legacy
-        Also handle the ``.NAME.*.partial`` folders of linumpy 0.2's scripts (they name no
-        process: only clean them when no script is writing ``target``).
-
-    Returns
-    -------
-    list of str
-        What was done, and what could not be cleaned, one line each (logged too: cleaned at
-        INFO, not cleaned at WARNING).
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> from pathlib import Path
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> stale = folder / ".image.ome.zarr.999999999@nohost-0000.linumpy-staging"
-    >>> (stale / "old").mkdir(parents=True)  # a replacement killed on another host
-    >>> recover_staging(folder / "image.ome.zarr", legacy=True)  # doctest: +ELLIPSIS
-    ['...linumpy-staging: left alone: its writer runs on nohost']
-    """
+def recover_staging(target: str | os.PathLike[str]) -> list[str]:
+    """Apply the recovery rule to every staging folder of ``target`` whose writer is gone; what
+    was done and what could not be cleaned, one line each (logged too)."""
     target = Path(target)
     actions: list[str] = []
-    for found in list(_staging_of(target, legacy)):
+    for found in list(_staging_of(target)):
         actions += _process(found, target)
     return _report(actions)
 
@@ -345,29 +273,29 @@ def clean_staging(path: str | os.PathLike[str]) -> list[str]:
     """Recover or delete what interrupted writes left beside ``path`` (documented cleanup).
 
     ``path`` is a written file or image (its own staging folders are handled) or a folder (the
-    staging folders of every entry in it). Writes still running are left alone; the
-    ``.NAME.*.partial`` folders of linumpy 0.2's scripts are handled too.
+    staging folders of every entry in it). Writes still running are left alone.
 
     Returns
     -------
     list of str
         What was done, and what could not be cleaned (a writer on another host, a folder that
-        cannot be deleted, a leftover whose content cannot be told), one line each.
+        cannot be deleted), one line each.
 
     Examples
     --------
     >>> import tempfile
     >>> from pathlib import Path
     >>> folder = Path(tempfile.mkdtemp())
-    >>> stale = folder / ".out.ome.zarr.x1y2.partial"
-    >>> (stale / "out.ome.zarr.old").mkdir(parents=True)  # old output moved aside, then killed
-    >>> [line.split(": ")[1] for line in clean_staging(folder)]  # doctest: +ELLIPSIS
-    ['restored from ...out.ome.zarr.old', 'removed']
-    >>> sorted(p.name for p in folder.iterdir())
-    ['out.ome.zarr']
+    >>> stale = folder / ".out.ome.zarr.0a1b.linumpy-staging"
+    >>> (stale / "new" / "out.ome.zarr").mkdir(parents=True)  # a write killed before its commit
+    >>> _ = (stale / "owner").write_text('{"target": "out.ome.zarr"}')
+    >>> [line.split(": ")[1] for line in clean_staging(folder)]
+    ['removed']
+    >>> list(folder.iterdir())
+    []
     """
     path = Path(path)
-    actions = recover_staging(path, legacy=True)
+    actions = recover_staging(path)
     if path.is_dir() and not path.is_symlink():
         found = [_found(path, entry) for entry in sorted(os.listdir(path))]
         for item in found:

@@ -17,19 +17,10 @@ the commit begins, ``state``. The commit:
 4. renames what now holds the old content to ``trash``, flushes the target's folder and deletes
    the staging folder.
 
-Recovery, applied to staging folders whose writer is gone (its lock is free) at the start of
-every write of ``TARGET`` and by :func:`clean_staging` (never by a reader: opening a missing
-``TARGET`` names the staging folders left, :func:`staging_left`, and leaves them): when
-``TARGET`` is missing and an entry of the staging folder is the complete new content (its
-identity is the one ``state`` recorded), it is moved to ``TARGET`` (the write completes);
-everything else is deleted. The old content is never moved back: once it is in
-the staging folder the new content is complete and takes its place, so a ``TARGET`` missing
-after the swap was moved away by someone else, and the old content (perhaps half deleted) goes.
-
-An interrupted write therefore leaves ``TARGET`` holding the whole old content (interrupted before
-the swap) or the whole new one (after it). Staging folders of live writers are left alone; what
-cannot be cleaned (a writer on another host that cannot be checked, a folder that cannot be
-deleted, the ambiguous leftovers of older linumpy versions) is reported.
+Recovery (:mod:`linumpy.io.recovery`), at the start of every write of ``TARGET`` and by
+:func:`clean_staging`, never by a reader: a staging folder whose writer is gone gives its complete
+new content (the identity ``state`` recorded) to a missing ``TARGET``; the rest is deleted. An
+interrupted write therefore leaves the whole old content or the whole new one.
 """
 
 from __future__ import annotations
@@ -93,19 +84,7 @@ _FLUSHING: set[Path] = set()
 
 def flushed_on_commit(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` lies in the staging folder of an open durable :class:`StagedWrite`,
-    whose commit will flush it to stable storage (so flushing it before is work done twice).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> write = StagedWrite(Path(tempfile.mkdtemp()) / "image.ome.zarr", durable=True)
-    >>> flushed_on_commit(write.path), flushed_on_commit(tempfile.gettempdir())
-    (True, False)
-    >>> write.abort()
-    >>> flushed_on_commit(write.path)
-    False
-    """
+    whose commit will flush it (so flushing it before is work done twice)."""
     resolved = Path(os.path.abspath(path))
     return any(folder == resolved or folder in resolved.parents for folder in set(_FLUSHING))
 
@@ -145,36 +124,9 @@ def _write_json(path: Path, value: dict[str, Any], durable: bool) -> None:
 
 
 class StagedWrite:
-    """A write of ``target`` built in a staging folder beside it, moved into place by
-    :meth:`commit` in one step, or thrown away by :meth:`abort`.
-
-    Parameters
-    ----------
-    target
-        The file or directory to create or replace.
-    durable
-        Flush the new content to stable storage before the swap and the folder after it; by
-        default ``linumpy.settings.get().durable`` (True unless ``LINUMPY_DURABLE=0``).
-
-    Attributes
-    ----------
-    path
-        Where to write the new content (``<staging>/new/<target name>``; it does not exist yet).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "result.txt").write_text("old")
-    >>> write = StagedWrite(folder / "result.txt")
-    >>> _ = write.path.write_text("new")
-    >>> (folder / "result.txt").read_text()  # untouched until the commit
-    'old'
-    >>> write.commit()
-    >>> (folder / "result.txt").read_text(), sorted(p.name for p in folder.iterdir())
-    ('new', ['result.txt'])
-    """
+    """A write of ``target`` built at :attr:`path` in a staging folder beside it, moved into
+    place by :meth:`commit` in one step, or thrown away by :meth:`abort`. ``durable`` (default:
+    the setting) flushes the new content before the swap and the folder after it."""
 
     def __init__(self, target: str | os.PathLike[str], *, durable: bool | None = None) -> None:
         from linumpy import settings
@@ -219,17 +171,9 @@ class StagedWrite:
 
     @phases.recorded("final swap")
     def commit(self) -> None:
-        """Move the new content into place; the old content is deleted afterwards.
-
-        Raises
-        ------
-        LinumpyError
-            When nothing was written at :attr:`path`, or when another writer replaced, created
-            or removed the target since this write began (its output is kept; this one is
-            thrown away).
-        OSError
-            When flushing or a rename fails: the target is left as it was.
-        """
+        """Move the new content into place and delete the old. A LinumpyError when nothing
+        was written, or when another writer changed the target since this write began (its
+        output is kept, this one thrown away); on an OSError the target is left as it was."""
         if self._done:
             return
         if not exists(self.path):
@@ -332,30 +276,8 @@ def _discard(staging: Path, lock: list[int | None]) -> None:
 
 @contextlib.contextmanager
 def staged(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a path to write ``target``'s new content to; move it into place on success.
-
-    On an exception (Ctrl-C included) the staged content is deleted and ``target`` is left as it
-    was; a killed process leaves a staging folder that the next write removes (see the module
-    documentation for the recovery rule).
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> from pathlib import Path
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> with staged(folder / "result.txt") as path:
-    ...     _ = path.write_text("complete")
-    >>> os.listdir(folder), (folder / "result.txt").read_text()
-    (['result.txt'], 'complete')
-    >>> try:
-    ...     with staged(folder / "result.txt") as path:
-    ...         _ = path.write_text("half")
-    ...         raise RuntimeError("interrupted")
-    ... except RuntimeError:
-    ...     pass
-    >>> os.listdir(folder), (folder / "result.txt").read_text()
-    (['result.txt'], 'complete')
-    """
+    """Yield a path to write ``target``'s new content to; move it into place on success, and
+    on an exception (Ctrl-C included) delete it, leaving ``target`` as it was."""
     write = StagedWrite(target)
     try:
         yield write.path
