@@ -25,16 +25,11 @@ _context_stack: ExitStack | None = None
 def gpu_zarr_context() -> Iterator[None]:
     """Make zarr return cupy arrays and run its ``zstd`` codec on the GPU (nvCOMP) inside the block.
 
-    Arrays opened inside the block return ``cupy.ndarray`` slices and accept cupy arrays on
-    write (encoded on the GPU); zarr fixes an array's codecs when it opens it, so open arrays
-    inside. Stored bytes stay in host memory until the codec uploads them a batch at a time, and
-    decoded chunks stay on the device (:mod:`linumpy.gpu.zarr_buffers`; where
-    ``zarr.config.enable_gpu()`` copies every chunk or shard read to the device on its own).
-    zarr's config is process-wide: the block applies
-    :func:`linumpy.gpu.zarr_buffers.host_bytes_config` and
-    :func:`linumpy.gpu.nvcomp_zstd.gpu_zstd_config` when the first such block is entered (by any
-    thread) and restores the previous config when the last one exits, so blocks nest and
-    overlap across threads safely.
+    Arrays opened inside the block (zarr fixes an array's codecs when it opens it) return
+    ``cupy.ndarray`` slices and accept cupy arrays on write, encoded on the GPU. Stored bytes stay
+    in host memory until the codec uploads them a batch at a time. zarr's config is process-wide:
+    it is applied when the first such block is entered (by any thread) and restored when the last
+    one exits, so blocks nest and overlap across threads safely.
 
     Raises
     ------
