@@ -548,17 +548,12 @@ def test_writers_compress_at_the_zstd_level_setting(tmp_path: Path, ngff_version
     with settings.set(zstd_level=7):
         assert stored_level("b") == 7
         assert stored_level("c", zstd_level=4) == 4
-        # the old name still works, and warns naming the new one
-        with pytest.warns(FutureWarning, match="level= is renamed zstd_level="):
-            assert stored_level("d", level=5) == 5
-        with pytest.raises(TypeError, match="pass zstd_level only"):
-            stored_level("e", zstd_level=3, level=5)
     np.testing.assert_array_equal(read_volume(tmp_path / "b.ome.zarr"), volume)
 
 
 def test_every_writer_names_the_zstd_level_zstd_level(tmp_path: Path) -> None:
-    """``zstd_level`` in every writer's signature (``level`` is a pyramid level in the readers);
-    ``level``, its old name, still works with a FutureWarning."""
+    """``zstd_level`` in every writer's signature (``level`` is a pyramid level in the
+    readers)."""
     import inspect
 
     from linumpy.io.rechunk import rechunk
@@ -570,10 +565,10 @@ def test_every_writer_names_the_zstd_level_zstd_level(tmp_path: Path) -> None:
     for writer in (*writers, run_mosaic_job):
         parameters = inspect.signature(writer).parameters
         assert parameters["zstd_level"].default is None, writer
-        assert parameters["level"].kind is inspect.Parameter.KEYWORD_ONLY, writer
+    for writer in (OmeZarrWriter, save_omezarr, rechunk):
+        assert "level" not in inspect.signature(writer).parameters, writer
     source = image(tmp_path / "a.ome.zarr", 1)
-    with pytest.warns(FutureWarning, match="rechunk: level= is renamed zstd_level="):
-        rechunk(source, tmp_path / "b.ome.zarr", level=6)
+    rechunk(source, tmp_path / "b.ome.zarr", zstd_level=6)
     assert zarr.open_group(tmp_path / "b.ome.zarr", mode="r")["0"].compressors[0].level == 6
 
 

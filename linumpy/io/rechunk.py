@@ -33,7 +33,6 @@ from linumpy.io.metadata import check_chunk_count
 from linumpy.io.rechunk_groups import copy_groups, datasets, keep_levels
 from linumpy.io.staging import recover_staging, staged
 from linumpy.io.validate import RegularFileStore
-from linumpy.io.writer import renamed_level
 from linumpy.parallel import Cluster
 
 __all__ = ["Rechunked", "copy_labels", "rechunk"]
@@ -136,7 +135,6 @@ def rechunk(
     overwrite: bool = False,
     progress: bool = False,
     cluster: Cluster | None = None,
-    level: int | None = None,
 ) -> Rechunked:
     """Rewrite a zarr array or OME-Zarr image in linumpy's default layout (or the one given).
 
@@ -166,8 +164,6 @@ def rechunk(
         Show a progress bar per array.
     cluster
         Where the tasks run and how much memory each may use; local threads by default.
-    level
-        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Returns
     -------
@@ -214,7 +210,6 @@ def rechunk(
         raise LinumpyError(f"{source}: not a zarr array or group ({exc})") from None
     cluster = cluster or Cluster()
     checksum = settings.get().write_checksum if checksum is None else bool(checksum)
-    zstd_level = renamed_level(zstd_level, level, "rechunk")
     if zstd_level is None:
         zstd_level = settings.get().zstd_level
     with staged(target) as out:

@@ -18,7 +18,7 @@ from linumpy._numpy_or_cupy import array_module
 from linumpy.io.formats import NgffVersion
 from linumpy.io.layout import ShardsArg
 from linumpy.io.stores import is_url
-from linumpy.io.writer import AxesArg, OmeZarrWriter, renamed_level
+from linumpy.io.writer import AxesArg, OmeZarrWriter
 
 __all__ = ["save_omezarr"]
 
@@ -39,7 +39,6 @@ def save_omezarr(
     checksum: bool | None = None,
     storage_options: Mapping[str, Any] | None = None,
     translation: Sequence[float] | None = None,
-    level: int | None = None,
 ) -> None:
     """Write an array as a zstd-compressed OME-Zarr multiscale image.
 
@@ -61,8 +60,6 @@ def save_omezarr(
         As for :class:`OmeZarrWriter`.
     storage_options
         Options of a remote store (see :func:`linumpy.io.remote.object_store`).
-    level
-        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Examples
     --------
@@ -89,7 +86,7 @@ def save_omezarr(
         chunks=chunks,
         shards=shards,
         n_levels=n_levels,
-        zstd_level=renamed_level(zstd_level, level, "save_omezarr"),
+        zstd_level=zstd_level,
         overwrite=overwrite,
         ngff_version=ngff_version,
         unit=unit,

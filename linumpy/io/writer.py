@@ -76,17 +76,8 @@ AxesArg = str | Sequence[str | Axis | Mapping[str, Any]] | None
 
 
 def renamed_level(zstd_level: int | None, level: int | None, caller: str) -> int | None:
-    """A writer's ``zstd_level``, given under its old name ``level`` (a pyramid level in the
-    readers) too: that name still works and warns (FutureWarning, once per calling line).
-
-    Examples
-    --------
-    >>> import warnings
-    >>> with warnings.catch_warnings(record=True) as caught:
-    ...     warnings.simplefilter("always")
-    ...     renamed_level(None, 5, "save_omezarr"), str(caught[0].message)
-    (5, 'save_omezarr: level= is renamed zstd_level= (level is a pyramid level in the readers)')
-    """
+    """A writer's ``zstd_level``, or its old name ``level``, with a FutureWarning (the mosaic
+    writers still take it)."""
     if level is None:
         return zstd_level
     if zstd_level is not None:
@@ -179,8 +170,6 @@ class OmeZarrWriter:
     shard_bytes
         Largest shard of ``shards="auto"`` (:data:`linumpy.io.layout.SHARD_BYTES`, 128 MiB):
         writers under a memory limit pass less, so that a task holds a shard.
-    level
-        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Attributes
     ----------
@@ -222,7 +211,6 @@ class OmeZarrWriter:
         storage_options: Mapping[str, Any] | None = None,
         shard_bytes: int = SHARD_BYTES,
         translation: Sequence[float] | None = None,
-        level: int | None = None,
     ) -> None:
         # Object stores (s3://, gs://) have no rename: an image is written there in place.
         remote = is_url(path)
@@ -241,7 +229,6 @@ class OmeZarrWriter:
         self.axes = make_axes(len(self.shape), axes, unit)
         self.translation = _parse_translation(translation, len(self.shape))
         self.checksum = settings.get().write_checksum if checksum is None else bool(checksum)
-        zstd_level = renamed_level(zstd_level, level, "OmeZarrWriter")
         if zstd_level is None:
             zstd_level = settings.get().zstd_level
         space = [i for i, axis in enumerate(self.axes) if axis.type == "space"]
