@@ -638,16 +638,17 @@ def test_a_cached_pinned_buffer_serves_larger_requests_within_its_room() -> None
 
 def test_the_reader_and_host_decodes_follow_the_chunk_size(tmp_path: Path) -> None:
     """Chunks above the limit given to nvCOMP are read and decoded by libzstd's threads."""
-    from linumpy.gpu.gpu_read import fast_path_obstacle, reader_for
+    from linumpy.gpu.backend import GpuBackend
+    from linumpy.gpu.gpu_read import fast_path_obstacle
     from linumpy.gpu.host_decode import decode_pool, decodes_on_host
 
     path = tmp_path / "a.zarr"
     plan = plan_read(zarr.create_array(path, shape=(64,), chunks=(32,), dtype="uint16"))
     assert fast_path_obstacle(plan) is None
     assert (decodes_on_host(plan, 32), decodes_on_host(plan, 64)) == (True, False)
-    assert reader_for(plan, Settings(fetch="pread")) == ("pread", "requested")
+    assert GpuBackend.choose_reader(plan, Settings(fetch="pread")) == ("pread", "requested")
     with tuned(chunk_bytes=32):
-        reader, why = reader_for(plan, Settings(fetch="kvikio"))
+        reader, why = GpuBackend.choose_reader(plan, Settings(fetch="kvikio"))
     assert reader == "pread" and "libzstd threads decode them" in why
     assert decode_pool(2) is decode_pool(2)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
+import zarr
 
 from linumpy.errors import ChunkDecodeError
 from linumpy.gpu import nvcomp
@@ -26,19 +27,20 @@ from linumpy.gpu.device_memory import check_free
 from linumpy.gpu.gpu_read import (
     check_device_memory,
     check_out,
+    choose_reader,
     fast_path_obstacle,
     nvcomp_chunk_limit,
     open_host_decode,
-    read_through_zarr,
-    reader_for,
 )
 from linumpy.gpu.host_decode import HostDecoder, decode_pool, decodes_on_host
 from linumpy.gpu.pinned_buffers import PinnedLease, count_moved, pinned_allowance
 from linumpy.gpu.read_checks import ReadChecks
 from linumpy.gpu.scatter import geometry, launch_scatter, scatter_table
+from linumpy.gpu.zarr_context import gpu_zarr_context
 from linumpy.io.engine.backend import Fetched, Group, GroupBudget, Stats
 from linumpy.io.engine.codecs.protocol import FRAME_CHECKSUM, FRAME_NEEDS_CHECK
 from linumpy.io.engine.fetch import ALIGN, align_up
+from linumpy.io.engine.memory import format_size
 from linumpy.io.engine.plan import ReadPlan
 from linumpy.io.engine.read import output_nbytes
 from linumpy.io.engine.region import Region
@@ -102,13 +104,26 @@ class GpuBackend:
 
     @classmethod
     def through_zarr(cls, array: Any, region: Region, out: cupy.ndarray | None) -> Any:
-        """zarr's own read on the GPU (see :func:`read_through_zarr`)."""
-        return read_through_zarr(array, region, out)
+        """zarr's own read inside :func:`gpu_zarr_context` (reopened there: codecs are fixed at
+        open)."""
+        with gpu_zarr_context():
+            result = zarr.open_array(store=array.store, path=array.path, mode="r")[region]
+        if out is not None:
+            out[...] = result
+            return out
+        return result
 
     @classmethod
     def choose_reader(cls, plan: ReadPlan, settings: Settings) -> tuple[str, str]:
-        """The file reader, and why (see :func:`~linumpy.gpu.gpu_read.reader_for`)."""
-        return reader_for(plan, settings)
+        """kvikio or pread, by the ``fetch`` setting; the CPU back end's own reads for chunks
+        that libzstd decodes (:mod:`linumpy.gpu.host_decode`)."""
+        limit = nvcomp_chunk_limit()
+        if decodes_on_host(plan, limit):
+            return "pread", (
+                f"chunks of {format_size(plan.chunk_nbytes)}, above the {format_size(limit)} "
+                "nvCOMP is given: libzstd threads decode them, each chunk copied up as decoded"
+            )
+        return choose_reader(settings.fetch, settings.io_threads)
 
     @classmethod
     def open(

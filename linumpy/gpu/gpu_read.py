@@ -1,6 +1,5 @@
 """What a GPU read settles before its back end opens: what nvCOMP cannot read, the file reader,
-zarr on the GPU as the fallback, and the device memory of the read's buffers. Importing this module
-imports no GPU library.
+and the device memory of the read's buffers. Importing this module imports no GPU library.
 """
 
 from __future__ import annotations
@@ -10,20 +9,17 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import zarr
 
 from linumpy.errors import GPUUnavailableError, LinumpyError
 from linumpy.gpu import nvcomp
 from linumpy.gpu.availability import after_current_stream
 from linumpy.gpu.device_memory import check_free
-from linumpy.gpu.host_decode import HostDecoder, decodes_on_host
-from linumpy.gpu.zarr_context import gpu_zarr_context
+from linumpy.gpu.host_decode import HostDecoder
 from linumpy.io.engine import plan as engine_plan
 from linumpy.io.engine.cpu import check_thread_memory
 from linumpy.io.engine.fetch_kvikio import kvikio_unusable_reason, use_kvikio_threads
 from linumpy.io.engine.memory import format_size
 from linumpy.io.engine.plan import ReadPlan
-from linumpy.io.engine.region import Region
 from linumpy.settings import Settings
 
 if TYPE_CHECKING:
@@ -61,30 +57,6 @@ def choose_reader(fetch: str, threads: int) -> tuple[str, str]:
 def nvcomp_chunk_limit() -> int:
     """The largest decoded chunk nvCOMP is given; larger ones libzstd decodes."""
     return min(engine_plan.GPU_CHUNK_BYTES, nvcomp.MAX_DECODE_BYTES)
-
-
-def reader_for(plan: ReadPlan, settings: Settings) -> tuple[str, str]:
-    """kvikio or pread, by the ``fetch`` setting; the CPU back end's own reads for chunks that
-    libzstd decodes (:mod:`linumpy.gpu.host_decode`)."""
-    limit = nvcomp_chunk_limit()
-    if decodes_on_host(plan, limit):
-        return "pread", (
-            f"chunks of {format_size(plan.chunk_nbytes)}, above the {format_size(limit)} "
-            "nvCOMP is given: libzstd threads decode them, each chunk copied up as it is decoded"
-        )
-    return choose_reader(settings.fetch, settings.io_threads)
-
-
-def read_through_zarr(array: zarr.Array, region: Region, out: cupy.ndarray | None) -> Any:
-    """Read with zarr inside :func:`gpu_zarr_context` (reopened there: codecs are fixed at
-    open)."""
-    with gpu_zarr_context():
-        reopened = zarr.open_array(store=array.store, path=array.path, mode="r")
-        result = reopened[region]
-    if out is not None:
-        out[...] = result
-        return out
-    return result
 
 
 def device_memory_needed(plan: ReadPlan, settings: Settings) -> int:
