@@ -118,9 +118,10 @@ def test_device_crc32c_matches_the_crc32c_package() -> None:
     offsets = np.concatenate([[5], 5 + np.cumsum(sizes[:-1] + 3)])  # odd, unaligned starts
     host = rng.integers(0, 256, size=int(offsets[-1] + sizes[-1] + 9), dtype=np.uint8)
     stream = cupy.cuda.Stream(non_blocking=True)
-    device = cupy.asarray(host)
-    table = cupy.asarray(np.stack([int(device.data.ptr) + offsets, sizes]).astype(np.int64))
-    computed = cupy.empty(len(sizes), dtype=np.uint32)
+    with stream:
+        device = cupy.asarray(host)
+        table = cupy.asarray(np.stack([int(device.data.ptr) + offsets, sizes]).astype(np.int64))
+        computed = cupy.empty(len(sizes), dtype=np.uint32)
     address = int(table.data.ptr)
     n = len(sizes)
     crc32c_device(
