@@ -15,6 +15,7 @@ from zarr_layouts import LAYOUTS, make_array, sample_data
 
 from linumpy.errors import ChunkDecodeError, ClusterError, LinumpyError, MemoryLimitError
 from linumpy.io import OmeZarrWriter, downsample_mean, open_volume, save_omezarr
+from linumpy.io.blocks import host_decoded
 from linumpy.io.dask_write import align_blocks, store_dask, store_graph, write_pyramid
 from linumpy.io.lazy import storage_unit
 from linumpy.mosaic.out_of_core import plan_stitch_block
@@ -246,7 +247,7 @@ def test_cluster_option_errors() -> None:
 
 @pytest.mark.skipif(HAS_DASK_CUDA, reason="dask-cuda is installed here")
 def test_gpus_without_dask_cuda_names_the_extra() -> None:
-    extra = r'pip install -e "\.\[gpu-cu13\]"'
+    extra = r"pip install -e '\.\[gpu-cu13\]'"
     with pytest.raises(ClusterError, match=extra) as error, dask_cluster(gpus=1):
         pass
     assert "pip install linumpy" not in str(error.value)
@@ -435,3 +436,11 @@ def test_scripts_on_a_local_cluster_write_the_same_bytes(tmp_path: Path, local_c
             for n in where
         ]
         assert trees[0] == trees[1], image
+
+
+def test_gpu_reads_of_large_chunks_decode_on_the_host() -> None:
+    def array(shape: tuple[int, ...], dtype: str) -> zarr.Array:
+        return zarr.create_array({}, shape=shape, chunks=shape, dtype=dtype)
+
+    assert not host_decoded(array((32, 32), "uint16"))
+    assert host_decoded(array((4096, 4096), "float32"))

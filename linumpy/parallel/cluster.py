@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import logging
 import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import dask
+import dask.threaded
+from dask.callbacks import Callback
 from dask.utils import format_bytes
+from tqdm import tqdm
 
 from linumpy.errors import MemoryLimitError
 from linumpy.parallel import block_sizes
 from linumpy.parallel.gpu_devices import device_memory
-from linumpy.parallel.progress import compute_with_bar
 from linumpy.settings import available_cpus
 
 __all__ = ["Cluster"]
@@ -47,13 +51,9 @@ class Cluster:
 
     Examples
     --------
-    >>> import dask.array as da
     >>> from linumpy.parallel import Cluster
-    >>> cluster = Cluster(memory_limit=2**30, threads=2)
-    >>> cluster.task_bytes(minimum=2**20)  # each of the 2 threads: half of 3/4 of the limit
+    >>> Cluster(memory_limit=2**30, threads=2).task_bytes(minimum=2**20)  # (3/4 of 1 GiB) / 2
     402653184
-    >>> int(cluster.compute(da.ones((10, 10), chunks=5).sum()))
-    100
     """
 
     def __init__(
@@ -190,11 +190,10 @@ class Cluster:
         return usable // self.threads
 
     def compute(self, collection: Any, *, desc: str = "dask", progress: bool = False) -> Any:
-        """Compute a dask collection here, with a progress bar over its tasks.
+        """Compute a dask collection here, with a tqdm bar over its tasks (``progress``).
 
         With a distributed client the bar counts the collection's output blocks as they finish,
-        and the first failed task stops the job with its error in one line
-        (:func:`~linumpy.parallel.on_workers.compute_on_workers`).
+        and the first failed task stops the job with its error in one line.
 
         Examples
         --------
@@ -203,14 +202,36 @@ class Cluster:
         >>> Cluster(threads=1).compute(da.arange(6, chunks=2) * 2)
         array([ 0,  2,  4,  6,  8, 10])
         """
-        return compute_with_bar(
-            collection,
-            threads=self.threads,
-            client=self.client,
-            desc=desc,
-            progress=progress,
-            timeout=self.timeout,
-        )
+        # delay: no bar is drawn before the task count is known (reset draws the first one)
+        with tqdm(desc=desc, unit="task", disable=not progress, total=0, delay=1e-9) as bar:
+            if self.client is not None:
+                from linumpy.parallel.on_workers import compute_on_workers
+
+                return compute_on_workers(collection, self.client, bar, timeout=self.timeout)
+            # A pool of its own: on an error or Ctrl-C the tasks already running finish
+            # before the caller cleans up (an aborted write's tasks would recreate its files).
+            pool = ThreadPoolExecutor(self.threads, thread_name_prefix="linumpy-dask")
+            try:
+                with _TaskBar(bar):
+                    # the threaded get itself: scheduler="threads" would import distributed
+                    return dask.compute(collection, scheduler=dask.threaded.get, pool=pool)[0]
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _TaskBar(Callback):
+    """tqdm bar over the tasks of a local (threaded) dask computation."""
+
+    def __init__(self, bar: tqdm) -> None:
+        super().__init__()
+        self._bar = bar
+
+    def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
+        keys = ("ready", "waiting", "running", "finished")
+        self._bar.reset(total=sum(len(state[k]) for k in keys))
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        self._bar.update()
 
 
 def _worker_threads(client: Any) -> int:

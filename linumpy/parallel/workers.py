@@ -19,18 +19,6 @@ DEFAULT_CLUSTER_TIMEOUT_S = 60.0
 CHECKED_PACKAGES = ("linumpy", "zarr", "numpy", "dask", "distributed")
 
 
-def wait_for_workers(client: Any, address: str, timeout: float) -> None:
-    """Return once the scheduler at ``address`` has a worker; raise :class:`ClusterLostError`
-    naming it and ``--cluster-timeout`` when none joins within ``timeout`` seconds."""
-    try:
-        client.wait_for_workers(1, timeout=timeout)
-    except TimeoutError:
-        raise ClusterLostError(
-            f"no dask worker joined the scheduler at {address!r} within {timeout:g} s "
-            "(--cluster-timeout); are the workers' jobs running?"
-        ) from None
-
-
 def version_mismatches(versions: dict[str, Any], packages: tuple[str, ...]) -> list[str]:
     """One phrase per worker (or the scheduler, which reads the tasks too) whose version of one of
     ``packages`` differs from the client's, from ``distributed.Client.get_versions``' answer."""
@@ -50,9 +38,16 @@ def version_mismatches(versions: dict[str, Any], packages: tuple[str, ...]) -> l
 
 
 def check_workers(client: Any, address: str, timeout: float) -> None:
-    """Wait for a first worker, then raise :class:`ClusterError` when a worker's versions of
-    :data:`CHECKED_PACKAGES` are not the client's."""
-    wait_for_workers(client, address, timeout)
+    """Wait for a first worker (:class:`ClusterLostError` after ``timeout`` seconds), then raise
+    :class:`ClusterError` when a worker's versions of :data:`CHECKED_PACKAGES` are not the
+    client's."""
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise ClusterLostError(
+            f"no dask worker joined the scheduler at {address!r} within {timeout:g} s "
+            "(--cluster-timeout); are the workers' jobs running?"
+        ) from None
     versions = client.get_versions(packages=list(CHECKED_PACKAGES))
     found = version_mismatches(versions, CHECKED_PACKAGES)
     if found:
