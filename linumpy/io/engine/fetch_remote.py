@@ -86,18 +86,12 @@ def read_order(plan: Any, sizes: np.ndarray | None = None) -> np.ndarray:
     return stored[np.lexsort((plan.offsets[stored], plan.file_index[stored]))]
 
 
-def remote_requests(
-    plan: Any,
-    order: np.ndarray,
-    *,
-    gap: int = REMOTE_MERGE_GAP,
-    piece: int = REMOTE_PIECE_BYTES,
-) -> Requests:
+def remote_requests(plan: Any, order: np.ndarray) -> Requests:
     """Requests fetching the plan's entries ``order`` (stored ones), in that order.
 
-    Consecutive entries of one object, each starting at most ``gap`` bytes after the previous
-    one ends, share a request until it reaches ``piece`` bytes; an unsharded chunk is one
-    request for its whole object.
+    Consecutive entries of one object, each starting at most :data:`REMOTE_MERGE_GAP` bytes after
+    the previous one ends, share a request until it reaches :data:`REMOTE_PIECE_BYTES`; an
+    unsharded chunk is one request for its whole object.
     """
     client, n_entries = plan.remote, plan.n_entries
     request = np.full(n_entries, -1, dtype=np.int64)
@@ -114,10 +108,10 @@ def remote_requests(
     new[1:] = (
         (file_index[1:] != file_index[:-1])
         | (starts[1:] < ends[:-1])
-        | (starts[1:] - ends[:-1] > gap)
+        | (starts[1:] - ends[:-1] > REMOTE_MERGE_GAP)
     )
     run = np.cumsum(new) - 1
-    bucket = (starts - starts[new][run]) // max(1, piece)  # cut long runs about every piece
+    bucket = (starts - starts[new][run]) // REMOTE_PIECE_BYTES  # long runs cut into pieces
     new[1:] |= bucket[1:] != bucket[:-1]
     first = np.flatnonzero(new)
     which = np.cumsum(new) - 1

@@ -108,7 +108,8 @@ class Compressor(Protocol):
         expected_size: int | None = None,
         checked: bool = False,
     ) -> np.ndarray:
-        """Check and decode one chunk on the CPU (into ``out`` when given)."""
+        """Check and decode one chunk on the CPU (into ``out`` when given); ``checked``: it
+        passed :meth:`check_frames` already, so its headers are not walked again."""
         ...
 
     def decode_into(self, src: Any, src_size: int, dst: int, dst_size: int) -> bool:
