@@ -33,10 +33,10 @@ from linumpy.gpu.codec_transfers import (
     is_on_device,
     layout,
     memcpy_async,
-    pinned_empty,
     stage_inputs,
     upload_host_chunks,
 )
+from linumpy.gpu.pinned_buffers import pinned_empty
 from linumpy.io.engine.codecs import lookup
 
 if TYPE_CHECKING:

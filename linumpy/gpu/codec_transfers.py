@@ -55,14 +55,6 @@ def is_on_device(array: Any) -> bool:
     return hasattr(array, "__cuda_array_interface__")
 
 
-def pinned_empty(nbytes: int) -> np.ndarray:
-    """An uninitialised 1-D uint8 array in page-locked host memory (CuPy's pinned pool)."""
-    import cupy
-
-    memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
-    return np.frombuffer(memory, dtype=np.uint8, count=nbytes)
-
-
 def borrow_pinned(pinned: ExitStack, nbytes: int) -> np.ndarray:
     """Page-locked host memory until ``pinned`` closes, from the cache the fast path uses too:
     page-locking a new buffer for every batch cost more than the batch's GPU work (sized with

@@ -77,17 +77,14 @@ class HostDecoder(CpuBackend):
         with stream:
             super()._fill_entry(entry)
 
-    def _synchronize_streams(self) -> None:
-        for stream in self._streams:
-            stream.synchronize()
-
     def read_files(self) -> Stats:
         """Read, decode and copy up every chunk (see :meth:`CpuBackend.read_files`), then wait
         for the threads' streams."""
         try:
             stats = super().read_files()
         finally:
-            self._synchronize_streams()
+            for stream in self._streams:
+                stream.synchronize()
         stats.n_cpu_decoded = stats.n_reads
         return stats
 

@@ -72,16 +72,10 @@ def _toolchain() -> str:
     return f"cuda.core {core}, runtime {versions[0]}, driver {versions[1]}"
 
 
-def _arch() -> str:
-    import cupy
-
-    return f"sm_{cupy.cuda.Device().compute_capability}"
-
-
 def _load(source: str, name: str) -> tuple[Any, cupy.RawKernel]:
     import cupy
 
-    arch = _arch()
+    arch = f"sm_{cupy.cuda.Device().compute_capability}"
     path = cubin_path(source, arch)
     if path.is_file():
         try:

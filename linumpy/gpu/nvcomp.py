@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from linumpy.errors import ChunkDecodeError, GPUUnavailableError
+from linumpy.gpu.pinned_buffers import pinned_empty
 
 if TYPE_CHECKING:
     import cupy
@@ -212,14 +213,6 @@ class PendingStatuses:
         raise ChunkDecodeError(key, reason)
 
 
-def _pinned(shape: tuple[int, ...]) -> np.ndarray:
-    import cupy
-
-    count = int(np.prod(shape))
-    memory = cupy.cuda.alloc_pinned_memory(max(8 * count, 8))
-    return np.frombuffer(memory, dtype=np.int64, count=count).reshape(shape)
-
-
 def _tables(
     stream: cupy.cuda.Stream, columns: Sequence[np.ndarray], n: int
 ) -> tuple[list[int], Any]:
@@ -244,7 +237,7 @@ def _statuses(
     import cupy
 
     n = len(expected)
-    host = _pinned((2, n))
+    host = pinned_empty(16 * n).view(np.int64).reshape(2, n)
     source = int(device.data.ptr) + 8 * n * (device.shape[0] - 2)
     runtime = cupy.cuda.runtime
     runtime.memcpyAsync(host.ctypes.data, source, 16 * n, runtime.memcpyDeviceToHost, stream.ptr)

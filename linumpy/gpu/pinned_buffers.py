@@ -61,6 +61,14 @@ def count_moved(nbytes: int) -> None:
         _moved += max(0, int(nbytes))
 
 
+def pinned_empty(nbytes: int) -> np.ndarray:
+    """An uninitialised 1-D uint8 array in page-locked host memory (CuPy's pinned pool)."""
+    import cupy
+
+    memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
+    return np.frombuffer(memory, dtype=np.uint8, count=nbytes)
+
+
 def _page_locked(nbytes: int) -> tuple[Any, np.ndarray]:
     """New page-locked memory and a uint8 view of its ``nbytes`` (keep both)."""
     import cupy

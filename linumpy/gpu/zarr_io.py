@@ -84,10 +84,6 @@ class GpuReadRoute:
     n_missing: int = 0
 
 
-def _open(source: str | os.PathLike[str] | zarr.Array) -> zarr.Array:
-    return source if isinstance(source, zarr.Array) else open_array(source)
-
-
 def gpu_read_route(
     source: str | os.PathLike[str] | zarr.Array,
     *,
@@ -126,7 +122,7 @@ def gpu_read_route(
     >>> gpu_read_route(array).reason  # doctest: +SKIP
     "cupy is not installed (No module named 'cupy'); with a GPU: the fast path"
     """
-    array = _open(source)
+    array = source if isinstance(source, zarr.Array) else open_array(source)
     plan = None
     try:
         plan = plan_read(array, region)
