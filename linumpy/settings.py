@@ -82,15 +82,6 @@ def _parse_flag(text: str) -> bool:
     raise ValueError(text)
 
 
-def _parse_choice(options: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in options:
-            raise ValueError(text)
-        return text
-
-    return parse
-
-
 _COUNT = _Kind("a positive integer", lambda v: _is_int(v) and v >= 1, int)
 _RETRIES = _Kind("0 or a positive integer", lambda v: _is_int(v) and v >= 0, int)
 _KIB = _Kind("a positive integer", _COUNT.ok, int, KIB)
@@ -112,9 +103,7 @@ _REQUESTS = _Kind(
     lambda v: v == "auto" or _COUNT.ok(v),
     lambda text: "auto" if text == "auto" else int(text),
 )
-_FETCH = _Kind(
-    f"one of {', '.join(FETCH_CHOICES)}", FETCH_CHOICES.__contains__, _parse_choice(FETCH_CHOICES)
-)
+_FETCH = _Kind(f"one of {', '.join(FETCH_CHOICES)}", FETCH_CHOICES.__contains__, str)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,9 @@ from typing import Literal
 
 __all__ = ["check_input", "check_output", "output_folder", "output_path"]
 
-# The inputs each parser's script checked, so that its outputs can be compared with them.
-_INPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
-    weakref.WeakKeyDictionary()
-)
-# The outputs each parser's script checked, so that no two of them are one path.
-_OUTPUTS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Path]] = (
+# The inputs and outputs each parser's script checked ("input" or "output", path), so that no
+# output overlaps another path of the run.
+_CHECKED: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[tuple[str, Path]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -40,7 +37,7 @@ def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -
             f"; an interrupted write left {left[0]} (see linumpy.io.clean_staging)" if left else ""
         )
         parser.error(f"input {os.fspath(path)!r} does not exist{note}")
-    _INPUTS.setdefault(parser, []).append(path)
+    _CHECKED.setdefault(parser, []).append(("input", path))
     return path
 
 
@@ -50,13 +47,7 @@ def output_folder(parser: argparse.ArgumentParser, path: str | os.PathLike[str])
     error when it is an input or inside one, is a file, or cannot be created. The folders this
     call created are removed again when the block fails and leaves them empty."""
     path = Path(path)
-    for other in _INPUTS.get(parser, []):
-        overlap = _overlap(path, other)
-        if overlap in ("is", "is inside"):
-            parser.error(
-                f"output {os.fspath(path)!r} {overlap} the input {os.fspath(other)!r}; "
-                "write to another path"
-            )
+    _refuse_overlaps(parser, path, ("is", "is inside"))
     if path.exists() and not path.is_dir():
         parser.error(f"output {os.fspath(path)!r} is a file; it is not replaced by a directory")
     missing = [folder for folder in (path, *path.parents) if not folder.exists()]
@@ -87,6 +78,17 @@ def _overlap(output: Path, source: Path) -> str | None:
     return None
 
 
+def _refuse_overlaps(parser: argparse.ArgumentParser, path: Path, refused: tuple[str, ...]) -> None:
+    """Exit when ``path`` overlaps a checked input or output in one of the ``refused`` ways."""
+    for role, other in _CHECKED.get(parser, []):
+        overlap = _overlap(path, other)
+        if overlap in refused:
+            parser.error(
+                f"output {os.fspath(path)!r} {overlap} the {role} {os.fspath(other)!r}; "
+                "write to another path"
+            )
+
+
 def check_output(
     parser: argparse.ArgumentParser,
     path: str | os.PathLike[str],
@@ -111,14 +113,7 @@ def check_output(
             "there and copy it to the store"
         )
     path = Path(path)
-    for role, others in (("input", _INPUTS), ("output", _OUTPUTS)):
-        for other in others.get(parser, []):
-            overlap = _overlap(path, other)
-            if overlap:
-                parser.error(
-                    f"output {os.fspath(path)!r} {overlap} the {role} {os.fspath(other)!r}; "
-                    "write to another path"
-                )
+    _refuse_overlaps(parser, path, ("is", "is inside", "contains"))
     if path.parent.is_dir():
         from linumpy.io.staging import recover_staging
 
@@ -138,7 +133,7 @@ def check_output(
         parser.error(f"cannot create {os.fspath(path)!r}: no directory {os.fspath(path.parent)!r}")
     if not os.access(path.parent, os.W_OK | os.X_OK):  # a read-only file system too, for root
         parser.error(f"cannot create {os.fspath(path)!r}: {os.fspath(path.parent)!r} is read-only")
-    _OUTPUTS.setdefault(parser, []).append(path)
+    _CHECKED.setdefault(parser, []).append(("output", path))
     return path
 
 
