@@ -2,7 +2,7 @@
 
 Builds the OCT-like benchmark volume (zstd level 3) in the four benchmark layouts, then times,
 per layout: ``linumpy.io.read_volume`` (CPU), the numcodecs N-thread decode ceiling as
-:func:`linumpy.bench.cpu_decode_ceiling` times it (frames already in memory, output reused),
+``cpu_decode_ceiling`` times it (frames already in memory, output reused),
 the same decode into a new output each run (``ceiling+alloc``: what page faults add), the
 N-thread read of the stored files alone (``files``, in GB/s of decoded bytes: what the ceiling
 leaves out),
@@ -41,23 +41,23 @@ import numcodecs
 import numpy as np
 import zarr
 
-from linumpy.bench import Layout, oct_volume, read_files, write_volume
-from linumpy.bench.files import in_threads, stored_files
-from linumpy.bench.rows import _optional, _tensorstore_read, _zarrs_read
+from linumpy.bench.files import in_threads, read_files, stored_files
+from linumpy.bench.rows import Layout, _installed, _tensorstore_read, _zarrs_read, write_volume
+from linumpy.bench.volume import oct_volume
 from linumpy.io import read_volume
 from linumpy.io.engine.plan import plan_read
 
 LAYOUTS = (
-    Layout.cubic(128, 3),
-    Layout.cubic(64, 3),
-    Layout.cubic(128, 3, shards=(128, 512, 512)),
-    Layout.cubic(64, 3, shards=(128, 512, 512)),
+    Layout.cubic(128),
+    Layout.cubic(64),
+    Layout.cubic(128, (128, 512, 512)),
+    Layout.cubic(64, (128, 512, 512)),
 )
 
 
 def ceiling_reader(path: Path, threads: int, *, fresh: bool) -> Callable[[], np.ndarray]:
     """One run of the numcodecs N-thread decode of the stored frames (read into memory once),
-    as :func:`linumpy.bench.cpu_decode_ceiling` times it: into one output reused run after run
+    as ``cpu_decode_ceiling`` times it: into one output reused run after run
     (its repeats, after a warm-up), or, ``fresh``, into a new output each run (as any reader
     returning a new array must: page faults included)."""
     files = stored_files(zarr.open_array(path, mode="r"))
@@ -120,10 +120,9 @@ def readers(path: Path, args: argparse.Namespace) -> dict[str, tuple[Callable[[]
     }
     if args.baseline:
         runs["before"] = (baseline_reader(args.baseline, path, threads), True)
-    ts = _optional("tensorstore")
-    if ts is not None:
-        runs["tstore"] = (lambda: _tensorstore_read(ts, path), True)
-    if _optional("zarrs") is not None:
+    if _installed("tensorstore"):
+        runs["tstore"] = (lambda: _tensorstore_read(path), True)
+    if _installed("zarrs"):
         runs["zarrs"] = (lambda: _zarrs_read(path), True)
     skip = set(args.skip.split(",")) if args.skip else set()
     return {name: run for name, run in runs.items() if name not in skip}

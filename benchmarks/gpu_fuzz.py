@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import zarr
 
-from linumpy.bench import Layout, oct_volume, write_volume
+from linumpy.bench.rows import Layout, write_volume
+from linumpy.bench.volume import oct_volume
 from linumpy.errors import ChunkDecodeError, LinumpyError
 from linumpy.io import read_volume
 from linumpy.io.engine.fetch import chunk_sizes
@@ -65,10 +66,10 @@ class Stored:
 def layouts(shard: tuple[int, ...], checksum: bool = True) -> list[Layout]:
     """The four fuzzed layouts."""
     return [
-        Layout.cubic(128, 3, checksum=checksum),
-        Layout.cubic(64, 3, checksum=checksum),
-        Layout.cubic(128, 3, shards=shard, checksum=checksum),
-        Layout.cubic(64, 3, shards=shard, checksum=checksum),
+        Layout.cubic(128, checksum=checksum),
+        Layout.cubic(64, checksum=checksum),
+        Layout.cubic(128, shard, checksum=checksum),
+        Layout.cubic(64, shard, checksum=checksum),
     ]
 
 

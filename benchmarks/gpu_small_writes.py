@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from linumpy.bench.run import machine_info
+from linumpy.bench.report import machine_info
 from linumpy.bench.volume import oct_volume
 from linumpy.io import OmeZarrWriter
 from linumpy.io.engine.write import encode_min_bytes, write_array

@@ -21,7 +21,7 @@ Do not edit: ``python tests/test_notebook.py`` rewrites it from the notebook.
 # 4. stitch with each blending mode,
 # 5. time the pipeline's commands (`linum-estimate-transform`, `linum-stitch-3d`, `linum-aip`) as
 #    a user runs them, on the CPU and, when one is present, on the GPU, with the pipeline
-#    benchmark: where each run's time went, and the GPU's first run apart.
+#    benchmark: where each run's time went.
 #
 # The notebook runs on the CPU (the test suite executes it, with a small benchmark mosaic); the
 # GPU cells only run where cupy, nvCOMP and a CUDA device are usable. On a GPU machine without
@@ -145,10 +145,9 @@ show([data[data.shape[0] // 3] for data, _ in levels], [f"level {i}, plane Z/3" 
 #   are done);
 # - **kernel compilation**: cupy compiles each kernel with NVRTC the first time a machine needs it
 #   and keeps it on disk (`~/.cupy/kernel_cache`, or `CUPY_CACHE_DIR`), linumpy its own kernels
-#   with `cuda.core` (`~/.cache/linumpy/kernels`); later processes load them. The benchmark gives
-#   the GPU runs kernel caches of their own, empty before each command's first GPU run: that run,
-#   what a fresh machine pays, is reported apart from the next. A `--use-gpu` command creates its
-#   CUDA context and loads these kernels in a thread while its modules import;
+#   with `cuda.core` (`~/.cache/linumpy/kernels`); later processes load them. The benchmark runs
+#   each command once on the GPU before the run it measures, which then loads them. A `--use-gpu`
+#   command creates its CUDA context and loads these kernels in a thread while its modules import;
 # - **metadata**, **level 0** (the stitched or projected image), **pyramid**, **final swap** (the
 #   new image moved into place), **registration** and **projection** for the layout estimate, and
 #   **other**.
@@ -158,8 +157,8 @@ show([data[data.shape[0] // 3] for data, _ in levels], [f"level {i}, plane Z/3" 
 # in CI on two CPU cores).
 
 # %%
-from linumpy.bench.pipeline import PipelineConfig, gpu_reason, run_pipeline_benchmark
-from linumpy.bench.pipeline_report import pipeline_table
+from linumpy.bench.pipeline import PipelineConfig, pipeline_table, run_pipeline_benchmark
+from linumpy.cli.parser import gpu_reason
 
 reason = gpu_reason()
 gpu = reason is None

@@ -70,7 +70,7 @@ import numpy as np
 import zarr
 
 from linumpy import settings
-from linumpy.bench.run import machine_info
+from linumpy.bench.report import machine_info
 from linumpy.bench.volume import oct_volume
 from linumpy.io import open_array, read_volume
 from linumpy.io.engine.fetch_remote import read_order, remote_requests

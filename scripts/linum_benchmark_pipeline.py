@@ -2,20 +2,17 @@
 """Time the pipeline users run: linum-estimate-transform, linum-stitch-3d, linum-aip and
 linum-mosaic-pipeline on demo mosaic grids, on the CPU and with --use-gpu, each run a separate
 process, beside the same run's ceiling: linum-rechunk of the mosaic into the stitch's output
-dtype and layout (one pass of read, decode, encode and durable write of the same bytes).
+layout (one pass of read, decode, encode and durable write of the same bytes).
 
-The mosaics (--mosaic) are given by size, e.g. 4gib or 32gib: grids of --tile tiles (uint16;
-96x512x512, 256x256x256 or 512x256x256), as square as the size allows, made by
-linum-make-demo-data in linumpy's default layout. The page cache is warm (as warm as the
-machine's memory allows).
+The mosaics (--mosaic) are given by size, e.g. 4gib or 32gib: grids of --tile tiles (uint16), as
+square as the size allows, made by linum-make-demo-data in linumpy's default layout. The page
+cache is warm (as warm as the machine's memory allows).
 
 Every command runs with -v, whose table of phases goes into the results. The table printed gives,
 per command, its seconds, its start-up apart, GB/s of mosaic through the job after start-up (the
-steady state) and through level 0, and the fraction of the ceiling's GB/s. --dtypes
-uint16,float32 times the stitch (and the job) once per output dtype (--dtype), each against the
-ceiling in that dtype. On the GPU each command runs twice per mosaic: its first run (kernel caches
-of its own, empty before its very first run: what a fresh machine pays) is given as "first s".
-Without a usable GPU, or with --cpu-only, the GPU half is skipped with the reason.
+steady state), and the fraction of the ceiling's GB/s. On the GPU each command runs once untimed
+first, which compiles its kernels. Without a usable GPU, or with --cpu-only, the GPU half is
+skipped with the reason.
 
 Results: OUT_DIR/benchmark_pipeline.json (date, machine, versions, command line and every run),
 each command's output in OUT_DIR/logs. The mosaics and outputs are written in OUT_DIR/data and
@@ -29,7 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from linumpy import cli
-from linumpy.bench.pipeline import COMMANDS, TILES, parse_size
+from linumpy.bench.pipeline import (
+    COMMANDS,
+    PipelineConfig,
+    parse_size,
+    pipeline_table,
+    run_pipeline_benchmark,
+    write_pipeline_json,
+)
 
 
 def _size(value: str) -> str:
@@ -47,18 +51,6 @@ def _tile(value: str) -> tuple[int, int, int]:
     return tuple(int(side) for side in sides)  # type: ignore[return-value]
 
 
-def _dtypes(value: str) -> tuple[str, ...]:
-    import numpy as np
-
-    names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
-    for name in names:
-        try:
-            np.dtype(name)
-        except TypeError:
-            raise argparse.ArgumentTypeError(f"{name!r} is not a numpy dtype") from None
-    return names
-
-
 def _build_arg_parser() -> cli.LinumArgumentParser:
     parser = cli.build_parser(__doc__, prog="linum-benchmark-pipeline")
     parser.add_argument("out_dir", type=Path, help="Folder for the results, logs and mosaics.")
@@ -72,9 +64,8 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser.add_argument(
         "--tile",
         type=_tile,
-        default="x".join(map(str, TILES[2])),
-        help="Tile shape of the mosaics: 96x512x512, 256x256x256, 512x256x256 or any ZxYxX "
-        "[%(default)s].",
+        default="512x256x256",
+        help="Tile shape of the mosaics, ZxYxX [%(default)s].",
     )
     parser.add_argument(
         "--command",
@@ -84,13 +75,6 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
         help="Commands to time (job: linum-mosaic-pipeline, the other three in one process) "
         "[%(default)s].",
     )
-    parser.add_argument(
-        "--dtypes",
-        type=_dtypes,
-        default=(),
-        help="Output dtypes of the stitch and the job, comma-separated, each timed apart "
-        "(e.g. uint16,float32) [the stitch's default].",
-    )
     parser.add_argument("--cpu-only", action="store_true", help="Skip the GPU half.")
     cli.add_overwrite_arg(parser)
     cli.add_verbose_arg(parser)
@@ -98,49 +82,19 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``linum-benchmark-pipeline`` with ``argv`` (the command line by default).
-
-    Examples
-    --------
-    A CPU run of linum-aip on a tiny mosaic; the table is printed (not shown here):
-
-    >>> import contextlib, io, os, tempfile
-    >>> out = tempfile.mkdtemp() + "/bench"
-    >>> argv = [out, "--mosaic", "1mib", "--tile", "8x32x32", "--command", "aip", "--cpu-only"]
-    >>> with contextlib.redirect_stdout(io.StringIO()) as printed:
-    ...     main(argv)
-    >>> sorted(os.listdir(out))
-    ['benchmark_pipeline.json', 'logs']
-    >>> "| linum-aip | 8x8 of 8x32x32 | - | cpu |" in printed.getvalue()
-    True
-    """
+    """Run ``linum-benchmark-pipeline`` with ``argv`` (the command line by default)."""
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
-    out_dir = args.out_dir
-    target = out_dir / "benchmark_pipeline.json"
-    if out_dir.exists() and not out_dir.is_dir():
-        parser.error(f"output {str(out_dir)!r} is not a folder")
-    if target.exists() and not args.overwrite:
-        parser.error(f"output {str(out_dir)!r} holds results; use -f to overwrite them")
-    cli.check_output(parser, target, True, make_parents=True)
+    target = args.out_dir / "benchmark_pipeline.json"
+    cli.check_output(parser, target, args.overwrite, make_parents=True)
     with cli.fail_on_errors(parser):
-        from linumpy.bench.pipeline import PipelineConfig, run_pipeline_benchmark
-        from linumpy.bench.pipeline_report import pipeline_table, write_pipeline_json
-
         config = PipelineConfig(
             mosaics=tuple(dict.fromkeys(args.mosaic)),
             tile=args.tile,
-            dtypes=args.dtypes,
             gpu=not args.cpu_only,
             commands=tuple(dict.fromkeys(args.command)),
         )
-        result = run_pipeline_benchmark(
-            config,
-            out_dir,
-            log=lambda line: print(line, flush=True),
-            # a run cut short keeps the mosaics measured
-            on_mosaic=lambda result: write_pipeline_json(result, target),
-        )
+        result = run_pipeline_benchmark(config, args.out_dir, log=lambda x: print(x, flush=True))
         write_pipeline_json(result, target)
     machine = "; ".join(f"{k} {v}" for k, v in result.machine.items())
     print("", pipeline_table(result), "", f"Machine: {machine}", sep="\n")

@@ -9,23 +9,15 @@ import numpy as np
 import pytest
 import zarr
 
-from linumpy.bench import (
-    BenchConfig,
-    Layout,
-    Timer,
-    ceilings_of,
-    cpu_read_rows,
-    oct_volume,
-    read_files,
-    run_benchmark,
-    stored_files,
-    summary_table,
-    write_rows,
-    write_volume,
-)
+from linumpy.bench.files import read_files, stored_files
+from linumpy.bench.report import fractions, summary_table
+from linumpy.bench.rows import Layout, cpu_read_rows, write_rows, write_volume
+from linumpy.bench.run import BenchConfig, run_benchmark
+from linumpy.bench.timing import Timer
+from linumpy.bench.volume import oct_volume
 
 SHAPE = (32, 96, 64)
-LAYOUTS = (Layout.cubic(16, 3), Layout.cubic(16, 3, shards=(16, 48, 64)))
+LAYOUTS = (Layout.cubic(16), Layout.cubic(16, (16, 48, 64)))
 
 
 def test_volume_has_no_zero_chunks_and_compresses_like_oct() -> None:
@@ -84,9 +76,7 @@ def test_stored_frames_decode_to_the_chunks(tmp_path: Path, layout: Layout | Non
 
 
 def test_cpu_run_has_every_row_and_fractions(tmp_path: Path) -> None:
-    config = BenchConfig(
-        shape=SHAPE, layouts=LAYOUTS, gpu=False, warmup=0, repeats=2, budget=1.0, workdir=tmp_path
-    )
+    config = BenchConfig(shape=SHAPE, layouts=LAYOUTS, gpu=False, repeats=2, workdir=tmp_path)
     result = run_benchmark(config)
     assert result.shape == SHAPE and set(result.ratios) == {layout.name for layout in LAYOUTS}
     assert all(1.2 < ratio < 3 for ratio in result.ratios.values())
@@ -118,15 +108,15 @@ def test_cpu_run_has_every_row_and_fractions(tmp_path: Path) -> None:
     ceiling = next(r for r in result.rows if r.layout == "16^3" and r.op == "decode-cpu")
     assert decode == pytest.approx(reader.gbps / ceiling.gbps, abs=0.006)
     assert read > 0 and cells[5] == "" and cells[6] == "yes"
-    assert ceilings_of(reader) == {"decode": "decode-cpu", "file read": "file-read"}
+    assert set(fractions(result.rows)[result.rows.index(reader)]) == {"decode", "file read"}
 
 
 def test_checksum_layout_writes_checksummed_frames(tmp_path: Path) -> None:
-    layouts = (Layout.cubic(16, 3), Layout.cubic(16, 3, checksum=True))
+    layouts = (Layout.cubic(16), Layout.cubic(16, checksum=True))
     volume = oct_volume((16, 32, 32), "float32")
     for i, layout in enumerate(layouts):
         path = tmp_path / f"layout-{i}.zarr"
-        timer = Timer(warmup=0, repeats=1)
+        timer = Timer(repeats=1)
         rows = write_rows(timer, layout, path, volume, zstd_level=3)
         assert [row.matches for row in rows] == [None, True]
         rows = cpu_read_rows(timer, layout.name, path, volume)
@@ -145,9 +135,18 @@ def test_input_without_zstd_is_read_and_its_ceilings_skipped(tmp_path: Path) -> 
         path, shape=volume.shape, chunks=(8, 16, 16), dtype="u2", compressors=None
     )
     array[...] = volume
-    result = run_benchmark(BenchConfig(input=path, gpu=False, warmup=0, repeats=1))
+    result = run_benchmark(BenchConfig(input=path, gpu=False, repeats=1))
     ceilings = [row for row in result.rows if row.kind == "ceiling"]
     assert len(ceilings) == 1 and "the ceilings need zstd chunks" in ceilings[0].note
     reads = [row for row in result.rows if row.op == "read" and row.runs]
     assert len(reads) >= 2 and all(row.matches for row in reads)
     assert result.ratios == {} and (path / "zarr.json").is_file()
+
+
+def test_a_failing_row_is_recorded_with_its_error_and_the_run_goes_on() -> None:
+    timer = Timer(repeats=2)
+    row = timer.measure("8^3", "sum", "cpu", "read", lambda: sum(range(1000)), nbytes=8000)
+    assert row.runs == 2 and row.gbps > 0 and row.matches is None
+    broken = timer.measure("8^3", "broken", "cpu", "read", lambda: 1 / 0, nbytes=1)
+    assert broken.note == "failed: ZeroDivisionError: division by zero" and broken.runs == 0
+    assert timer.rows == [row, broken]

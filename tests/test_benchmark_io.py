@@ -12,12 +12,11 @@ import pytest
 from conftest import gpu_missing_reason
 from zarr_layouts import make_array, sample_data
 
-from linumpy.bench import oct_volume
+from linumpy.bench.volume import oct_volume
 from linumpy.io import save_omezarr
 from linumpy.scripts import linum_benchmark_io, linum_gpu_info
 
-TINY = ["--shape", "32", "96", "64", "--chunks", "16", "--shard", "16", "48", "64"]
-TINY += ["--shard-chunks", "16", "--repeats", "2"]
+TINY = ["--shape", "32", "96", "64", "--chunks", "16", "--repeats", "2"]
 
 
 def _exit_2(argv: list[str], capsys: pytest.CaptureFixture[str], main=linum_benchmark_io.main):
@@ -41,7 +40,7 @@ def test_cpu_run_prints_the_table_and_writes_the_json(
     assert payload["benchmark"] == "linum-benchmark-io" and payload["machine"]["command"]
     rows = payload["rows"]
     layouts = {row["layout"] for row in rows}
-    plain = {"16^3", "sharded 16^3 in 16x48x64"}
+    plain = {"16^3", "sharded 16^3 in 128x512x512"}
     assert layouts == plain | {f"{name}, checksums" for name in plain}  # --checksum both
     for layout in layouts:
         names = {row["name"] for row in rows if row["layout"] == layout}
@@ -96,13 +95,10 @@ def _corrupt(tmp_path: Path) -> Path:
         ("folder", "notzarr"),
         ("file", "notzarr.txt"),
         ("corrupt", "corrupt.zarr"),
-        ("size", "argument --size-mib: must be more than 0, got 0"),
+        ("size", "argument --shape: must be more than 0, got 0"),
         ("huge", "argument --shape: a volume of 976.6 GiB needs about"),
-        ("level", "argument --zstd-level/--level: must be from 1 to 22, got 99"),
-        ("old-level", "argument --zstd-level/--level: must be from 1 to 22, got 0"),
-        ("dtype", "argument --dtype"),
-        ("taken", "exists and is not empty; use -f"),
-        ("read-only", "cannot write to output"),
+        ("taken", "benchmark_io.json' exists; use -f"),
+        ("read-only", "read-only"),
     ],
 )
 def test_user_mistakes_exit_2_with_one_line(
@@ -122,21 +118,15 @@ def test_user_mistakes_exit_2_with_one_line(
     elif case == "corrupt":
         argv += ["--input", str(_corrupt(tmp_path))]
     elif case == "size":
-        argv += ["--size-mib", "0"]
+        argv += ["--shape", "0", "8", "8"]
     elif case == "huge":
         argv += ["--shape", "500000", "1024", "1024"]
-    elif case == "level":
-        argv += ["--zstd-level", "99"]
-    elif case == "old-level":
-        argv += ["--level", "0"]
-    elif case == "dtype":
-        argv += ["--dtype", "bogus"]
     elif case == "taken":
         out.mkdir()
-        (out / "other.txt").write_text("x")
+        (out / "benchmark_io.json").write_text("{}")
     elif case == "read-only":
         if os.geteuid() == 0:  # root writes through file modes: use a read-only file system
-            argv = ["/sys/kernel", "-f", *argv[1:]]
+            argv, expected = ["/sys/kernel", "-f", *argv[1:]], "'/sys/kernel/"
         else:
             out.mkdir(mode=0o555)
     err = _exit_2(argv, capsys)
@@ -150,7 +140,7 @@ def test_gpu_rows_and_ceilings_match_the_volume(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     linum_benchmark_io.main([str(out), *TINY])
     rows = json.loads((out / "benchmark_io.json").read_text())["rows"]
-    plain = ("16^3", "sharded 16^3 in 16x48x64")
+    plain = ("16^3", "sharded 16^3 in 128x512x512")
     for layout in (*plain, *(f"{name}, checksums" for name in plain)):
         mine = {row["name"]: row for row in rows if row["layout"] == layout}
         names = [

@@ -18,7 +18,7 @@ from types import ModuleType
 
 import pytest
 
-from linumpy.bench import Row
+from linumpy.bench.timing import Row
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"

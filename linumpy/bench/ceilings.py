@@ -1,17 +1,6 @@
-"""Ceilings: what the machine and the decoders reach with nothing else in the way.
-
-Each is measured on the same stored files as the rows it judges, in the same run, and given in
-GB/s of decompressed volume (the time to move or decode the whole volume's stored bytes), so a
-row's fraction of a ceiling is a plain ratio. Their notes give GB/s of compressed bytes.
-
-- file read: N threads ``os.preadv`` the whole chunk or shard files into one buffer (pinned
-  memory when a GPU is used);
-- CPU decode: numcodecs zstd decodes the frames already in memory, N threads;
-- host->device copy: the stored bytes, from pinned memory, in one copy;
-- GPU decode: nvCOMP decodes all frames, already on the device, in ONE call.
-
-cupy, nvCOMP and kvikio are imported inside the GPU functions only.
-"""
+"""Ceilings: what the machine and the decoders reach with nothing else in the way (file read,
+CPU decode, host->device copy, GPU decode), measured on the same stored files as the rows they
+judge, in GB/s of decompressed volume so that a row's fraction of a ceiling is a plain ratio."""
 
 from __future__ import annotations
 
@@ -23,18 +12,9 @@ import numpy as np
 from linumpy.bench.files import ALIGN, StoredFiles, in_threads, read_files
 from linumpy.bench.timing import Row, Timer
 
-__all__ = ["cpu_decode_ceiling", "file_read_ceiling", "gpu_ceilings", "host_buffer"]
-
 
 def host_buffer(nbytes: int, *, pinned: bool) -> np.ndarray:
-    """A uint8 host buffer of ``nbytes``, page-locked (through cupy) when ``pinned``.
-
-    Examples
-    --------
-    >>> from linumpy.bench import host_buffer
-    >>> host_buffer(4096, pinned=False).nbytes
-    4096
-    """
+    """A uint8 host buffer of ``nbytes``, page-locked (through cupy) when ``pinned``."""
     if not pinned:
         return np.empty(nbytes, np.uint8)
     import cupy
@@ -57,21 +37,7 @@ def file_read_ceiling(
     threads: int,
     pinned: bool = False,
 ) -> Row:
-    """Time reading every stored file whole into ``buffer`` (page-locked when ``pinned``).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.bench import Timer, file_read_ceiling, stored_files
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> array = zarr.create_array(path, shape=(64, 64), chunks=(16, 16), dtype="u2")
-    >>> array[...] = 3
-    >>> files = stored_files(array)
-    >>> buffer = np.empty(files.nbytes, np.uint8)
-    >>> timer = Timer(warmup=0, repeats=1)
-    >>> file_read_ceiling(timer, "16^2", files, buffer, nbytes=array.nbytes, threads=2).op
-    'file-read'
-    """
+    """Time ``threads`` threads ``os.preadv`` every stored file whole into ``buffer``."""
     where = "pinned memory" if pinned else "host memory"
     row = timer.measure(
         layout,
@@ -88,22 +54,7 @@ def file_read_ceiling(
 def cpu_decode_ceiling(
     timer: Timer, layout: str, files: StoredFiles, buffer: np.ndarray, *, threads: int
 ) -> Row:
-    """Time numcodecs decoding every frame in ``buffer`` (files read, frames located), N threads.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.bench import Timer, cpu_decode_ceiling, read_files, stored_files
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> array = zarr.create_array(path, shape=(64, 64), chunks=(16, 16), dtype="u2")
-    >>> array[...] = 3
-    >>> files = stored_files(array)
-    >>> buffer = np.empty(files.nbytes, np.uint8)
-    >>> read_files(files, buffer, threads=2)
-    >>> row = cpu_decode_ceiling(Timer(warmup=0, repeats=1), "16^2", files, buffer, threads=2)
-    >>> row.op, row.runs
-    ('decode-cpu', 1)
-    """
+    """Time numcodecs decoding every frame in ``buffer`` (files read, frames located)."""
     codec = numcodecs.Zstd()
     size = files.frame_nbytes
     n = len(files.frame_sizes)
@@ -140,18 +91,8 @@ def _packed_frames(files: StoredFiles, buffer: np.ndarray) -> tuple[np.ndarray, 
 def gpu_ceilings(
     timer: Timer, layout: str, files: StoredFiles, pinned: np.ndarray, *, nbytes: int
 ) -> list[Row]:
-    """Time the pinned host->device copy of the stored bytes and nvCOMP's one-call decode.
-
-    The decode goes through :mod:`linumpy.gpu.nvcomp` (nvCOMP's C API), as the engine does.
-
-    ``pinned`` holds the stored files, read by :func:`file_read_ceiling`, frames located.
-
-    Examples
-    --------
-    >>> rows = gpu_ceilings(timer, "64^3", files, pinned, nbytes=2**30)  # doctest: +SKIP
-    >>> [row.op for row in rows]  # doctest: +SKIP
-    ['copy', 'decode-gpu']
-    """
+    """Time the pinned host->device copy of the stored bytes in ``pinned`` (read by
+    :func:`file_read_ceiling`, frames located) and nvCOMP's decode of all frames in one call."""
     import cupy
 
     device = cupy.empty(pinned.nbytes, dtype=np.uint8)

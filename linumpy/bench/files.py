@@ -1,9 +1,5 @@
-"""The stored files of a zarr array and their zstd frames, read by plain thread pools.
-
-These are reference measurements, independent of linumpy's read engine: whole chunk or shard
-files are read with ``os.preadv`` into one buffer (N threads, each a contiguous run of files), and
-the frames inside them are located from the file list and, for sharded arrays, the shard indexes.
-"""
+"""The stored files of a zarr array and their zstd frames, read by plain thread pools: the
+ceilings' reference reads, independent of linumpy's read engine."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ import math
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,15 +18,6 @@ from zarr.storage import LocalStore
 from linumpy.errors import BenchInputError
 from linumpy.io.formats import for_zarr_format
 
-__all__ = [
-    "BenchInputError",
-    "StoredFiles",
-    "array_directory",
-    "in_threads",
-    "read_files",
-    "stored_files",
-]
-
 #: Alignment of each file and frame in the buffers (nvCOMP wants 16 bytes; a page suits copies).
 ALIGN = 4096
 #: Shard index entry of an inner chunk that is not stored.
@@ -38,13 +25,7 @@ _MISSING = 2**64 - 1
 
 
 def array_directory(array: zarr.Array) -> Path:
-    """The directory of ``array`` on the local file system.
-
-    Raises
-    ------
-    BenchInputError
-        When the array is not in a local store.
-    """
+    """The directory of ``array`` on the local file system (BenchInputError elsewhere)."""
     store = array.store_path.store
     if not isinstance(store, LocalStore):
         raise BenchInputError(f"{array.store_path}: not an array on the local file system")
@@ -85,35 +66,9 @@ def _zstd_only(array: zarr.Array) -> tuple[bool, str | None, int, int]:
 
 @dataclass(frozen=True)
 class StoredFiles:
-    """Where an array's stored files go in one buffer, and where its zstd frames are in it.
-
-    Attributes
-    ----------
-    paths
-        The chunk or shard files that exist.
-    sizes, offsets
-        Each file's size and its offset in the buffer (aligned).
-    nbytes
-        Buffer size.
-    frame_offsets, frame_sizes
-        Each stored zstd frame's offset in the buffer and size (unaligned inside shards).
-    frame_nbytes
-        Decoded size of one frame (a full chunk).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.bench import read_files, stored_files
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> array = zarr.create_array(path, shape=(8, 8), chunks=(4, 4), shards=(8, 8), dtype="u2")
-    >>> array[...] = 1
-    >>> files = stored_files(array)
-    >>> buffer = np.empty(files.nbytes, np.uint8)
-    >>> read_files(files, buffer, threads=2)
-    >>> files = files.with_frames(buffer)
-    >>> len(files.paths), len(files.frame_sizes), files.frame_nbytes
-    (1, 4, 32)
-    """
+    """Where an array's stored files go in one buffer (each file's size and aligned offset, the
+    buffer's size), and where its zstd frames are in it (offset and size of each, and the
+    decoded size of one: a full chunk)."""
 
     paths: list[str]
     sizes: np.ndarray
@@ -143,41 +98,18 @@ class StoredFiles:
             stored = index[:, 0] != _MISSING
             offsets.append(int(start) + index[stored, 0].astype(np.int64))
             sizes.append(index[stored, 1].astype(np.int64) - self.chunk_trailer)
-        return StoredFiles(
-            self.paths,
-            self.sizes,
-            self.offsets,
-            self.nbytes,
-            np.concatenate(offsets) if offsets else np.zeros(0, np.int64),
-            np.concatenate(sizes) if sizes else np.zeros(0, np.int64),
-            self.frame_nbytes,
-            None,
-            self.chunk_trailer,
+        return replace(
+            self,
+            frame_offsets=np.concatenate(offsets) if offsets else np.zeros(0, np.int64),
+            frame_sizes=np.concatenate(sizes) if sizes else np.zeros(0, np.int64),
+            shard_index=None,
         )
 
 
 def stored_files(array: zarr.Array) -> StoredFiles:
-    """The stored chunk or shard files of a zstd zarr array (v2, v3, sharded v3).
-
-    For sharded arrays the frames are known once the files are read: see
-    :meth:`StoredFiles.with_frames`.
-
-    Raises
-    ------
-    BenchInputError
-        When the array is not local or its chunks are not plain zstd frames.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.bench import stored_files
-    >>> path = tempfile.mkdtemp() + "/a.zarr"
-    >>> array = zarr.create_array(path, shape=(8, 8), chunks=(4, 4), dtype="u1", fill_value=0)
-    >>> array[:4] = 7  # the two chunks of zeros are not stored
-    >>> files = stored_files(array)
-    >>> len(files.paths), files.frame_nbytes
-    (2, 16)
-    """
+    """The stored chunk or shard files of a local zstd zarr array (v2, v3, sharded v3), else
+    BenchInputError. A sharded array's frames are located once its files are read
+    (:meth:`StoredFiles.with_frames`)."""
     directory = array_directory(array)
     sharded, location, trailer, chunk_trailer = _zstd_only(array)
     storage = array.shards if sharded else array.chunks
@@ -209,18 +141,10 @@ def stored_files(array: zarr.Array) -> StoredFiles:
     )
 
 
-def _runs(n: int, threads: int) -> list[np.ndarray]:
-    return [run for run in np.array_split(np.arange(n), max(1, min(threads, n))) if run.size]
-
-
 def in_threads(task: Callable[[np.ndarray], None], n: int, threads: int) -> None:
     """Call ``task`` on ``threads`` contiguous runs of ``range(n)`` at once; re-raise errors."""
-    runs = _runs(n, threads)
-    if len(runs) <= 1:
-        for run in runs:
-            task(run)
-        return
-    with ThreadPoolExecutor(len(runs)) as pool:
+    runs = [run for run in np.array_split(np.arange(n), max(1, min(threads, n))) if run.size]
+    with ThreadPoolExecutor(max(1, len(runs))) as pool:
         for future in [pool.submit(task, run) for run in runs]:
             future.result()
 

@@ -1,48 +1,28 @@
 """The pipeline benchmark: the ``linum-*`` commands users run, on the CPU and with ``--use-gpu``,
 beside the same run's ceiling for each mosaic.
 
-Demo mosaic grids of a given size (``linum-make-demo-data``, linumpy's default layout) are made,
-then ``linum-estimate-transform``, ``linum-stitch-3d``, ``linum-aip`` and
-``linum-mosaic-pipeline`` run on each, every run a process of its own
-(``python -m linumpy.scripts.X ... -f -v``: start-up, imports and the CUDA context included),
-page cache warm. Each command's ``-v`` table gives its phases: its start-up is reported apart
-from the rest of the job, whose GB/s of mosaic is the steady state. The ceiling is
-``linum-rechunk`` of the mosaic into the stitch's output dtype and layout: one pass of read,
-decode, encode and durable write of the same bytes. On the GPU each command runs twice per
-mosaic; its kernel caches are empty before its very first run, what a fresh machine pays
-(reported as ``first s``), and the second run is the one measured.
-
-:mod:`linumpy.bench.pipeline_report` gives the results as a table and JSON. This module imports
-no more than the standard library until a benchmark runs.
+Each command runs on demo mosaics (``linum-make-demo-data``) as a process of its own
+(``python -m linumpy.scripts.X ... -f -v``), page cache warm; its ``-v`` table gives its start-up
+apart from the rest of the job, whose GB/s of mosaic is the steady state. On the GPU each command
+runs once untimed first (its kernels compiled into the caches). The ceiling is ``linum-rechunk``
+of the mosaic into the stitch's output layout: one pass of read, decode, encode and durable write
+of the same bytes.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from linumpy.bench.report import machine_info, markdown_table, write_json
 from linumpy.errors import BenchInputError
-
-__all__ = [
-    "COMMANDS",
-    "TILES",
-    "CommandRun",
-    "MosaicSpec",
-    "PipelineConfig",
-    "PipelineResult",
-    "gpu_reason",
-    "mosaic_spec",
-    "parse_size",
-    "run_pipeline_benchmark",
-]
 
 #: The commands timed, by short name: (console command, script module).
 COMMANDS = {
@@ -52,33 +32,17 @@ COMMANDS = {
     # the estimate, the stitch and the projection of the stitched image in one process
     "job": ("linum-mosaic-pipeline", "linum_mosaic_pipeline"),
 }
-#: The ceiling's command: the mosaic rewritten in the stitch's output dtype and layout.
+#: The ceiling's command: the mosaic rewritten in the stitch's output layout.
 RECHUNK = ("linum-rechunk", "linum_rechunk")
-#: The commands given ``--dtype`` (the stitch's output dtype).
-DTYPE_COMMANDS = ("stitch", "job")
 #: The phase of a command's ``-v`` table that is its start-up, reported apart.
 STARTUP = "start-up and imports"
-#: Tile shapes of the mosaics: thin OCT tiles, cubes, and deep cubes.
-TILES = ((96, 512, 512), (256, 256, 256), (512, 256, 256))
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _UNITS |= {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 
 def parse_size(text: str) -> int:
-    """Bytes of a size such as ``4gib``, ``512MiB``, ``2GB`` or ``1.5gib``.
-
-    Raises
-    ------
-    ValueError
-        When ``text`` is not a positive size.
-
-    Examples
-    --------
-    >>> from linumpy.bench.pipeline import parse_size
-    >>> parse_size("4gib"), parse_size("2GB"), parse_size("1.5MiB")
-    (4294967296, 2000000000, 1572864)
-    """
+    """Bytes of a size such as ``4gib``, ``512MiB``, ``2GB`` or ``1.5gib`` (else ValueError)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kmgt]i?)?b?\s*", text.lower())
     if not match or float(match[1]) <= 0:
         raise ValueError(f"{text!r} is not a size such as 4gib, 512mib or 2gb")
@@ -87,15 +51,7 @@ def parse_size(text: str) -> int:
 
 @dataclass(frozen=True)
 class MosaicSpec:
-    """A demo mosaic grid of the benchmark: ``grid`` tiles of ``tile`` voxels (uint16).
-
-    Examples
-    --------
-    >>> from linumpy.bench.pipeline import MosaicSpec
-    >>> spec = MosaicSpec("2gib", (8, 8), (256, 256, 256))
-    >>> spec.nbytes == 2**31, spec.label
-    (True, '8x8 of 256x256x256')
-    """
+    """A demo mosaic grid of the benchmark: ``grid`` tiles of ``tile`` voxels (uint16)."""
 
     key: str
     grid: tuple[int, int]
@@ -112,25 +68,10 @@ class MosaicSpec:
         return f"{self.grid[0]}x{self.grid[1]} of {'x'.join(map(str, self.tile))}"
 
 
-def mosaic_spec(size: str, tile: tuple[int, int, int] = TILES[2]) -> MosaicSpec:
-    """A grid of ``tile`` tiles holding about ``size`` bytes (``4gib``).
-
-    The grid is square or nearly (rows <= columns); its size is the nearest to the one asked
-    of the grids with about the square root of the tile count as rows.
-
-    Raises
-    ------
-    ValueError
-        When ``size`` is not a size.
-
-    Examples
-    --------
-    >>> from linumpy.bench.pipeline import mosaic_spec
-    >>> mosaic_spec("4gib").label, mosaic_spec("4gib", (256, 256, 256)).label
-    ('8x8 of 512x256x256', '10x13 of 256x256x256')
-    >>> mosaic_spec("32gib", (96, 512, 512)).grid
-    (26, 26)
-    """
+def mosaic_spec(size: str, tile: tuple[int, int, int]) -> MosaicSpec:
+    """A grid of ``tile`` tiles holding about ``size`` bytes (``4gib``), square or nearly (rows
+    <= columns): of the grids with about the square root of the tile count as rows, the one
+    nearest in size."""
     count = parse_size(size) / (math.prod(tile) * 2)
     side = max(1, math.isqrt(round(count)))
     grids = [(rows, max(rows, round(count / rows))) for rows in (side, side - 1) if rows > 0]
@@ -140,55 +81,29 @@ def mosaic_spec(size: str, tile: tuple[int, int, int] = TILES[2]) -> MosaicSpec:
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """What one pipeline benchmark run measures.
-
-    Attributes
-    ----------
-    mosaics
-        Sizes of the mosaics (``4gib``: a grid of ``tile`` tiles of about that size).
-    tile
-        The tile shape of the mosaics (one of :data:`TILES`, or any).
-    dtypes
-        Output dtypes of the stitch (``--dtype``), each a row of its own; empty: its default.
-    gpu
-        Run the GPU half (skipped, with the reason, when no GPU is usable).
-    commands
-        Keys of :data:`COMMANDS` to run.
-    """
+    """What one run measures: mosaics of about these sizes (``4gib``) in ``tile`` tiles, the
+    GPU half with ``gpu`` (skipped, with the reason, without a usable GPU), and the
+    :data:`COMMANDS` named."""
 
     mosaics: tuple[str, ...] = ("4gib",)
-    tile: tuple[int, int, int] = TILES[2]
-    dtypes: tuple[str, ...] = ()
+    tile: tuple[int, int, int] = (512, 256, 256)
     gpu: bool = True
     commands: tuple[str, ...] = tuple(COMMANDS)
 
 
 @dataclass
 class CommandRun:
-    """One command run: its wall time (process start to exit) and its ``-v`` phases.
-
-    ``run`` is ``"first"`` for a command's first GPU run on a mosaic, ``"ceiling"`` for the
-    rechunk, else ``"warm"``. ``dtype`` is the output's dtype, ``nbytes`` the mosaic's bytes.
-
-    Examples
-    --------
-    >>> from linumpy.bench.pipeline import CommandRun
-    >>> run = CommandRun("stitch", "6x6", "cpu", "warm", 5.0, {"start-up and imports": 1.0,
-    ...                  "level 0": 2.0}, nbytes=8 * 10**9)
-    >>> run.ok, run.startup, run.gbps, run.level0_gbps
-    (True, 1.0, 2.0, 4.0)
-    """
+    """One command run (``rechunk``: the ceiling): its wall time, process start to exit, its
+    ``-v`` phases, and the bytes of its mosaic."""
 
     command: str
     mosaic: str
     device: str
-    run: str
-    seconds: float
+    seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
     returncode: int = 0
     error: str = ""
     log: str = ""
-    dtype: str = ""
     nbytes: int = 0
 
     @property
@@ -229,13 +144,13 @@ def _script_argv(module: str) -> list[str]:
     return [sys.executable, "-m", f"linumpy.scripts.{module}"]
 
 
-def _timed(argv: list[str], run: CommandRun, env: dict[str, str], log: Path) -> CommandRun:
+def _timed(argv: list[str], run: CommandRun, log: Path) -> CommandRun:
     """Run ``argv`` with ``-f -v``; fill ``run`` with its time, phases, status and log."""
     from linumpy.phases import parse_table
 
     argv = [*argv, "-f", "-v", *(["--use-gpu"] if run.device == "gpu" else [])]
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     run.seconds = round(time.perf_counter() - start, 3)
     log.write_text(f"$ {' '.join(argv)}\n{done.stdout}\n{done.stderr}")
     table = parse_table(done.stderr)
@@ -244,14 +159,6 @@ def _timed(argv: list[str], run: CommandRun, env: dict[str, str], log: Path) -> 
     if done.returncode != 0:
         run.error = (done.stderr.strip().splitlines() or ["failed"])[-1][:300]
     return run
-
-
-def _layout_of(path: Path) -> tuple[tuple[int, ...], tuple[int, ...] | None, str]:
-    """Chunks, shards and dtype of an image's level 0 (or of an array)."""
-    from linumpy.io import open_array
-
-    array = open_array(path, 0)
-    return tuple(array.chunks), tuple(array.shards) if array.shards else None, str(array.dtype)
 
 
 def _make_mosaic(spec: MosaicSpec, path: Path, gpu: bool) -> None:
@@ -271,114 +178,65 @@ def _make_mosaic(spec: MosaicSpec, path: Path, gpu: bool) -> None:
     read_demo_truth(path).save(path.with_suffix(".truth.json"))
 
 
-def _command_args(command: str, path: Path, out: Path, dtype: str) -> list[str]:
-    typed = ["--dtype", dtype] if dtype and command in DTYPE_COMMANDS else []
+def _command_args(command: str, path: Path, out: Path) -> list[str]:
     if command == "estimate":
         return [str(path), str(out / "transform.json")]
     if command == "stitch":
         truth = path.with_suffix(".truth.json")
-        return [str(path), str(truth), str(out / "stitched.ome.zarr"), *typed]
+        return [str(path), str(truth), str(out / "stitched.ome.zarr")]
     if command == "job":
-        return [str(path), str(out / "job"), *typed]
+        return [str(path), str(out / "job")]
     return [str(path), str(out / "aip.ome.zarr")]
 
 
-def _typed_copy(path: Path, dtype: str, target: Path) -> Path:
-    """Level 0 of ``path`` as a zarr array of ``dtype`` in the same layout (the ceiling's input
-    for an output dtype other than the mosaic's), written a shard (or chunk) at a time."""
-    import numpy as np
-    import zarr
-
+def _ceiling(spec: MosaicSpec, device: str, out_dir: Path) -> CommandRun:
+    """``linum-rechunk`` of the mosaic into the level-0 layout of the image the stitch wrote on
+    ``device`` (rechunk's default layout without one)."""
     from linumpy.io import open_array
 
-    if target.exists():
-        return target
-    source = open_array(path, 0)
-    copy = zarr.create_array(
-        str(target),
-        shape=source.shape,
-        dtype=dtype,
-        chunks=source.chunks,
-        shards=source.shards,
-        compressors=zarr.codecs.ZstdCodec(level=2),
-        fill_value=0,
-    )
-    block = tuple(source.shards or source.chunks)
-    for corner in np.ndindex(*(-(-n // b) for n, b in zip(source.shape, block, strict=True))):
-        region = tuple(slice(i * b, (i + 1) * b) for i, b in zip(corner, block, strict=True))
-        copy[region] = np.asarray(source[region]).astype(dtype)
-    return target
-
-
-def _ceiling(spec: MosaicSpec, device: str, dtype: str, out_dir: Path) -> CommandRun:
-    """``linum-rechunk`` of the mosaic into the dtype and level-0 layout of the image the stitch
-    wrote on ``device`` (rechunk's default layout and ``dtype``, or the mosaic's, without one);
-    for a dtype other than the mosaic's, of a copy of the mosaic in it, made untimed."""
     data = out_dir / "data"
-    path, stitched = data / "mosaic.ome.zarr", data / f"out-stitch-{device}" / "stitched.ome.zarr"
-    argv = []
-    out_dtype = dtype or _layout_of(path)[2]
-    if stitched.exists():
-        chunks, shards, out_dtype = _layout_of(stitched)
-        argv += ["--chunks", *map(str, chunks)]
-        argv += ["--shards", *map(str, shards)] if shards else ["--no-shards"]
-    source = path
-    if _layout_of(path)[2] != out_dtype:
-        source = _typed_copy(path, out_dtype, data / f"mosaic-{out_dtype}.zarr")
+    stitched = data / f"out-stitch-{device}" / "stitched.ome.zarr"
     target = data / f"rechunked-{device}.ome.zarr"
-    argv = [*_script_argv(RECHUNK[1]), str(source), str(target), *argv]
-    record = CommandRun(
-        "rechunk", spec.label, device, "ceiling", 0.0, dtype=out_dtype, nbytes=spec.nbytes
-    )
-    env = {**os.environ, "XDG_CACHE_HOME": str(out_dir / "kernel_cache" / "rechunk")}
-    log = out_dir / "logs" / f"{spec.key}-rechunk-{out_dtype}-{device}.log"
+    argv = [*_script_argv(RECHUNK[1]), str(data / "mosaic.ome.zarr"), str(target)]
+    if stitched.exists():
+        level0 = open_array(stitched, 0)
+        argv += ["--chunks", *map(str, level0.chunks)]
+        argv += ["--shards", *map(str, level0.shards)] if level0.shards else ["--no-shards"]
+    log = out_dir / "logs" / f"{spec.key}-rechunk-{device}.log"
     try:
-        return _timed(argv, record, env, log)
+        return _timed(argv, CommandRun("rechunk", spec.label, device, nbytes=spec.nbytes), log)
     finally:
         shutil.rmtree(target, ignore_errors=True)
 
 
-def gpu_reason() -> str | None:
-    """Why the GPU half cannot run here, or None."""
-    from linumpy.bench.run import gpu_reason as reason
-
-    return reason()
+def _command_run(command: str, device: str, spec: MosaicSpec, out_dir: Path) -> CommandRun:
+    """Time ``command`` on the mosaic in ``out_dir/data``; on the GPU after an untimed run that
+    compiles its kernels into the caches. Every run writes a new output."""
+    path = out_dir / "data" / "mosaic.ome.zarr"
+    out = out_dir / "data" / f"out-{command}-{device}"
+    argv = [*_script_argv(COMMANDS[command][1]), *_command_args(command, path, out)]
+    log = out_dir / "logs" / f"{spec.key}-{command}-{device}.log"
+    for _ in range(2 if device == "gpu" else 1):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        run = _timed(argv, CommandRun(command, spec.label, device, nbytes=spec.nbytes), log)
+    return run
 
 
 def run_pipeline_benchmark(
-    config: PipelineConfig,
-    out_dir: Path,
-    *,
-    log: Callable[[str], None] = print,
-    on_mosaic: Callable[[PipelineResult], None] | None = None,
+    config: PipelineConfig, out_dir: Path, *, log: Callable[[str], None] = print
 ) -> PipelineResult:
-    """Make each mosaic, time the commands on it (CPU, then GPU), and their ceilings.
-
-    Each command's output goes to ``out_dir/logs``; the mosaics and outputs are written in
-    ``out_dir/data``, removed once measured, the GPU runs' kernel caches in
-    ``out_dir/kernel_cache``, removed at the end. ``log`` is called with a line per run,
-    ``on_mosaic`` with the result so far after each mosaic (to save partial results).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> from linumpy.bench.pipeline import PipelineConfig, run_pipeline_benchmark
-    >>> config = PipelineConfig(mosaics=("1mib",), tile=(8, 32, 32), gpu=False,
-    ...                         commands=("aip",))
-    >>> result = run_pipeline_benchmark(config, Path(tempfile.mkdtemp()), log=lambda line: None)
-    >>> [(run.command, run.run, run.ok, "level 0" in run.phases) for run in result.runs]
-    [('aip', 'warm', True, True), ('rechunk', 'ceiling', True, True)]
-    """
-    from linumpy.bench.run import machine_info
+    """Make each mosaic, time the commands on it (CPU, then GPU), then its ceilings; ``log`` is
+    called with a line per run. Each command's output goes to ``out_dir/logs``; the mosaics and
+    outputs are written in ``out_dir/data``, removed once measured."""
+    from linumpy.cli.parser import gpu_reason
 
     reason = gpu_reason() if config.gpu else "not asked for (CPU only)"
     result = PipelineResult(config, machine_info(reason is None), gpu_skipped=reason or "")
     if config.gpu and reason is not None:
         log(f"GPU half skipped: no usable GPU ({reason})")
     devices = ("cpu", "gpu") if reason is None else ("cpu",)
-    data, cache = out_dir / "data", out_dir / "kernel_cache"
-    shutil.rmtree(cache, ignore_errors=True)
+    data = out_dir / "data"
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
     try:
         for size in config.mosaics:
@@ -387,50 +245,81 @@ def run_pipeline_benchmark(
             data.mkdir(parents=True)
             log(f"making {spec.label} ({spec.nbytes / 2**30:.2f} GiB)")
             _make_mosaic(spec, data / "mosaic.ome.zarr", reason is None)
-            for index, dtype in enumerate(config.dtypes or ("",)):
-                for command in (c for c in COMMANDS if c in config.commands):
-                    if index == 0 or command in DTYPE_COMMANDS:  # the others: timed once
-                        for device in devices:
-                            runs = _command_runs(command, device, spec, dtype, out_dir)
-                            result.runs += runs
-                            log("\n".join(map(_line, runs)))
+            for command in (c for c in COMMANDS if c in config.commands):
                 for device in devices:
-                    result.runs.append(_ceiling(spec, device, dtype, out_dir))
+                    result.runs.append(_command_run(command, device, spec, out_dir))
                     log(_line(result.runs[-1]))
-            shutil.rmtree(data, ignore_errors=True)
-            if on_mosaic is not None:
-                on_mosaic(result)
+            for device in devices:
+                result.runs.append(_ceiling(spec, device, out_dir))
+                log(_line(result.runs[-1]))
     finally:
         shutil.rmtree(data, ignore_errors=True)
-        shutil.rmtree(cache, ignore_errors=True)
     return result
 
 
-def _command_runs(
-    command: str, device: str, spec: MosaicSpec, dtype: str, out_dir: Path
-) -> list[CommandRun]:
-    """Time ``command`` on the mosaic in ``out_dir/data``: on the GPU its first run, then the
-    one measured. Its kernel caches are its own, empty before its first run of the benchmark."""
-    cache = out_dir / "kernel_cache" / command
-    env = {**os.environ, "CUPY_CACHE_DIR": str(cache / "cupy"), "XDG_CACHE_HOME": str(cache)}
-    path = out_dir / "data" / "mosaic.ome.zarr"
-    out = out_dir / "data" / f"out-{command}-{device}"
-    runs = []
-    for run in ("first", "warm") if device == "gpu" else ("warm",):
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir()  # every run writes a new output, as a first run does
-        record = CommandRun(command, spec.label, device, run, 0.0, dtype=dtype, nbytes=spec.nbytes)
-        argv = [*_script_argv(COMMANDS[command][1]), *_command_args(command, path, out, dtype)]
-        log = out_dir / "logs" / f"{spec.key}-{command}-{dtype or 'default'}-{device}-{run}.log"
-        _timed(argv, record, env, log)
-        if command == "stitch" and record.ok:
-            record.dtype = _layout_of(out / "stitched.ome.zarr")[2]  # the dtype it wrote
-        runs.append(record)
-    return runs
+def _name(run: CommandRun) -> str:
+    return COMMANDS.get(run.command, RECHUNK)[0]
 
 
 def _line(run: CommandRun) -> str:
-    name = RECHUNK[0] if run.command == "rechunk" else COMMANDS[run.command][0]
     status = "" if run.ok else f" FAILED: {run.error}"
-    what = " ".join(filter(None, [name, run.device, run.dtype, f"({run.run})"]))
-    return f"  {what}: {run.seconds:.2f} s{status}"
+    return f"  {_name(run)} {run.device}: {run.seconds:.2f} s{status}"
+
+
+def _gbps(value: float) -> float | None:
+    return float(f"{value:.4g}") if value > 0 else None  # 4 digits, however small
+
+
+def pipeline_rows(result: PipelineResult) -> list[dict[str, object]]:
+    """One row per run: seconds, start-up apart, GB/s of mosaic after the start-up and through
+    level 0, and the GB/s of the ceiling (the rechunk of the mosaic on the same device) and the
+    fraction of it."""
+    ceilings = {(r.mosaic, r.device): r for r in result.runs if r.command == "rechunk" and r.ok}
+    rows = []
+    for run in result.runs:
+        ceiling = ceilings.get((run.mosaic, run.device))
+        share = run.gbps / ceiling.gbps if ceiling and ceiling.gbps and run.gbps else 0.0
+        rows.append(
+            {
+                "command": _name(run) + (" (ceiling)" if run.command == "rechunk" else ""),
+                "mosaic": run.mosaic,
+                "device": run.device,
+                "s": round(run.seconds, 2) if run.ok else "failed",
+                "start-up s": round(run.startup, 2) if run.phases else None,
+                "GB/s": _gbps(run.gbps),
+                "level 0 GB/s": _gbps(run.level0_gbps),
+                "ceiling GB/s": _gbps(ceiling.gbps) if ceiling else None,
+                "x ceiling": round(share, 2) if share else None,
+            }
+        )
+    return rows
+
+
+def _cell(key: str, value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):  # small GB/s (tiny mosaics) to 3 digits, the rest to 2 decimals
+        return f"{value:.3g}" if key.endswith("GB/s") and value < 1 else f"{value:.2f}"
+    return str(value)
+
+
+def pipeline_table(result: PipelineResult) -> str:
+    """The result as a Markdown table (:func:`pipeline_rows`), and why the GPU half was skipped."""
+    rows = pipeline_rows(result)
+    header = list(rows[0]) if rows else ["command", "mosaic", "device"]
+    lines = [[_cell(key, value) for key, value in row.items()] for row in rows]
+    skipped = f"\n\nGPU half skipped: {result.gpu_skipped}." if result.gpu_skipped else ""
+    return markdown_table(header, lines, 3) + skipped
+
+
+def write_pipeline_json(result: PipelineResult, path: Path) -> None:
+    """The run as JSON: machine, settings, rows and every run with its phases."""
+    write_json(
+        path,
+        "linum-benchmark-pipeline",
+        result.machine,
+        settings=asdict(result.config),
+        gpu_skipped=result.gpu_skipped,
+        rows=pipeline_rows(result),
+        runs=[asdict(r) for r in result.runs],
+    )

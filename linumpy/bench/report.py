@@ -1,41 +1,74 @@
-"""The table and JSON of a benchmark run; each row judged against the same run's ceilings."""
+"""The benchmarks' tables and JSON, and the machine they ran on; each ``linum-benchmark-io`` row
+is judged against the same run's ceilings."""
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata
 import json
-from dataclasses import asdict
+import platform
+import shlex
+import sys
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-
-from linumpy.bench.run import BenchResult
 from linumpy.bench.timing import Row
+from linumpy.settings import available_cpus
 
-__all__ = ["CEILING_COLUMNS", "ceilings_of", "header", "summary_table", "write_json"]
+#: The ceilings (summary table column: the ceiling row's ``op``) that judge each kind of read.
+CEILINGS = {
+    "cpu": {"decode": "decode-cpu", "file read": "file-read"},
+    "gpu": {"decode": "decode-gpu", "file read": "file-read", "H2D copy": "copy"},
+}
 
-#: Summary table columns: the ceilings the reads are judged against.
-CEILING_COLUMNS = ("decode", "file read", "H2D copy")
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
 
 
-def ceilings_of(row: Row) -> dict[str, str]:
-    """The ceilings (column -> the ceiling row's ``op``) that ``row`` is judged against.
+def machine_info(gpu: bool) -> dict[str, str]:
+    """Date, command line, host, CPUs and library versions (and the GPU's, with ``gpu``)."""
+    from linumpy import __version__
 
-    CPU reads: numcodecs' N-thread decode and the file read; GPU reads: nvCOMP's one-call decode,
-    the file read and the pinned host->device copy. Writes and ceilings: none.
+    program = Path(sys.argv[0]).stem.replace("_", "-")  # linum-benchmark-io, run with -m too
+    info = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": shlex.join([program, *sys.argv[1:]]),
+        "host": platform.node(),
+        "cpus": str(available_cpus()),
+        "python": platform.python_version(),
+        "linumpy": __version__,
+    }
+    for name in ("numpy", "zarr", "numcodecs", "tensorstore", "zarrs", "dask", "scipy"):
+        info[name] = _version(name)
+    if gpu:
+        import cupy
 
-    Examples
-    --------
-    >>> from linumpy.bench import Row, ceilings_of
-    >>> ceilings_of(Row("64^3", "read_volume(gpu=True)", "gpu", "read"))
-    {'decode': 'decode-gpu', 'file read': 'file-read', 'H2D copy': 'copy'}
-    >>> ceilings_of(Row("64^3", "zarr CPU write", "cpu", "write"))
-    {}
-    """
-    if row.kind == "ceiling" or row.op != "read":
-        return {}
-    if row.kind == "cpu":
-        return {"decode": "decode-cpu", "file read": "file-read"}
-    return {"decode": "decode-gpu", "file read": "file-read", "H2D copy": "copy"}
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
+        info["device"] = props["name"].decode()
+        info["driver"] = str(cupy.cuda.runtime.driverGetVersion())
+        info["cupy"] = cupy.__version__
+        for name in ("nvidia-nvcomp-cu13", "nvidia-nvcomp-cu12", "kvikio-cu13", "kvikio-cu12"):
+            if (version := _version(name)) != "-":
+                info[name] = version
+    return info
+
+
+def markdown_table(header: list[str], rows: list[list[str]], left: int) -> str:
+    """A Markdown table, its first ``left`` columns aligned left and the others right."""
+    align = ["---"] * left + ["---:"] * (len(header) - left)
+    lines = [header, align, *rows]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
+def write_json(path: Path, benchmark: str, machine: dict[str, str], **fields: Any) -> None:
+    """A run's JSON, as ``benchmarks/add_result.py`` takes it: the benchmark, the machine, then
+    ``fields``."""
+    payload = {"benchmark": benchmark, "machine": machine, **fields}
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
 def fractions(rows: list[Row]) -> list[dict[str, float]]:
@@ -44,7 +77,7 @@ def fractions(rows: list[Row]) -> list[dict[str, float]]:
     result = []
     for r in rows:
         shares = {}
-        for column, op in ceilings_of(r).items():
+        for column, op in (CEILINGS.get(r.kind, {}) if r.op == "read" else {}).items():
             ceiling = ceilings.get((r.layout, op))
             if ceiling is not None and ceiling.gbps and r.runs:
                 shares[column] = r.gbps / ceiling.gbps
@@ -52,85 +85,19 @@ def fractions(rows: list[Row]) -> list[dict[str, float]]:
     return result
 
 
-def header(result: BenchResult) -> list[str]:
-    """The lines that say what was measured, on what.
-
-    Examples
-    --------
-    >>> from linumpy.bench import BenchConfig, BenchResult
-    >>> from linumpy.bench.report import header
-    >>> result = BenchResult(BenchConfig(gpu=False), {"cpus": "2"}, (8, 8, 8), "uint16")
-    >>> header(result)[0]
-    'Volume (8, 8, 8) uint16 (0.0 MiB), zstd level 2.'
-    """
-    config = result.config
-    nbytes = int(np.prod(result.shape)) * np.dtype(result.dtype).itemsize
-    ratios = ", ".join(f"{k} {v}" for k, v in result.ratios.items())
-    return [
-        f"Volume {tuple(result.shape)} {result.dtype} ({nbytes / 2**20:.1f} MiB), zstd level "
-        f"{config.zstd_level}." + (f" Compression ratio: {ratios}." if ratios else ""),
-        f"Medians of up to {config.repeats} timed runs after {config.warmup} warm-up run(s), "
-        "page cache warm. GB/s = 10^9 bytes of decompressed volume per second, ceilings too.",
-        "Machine: " + "; ".join(f"{k} {v}" for k, v in result.machine.items()),
-    ]
-
-
 def summary_table(rows: list[Row]) -> str:
-    """Per layout: each path's GB/s and its fraction of each relevant ceiling, then the ceilings.
-
-    Examples
-    --------
-    >>> from linumpy.bench import Row, summary_table
-    >>> rows = [
-    ...     Row("8^3", "read_volume (CPU)", "cpu", "read", 2.0, 0.1, 3, True),
-    ...     Row("8^3", "numcodecs, 2 threads", "ceiling", "decode-cpu", 4.0, 0.05, 3),
-    ... ]
-    >>> print(summary_table(rows))
-    | layout | path | GB/s | x decode | x file read | x H2D copy | ok |
-    | --- | --- | ---: | ---: | ---: | ---: | --- |
-    | 8^3 | read_volume (CPU) | 2.00 | 0.50 |  |  | yes |
-    | 8^3 | numcodecs, 2 threads | 4.00 |  |  |  |  |
-    """
+    """Per layout: each path's GB/s and its fraction of each ceiling that judges it, then the
+    ceilings."""
     shares = {id(r): f for r, f in zip(rows, fractions(rows), strict=True)}
-    lines = [
-        "| layout | path | GB/s | " + " | ".join(f"x {c}" for c in CEILING_COLUMNS) + " | ok |",
-        "| --- | --- | ---: | " + " | ".join("---:" for _ in CEILING_COLUMNS) + " | --- |",
-    ]
+    lines = []
     for layout in dict.fromkeys(r.layout for r in rows):
         mine = [r for r in rows if r.layout == layout]
         for r in sorted(mine, key=lambda r: r.kind == "ceiling"):
             share = shares[id(r)]
-            cells = [f"{share[c]:.2f}" if c in share else "" for c in CEILING_COLUMNS]
+            cells = [f"{share[c]:.2f}" if c in share else "" for c in CEILINGS["gpu"]]
             name = r.name if r.runs else f"{r.name} ({r.note})"
             gbps = f"{r.gbps:.2f}" if r.runs else "-"
             ok = {None: "", True: "yes", False: "**MISMATCH**"}[r.matches]
-            lines.append(f"| {layout} | {name} | {gbps} | " + " | ".join(cells) + f" | {ok} |")
-    return "\n".join(lines)
-
-
-def write_json(result: BenchResult, path: Path) -> None:
-    """The run as JSON: machine, volume, settings and rows (each with its ``fractions``), as
-    ``benchmarks/add_result.py`` takes it.
-
-    Examples
-    --------
-    >>> import json, tempfile
-    >>> from pathlib import Path
-    >>> from linumpy.bench import BenchConfig, BenchResult
-    >>> from linumpy.bench.report import write_json
-    >>> path = Path(tempfile.mkdtemp()) / "run.json"
-    >>> write_json(BenchResult(BenchConfig(gpu=False), {}, (8, 8, 8), "uint16"), path)
-    >>> json.loads(path.read_text())["volume"]["shape"]
-    [8, 8, 8]
-    """
-    payload = {
-        "benchmark": "linum-benchmark-io",
-        "machine": result.machine,
-        "volume": {"shape": list(result.shape), "dtype": result.dtype, "ratios": result.ratios},
-        "settings": {k: str(v) for k, v in asdict(result.config).items()},
-        "rows": [
-            asdict(r) | {"fractions": f}
-            for r, f in zip(result.rows, fractions(result.rows), strict=True)
-        ],
-    }
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+            lines.append([layout, name, gbps, *cells, ok])
+    columns = ["layout", "path", "GB/s", *(f"x {c}" for c in CEILINGS["gpu"]), "ok"]
+    return markdown_table(columns, lines, 2)

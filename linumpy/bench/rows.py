@@ -1,22 +1,14 @@
-"""The paths a user takes to read and write a zarr volume, timed as benchmark rows.
-
-CPU reads: linumpy's ``read_volume``, zarr's own read, tensorstore and zarr with the ``zarrs``
-codec pipeline (each when installed; otherwise the row says so). GPU reads:
-``read_volume(gpu=True)``, zarr inside ``gpu_zarr_context`` (the nvCOMP codec),
-``zarr.config.enable_gpu()`` alone. Writes: zarr's CPU write, linumpy's write engine (CPU and
-GPU), and zarr's GPU write (nvCOMP encode inside ``gpu_zarr_context``). Every read is checked
-against the volume.
-"""
+"""The paths a user takes to read and write a zarr volume, timed as benchmark rows (every read
+checked against the volume); tensorstore and zarrs rows say so when not installed."""
 
 from __future__ import annotations
 
 import functools
-import importlib
+import importlib.util
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -25,26 +17,13 @@ import zarr
 from linumpy.bench.timing import Row, Timer
 from linumpy.io import read_volume
 
-__all__ = ["Layout", "cpu_read_rows", "gpu_read_rows", "write_rows", "write_volume"]
-
 ZARRS_PIPELINE = "zarrs.ZarrsCodecPipeline"
-#: Names of checksummed layouts end with this (:meth:`Layout.cubic`).
-CHECKSUM_SUFFIX = ", checksums"
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
     """How a volume is stored: chunk shape, shard shape when sharded, and checksums (linumpy's
-    default chain: zstd's content checksum, then zarr's crc32c codec).
-
-    Examples
-    --------
-    >>> from linumpy.bench import Layout
-    >>> Layout.cubic(64, 3).name, Layout.cubic(64, 3, shards=(128, 512, 512)).name
-    ('64^3', 'sharded 64^3 in 128x512x512')
-    >>> Layout.cubic(64, 3, checksum=True).name
-    '64^3, checksums'
-    """
+    default chain: zstd's content checksum, then zarr's crc32c codec)."""
 
     name: str
     chunks: tuple[int, ...]
@@ -53,28 +32,27 @@ class Layout:
 
     @classmethod
     def cubic(
-        cls, edge: int, ndim: int, shards: Sequence[int] | None = None, *, checksum: bool = False
+        cls, edge: int, shards: tuple[int, ...] | None = None, *, checksum: bool = False
     ) -> Layout:
-        """Chunks of ``edge`` along every axis, in ``shards`` when given."""
-        name = f"{edge}^{ndim}"
+        """Chunks of ``edge`` along the 3 axes, in ``shards`` when given: ``64^3``,
+        ``sharded 64^3 in 128x512x512``, ``64^3, checksums``."""
+        name = f"{edge}^3"
         if shards is not None:
-            shards = tuple(int(s) for s in shards)
             name = f"sharded {name} in {'x'.join(map(str, shards))}"
-        return cls(name + (CHECKSUM_SUFFIX if checksum else ""), (edge,) * ndim, shards, checksum)
+        return cls(name + (", checksums" if checksum else ""), (edge,) * 3, shards, checksum)
 
 
-def _optional(name: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
+def _installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
 
 
 def _zarr_read(path: Path) -> Any:
     return zarr.open_array(path, mode="r")[...]
 
 
-def _tensorstore_read(ts: ModuleType, path: Path) -> np.ndarray:
+def _tensorstore_read(path: Path) -> np.ndarray:
+    import tensorstore as ts
+
     driver = "zarr3" if (path / "zarr.json").exists() else "zarr"
     spec = {"driver": driver, "kvstore": {"driver": "file", "path": str(path)}}
     return ts.open(spec, read=True).result().read().result()
@@ -86,18 +64,7 @@ def _zarrs_read(path: Path) -> Any:
 
 
 def write_volume(path: Path, volume: Any, layout: Layout, codec: Any) -> None:
-    """Write ``volume`` (numpy or cupy) as a zarr v3 array in ``layout`` with ``codec``.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from pathlib import Path
-    >>> from linumpy.bench import Layout, write_volume
-    >>> path = Path(tempfile.mkdtemp()) / "a.zarr"
-    >>> write_volume(path, np.ones((8, 8, 8), "u2"), Layout.cubic(4, 3), zarr.codecs.ZstdCodec())
-    >>> zarr.open_array(path).chunks
-    (4, 4, 4)
-    """
+    """Write ``volume`` (numpy or cupy) as a zarr v3 array in ``layout`` with ``codec``."""
     _create(path, volume, layout, codec)[...] = volume
 
 
@@ -116,20 +83,7 @@ def _create(path: Path, volume: Any, layout: Layout, codec: Any) -> zarr.Array:
 
 
 def cpu_read_rows(timer: Timer, layout: str, path: Path, volume: np.ndarray) -> list[Row]:
-    """Time the CPU reads of the array at ``path``, each checked against ``volume``.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from pathlib import Path
-    >>> from linumpy.bench import Layout, Timer, cpu_read_rows, oct_volume, write_volume
-    >>> volume = oct_volume((16, 16, 16))
-    >>> path = Path(tempfile.mkdtemp()) / "a.zarr"
-    >>> write_volume(path, volume, Layout.cubic(8, 3), zarr.codecs.ZstdCodec())
-    >>> rows = cpu_read_rows(Timer(warmup=0, repeats=1), "8^3", path, volume)
-    >>> rows[0].name, rows[0].matches
-    ('linumpy read_volume (CPU)', True)
-    """
+    """Time the CPU reads of the array at ``path``, each checked against ``volume``."""
     nbytes = volume.nbytes
     same = functools.partial(_equals, volume)
     measure = functools.partial(timer.measure, layout, kind="cpu", op="read", nbytes=nbytes)
@@ -137,18 +91,15 @@ def cpu_read_rows(timer: Timer, layout: str, path: Path, volume: np.ndarray) -> 
         measure(name="linumpy read_volume (CPU)", run=lambda: read_volume(path), check=same),
         measure(name="zarr CPU read", run=lambda: _zarr_read(path), check=same),
     ]
-    ts = _optional("tensorstore")
-    name = "tensorstore read"
-    if ts is None:
-        rows.append(timer.skip(layout, name, "cpu", "read", "skipped: tensorstore not installed"))
-    else:
-        rows.append(measure(name=name, run=lambda: _tensorstore_read(ts, path), check=same))
-    name = "zarr with the zarrs codec pipeline"
-    if _optional("zarrs") is None:
-        note = "skipped: zarrs not installed (pip install zarrs, or the bench extra)"
-        rows.append(timer.skip(layout, name, "cpu", "read", note))
-    else:
-        rows.append(measure(name=name, run=lambda: _zarrs_read(path), check=same))
+    for name, module, read in (
+        ("tensorstore read", "tensorstore", _tensorstore_read),
+        ("zarr with the zarrs codec pipeline", "zarrs", _zarrs_read),
+    ):
+        if _installed(module):
+            rows.append(measure(name=name, run=functools.partial(read, path), check=same))
+        else:
+            note = f"skipped: {module} not installed (the bench extra)"
+            rows.append(timer.skip(layout, name, "cpu", "read", note))
     return rows
 
 
@@ -163,14 +114,7 @@ def _equals_on_device(device_volume: Any, result: Any) -> bool:
 
 
 def gpu_read_rows(timer: Timer, layout: str, path: Path, device_volume: Any) -> list[Row]:
-    """Time the GPU reads of the array at ``path``, each checked against ``device_volume``.
-
-    Examples
-    --------
-    >>> rows = gpu_read_rows(timer, "64^3", path, device_volume)  # doctest: +SKIP
-    >>> [row.name for row in rows]  # doctest: +SKIP
-    ['read_volume(gpu=True)', 'gpu_zarr_context (nvCOMP codec in zarr)', 'zarr enable_gpu()']
-    """
+    """Time the GPU reads of the array at ``path``, each checked against ``device_volume``."""
     from linumpy.gpu.zarr_io import gpu_zarr_context
 
     nbytes = int(device_volume.nbytes)
@@ -229,29 +173,11 @@ def write_rows(
     device_volume: Any = None,
     timed: bool = True,
 ) -> list[Row]:
-    """Write ``volume`` to ``path`` in ``layout`` (zarr's CPU write), then with linumpy's write
-    engine on the CPU and, given ``device_volume``, on the GPU (nvCOMP encode), and zarr's GPU
-    write (nvCOMP encode inside ``gpu_zarr_context``).
-
-    The zarr CPU write leaves the array that the read rows read. With ``timed=False`` it is
-    written once, untimed, and no rows are returned. The other writes go to a scratch array
-    beside ``path``, read back on the CPU to check them, then removed. Before each run the last
-    run's output is removed, untimed: every run writes new files.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> from linumpy.bench import Layout, Timer, oct_volume, write_rows
-    >>> volume = oct_volume((16, 16, 16))
-    >>> path = Path(tempfile.mkdtemp()) / "a.zarr"
-    >>> timer = Timer(warmup=0, repeats=1)
-    >>> rows = write_rows(timer, Layout.cubic(8, 3), path, volume, zstd_level=3)
-    >>> [(row.name, row.matches) for row in rows]
-    [('zarr CPU write', None), ('linumpy CPU write (write engine)', True)]
-    >>> path.is_dir()
-    True
-    """
+    """Time zarr's CPU write of ``volume`` to ``path`` in ``layout`` (it leaves the array the
+    reads read; written once, untimed, with ``timed=False``), linumpy's write engine and, given
+    ``device_volume``, the GPU writes. Those go to a scratch array beside ``path``, read back on
+    the CPU to check them, then removed. Each run writes new files: the last run's are removed
+    first, untimed."""
     cpu_codec = _codecs(zarr.codecs.ZstdCodec, zstd_level, layout.checksum)
     if not timed:
         write_volume(path, volume, layout, cpu_codec)

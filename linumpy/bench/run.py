@@ -1,21 +1,17 @@
-"""One benchmark run: the volume, each layout written, its ceilings and rows measured in turn."""
+"""One ``linum-benchmark-io`` run: the volume, each layout written, its ceilings and rows."""
 
 from __future__ import annotations
 
-import datetime
-import importlib.metadata
-import platform
-import shlex
+import math
 import shutil
-import sys
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import zarr
 
+from linumpy import settings
 from linumpy.bench.ceilings import (
     cpu_decode_ceiling,
     file_read_ceiling,
@@ -23,78 +19,34 @@ from linumpy.bench.ceilings import (
     host_buffer,
 )
 from linumpy.bench.files import BenchInputError, array_directory, stored_files
+from linumpy.bench.report import fractions, machine_info, write_json
 from linumpy.bench.rows import Layout, cpu_read_rows, gpu_read_rows, write_rows
 from linumpy.bench.timing import Row, Timer
 from linumpy.bench.volume import oct_volume
 from linumpy.io import open_array, read_volume
-from linumpy.settings import DEFAULT_ZSTD_LEVEL, available_cpus
-
-__all__ = ["BenchConfig", "BenchResult", "gpu_reason", "machine_info", "run_benchmark"]
-
-# 128^3 and 64^3 chunk files, and both in (128, 512, 512) shards.
-_DEFAULT_LAYOUTS = (
-    Layout.cubic(128, 3),
-    Layout.cubic(64, 3),
-    Layout.cubic(128, 3, shards=(128, 512, 512)),
-    Layout.cubic(64, 3, shards=(128, 512, 512)),
-)
+from linumpy.settings import available_cpus
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """What one benchmark run measures.
-
-    Attributes
-    ----------
-    shape, dtype, zstd_level
-        The generated volume and its compression, by default at the level linumpy writes at
-        (ignored with ``input``).
-    layouts
-        The layouts to write the volume in and measure (ignored with ``input``).
-    input
-        Measure this zarr array or OME-Zarr image (its level 0) instead, in its own layout.
-    gpu
-        Run the GPU rows and ceilings too (needs a usable GPU).
-    writes
-        Time the writes (else the volume is written once, untimed).
-    warmup, repeats, budget
-        Untimed runs, at most this many timed runs, and the seconds after which a row stops
-        repeating (see :class:`~linumpy.bench.timing.Timer`).
-    workdir
-        Where the volumes are written, each removed once measured (None: a temporary folder).
-
-    Examples
-    --------
-    >>> from linumpy.bench import BenchConfig
-    >>> config = BenchConfig(shape=(16, 32, 32), gpu=False)
-    >>> [layout.name for layout in config.layouts]
-    ['128^3', '64^3', 'sharded 128^3 in 128x512x512', 'sharded 64^3 in 128x512x512']
-    """
+    """What one run measures: a generated uint16 volume of ``shape`` written in each layout at
+    linumpy's zstd level, or the array or image (level 0) ``input`` in its own layout; the GPU
+    rows with ``gpu``; the writes with ``writes``; up to ``repeats`` timed runs per row; the
+    volumes written in ``workdir`` (None: a temporary folder), each removed once measured."""
 
     shape: tuple[int, ...] = (512, 1024, 1024)
-    dtype: str = "uint16"
-    zstd_level: int = DEFAULT_ZSTD_LEVEL
-    layouts: tuple[Layout, ...] = _DEFAULT_LAYOUTS
+    layouts: tuple[Layout, ...] = ()
     input: Path | None = None
     gpu: bool = True
     writes: bool = True
-    warmup: int = 1
     repeats: int = 3
-    budget: float = 4.0
     workdir: Path | None = None
+    zstd_level: int = field(default_factory=lambda: settings.get().zstd_level)
 
 
 @dataclass
 class BenchResult:
-    """The rows of one run, with the machine and the volume they were measured on.
-
-    Examples
-    --------
-    >>> from linumpy.bench import BenchConfig, BenchResult
-    >>> result = BenchResult(BenchConfig(gpu=False), {"cpus": "2"}, (8, 8, 8), "uint16")
-    >>> result.rows, result.ratios
-    ([], {})
-    """
+    """The rows of one run, with the machine and the volume they were measured on."""
 
     config: BenchConfig
     machine: dict[str, str]
@@ -102,70 +54,6 @@ class BenchResult:
     dtype: str
     ratios: dict[str, float] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
-
-
-def _version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "-"
-
-
-def machine_info(gpu: bool) -> dict[str, str]:
-    """Date, command line, host, CPUs and library versions (and the GPU's, with ``gpu``) of
-    this run.
-
-    Examples
-    --------
-    >>> from linumpy.bench.run import machine_info
-    >>> info = machine_info(False)
-    >>> sorted(info)[:3], "zarr" in info
-    (['command', 'cpus', 'dask'], True)
-    """
-    from linumpy import __version__
-
-    program = Path(sys.argv[0]).stem.replace("_", "-")  # linum-benchmark-io, run with -m too
-    info = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": shlex.join([program, *sys.argv[1:]]),
-        "host": platform.node(),
-        "cpus": str(available_cpus()),
-        "python": platform.python_version(),
-        "linumpy": __version__,
-    }
-    for name in ("numpy", "zarr", "numcodecs", "tensorstore", "zarrs", "dask", "scipy"):
-        info[name] = _version(name)
-    if gpu:
-        import cupy
-
-        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
-        info["device"] = props["name"].decode()
-        info["driver"] = str(cupy.cuda.runtime.driverGetVersion())
-        info["runtime"] = str(cupy.cuda.runtime.runtimeGetVersion())
-        info["cupy"] = cupy.__version__
-        for name in ("nvidia-nvcomp-cu13", "nvidia-nvcomp-cu12", "kvikio-cu13", "kvikio-cu12"):
-            if (version := _version(name)) != "-":
-                info[name] = version
-    return info
-
-
-def gpu_reason() -> str | None:
-    """Why the GPU rows cannot run here, or None when a GPU is usable."""
-    try:
-        from linumpy.gpu.zarr_io import gpu_unavailable_reason
-    except ImportError as exc:
-        return f"linumpy's GPU support cannot be imported ({exc})"
-    return gpu_unavailable_reason()
-
-
-def _input_volume(config: BenchConfig) -> tuple[Path, np.ndarray, Layout]:
-    """The input's level-0 array folder, its content and layout."""
-    assert config.input is not None
-    array = open_array(config.input, 0)
-    path = array_directory(array)
-    shards = array.shards
-    name = f"input {config.input.name}"
-    return path, read_volume(path), Layout(name, tuple(array.chunks), shards)
 
 
 def _ceilings(timer: Timer, config: BenchConfig, layout: str, path: Path, nbytes: int) -> int:
@@ -188,37 +76,16 @@ def _ceilings(timer: Timer, config: BenchConfig, layout: str, path: Path, nbytes
     return files.stored_bytes
 
 
-def run_benchmark(
-    config: BenchConfig, *, on_layout: Callable[[BenchResult], None] | None = None
-) -> BenchResult:
-    """Run the benchmark that ``config`` describes and return its rows.
-
-    For each layout: the writes (which leave the array read next), the ceilings, the CPU reads,
-    and, with ``config.gpu``, the GPU reads. A row that fails is recorded with its error and the
-    run goes on. ``on_layout`` is called with the result so far after each layout (to save
-    partial results, say).
-
-    Raises
-    ------
-    LinumpyError
-        When ``config.input`` is not a readable zarr array or OME-Zarr image.
-
-    Examples
-    --------
-    >>> from linumpy.bench import BenchConfig, Layout, run_benchmark
-    >>> config = BenchConfig(
-    ...     shape=(16, 32, 32), layouts=(Layout.cubic(8, 3),), gpu=False, warmup=0, repeats=1
-    ... )
-    >>> result = run_benchmark(config)
-    >>> all(row.ok for row in result.rows if row.runs), result.ratios["8^3"] > 1
-    (True, True)
-    """
+def run_benchmark(config: BenchConfig) -> BenchResult:
+    """Run the benchmark: for each layout the writes (which leave the array read next), the
+    ceilings, the CPU reads and, with ``config.gpu``, the GPU reads. A row that fails is
+    recorded with its error and the run goes on."""
     sync = None
     if config.gpu:
         import cupy
 
         sync = cupy.cuda.runtime.deviceSynchronize
-    timer = Timer(warmup=config.warmup, repeats=config.repeats, budget=config.budget, sync=sync)
+    timer = Timer(repeats=config.repeats, sync=sync)
     # GPU rows measure repeated reads: staged as a process's after its first reads
     from linumpy.gpu.pinned_buffers import steady_staging
 
@@ -227,24 +94,20 @@ def run_benchmark(
     workdir = Path(tempfile.mkdtemp(prefix=".linumpy-bench-", dir=config.workdir))
     try:
         with steady_staging():
-            return _run(config, timer, workdir, on_layout)
+            return _run(config, timer, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(
-    config: BenchConfig,
-    timer: Timer,
-    workdir: Path,
-    on_layout: Callable[[BenchResult], None] | None,
-) -> BenchResult:
-    if config.input is not None:
-        path, volume, layout = _input_volume(config)
-        plan = [(layout, path)]
-        config = replace(config, writes=False)
+def _run(config: BenchConfig, timer: Timer, workdir: Path) -> BenchResult:
+    if config.input is not None:  # its level 0, in its own layout
+        array = open_array(config.input, 0)
+        path = array_directory(array)
+        layout = Layout(f"input {config.input.name}", tuple(array.chunks), array.shards)
+        plan, volume = [(layout, path)], read_volume(path)
     else:
         plan = [(layout, workdir / f"layout-{i}.zarr") for i, layout in enumerate(config.layouts)]
-        volume = oct_volume(config.shape, config.dtype)
+        volume = oct_volume(config.shape)
     device_volume = None
     if config.gpu:
         import cupy
@@ -271,6 +134,33 @@ def _run(
             gpu_read_rows(timer, layout.name, path, device_volume)
         if config.input is None:
             shutil.rmtree(path, ignore_errors=True)
-        if on_layout is not None:
-            on_layout(result)
     return result
+
+
+def header(result: BenchResult) -> list[str]:
+    """The lines that say what was measured, on what."""
+    config = result.config
+    nbytes = math.prod(result.shape) * np.dtype(result.dtype).itemsize
+    ratios = ", ".join(f"{k} {v}" for k, v in result.ratios.items())
+    return [
+        f"Volume {tuple(result.shape)} {result.dtype} ({nbytes / 2**20:.1f} MiB), zstd level "
+        f"{config.zstd_level}." + (f" Compression ratio: {ratios}." if ratios else ""),
+        f"Medians of up to {config.repeats} timed runs after a warm-up run, page cache warm. "
+        "GB/s = 10^9 bytes of decompressed volume per second, ceilings too.",
+        "Machine: " + "; ".join(f"{k} {v}" for k, v in result.machine.items()),
+    ]
+
+
+def write_result(result: BenchResult, path: Path) -> None:
+    """The run as JSON: machine, volume, settings and rows (each with its ``fractions``)."""
+    write_json(
+        path,
+        "linum-benchmark-io",
+        result.machine,
+        volume={"shape": list(result.shape), "dtype": result.dtype, "ratios": result.ratios},
+        settings={k: str(v) for k, v in asdict(result.config).items()},
+        rows=[
+            asdict(r) | {"fractions": f}
+            for r, f in zip(result.rows, fractions(result.rows), strict=True)
+        ],
+    )

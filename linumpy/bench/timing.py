@@ -1,4 +1,4 @@
-"""Timing of benchmark rows: a warm-up run, repeats within a time budget, medians."""
+"""Timing of benchmark rows: warm-up runs, repeats within a time budget, medians."""
 
 from __future__ import annotations
 
@@ -8,48 +8,24 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
-
-__all__ = ["Row", "Timer"]
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
-#: "cpu"/"gpu": a path a user takes; "ceiling": a reference measurement the paths are judged by.
-Kind = Literal["cpu", "gpu", "ceiling"]
+#: Seconds of timed runs after which a row stops repeating.
+BUDGET = 4.0
 
 
 @dataclass(slots=True)
 class Row:
-    """One measured row of the benchmark.
-
-    Attributes
-    ----------
-    layout, name
-        The storage layout and what was measured.
-    kind
-        ``"cpu"``, ``"gpu"`` or ``"ceiling"``.
-    op
-        ``"read"`` or ``"write"``; a ceiling's ``op`` names the ceiling (``"decode-cpu"``,
-        ``"decode-gpu"``, ``"file-read"``, ``"copy"``).
-    gbps
-        10^9 bytes of decompressed volume per second (0 when it failed or was skipped).
-    seconds, runs
-        Median time of the timed runs and how many there were.
-    matches
-        Whether the read equals the volume (None when nothing was read back).
-    note
-        Why it failed or was skipped, or what else it measured.
-
-    Examples
-    --------
-    >>> from linumpy.bench import Row
-    >>> Row("64^3", "read_volume (CPU)", "cpu", "read", 2.5, 0.43, 3, True).ok
-    True
-    """
+    """One measured row: ``kind`` is "cpu", "gpu" or "ceiling"; ``op`` is "read", "write" or
+    the ceiling's name; ``gbps`` is 10^9 bytes of decompressed volume per second (0 when it
+    failed or was skipped); ``matches`` whether the read equals the volume (None: not checked);
+    ``note`` why it failed or was skipped, or what else it measured."""
 
     layout: str
     name: str
-    kind: Kind
+    kind: str
     op: str
     gbps: float = 0.0
     seconds: float = 0.0
@@ -57,46 +33,21 @@ class Row:
     matches: bool | None = None
     note: str = ""
 
-    @property
-    def ok(self) -> bool:
-        """Measured, and (for reads) equal to the volume."""
-        return self.runs > 0 and self.matches is not False
-
 
 class Timer:
-    """Times rows: ``warmup`` untimed runs, then up to ``repeats`` timed runs (medians).
+    """Times rows: a warm-up run, then up to ``repeats`` timed runs, the median kept.
 
-    A row stops repeating once its timed runs took ``budget`` seconds (at least one timed run).
-    ``sync`` is called before starting and stopping the clock (a device synchronisation on GPUs).
-    Before each run of a write row, ``os.sync()`` flushes what earlier runs left dirty, untimed.
-    A row that raises is recorded with its error as the note, and the benchmark goes on.
-
-    Examples
-    --------
-    >>> from linumpy.bench import Timer
-    >>> timer = Timer(warmup=0, repeats=2, budget=1.0)
-    >>> row = timer.measure("8^3", "sum", "cpu", "read", lambda: sum(range(1000)), nbytes=8000)
-    >>> row.runs, row.gbps > 0, row.matches
-    (2, True, None)
-    >>> timer.measure("8^3", "broken", "cpu", "read", lambda: 1 / 0, nbytes=1).note
-    'failed: ZeroDivisionError: division by zero'
+    A row stops repeating once its timed runs took :data:`BUDGET` seconds. ``sync`` runs before
+    starting and stopping the clock (a device synchronisation on GPUs). A row that raises is
+    recorded with its error as the note, and the benchmark goes on.
     """
 
-    def __init__(
-        self,
-        *,
-        warmup: int = 1,
-        repeats: int = 3,
-        budget: float = 4.0,
-        sync: Callable[[], None] | None = None,
-    ) -> None:
-        self.warmup = warmup
+    def __init__(self, *, repeats: int = 3, sync: Callable[[], None] | None = None) -> None:
         self.repeats = repeats
-        self.budget = budget
         self.sync = sync or (lambda: None)
         self.rows: list[Row] = []
 
-    def skip(self, layout: str, name: str, kind: Kind, op: str, note: str) -> Row:
+    def skip(self, layout: str, name: str, kind: str, op: str, note: str) -> Row:
         """Record a row that could not run here, with the reason."""
         row = Row(layout, name, kind, op, note=note)
         self.rows.append(row)
@@ -106,26 +57,23 @@ class Timer:
         self,
         layout: str,
         name: str,
-        kind: Kind,
+        kind: str,
         op: str,
         run: Callable[[], Any],
         *,
         nbytes: int,
         check: Callable[[Any], bool] | None = None,
         before: Callable[[], None] | None = None,
-        warmup: int | None = None,
+        warmup: int = 1,
         note: str = "",
     ) -> Row:
-        """Time ``run`` and record a row of ``nbytes / median time``.
-
-        ``check`` is applied to the first run's result; ``before`` runs untimed before each run.
-        """
-        warmup = self.warmup if warmup is None else warmup
+        """Time ``run`` and record a row of ``nbytes / median time``; ``check`` judges the first
+        run's result, ``before`` runs untimed before each run."""
         row = Row(layout, name, kind, op, note=note)
         times: list[float] = []
         try:
             for i in range(warmup + self.repeats):
-                if i > warmup and sum(times) > self.budget:
+                if i > warmup and sum(times) > BUDGET:
                     break
                 if before is not None:
                     before()

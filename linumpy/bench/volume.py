@@ -1,10 +1,6 @@
-"""The OCT-like test volume of the benchmark (and of tests that want realistic chunks).
-
-Real OCT volumes have no all-zero regions: above the tissue surface the detector still records a
-low noise floor. A volume with a zero half would flatter every reader, because zarr does not store
-chunks that are all fill value and nvCOMP decodes near-empty frames almost for free; this one has
-noise everywhere.
-"""
+"""The benchmark's OCT-like volume. Real OCT volumes have no all-zero regions (the detector
+records a noise floor above the tissue); a zero region would flatter every reader, as zarr does
+not store all-fill chunks and nvCOMP decodes near-empty frames almost for free."""
 
 from __future__ import annotations
 
@@ -14,9 +10,7 @@ import numpy as np
 
 from linumpy.settings import available_cpus
 
-__all__ = ["oct_volume"]
-
-#: Voxels generated per slab (float32 temporaries of this many voxels, a few at a time per thread).
+# Voxels per slab (float32 temporaries of this size, a few at a time per thread).
 _SLAB_VOXELS = 4 * 2**20
 
 
@@ -27,44 +21,10 @@ def oct_volume(
     seed: int = 1234,
     threads: int | None = None,
 ) -> np.ndarray:
-    """An OCT-like volume: speckle under depth attenuation below a wavy surface, a noise floor.
-
-    The tissue is exponentially distributed speckle whose mean decays with depth below a smooth
-    surface near mid-depth; everywhere there is a detector noise floor (mean 100, spread 8), so
-    no chunk is all zeros. At zstd level 3 a uint16 volume of this kind compresses about 1.65
-    times (1.648 measured at 512 x 1024 x 1024 in 128^3 chunks).
-
-    The volume is generated on the CPU, slab by slab on ``threads`` threads, each slab from its
-    own seeded generator: the same ``shape``, ``dtype`` and ``seed`` give the same bytes on every
-    machine, whatever ``threads``, so GPU and CPU runs of the benchmark measure the same data.
-
-    Parameters
-    ----------
-    shape
-        ``(Z, Y, X)``: depth first, as OCT volumes are stored.
-    dtype
-        Output dtype; integer types are rounded and clipped to their range.
-    seed
-        Seed of the random draws.
-    threads
-        Threads generating slabs (None: the CPUs available).
-
-    Returns
-    -------
-    numpy.ndarray
-        The volume, of ``shape`` and ``dtype``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.bench import oct_volume
-    >>> volume = oct_volume((32, 64, 64))
-    >>> volume.shape, volume.dtype
-    ((32, 64, 64), dtype('uint16'))
-    >>> bool(volume.min() > 0)  # a noise floor everywhere, no zeros
-    True
-    >>> bool(np.array_equal(volume, oct_volume((32, 64, 64), threads=1)))  # same seed, same bytes
-    True
+    """An OCT-like volume of ``shape`` (Z, Y, X): exponential speckle decaying with depth below a
+    wavy surface near mid-depth, over a noise floor (mean 100, spread 8) so that no chunk is all
+    zeros. Slabs are generated on ``threads`` threads, each from its own seeded generator: the
+    same arguments give the same bytes on every machine, whatever ``threads``.
     """
     dtype = np.dtype(dtype)
     depth, height, width = (int(n) for n in shape)
