@@ -272,6 +272,19 @@ HOSTILE_CASES = ["huge-shape", "huge-chunks"]
 OPEN_CASES = [*HOSTILE_EDITS, "json-too-deep", "metadata-fifo"]
 
 
+def test_a_directory_or_fifo_in_place_of_a_stored_file_is_refused(tmp_path: Path) -> None:
+    from linumpy.errors import ChunkDecodeError
+    from linumpy.io.validate import check_regular_file
+
+    (tmp_path / "c0").mkdir()
+    os.mkfifo(tmp_path / "zarr.json")
+    check_regular_file(tmp_path / "missing", "missing")  # a missing file passes
+    with pytest.raises(ChunkDecodeError, match="a directory, not a chunk file"):
+        check_regular_file(tmp_path / "c0", "0/c0")
+    with pytest.raises(LinumpyError, match="a FIFO, not a metadata file"):
+        check_regular_file(tmp_path / "zarr.json", "0/zarr.json")
+
+
 @pytest.mark.parametrize("name", INPUT_SCRIPTS)
 def test_missing_and_not_zarr_inputs(
     name: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

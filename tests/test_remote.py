@@ -226,6 +226,13 @@ def test_headers_authenticate_http(http: tuple[Path, str]) -> None:
         read_volume(f"{url}/a.zarr", storage_options={"anonymous": False, "region": "x"})
 
 
+def test_anonymous_skips_signing_on_object_stores_only() -> None:
+    from linumpy.io.remote import _store_config
+
+    assert _store_config("s3", "s3://b/x", {"anon": True}) == ({"skip_signature": True}, {})
+    assert _store_config("https", "https://h/x", {"anonymous": True}) == ({}, {})
+
+
 def test_truncated_response_is_retried_then_named(http: tuple[Path, str]) -> None:
     root, url = http
     make_array(root / "a.zarr", "v3", sample_data(SHAPE, "uint8"), chunks=CHUNKS)

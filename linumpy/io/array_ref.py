@@ -28,30 +28,7 @@ __all__: list[str] = []
 
 @dataclass(frozen=True, slots=True)
 class ArrayRef:
-    """An array opened on the client, for tasks to read (see the module).
-
-    Attributes
-    ----------
-    array
-        The opened array: its store and its parsed metadata.
-    source
-        Its name in errors: ``"<path> (level N)"``.
-    path
-        The absolute local path every worker must see (:func:`check_same_input`), or ``""``
-        for a URL or a zarr object.
-    digest
-        :func:`~linumpy.parallel.task_inputs.input_digest` of ``path`` on the client, or None.
-
-    Examples
-    --------
-    >>> import numpy as np, pickle, tempfile
-    >>> from linumpy.io import save_omezarr
-    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
-    >>> save_omezarr(np.arange(64, dtype=np.uint8).reshape(4, 4, 4), path, voxel_size=(1, 1, 1))
-    >>> ref = pickle.loads(pickle.dumps(array_ref(path)))  # as a worker process gets it
-    >>> ref.shape, ref.read((slice(0, 1), slice(0, 1))).tolist()
-    ((4, 4, 4), [[[0, 1, 2, 3]]])
-    """
+    """An array opened on the client, for tasks to read (see the module)."""
 
     array: zarr.Array
     source: str
@@ -100,16 +77,7 @@ def array_ref(
     worker's working directory is its own), and its metadata's digest is taken for the workers'
     check. The arguments are :func:`~linumpy.io.open_array`'s; ``opened`` is that level opened
     already from ``path`` made absolute (by :func:`~linumpy.io.read_omezarr`, say), which is
-    then not opened again.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint8")
-    >>> ref = array_ref(array)
-    >>> ref.shape, ref.path, array_ref(ref) is ref
-    ((4,), '', True)
-    """
+    then not opened again."""
     if isinstance(path, ArrayRef):
         return path
     options = dict(storage_options) if storage_options is not None else None

@@ -47,14 +47,7 @@ def _as_region(key: Any, shape: tuple[int, ...]) -> tuple[slice, ...] | None:
 
 def device_encoder(data: Any) -> DeviceEncoder | None:
     """The write engine's encoder of ``data``: nvCOMP's for a cupy array (the GPU layer imported
-    only then), None for host data (the CPU encodes it).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> device_encoder(np.zeros(4)) is None
-    True
-    """
+    only then), None for host data (the CPU encodes it)."""
     if array_module(data) is np:
         return None
     from linumpy.gpu.encode import GPU_ENCODER
@@ -66,18 +59,7 @@ def store_block(
     array: zarr.Array, key: Any, block: Any, settings: Mapping[str, Any] | None = None
 ) -> None:
     """``array[key] = block``: by the write engine when the region is aligned to the array's
-    files and the layout is one it writes (cupy blocks encoded on their GPU), else by zarr.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(8,), chunks=(4,),
-    ...                           dtype="uint8")
-    >>> store_block(array, slice(0, 4), np.arange(4, dtype=np.uint8))  # the write engine
-    >>> store_block(array, slice(5, 7), np.array([9, 9], np.uint8))  # not aligned: zarr
-    >>> array[...].tolist()
-    [0, 1, 2, 3, 0, 9, 9, 0]
-    """
+    files and the layout is one it writes (cupy blocks encoded on their GPU), else by zarr."""
     region = _as_region(key, array.shape)
     written = False
     if region is not None and hasattr(block, "shape") and hasattr(block, "dtype"):

@@ -35,19 +35,7 @@ DEFAULT_GPU_BLOCK_BYTES = DEFAULT_GPU_TASK_BYTES
 
 
 def storage_unit(array: zarr.Array) -> tuple[int, ...]:
-    """The smallest region one task can read or write alone: the shard shape, else the chunks.
-
-    Examples
-    --------
-    >>> import zarr
-    >>> from linumpy.io.blocks import storage_unit
-    >>> storage_unit(zarr.create_array({}, shape=(64, 64), chunks=(8, 8), dtype="uint8"))
-    (8, 8)
-    >>> storage_unit(
-    ...     zarr.create_array({}, shape=(64, 64), chunks=(8, 8), shards=(32, 16), dtype="uint8")
-    ... )
-    (32, 16)
-    """
+    """The smallest region one task can read or write alone: the shard shape, else the chunks."""
     return tuple(int(n) for n in (array.shards or array.chunks))
 
 
@@ -55,16 +43,7 @@ def host_decoded(array: zarr.Array) -> bool:
     """Whether a GPU read of ``array`` decodes its chunks with libzstd on the host: chunks above
     :data:`~linumpy.io.engine.plan.GPU_CHUNK_BYTES` (:mod:`linumpy.gpu.host_decode`). Such a read
     decodes one chunk per thread, so a GPU job over it needs the CPU's tasks, not a GPU job's few
-    large ones.
-
-    Examples
-    --------
-    >>> import zarr
-    >>> host_decoded(zarr.create_array({}, shape=(64, 64), chunks=(32, 32), dtype="uint16"))
-    False
-    >>> host_decoded(zarr.create_array({}, shape=(4096, 4096), chunks=(4096, 4096), dtype="f4"))
-    True
-    """
+    large ones."""
     from linumpy.io.engine.plan import GPU_CHUNK_BYTES
 
     chunk_nbytes = math.prod(int(c) for c in array.chunks) * np.dtype(array.dtype).itemsize
@@ -76,23 +55,7 @@ def round_block(
 ) -> tuple[int, ...]:
     """``block`` rounded up to whole ``unit`` multiples, at most the whole array.
 
-    ``None`` or ``-1`` on an axis takes it whole.
-
-    Raises
-    ------
-    LinumpyError
-        For a block with the wrong number of axes or an entry that is not a positive integer.
-
-    Examples
-    --------
-    >>> from linumpy.io.blocks import round_block
-    >>> round_block((100, -1, 1), unit=(64, 64, 64), shape=(1000, 300, 300))
-    (128, 300, 64)
-    >>> round_block((0, 5), unit=(8, 8), shape=(16, 16))
-    Traceback (most recent call last):
-        ...
-    linumpy.errors.LinumpyError: chunks must hold 2 positive integers (-1: whole axis), got (0, 5)
-    """
+    ``None`` or ``-1`` on an axis takes it whole."""
     values = tuple(block)
     ok = len(values) == len(shape) and all(
         v is None or (isinstance(v, int | np.integer) and (v > 0 or v == -1)) for v in values
@@ -120,16 +83,7 @@ def grow_block(
 
     Axes grow by doubling, the one whose block is shortest first (ties: the last axis), so
     blocks stay close to cubes; ``axes`` restricts which axes grow. A block costs ``itemsize``
-    bytes per element, or what ``cost(block_shape)`` says.
-
-    Examples
-    --------
-    >>> from linumpy.io.blocks import grow_block
-    >>> grow_block((64, 64, 64), (1024, 1024, 1024), 2, 32 * 2**20)
-    (256, 256, 256)
-    >>> grow_block((64, 64, 64), (1024, 1024, 1024), 2, 32 * 2**20, axes=(1, 2))
-    (64, 512, 512)
-    """
+    bytes per element, or what ``cost(block_shape)`` says."""
     counts = [1] * len(unit)
     full = [max(1, math.ceil(n / u)) for n, u in zip(shape, unit)]
     growable = set(range(len(unit)) if axes is None else axes)
@@ -155,14 +109,7 @@ def grow_block(
 
 
 def aligned_chunks(region: Sequence[slice], block: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """dask chunks of ``region`` cut at the multiples of ``block`` (in array coordinates).
-
-    Examples
-    --------
-    >>> from linumpy.io.blocks import aligned_chunks
-    >>> aligned_chunks((slice(5, 40), slice(0, 16)), (16, 16))
-    ((11, 16, 8), (16,))
-    """
+    """dask chunks of ``region`` cut at the multiples of ``block`` (in array coordinates)."""
     chunks = []
     for sel, b in zip(region, block):
         edges = [sel.start, *range((sel.start // b + 1) * b, sel.stop, b), sel.stop]
@@ -174,20 +121,7 @@ def region_bounds(
     region: slice | Sequence[slice] | None, shape: Sequence[int], source: str
 ) -> tuple[slice, ...]:
     """One slice per axis with explicit bounds inside ``shape`` (negative bounds count from
-    the end, missing trailing axes are whole).
-
-    Raises
-    ------
-    LinumpyError
-        For a region that is not slices of step 1 inside ``shape``; the message starts with
-        ``source``.
-
-    Examples
-    --------
-    >>> from linumpy.io.blocks import region_bounds
-    >>> region_bounds((slice(2, -1),), (10, 4), "a.zarr")
-    (slice(2, 9, None), slice(0, 4, None))
-    """
+    the end, missing trailing axes are whole)."""
     given = () if region is None else (region,) if isinstance(region, slice) else tuple(region)
     if len(given) > len(shape) or not all(isinstance(s, slice) for s in given):
         raise LinumpyError(f"{source}: region {given} is not up to {len(shape)} slices")

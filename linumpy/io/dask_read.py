@@ -57,19 +57,7 @@ def dask_volume(
     storage_options: dict[str, Any] | None = None,
 ) -> da.Array:
     """Open a zarr volume as a lazy dask array: :func:`~linumpy.io.open_volume` without
-    ``xarray``; the parameters, the result and the errors are that function's.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import save_omezarr
-    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
-    >>> image = np.ones((16, 16), np.uint8)
-    >>> save_omezarr(image, path, voxel_size=(1, 1), chunks=(8, 8), shards=None)
-    >>> lazy = dask_volume(path, chunks=8)
-    >>> lazy.numblocks, int(lazy.sum().compute())
-    ((2, 2), 256)
-    """
+    ``xarray``; the parameters, the result and the errors are that function's."""
     import dask.array as da
     from dask.base import tokenize
 

@@ -51,23 +51,7 @@ __all__ = [
 
 
 def array_path(target: zarr.Array | str | os.PathLike[str]) -> str:
-    """The directory of a zarr array on the local file system, as an absolute path.
-
-    Raises
-    ------
-    LinumpyError
-        For an array in a store that is not a local directory.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> from linumpy.io.dask_write import array_path
-    >>> folder = tempfile.mkdtemp()
-    >>> group = zarr.open_group(folder + "/image.zarr", mode="w")
-    >>> array = group.create_array("0", shape=(4,), dtype="uint8")
-    >>> array_path(array) == folder + "/image.zarr/0"
-    True
-    """
+    """The directory of a zarr array on the local file system, as an absolute path."""
     # absolute: the tasks writing it may run in dask workers with working directories of their own
     if not isinstance(target, zarr.Array):
         return os.path.abspath(os.fspath(target))
@@ -80,18 +64,7 @@ def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
     """``data`` rechunked, if needed, so that every block boundary is a multiple of ``unit``.
 
     Blocks keep about their size (rounded to whole units); already aligned arrays are returned
-    as they are.
-
-    Examples
-    --------
-    >>> import dask.array as da
-    >>> from linumpy.io.dask_write import align_blocks
-    >>> align_blocks(da.zeros((100, 30), chunks=(25, 30)), (16, 16)).chunks
-    ((32, 32, 32, 4), (30,))
-    >>> x = da.zeros((100, 30), chunks=(32, 16))
-    >>> align_blocks(x, (16, 16)) is x
-    True
-    """
+    as they are."""
     if all(
         all(edge % u == 0 for edge in np.cumsum(chunks)[:-1])
         for chunks, u in zip(data.chunks, unit)
@@ -106,15 +79,7 @@ def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
 def block_write_threads(n_blocks: int) -> int:
     """Encoding threads for each host block of a write of ``n_blocks`` blocks: this machine's
     CPUs shared by the blocks that can run at once, so that a write of few large blocks (whole
-    planes of a sharded output) still encodes on every CPU.
-
-    Examples
-    --------
-    >>> from linumpy import settings
-    >>> with settings.set(io_threads=16):
-    ...     block_write_threads(100), block_write_threads(3)
-    (1, 5)
-    """
+    planes of a sharded output) still encodes on every CPU."""
     cpus = settings.get().io_threads
     return max(1, cpus // max(1, min(n_blocks, cpus)))
 
@@ -122,16 +87,7 @@ def block_write_threads(n_blocks: int) -> int:
 def task_target(target: zarr.Array | str | os.PathLike[str]) -> zarr.Array:
     """A zarr array on disk opened once for the tasks that write it: they get it with its parsed
     metadata (pickled to the workers of a cluster) and open nothing; its absolute path
-    (:func:`array_path`) names the same files on every worker.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> _ = zarr.create_array(path, shape=(4,), dtype="uint8")
-    >>> task_target(path).read_only
-    False
-    """
+    (:func:`array_path`) names the same files on every worker."""
     return zarr.open_array(store=LocalStore(array_path(target)), mode="r+")  # a path, not a URL
 
 
@@ -149,23 +105,7 @@ def _write_block(
 def store_graph(data: da.Array, target: zarr.Array | str | os.PathLike[str]) -> da.Array:
     """A lazy write of ``data`` into the zarr array ``target`` (nothing is written yet).
 
-    ``data`` is first aligned to the target's shards (or chunks) with :func:`align_blocks`.
-
-    Returns
-    -------
-    dask.array.Array
-        One int64 per block: the bytes that block writes when computed.
-
-    Examples
-    --------
-    >>> import dask.array as da, tempfile, zarr
-    >>> from linumpy.io.dask_write import store_graph
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> target = zarr.create_array(path, shape=(64, 64), chunks=(16, 16), dtype="uint8")
-    >>> written = store_graph(da.ones((64, 64), dtype="uint8", chunks=32), target)
-    >>> written.numblocks, int(written.sum().compute()), int(target[...].sum())
-    ((2, 2), 4096, 4096)
-    """
+    ``data`` is first aligned to the target's shards (or chunks) with :func:`align_blocks`."""
     path = array_path(target)
     array = task_target(path)
     if tuple(array.shape) != tuple(data.shape):
@@ -190,37 +130,7 @@ def store_dask(
     progress: bool = False,
     desc: str = "write",
 ) -> int:
-    """Write a dask array (numpy or cupy blocks) into a zarr array, shard-aligned, in parallel.
-
-    Parameters
-    ----------
-    data
-        The array to write, of the target's shape.
-    target
-        A zarr array on disk, or its directory (opened for writing in each task).
-    cluster
-        Where the tasks run (:func:`linumpy.parallel.dask_cluster`); local threads by default.
-    progress, desc
-        Show a progress bar over the tasks, with this label.
-
-    Returns
-    -------
-    int
-        Bytes written (uncompressed).
-
-    Examples
-    --------
-    >>> import dask.array as da, numpy as np, tempfile, zarr
-    >>> from linumpy.io.dask_write import store_dask
-    >>> path = tempfile.mkdtemp() + "/array.zarr"
-    >>> target = zarr.create_array(path, shape=(40, 40), chunks=(8, 8), shards=(16, 16),
-    ...                            dtype="int32")
-    >>> data = da.arange(1600, dtype="int32", chunks=100).reshape(40, 40)
-    >>> store_dask(data, target)
-    6400
-    >>> bool((target[...] == np.arange(1600).reshape(40, 40)).all())
-    True
-    """
+    """Write a dask array (numpy or cupy blocks) into a zarr array, shard-aligned, in parallel."""
     cluster = cluster or Cluster()
     # one output per block, summed here: a distributed progress bar then counts the blocks
     written = cluster.compute(store_graph(data, target), desc=desc, progress=progress)
@@ -299,41 +209,7 @@ def write_pyramid(
     each of ``axes`` longer than 1; each task reads the source region of one block of whole target
     shards (or chunks) from the level opened once (:class:`~linumpy.io.array_ref.ArrayRef`),
     averages it and writes it, so memory holds a few blocks whatever the image's size. Equal to
-    downsampling the whole level at once.
-
-    Parameters
-    ----------
-    arrays
-        The levels, full resolution first (for example ``OmeZarrWriter(...).arrays``); level 0
-        must already be written.
-    axes
-        The axes that shrink (an OME-Zarr image's space axes); all by default.
-    gpu
-        Read, average and encode on the GPU (nvCOMP).
-    cluster
-        Where the tasks run; local threads by default. Blocks fit its per-task memory.
-    progress
-        Show a progress bar per level.
-
-    Raises
-    ------
-    MemoryLimitError
-        When the cluster's memory limit is smaller than one block.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import OmeZarrWriter, downsample_mean
-    >>> from linumpy.io.dask_write import write_pyramid
-    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
-    >>> writer = OmeZarrWriter(path, (9, 20, 20), np.uint16, voxel_size=(1, 1, 1),
-    ...                        chunks=(4, 8, 8), n_levels=3)
-    >>> volume = np.arange(9 * 20 * 20, dtype=np.uint16).reshape(9, 20, 20)
-    >>> writer.array[...] = volume
-    >>> write_pyramid(writer.arrays)
-    >>> bool((writer.arrays[2][...] == downsample_mean(downsample_mean(volume))).all())
-    True
-    """
+    downsampling the whole level at once."""
     cluster = cluster or Cluster()
     for index, (source, target) in enumerate(zip(arrays, arrays[1:]), start=1):
         factors = tuple(
@@ -372,23 +248,7 @@ def write_pyramid(
 @contextmanager
 def committed(writer: OmeZarrWriter) -> Iterator[OmeZarrWriter]:
     """Commit an :class:`~linumpy.io.OmeZarrWriter` whose every level the ``with`` block writes
-    (a replacement moves into place); on an exception, abort it (the old image stays).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import OmeZarrWriter, read_volume
-    >>> from linumpy.io.dask_write import committed, write_pyramid
-    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
-    >>> for value in (1, 2):  # the second image replaces the first
-    ...     writer = OmeZarrWriter(path, (4, 4), np.uint8, voxel_size=(1, 1), n_levels=2,
-    ...                            overwrite=True)
-    ...     with committed(writer):
-    ...         writer.array[...] = value
-    ...         write_pyramid(writer.arrays)
-    >>> int(read_volume(path, level=1)[0, 0])
-    2
-    """
+    (a replacement moves into place); on an exception, abort it (the old image stays)."""
     try:
         yield writer
     except BaseException:
@@ -398,47 +258,19 @@ def committed(writer: OmeZarrWriter) -> Iterator[OmeZarrWriter]:
 
 
 def space_axes(writer: OmeZarrWriter) -> list[int]:
-    """The axes of a writer's image that its pyramid shrinks: the space axes.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import OmeZarrWriter
-    >>> from linumpy.io.dask_write import space_axes
-    >>> writer = OmeZarrWriter(tempfile.mkdtemp() + "/i.ome.zarr", (2, 8, 8), np.uint8,
-    ...                        voxel_size=(1, 1, 1), axes="cyx")
-    >>> space_axes(writer)
-    [1, 2]
-    """
+    """The axes of a writer's image that its pyramid shrinks: the space axes."""
     return [i for i, axis in enumerate(writer.axes) if axis.type == "space"]
 
 
 def empty_meta(dtype: np.typing.DTypeLike, ndim: int, gpu: bool) -> Any:
-    """An empty numpy (or, with ``gpu``, cupy) array: the ``meta`` of a dask array's blocks.
-
-    Examples
-    --------
-    >>> from linumpy.io.dask_write import empty_meta
-    >>> empty_meta("float32", 3, gpu=False)
-    array([], shape=(0, 0, 0), dtype=float32)
-    """
+    """An empty numpy (or, with ``gpu``, cupy) array: the ``meta`` of a dask array's blocks."""
     return gpu_module(gpu).empty((0,) * ndim, dtype=dtype)
 
 
 def shard_budget(cluster: Cluster, per_byte: float = 1.0) -> int:
     """The largest shard (bytes) a job's tasks can write: :data:`linumpy.io.layout.SHARD_BYTES`,
     or less under a memory limit, where a task holding one shard uses ``per_byte`` times its
-    bytes and each thread gets its share of :data:`~linumpy.parallel.TASK_SHARE` of the limit.
-
-    Examples
-    --------
-    >>> from linumpy.io.dask_write import shard_budget
-    >>> from linumpy.parallel import Cluster
-    >>> shard_budget(Cluster(threads=4)) == 128 * 2**20
-    True
-    >>> shard_budget(Cluster(memory_limit=2**26, threads=2), per_byte=3) // 2**20
-    8
-    """
+    bytes and each thread gets its share of :data:`~linumpy.parallel.TASK_SHARE` of the limit."""
     if cluster.memory_limit is None:
         return SHARD_BYTES
     usable = int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads

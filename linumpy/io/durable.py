@@ -39,28 +39,14 @@ def _fsync(path: str | os.PathLike[str], directory: bool) -> None:
 
 
 def flush_file(path: str | os.PathLike[str]) -> None:
-    """Flush one file's data and metadata to stable storage (``fsync``).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> path = tempfile.mkdtemp() + "/a.txt"
-    >>> _ = open(path, "w").write("kept")
-    >>> flush_file(path)
-    """
+    """Flush one file's data and metadata to stable storage (``fsync``)."""
     _fsync(path, directory=False)
 
 
 def flush_folder(path: str | os.PathLike[str]) -> None:
     """Flush a folder's entries (files created, renamed or removed in it) to stable storage.
 
-    File systems that cannot flush a folder this way (``EINVAL``) flush entries with the files.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> flush_folder(tempfile.mkdtemp())
-    """
+    File systems that cannot flush a folder this way (``EINVAL``) flush entries with the files."""
     _fsync(path, directory=True)
 
 
@@ -81,16 +67,7 @@ def _sync_file_range() -> Any:
 def start_writeback(fd: int) -> None:
     """Start writing a just-written file's data to disk without waiting (Linux
     ``sync_file_range``), so that the flush before a swap finds little left to write; a no-op
-    elsewhere. Durability still comes from the flush: this only moves the disk's work earlier.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> fd = os.open(tempfile.mkdtemp() + "/c0", os.O_WRONLY | os.O_CREAT)
-    >>> _ = os.write(fd, b"chunk")
-    >>> start_writeback(fd)
-    >>> os.close(fd)
-    """
+    elsewhere. Durability still comes from the flush: this only moves the disk's work earlier."""
     function = _sync_file_range()
     if function is not None:
         function(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)  # a failure here is the flush's to report
@@ -120,28 +97,7 @@ def flush_tree(
     *,
     method: Literal["auto", "fsync"] = "auto",
 ) -> str:
-    """Flush every file and folder under ``path`` (and ``path`` itself) to stable storage.
-
-    Parameters
-    ----------
-    path
-        A file or folder.
-    method
-        ``"auto"``: one ``syncfs`` where the system has it, else ``"fsync"``: each file and
-        folder in turn, in 8 threads.
-
-    Returns how it was flushed: ``"syncfs"`` or ``"fsync"``. An I/O error of the flush is
-    raised: what was written may not be on disk.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "a").write_text("chunk")
-    >>> flush_tree(folder) in ("syncfs", "fsync")
-    True
-    """
+    """Flush every file and folder under ``path`` (and ``path`` itself) to stable storage."""
     path = Path(path)
     if method == "auto" and _syncfs(path):
         return "syncfs"
@@ -165,14 +121,7 @@ def flush_on_worker(path: str | os.PathLike[str]) -> bool:
     (one ``syncfs``), so that a task's files are durable before it reports done: the client's
     flush before its swap reaches its own host only. Elsewhere (local threads, whose writes the
     swap flushes), with the ``durable`` setting off, or where the system has no ``syncfs``:
-    nothing, and False.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> flush_on_worker(tempfile.gettempdir())  # not in a dask worker
-    False
-    """
+    nothing, and False."""
     from linumpy import settings
     from linumpy.parallel.task_inputs import on_dask_worker
 

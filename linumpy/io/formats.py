@@ -62,24 +62,7 @@ class ChecksummedZstd(numcodecs.Zstd):
     A zstd frame flags its checksum in its own header, so every libzstd verifies it whatever the
     metadata says; the ``checksum`` key itself is refused by tensorstore, ngff-zarr and zarr 2.18
     with numcodecs 0.12. Registered under ``zstd`` when :mod:`linumpy.io` is imported, so that
-    zarr v2 arrays opened again (by the tasks of a write) keep writing checksummed frames.
-
-    Parameters
-    ----------
-    level
-        zstd compression level.
-    checksum
-        Write the content checksum; by default ``linumpy.settings.get().write_checksum``.
-
-    Examples
-    --------
-    >>> codec = ChecksummedZstd(3, checksum=True)
-    >>> frame = codec.encode(bytes(100))
-    >>> bool(frame[4] & 4)  # the frame header's checksum flag
-    True
-    >>> sorted(k for k, v in codec.get_config().items() if v is not None)
-    ['id', 'level']
-    """
+    zarr v2 arrays opened again (by the tasks of a write) keep writing checksummed frames."""
 
     codec_id = "zstd"
 
@@ -97,15 +80,7 @@ numcodecs.register_codec(ChecksummedZstd)
 
 class Ngff04:
     """NGFF 0.4: zarr v2; the OME keys at the top of ``.zattrs``, each multiscale (and
-    ``image-label``, ``plate``, ``well``) stating its version; one file per chunk, no shards.
-
-    Examples
-    --------
-    >>> NGFF_04.zarr_format, NGFF_04.sharding, NGFF_04.attributes_file
-    (2, False, '.zattrs')
-    >>> NGFF_04.compressors(5, checksum=True).get_config()
-    {'id': 'zstd', 'level': 5, 'checksum': None}
-    """
+    ``image-label``, ``plate``, ``well``) stating its version; one file per chunk, no shards."""
 
     #: The version string, as the metadata states it.
     version: str = "0.4"
@@ -141,15 +116,7 @@ class Ngff04:
         self, zstd_level: int, checksum: bool, dimension_names: list[str] | None = None
     ) -> dict[str, Any]:
         """The keywords of ``zarr.create_array`` that this version decides: compressors, chunk
-        key encoding (``/`` between the chunk numbers) and, where it has them, dimension names.
-
-        Examples
-        --------
-        >>> sorted(NGFF_04.array_options(3, True, ["y", "x"]))
-        ['chunk_key_encoding', 'compressors']
-        >>> NGFF_05.array_options(3, True, ["y", "x"])["dimension_names"]
-        ['y', 'x']
-        """
+        key encoding (``/`` between the chunk numbers) and, where it has them, dimension names."""
         return {
             "compressors": self.compressors(zstd_level, checksum),
             "chunk_key_encoding": {"name": "v2", "separator": "/"},
@@ -159,39 +126,16 @@ class Ngff04:
 
     def image_attrs(self, multiscale: Mapping[str, Any]) -> dict[str, Any]:
         """An image group's attributes holding ``multiscale`` (without its version) as this
-        version states it.
-
-        Examples
-        --------
-        >>> NGFF_04.image_attrs({"name": "a"})
-        {'multiscales': [{'name': 'a', 'version': '0.4'}]}
-        >>> NGFF_05.image_attrs({"name": "a"})
-        {'ome': {'version': '0.5', 'multiscales': [{'name': 'a'}]}}
-        """
+        version states it."""
         return {"multiscales": [{**multiscale, "version": self.version}]}
 
     def with_ome(self, attrs: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
-        """``attrs`` with the OME key ``key`` set to ``value`` where this version keeps it.
-
-        Examples
-        --------
-        >>> NGFF_05.with_ome({"ome": {"version": "0.5"}}, "omero", {})
-        {'ome': {'version': '0.5', 'omero': {}}}
-        """
+        """``attrs`` with the OME key ``key`` set to ``value`` where this version keeps it."""
         return {**attrs, key: value}
 
     def convert_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """A group's attributes of any NGFF version as this version keeps them (the OME keys
-        moved, their versions restated); the other keys as they are.
-
-        Examples
-        --------
-        >>> v04 = {"multiscales": [{"version": "0.4", "axes": []}], "omero": {}, "linumpy": {}}
-        >>> NGFF_05.convert_attrs(v04)
-        {'linumpy': {}, 'ome': {'version': '0.5', 'multiscales': [{'axes': []}], 'omero': {}}}
-        >>> NGFF_04.convert_attrs(NGFF_05.convert_attrs(v04)) == v04
-        True
-        """
+        moved, their versions restated); the other keys as they are."""
         rest = dict(attrs)
         ome = dict(rest.pop("ome", {}))
         ome.pop("version", None)
@@ -249,15 +193,7 @@ class Ngff04:
 
 class Ngff05(Ngff04):
     """NGFF 0.5: zarr v3; the OME keys under ``ome`` in ``zarr.json`` with one version for all;
-    arrays sharded, zstd and a crc32c of each chunk, dimension names stated.
-
-    Examples
-    --------
-    >>> NGFF_05.zarr_format, NGFF_05.sharding, NGFF_05.attributes_file, NGFF_05.ome_key
-    (3, True, 'zarr.json', 'ome')
-    >>> [type(c).__name__ for c in NGFF_05.compressors(3, checksum=True)]
-    ['ZstdCodec', 'Crc32cCodec']
-    """
+    arrays sharded, zstd and a crc32c of each chunk, dimension names stated."""
 
     version = "0.5"
     zarr_format = 3
@@ -312,14 +248,7 @@ class Ngff05(Ngff04):
 
 class NgffLegacy(Ngff04):
     """NGFF 0.1 to 0.3 (zarr v2, the OME keys at the top): read from the attributes, never
-    validated (ome-zarr-models has no model of them) nor written.
-
-    Examples
-    --------
-    >>> legacy = format_of("0.3")
-    >>> legacy.version, legacy.writable
-    ('0.3', False)
-    """
+    validated (ome-zarr-models has no model of them) nor written."""
 
     writable = False
 
@@ -343,13 +272,7 @@ _READS = "linumpy reads NGFF 0.4 and 0.5"
 
 
 def for_zarr_format(zarr_format: int) -> NgffFormat:
-    """The NGFF version linumpy writes in zarr format ``zarr_format`` (2: 0.4, 3: 0.5).
-
-    Examples
-    --------
-    >>> for_zarr_format(3)
-    <NGFF 0.5>
-    """
+    """The NGFF version linumpy writes in zarr format ``zarr_format`` (2: 0.4, 3: 0.5)."""
     try:
         return _BY_ZARR_FORMAT[int(zarr_format)]
     except (KeyError, TypeError, ValueError):
@@ -359,15 +282,7 @@ def for_zarr_format(zarr_format: int) -> NgffFormat:
 def declared_version(attrs: Mapping[str, Any]) -> str | None:
     """The NGFF version a group's attributes declare (None: no OME metadata). Attributes under
     ``ome`` are 0.5 when they state no version (ome-zarr-py writes a labels group so); OME keys
-    at the top (a labels group of NGFF 0.4 has only ``labels``) are 0.4 unless they state one.
-
-    Examples
-    --------
-    >>> declared_version({"ome": {"labels": ["cells"]}}), declared_version({"labels": ["cells"]})
-    ('0.5', '0.4')
-    >>> declared_version({"linumpy": {}}) is None
-    True
-    """
+    at the top (a labels group of NGFF 0.4 has only ``labels``) are 0.4 unless they state one."""
     if "ome" in attrs:
         return str(attrs["ome"].get("version", NGFF_05.version))
     multiscales = attrs.get("multiscales")
@@ -392,36 +307,7 @@ def format_of(
 def format_of(
     value: str | NgffFormat | Mapping[str, Any], *, source: str | os.PathLike[str] | None = None
 ) -> NgffFormat | None:
-    """The format object of an NGFF version, or of the version a group's attributes declare.
-
-    Parameters
-    ----------
-    value
-        A version string (``"0.5"``), a format object, or a group's attributes
-        (:func:`declared_version`; None for attributes without OME metadata).
-    source
-        The group the attributes come from: an unknown version is then its fault, a
-        :class:`~linumpy.errors.LinumpyError` naming it (else a ValueError, an argument's).
-
-    Returns
-    -------
-    Ngff04 or None
-        :data:`NGFF_04`, :data:`NGFF_05`, or an :class:`NgffLegacy` for 0.1 to 0.3.
-
-    Raises
-    ------
-    LinumpyError, ValueError
-        For a version other than 0.1 to 0.5 (0.6, 1.0, ...), named in one line.
-
-    Examples
-    --------
-    >>> format_of("0.4"), format_of({"ome": {"version": "0.5"}})
-    (<NGFF 0.4>, <NGFF 0.5>)
-    >>> format_of({"ome": {"version": "0.6"}}, source="image.ome.zarr")
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.LinumpyError: image.ome.zarr: an NGFF 0.6 image; linumpy reads NGFF 0.4 and 0.5
-    """
+    """The format object of an NGFF version, or of the version a group's attributes declare."""
     if isinstance(value, Ngff04):
         return value
     if isinstance(value, Mapping):
@@ -438,22 +324,7 @@ def format_of(
 
 
 def writable_format(value: str | NgffFormat) -> NgffFormat:
-    """The format object of a version linumpy writes (a writer's ``ngff_version``).
-
-    Raises
-    ------
-    ValueError
-        For any other version, named as one linumpy only reads (0.1 to 0.3) or does not know.
-
-    Examples
-    --------
-    >>> writable_format("0.5")
-    <NGFF 0.5>
-    >>> writable_format("0.3")
-    Traceback (most recent call last):
-    ...
-    ValueError: ngff_version must be '0.4' or '0.5', got '0.3' (NGFF 0.3 is read, never written)
-    """
+    """The format object of a version linumpy writes (a writer's ``ngff_version``)."""
     if isinstance(value, Ngff04) and value.writable:
         return value
     found = _WRITABLE.get(value)  # type: ignore[call-overload]

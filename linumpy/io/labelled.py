@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import zarr
@@ -32,41 +32,14 @@ if TYPE_CHECKING:
 __all__ = ["Placement", "napari_image", "napari_layers", "open_dataarray", "placement"]
 
 
-class Placement:
-    """Where an image's level lies: its axes, and each axis' scale and translation.
+class Placement(NamedTuple):
+    """Where an image's level lies: its axes, each axis' scale and translation, and the image's
+    number of levels."""
 
-    Attributes
-    ----------
-    axes
-        The NGFF axes (names, types, units).
-    scale
-        Per axis: the spacing of voxels, in the axis' unit.
-    translation
-        Per axis: the position of voxel 0, in the axis' unit.
-    levels
-        The image's number of multiscale levels (1 for a plain array).
-
-    Examples
-    --------
-    >>> from linumpy.io.metadata import make_axes
-    >>> Placement(make_axes(2), (0.5, 0.5), (0.0, 10.0), 1)
-    Placement(yx, scale=(0.5, 0.5), translation=(0.0, 10.0))
-    """
-
-    __slots__ = ("axes", "levels", "scale", "translation")
-
-    def __init__(
-        self,
-        axes: tuple[Axis, ...],
-        scale: tuple[float, ...],
-        translation: tuple[float, ...],
-        levels: int,
-    ) -> None:
-        self.axes, self.scale, self.translation, self.levels = axes, scale, translation, levels
-
-    def __repr__(self) -> str:
-        names = "".join(a.name for a in self.axes)
-        return f"Placement({names}, scale={self.scale}, translation={self.translation})"
+    axes: tuple[Axis, ...]
+    scale: tuple[float, ...]
+    translation: tuple[float, ...]
+    levels: int
 
 
 def _translation_of(transforms: Sequence[dict[str, Any]], ndim: int) -> list[float]:
@@ -79,17 +52,7 @@ def _translation_of(transforms: Sequence[dict[str, Any]], ndim: int) -> list[flo
 def placement(
     path: Any, level: int = 0, *, storage_options: dict[str, Any] | None = None
 ) -> Placement:
-    """The axes, scale and translation of an image's level (pixel units for a plain array).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import save_omezarr
-    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
-    >>> save_omezarr(np.zeros((4, 8, 8), np.uint8), path, voxel_size=(5, 2, 2), n_levels=2)
-    >>> placement(path, 1).scale
-    (10.0, 4.0, 4.0)
-    """
+    """The axes, scale and translation of an image's level (pixel units for a plain array)."""
     source = parse_source(path, storage_options)
     if source.local is not None:
         node = zarr.open(store=LocalStore(source.local, read_only=True), mode="r")
@@ -140,18 +103,7 @@ def open_dataarray(
     positions (scale and translation applied, ``units`` in its attributes), a channel axis its
     indices. Blocks are read by :func:`~linumpy.io.read_volume` into numpy, or cupy with
     ``gpu``. The array's attributes hold ``units`` (per axis), ``scale``, ``translation``,
-    ``axis_types``, ``level`` and ``source``.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import open_volume, save_omezarr
-    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
-    >>> save_omezarr(np.zeros((4, 8, 8), np.uint8), path, voxel_size=(5, 2, 2))
-    >>> image = open_volume(path, xarray=True, region=(slice(1, 3),))
-    >>> image.dims, image.coords["z"].values.tolist(), image.coords["x"].attrs["units"]
-    (('z', 'y', 'x'), [5.0, 10.0], 'micrometer')
-    """
+    ``axis_types``, ``level`` and ``source``."""
     try:
         import xarray
     except ImportError as exc:
@@ -203,38 +155,7 @@ def napari_image(
 ) -> tuple[Any, dict[str, Any]]:
     """The arguments of napari's ``viewer.add_image`` for an OME-Zarr image, every level lazy.
 
-    Its label images are left out: :func:`napari_layers` gives them as ``labels`` layers.
-
-    Returns
-    -------
-    data : list of dask.array.Array, or dask.array.Array
-        Every level, level 0 first (napari's multiscale list); the array itself for an image
-        of one level.
-    kwargs : dict
-        ``multiscale``, ``name``, ``axis_labels``, ``units``, and ``scale`` and ``translate``
-        of level 0 (napari derives the other levels' from their shapes), with
-        ``channel_axis`` for an image with a channel axis (``scale`` and ``translate`` then
-        leave that axis out, as napari wants) and, from its ``omero`` metadata, each
-        channel's ``name``, ``colormap`` (black to its colour), ``contrast_limits`` (its
-        window) and ``visible``.
-
-    Raises
-    ------
-    LinumpyError
-        For a label image (``image-label`` metadata): its values are labels, not intensities;
-        :func:`napari_layers` gives it as a ``labels`` layer.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import save_omezarr
-    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
-    >>> save_omezarr(np.zeros((8, 16, 16), np.uint16), path, voxel_size=(5, 2, 2), n_levels=2)
-    >>> data, kwargs = napari_image(path)
-    >>> [level.shape for level in data], kwargs["scale"], kwargs["multiscale"]
-    ([(8, 16, 16), (4, 8, 8)], (5.0, 2.0, 2.0), True)
-    >>> # viewer.add_image(data, **kwargs)
-    """
+    Its label images are left out: :func:`napari_layers` gives them as ``labels`` layers."""
     if _image_label(path, storage_options) is not None:
         raise LinumpyError(
             f"{describe(path)} is a label image: napari_layers() gives it as a 'labels' layer"
@@ -288,24 +209,7 @@ def napari_layers(
     label lacks it) when it gives ``properties``.
 
     Every level is lazy. napari itself is not needed: the layers are added with
-    ``getattr(viewer, "add_" + layer_type)(data, **kwargs)``, as a napari reader's are.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io import save_omezarr
-    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
-    >>> save_omezarr(np.zeros((4, 8, 8), np.uint16), path, voxel_size=(5, 2, 2))
-    >>> save_omezarr(np.ones((4, 8, 8), np.uint8), path + "/labels/cells", voxel_size=(5, 2, 2))
-    >>> label = zarr.open_group(path + "/labels/cells")
-    >>> colors = [{"label-value": 1, "rgba": [255, 0, 0, 255]}]
-    >>> label.attrs["ome"] = label.attrs["ome"] | {"image-label": {"colors": colors}}
-    >>> zarr.open_group(path + "/labels").attrs["ome"] = {"version": "0.5", "labels": ["cells"]}
-    >>> [(kwargs["name"], kind) for _, kwargs, kind in napari_layers(path)]
-    [('image.ome.zarr', 'image'), ('cells', 'labels')]
-    >>> napari_layers(path)[1][1]["colormap"]
-    {1: (1.0, 0.0, 0.0, 1.0)}
-    """
+    ``getattr(viewer, "add_" + layer_type)(data, **kwargs)``, as a napari reader's are."""
     own = _image_label(path, storage_options)
     if own is not None:
         return [_labels_layer(path, own, gpu, storage_options, chunks)]

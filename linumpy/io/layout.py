@@ -62,14 +62,7 @@ ShardsArg = Sequence[int] | Literal["auto"] | None
 
 
 class Layout(NamedTuple):
-    """A chunk shape and a shard shape (None: one file per chunk).
-
-    Examples
-    --------
-    >>> chunks, shards = Layout((32, 128, 128), (96, 256, 256))
-    >>> shards
-    (96, 256, 256)
-    """
+    """A chunk shape and a shard shape (None: one file per chunk)."""
 
     chunks: tuple[int, ...]
     shards: tuple[int, ...] | None
@@ -103,33 +96,7 @@ def inner_chunks(
     one before them (z), then y and x again, while a chunk stays within ``chunk_bytes``; no axis
     outgrows the array. Other axes (channels, time) get 1. An image of 2 axes grows y and x in
     turn. With ``within`` (a tile that the chunks must divide) each axis is then moved to the
-    nearest divisor of the tile's.
-
-    Parameters
-    ----------
-    shape, dtype
-        The array's.
-    space
-        The indices of the space axes; by default the last three.
-    chunk_bytes
-        Target bytes per chunk; ``linumpy.settings.get().chunk_bytes`` by default.
-    within
-        A block, of ``shape``'s length, that every chunk axis must divide.
-
-    Examples
-    --------
-    >>> from linumpy.io.layout import inner_chunks
-    >>> inner_chunks((96, 1024, 1024), "uint16"), inner_chunks((96, 1024, 1024), "float32")
-    ((32, 128, 128), (16, 128, 128))
-    >>> inner_chunks((4096, 4096), "uint16"), inner_chunks((4096, 4096), "uint8")
-    ((512, 1024), (1024, 1024))
-    >>> inner_chunks((8, 1000, 1000), "uint16")  # a thin volume: wider planes
-    (8, 256, 256)
-    >>> inner_chunks((96, 1000, 1000), "uint16", within=(96, 250, 250))  # tiles of 250
-    (32, 125, 125)
-    >>> inner_chunks((3, 64, 512, 512), "uint16", space=(1, 2, 3))  # one channel per chunk
-    (1, 32, 128, 128)
-    """
+    nearest divisor of the tile's."""
     shape = tuple(max(1, int(n)) for n in shape)
     itemsize = np.dtype(dtype).itemsize
     target = settings.get().chunk_bytes if chunk_bytes is None else int(chunk_bytes)
@@ -194,18 +161,7 @@ def slab_shards(
 
     Each grows in whole chunks while a shard holds at most ``shard_bytes`` (at least one
     chunk); shards of one axis hold the same number of chunks. None when a shard would hold
-    one chunk (sharding would add nothing).
-
-    Examples
-    --------
-    >>> from linumpy.io.layout import slab_shards
-    >>> slab_shards((512, 1024, 1024), (32, 128, 128), "uint16")  # 64 planes of 2 MiB
-    (64, 1024, 1024)
-    >>> slab_shards((64, 4096, 4096), (16, 128, 128), "float32")  # planes of 64 MiB
-    (16, 512, 4096)
-    >>> slab_shards((32, 128, 128), (32, 128, 128), "uint16") is None
-    True
-    """
+    one chunk (sharding would add nothing)."""
     shape = tuple(max(1, int(n)) for n in shape)
     chunks = tuple(min(int(c), n) for c, n in zip(chunks, shape))
     shards = list(chunks)
@@ -226,16 +182,7 @@ def tile_shards(
     """Shards of one tile of a mosaic grid: the tile's ``(h, w)`` in y and x, and its whole
     depth when that fits ``shard_bytes`` (else as many whole chunks of depth as fit).
 
-    ``chunks`` must divide the tile. None when a shard would hold one chunk.
-
-    Examples
-    --------
-    >>> from linumpy.io.layout import tile_shards
-    >>> tile_shards((96, 1024, 1024), (32, 128, 128), "uint16", (256, 256))
-    (96, 256, 256)
-    >>> tile_shards((64, 512, 512), (16, 128, 128), "float32", (128, 128)) is None
-    False
-    """
+    ``chunks`` must divide the tile. None when a shard would hold one chunk."""
     shape = tuple(max(1, int(n)) for n in shape)
     chunks = tuple(min(int(c), n) for c, n in zip(chunks, shape))
     axes = _space(len(shape), space)
@@ -258,16 +205,7 @@ def tile_layout(
 ) -> Layout:
     """The default layout of a mosaic grid of ``tile`` ``(h, w)`` tiles: inner chunks that
     divide a tile (:func:`inner_chunks` with ``within``), one tile per shard
-    (:func:`tile_shards`).
-
-    Examples
-    --------
-    >>> from linumpy.io.layout import tile_layout
-    >>> tile_layout((96, 1024, 1024), "uint16", (256, 256))
-    Layout(chunks=(32, 128, 128), shards=(96, 256, 256))
-    >>> tile_layout((64, 64), "float32", (32, 32))  # a tile is one small chunk
-    Layout(chunks=(32, 32), shards=None)
-    """
+    (:func:`tile_shards`)."""
     shape = tuple(int(n) for n in shape)
     axes = _space(len(shape), space)
     within = list(shape)
@@ -289,14 +227,7 @@ def warn_file_count(
     shape: Sequence[int], chunks: Sequence[int], *, what: str = "this image"
 ) -> int:
     """Log a warning when an unsharded array of ``chunks`` makes more than
-    :data:`V2_WARN_FILES` chunk files; return their number.
-
-    Examples
-    --------
-    >>> from linumpy.io.layout import warn_file_count
-    >>> warn_file_count((512, 1024, 1024), (32, 128, 128))
-    1024
-    """
+    :data:`V2_WARN_FILES` chunk files; return their number."""
     files = math.prod(-(-int(n) // int(c)) for n, c in zip(shape, chunks))
     if files > V2_WARN_FILES:
         logger.warning(
@@ -327,24 +258,7 @@ def default_layout(
     ``shards="auto"`` takes :func:`slab_shards` of
     the chunks for NGFF 0.5 and none for 0.4 (then warning, with :func:`warn_file_count`, when
     the chunk files are very many); ``shards=None`` writes one file per chunk. Explicit shapes
-    are kept (shards must be multiples of the chunks, and need NGFF 0.5).
-
-    Raises
-    ------
-    ValueError
-        For shapes of the wrong length or with entries below 1, shards that are not multiples
-        of the chunks, or shards with NGFF 0.4.
-
-    Examples
-    --------
-    >>> from linumpy.io.layout import default_layout
-    >>> default_layout((64, 512, 512), "uint16", chunks=(64, 64, 64))
-    Layout(chunks=(64, 64, 64), shards=(64, 512, 512))
-    >>> default_layout((64, 512, 512), "uint16", shards=None)
-    Layout(chunks=(32, 128, 128), shards=None)
-    >>> default_layout((64, 512, 512), "uint16", shards=(64, 96, 96))
-    Layout(chunks=(32, 96, 96), shards=(64, 96, 96))
-    """
+    are kept (shards must be multiples of the chunks, and need NGFF 0.5)."""
     shape = tuple(int(n) for n in shape)
     sharding = format_of(ngff_version).sharding
     given = chunks is not None

@@ -78,40 +78,7 @@ def store_levels(
     memory limit (halving a block needs half a block more) and every block of the level above
     but the last has an even extent along the axes that shrink (blocks start on the levels'
     shards, so this holds for linumpy's layouts); the levels after the first that fails are
-    left to build from storage. With a memory limit only level 0 is written.
-
-    Parameters
-    ----------
-    data
-        Level 0, a dask array of numpy or cupy blocks.
-    arrays
-        The pyramid's levels, full resolution first (e.g. ``OmeZarrWriter(...).arrays``).
-    axes
-        The axes that shrink (an image's space axes); all by default.
-    gpu
-        The blocks are cupy arrays (halved on their device).
-    cluster, progress, desc
-        As for :func:`~linumpy.io.dask_write.store_dask`.
-
-    Returns
-    -------
-    list of zarr.Array
-        The last level written and those after it: the pyramid still to build from its first
-        level (one level when the blocks filled them all).
-
-    Examples
-    --------
-    >>> import dask.array as da, numpy as np, tempfile
-    >>> from linumpy.io import OmeZarrWriter, downsample_mean
-    >>> writer = OmeZarrWriter(tempfile.mkdtemp() + "/i.ome.zarr", (8, 32, 32), np.uint16,
-    ...                        voxel_size=(1, 1, 1), chunks=(4, 8, 8), n_levels=3)
-    >>> volume = np.random.default_rng(0).integers(0, 4000, (8, 32, 32), dtype=np.uint16)
-    >>> rest = store_levels(da.from_array(volume, chunks=(4, 16, 16)), writer.arrays)
-    >>> len(rest)  # every level came from the blocks
-    1
-    >>> bool((writer.arrays[2][...] == downsample_mean(downsample_mean(volume))).all())
-    True
-    """
+    left to build from storage. With a memory limit only level 0 is written."""
     cluster = cluster or Cluster()
     current, written = data, 0
     while written + 1 < len(arrays) and cluster.memory_limit is None:

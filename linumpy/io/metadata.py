@@ -71,22 +71,7 @@ class Axis(NamedTuple):
 class Coordinates(NamedTuple):
     """Where an image's voxels lie: its axes (names, types, units), the voxel size along each
     axis and the position of its first voxel (NGFF ``scale`` and ``translation`` of level 0, the
-    multiscale's own transformations folded in).
-
-    Parameters
-    ----------
-    axes
-        The image's axes.
-    scale
-        Voxel size along each axis, in its unit.
-    translation
-        Position of voxel 0 along each axis, in its unit; None when the image states none.
-
-    Examples
-    --------
-    >>> Coordinates(make_axes(2, "yx", unit="nanometer"), (2.0, 2.0), (100.0, 0.0)).scale
-    (2.0, 2.0)
-    """
+    multiscale's own transformations folded in)."""
 
     axes: tuple[Axis, ...]
     scale: tuple[float, ...]
@@ -102,41 +87,9 @@ def derive_coordinates(
     """The coordinates of an image a step derives from ``source``: every writer of a derived
     image takes its axes, units, voxel size and position from here.
 
-    Axes, units and voxel size are the source's (a unitless axis stays unitless); the first voxel
-    lies at ``origin`` in the source's voxel grid, so the translation is the source's moved by
-    ``origin`` voxels (none stays none while the origin is 0).
-
-    Parameters
-    ----------
-    source
-        The input's coordinates.
-    keep
-        Indices of the source axes the output keeps, in order (a projection drops the axis it
-        sums); all by default.
-    origin
-        Position of the output's voxel 0 in the source's voxel grid, per kept axis (a stitch:
-        where its output starts; 0 by default).
-
-    Returns
-    -------
-    Coordinates
-        The output's coordinates.
-
-    Examples
-    --------
-    A stitch whose output starts 3 voxels above the mosaic's first tile, of a nanometer image:
-
-    >>> source = Coordinates(make_axes(3, "zyx", unit="nanometer"), (5.0, 2.0, 2.0),
-    ...                      (0.0, 10.0, 20.0))
-    >>> out = derive_coordinates(source, origin=(0, -3, 0))
-    >>> out.axes[1].unit, out.scale, out.translation
-    ('nanometer', (5.0, 2.0, 2.0), (0.0, 4.0, 20.0))
-
-    A projection along z keeps the plane's position:
-
-    >>> derive_coordinates(source, keep=(1, 2)).translation
-    (10.0, 20.0)
-    """
+    Axes, units and voxel size are those of the source axes in ``keep`` (a projection drops the
+    axis it sums); the first voxel lies at ``origin`` in the source's voxel grid, so the
+    translation is the source's moved by ``origin`` voxels (none stays none while it is 0)."""
     keep = tuple(range(len(source.axes))) if keep is None else tuple(int(i) for i in keep)
     origin = (0.0,) * len(keep) if origin is None else tuple(float(o) for o in origin)
     if len(origin) != len(keep):
@@ -156,24 +109,12 @@ def level_translation(
     translation: Sequence[float], scale: Sequence[float], factor: Sequence[int]
 ) -> list[float]:
     """The translation of a pyramid level downsampled by ``factor`` (a mean of ``factor``
-    voxels): its first voxel's centre lies between the first ``factor`` voxels of level 0.
-
-    Examples
-    --------
-    >>> level_translation((0.0, 10.0), (1.0, 2.0), (1, 4))
-    [0.0, 13.0]
-    """
+    voxels): its first voxel's centre lies between the first ``factor`` voxels of level 0."""
     return [t + (f - 1) * s / 2 for t, s, f in zip(translation, scale, factor)]
 
 
 def parse_voxel_size(value: Sequence[float], ndim: int) -> tuple[float, ...]:
-    """Return the voxel size as floats, one positive value per axis, else raise ValueError.
-
-    Examples
-    --------
-    >>> parse_voxel_size([5, 2.5, 2.5], 3)
-    (5.0, 2.5, 2.5)
-    """
+    """Return the voxel size as floats, one positive value per axis, else raise ValueError."""
     sizes = tuple(float(v) for v in value)
     if len(sizes) != ndim or not all(math.isfinite(v) and v > 0 for v in sizes):
         raise ValueError(f"voxel_size must hold {ndim} positive numbers, got {tuple(value)}")
@@ -208,37 +149,9 @@ def make_axes(
     axes: str | Sequence[str | Axis | Mapping[str, Any]] | None = None,
     unit: str = "micrometer",
 ) -> tuple[Axis, ...]:
-    """The axes of an ``ndim``-D image, checked against the OME-NGFF rules.
-
-    Parameters
-    ----------
-    ndim
-        Number of axes (2 to 5).
-    axes
-        Axis names as one string (``"cyx"``) or a sequence of names, :class:`Axis` or NGFF axis
-        mappings; by default the last ``ndim`` of ``tczyx``. Types follow from the names ``t``
-        (time), ``c`` (channel), ``z``/``y``/``x`` (space) unless given.
-    unit
-        Unit of the space axes given by name only (axes given as :class:`Axis` or mappings keep
-        their own unit).
-
-    Raises
-    ------
-    ValueError
-        When the count is wrong, names repeat, or the axes break NGFF's rules (2 or 3 space axes,
-        at most one time, one channel and one axis of another type, time first and space last).
-
-    Examples
-    --------
-    >>> [axis.name for axis in make_axes(4)]
-    ['c', 'z', 'y', 'x']
-    >>> make_axes(3, "zyx", unit="nanometer")[2]
-    Axis(name='x', type='space', unit='nanometer')
-    >>> make_axes(3, "yxc")
-    Traceback (most recent call last):
-    ...
-    ValueError: axes yxc: space axes must come last (NGFF)
-    """
+    """The axes of an ``ndim``-D image, checked against the OME-NGFF rules: ``axes`` as names
+    (``"cyx"``), :class:`Axis` or NGFF mappings, by default the last ``ndim`` of ``tczyx``;
+    ``unit`` is that of the space axes given by name."""
     if not 2 <= ndim <= 5:
         raise ValueError(f"OME-Zarr images have 2 to 5 dimensions, got {ndim}")
     if axes is None:
@@ -275,35 +188,7 @@ def image_attrs(
 
     Built as plain JSON (importing ome-zarr-models and pydantic costs a process more than a
     projection's work); writers check the result with :func:`validate_image_attrs`, whose
-    verdict is cached, and a test compares it with the models' own output.
-
-    Parameters
-    ----------
-    name
-        The image's name (``multiscales[0].name``).
-    axes
-        The image's axes.
-    scales
-        Each level's scale, level 0 first (paths ``"0"``, ``"1"``...).
-    version
-        ``"0.5"`` (zarr v3: under ``"ome"``) or ``"0.4"`` (zarr v2), or its format object
-        (:mod:`linumpy.io.formats`).
-    translations
-        Each level's translation, after its scale; none by default.
-
-    Returns
-    -------
-    dict
-        The group's attributes.
-
-    Examples
-    --------
-    >>> attrs = image_attrs("a", make_axes(2), [[0.5, 0.5], [1.0, 1.0]], "0.5")
-    >>> attrs["ome"]["version"], attrs["ome"]["multiscales"][0]["axes"][0]
-    ('0.5', {'name': 'y', 'type': 'space', 'unit': 'micrometer'})
-    >>> image_attrs("a", make_axes(2), [[0.5, 0.5]], "0.4")["multiscales"][0]["datasets"]
-    [{'path': '0', 'coordinateTransformations': [{'type': 'scale', 'scale': [0.5, 0.5]}]}]
-    """
+    verdict is cached, and a test compares it with the models' own output."""
     multiscale: dict[str, Any] = {
         "axes": [
             {key: value for key, value in axis._asdict().items() if value is not None}
@@ -346,18 +231,7 @@ def check_chunk_count(shape: Sequence[int], chunks: Sequence[int], itemsize: int
 
     More than :data:`MAX_CHUNKS` chunks, or more than :data:`MANY_CHUNKS` chunks of under
     :data:`SMALL_CHUNK_BYTES` each, raise LinumpyError; more than :data:`WARN_CHUNKS` small chunks
-    log a warning. The message gives the numbers.
-
-    Examples
-    --------
-    >>> check_chunk_count((512, 512, 512), (64, 64, 64), 2)
-    >>> check_chunk_count((512, 512, 512), (1, 1, 1), 2)
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.LinumpyError: chunks (1, 1, 1) cut a (512, 512, 512) image into 134,217,728 \
-chunks of 2 B each (at most 1,000,000 chunks under 64 KiB are allowed); use larger chunks, \
-for example 128 along each axis
-    """
+    log a warning. The message gives the numbers."""
     shape, chunks = tuple(int(s) for s in shape), tuple(int(c) for c in chunks)
     count = math.prod(-(-s // c) for s, c in zip(shape, chunks, strict=True))
     size = math.prod(min(c, s) for s, c in zip(shape, chunks, strict=True)) * itemsize
@@ -384,22 +258,7 @@ def _bytes(size: int) -> str:
 
 
 def multiscale_dataset_paths(group: zarr.Group, path: str | os.PathLike[str]) -> list[str]:
-    """The dataset paths of an OME-Zarr image's first multiscale, level 0 first.
-
-    Raises
-    ------
-    LinumpyError
-        When the group carries no OME-NGFF multiscales metadata.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io import save_omezarr
-    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
-    >>> save_omezarr(np.ones((8, 8, 8), np.uint8), path, voxel_size=(1, 1, 1), n_levels=3)
-    >>> multiscale_dataset_paths(zarr.open_group(path, mode="r"), path)
-    ['0', '1', '2']
-    """
+    """The dataset paths of an OME-Zarr image's first multiscale, level 0 first."""
     multiscale = multiscale_metadata(group, path)
     return [dataset["path"] for dataset in multiscale["datasets"]]
 

@@ -31,42 +31,7 @@ def validate_image_attrs(
     or none. Older versions (0.1 to 0.3), which ome-zarr-models does not model, are left to
     linumpy's own parser and not validated. Axes without a ``type`` (optional in the
     specification, required by the models' axis rules) get the type their name implies
-    (``t``, ``c``, ``z``, ``y``, ``x``) before validation, as linumpy has always read them.
-
-    Parameters
-    ----------
-    attrs
-        The group's attributes (``zarr.json``'s ``attributes`` or ``.zattrs``).
-    zarr_format
-        2 or 3.
-    source
-        The file the attributes come from, named in the error.
-
-    Returns
-    -------
-    str or None
-        The NGFF version validated, None when the attributes declare a version not validated.
-
-    Raises
-    ------
-    LinumpyError
-        When the models reject the attributes: the message names ``source`` and the first error.
-
-    Examples
-    --------
-    >>> axes = [{"name": n, "type": "space", "unit": "micrometer"} for n in "yx"]
-    >>> dataset = {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]}
-    >>> attrs = {"ome": {"version": "0.5", "multiscales": [{"axes": axes, "datasets": [dataset]}]}}
-    >>> validate_image_attrs(attrs, 3, "image.ome.zarr/zarr.json")
-    '0.5'
-    >>> dataset["coordinateTransformations"][0]["scale"] = [1, 1, 1]
-    >>> validate_image_attrs(attrs, 3, "image.ome.zarr/zarr.json")
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.LinumpyError: image.ome.zarr/zarr.json: invalid OME-NGFF 0.5 metadata \
-(multiscales.0: The length of axes does not match the dimensionality of the scale transform in \
-datasets[0].coordinateTransformations. Got 2 axes, but the scale transform has dimensionality 3)
-    """
+    (``t``, ``c``, ``z``, ``y``, ``x``) before validation, as linumpy has always read them."""
     fmt = for_zarr_format(zarr_format)
     data = fmt.validated_part(attrs)
     if data is None:

@@ -350,24 +350,7 @@ def read_coordinates(
 ) -> Coordinates:
     """The axes, voxel size and position of an OME-Zarr image's level, as its metadata states
     them (the multiscale's own transformations folded in): what a step deriving an image from
-    it passes on (:func:`~linumpy.io.metadata.derive_coordinates`).
-
-    Raises
-    ------
-    LinumpyError
-        As :func:`read_omezarr` and :func:`read_axes`.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import Axis, save_omezarr
-    >>> path = tempfile.mkdtemp() + "/image.ome.zarr"
-    >>> axes = [Axis("y", "space", "nanometer"), Axis("x", "space", "nanometer")]
-    >>> save_omezarr(np.zeros((8, 8), np.uint8), path, voxel_size=(2, 2), axes=axes,
-    ...              translation=(100, -50))
-    >>> read_coordinates(path).translation
-    (100.0, -50.0)
-    """
+    it passes on (:func:`~linumpy.io.metadata.derive_coordinates`)."""
     axes = read_axes(path, storage_options=storage_options)
     group = _open_node(path, storage_options)
     group, path = _image(group, _name(path, group))

@@ -23,13 +23,7 @@ COMPRESSION_ALLOWANCE = 4
 
 
 def format_bytes(size: float) -> str:
-    """A size in bytes as a short text in powers of 1024.
-
-    Examples
-    --------
-    >>> format_bytes(512), format_bytes(3 * 2**30), format_bytes(1e25)
-    ('512 B', '3.00 GiB', '9.09e+12 TiB')
-    """
+    """A size in bytes as a short text in powers of 1024."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
@@ -58,26 +52,7 @@ def check_output_size(
 ) -> int:
     """Refuse, in one line with the size, an output larger than ``max_bytes`` (by default
     :data:`MAX_OUTPUT_BYTES`) or than the disk of ``target`` can hold compressed
-    :data:`COMPRESSION_ALLOWANCE` times; return its size in bytes (uncompressed).
-
-    Raises
-    ------
-    LinumpyError
-        Naming ``target``, the shape and the size.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> folder = tempfile.mkdtemp()
-    >>> check_output_size((10, 100, 100), "float32", folder + "/out.ome.zarr")
-    400000
-    >>> check_output_size((10, 10**12, 10**12), "float32", folder + "/out.ome.zarr",
-    ...                   what="stitched image")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    linumpy.errors.LinumpyError: .../out.ome.zarr: the stitched image of shape (10, ..., \
-...) would hold 3.64e+13 TiB, more than the 64.00 TiB allowed; check the transform
-    """
+    :data:`COMPRESSION_ALLOWANCE` times; return its size in bytes (uncompressed)."""
     shape = tuple(int(n) for n in shape)
     size = math.prod(shape) * np.dtype(dtype).itemsize
     limit = MAX_OUTPUT_BYTES if max_bytes is None else int(max_bytes)

@@ -115,16 +115,7 @@ def read_to(
     settings: _settings.Settings | Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> Any:
-    """:func:`read_volume` to a destination, into ``out`` when given (see :func:`read_volume`).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint8")
-    >>> out = np.zeros(4, np.uint8)
-    >>> read_to("cpu", array, out=out) is out
-    True
-    """
+    """:func:`read_volume` to a destination, into ``out`` when given (see :func:`read_volume`)."""
     resolved = _settings.resolve(settings)
     array = open_array(path, level, storage_options=storage_options)
     source = f"{describe(path)} (level {level})"
@@ -141,15 +132,7 @@ def read_opened(
     settings: _settings.Settings | Mapping[str, Any] | None = None,
 ) -> Any:
     """:func:`read_to` of an array opened already (by :func:`~linumpy.io.open_array`), named
-    ``source`` in errors: nothing is opened.
-
-    Examples
-    --------
-    >>> import tempfile, zarr
-    >>> array = zarr.create_array(tempfile.mkdtemp() + "/a.zarr", shape=(4,), dtype="uint8")
-    >>> read_opened("cpu", array, "a (level 0)", region=(slice(1, 3),)).tolist()
-    [0, 0]
-    """
+    ``source`` in errors: nothing is opened."""
     resolved = _settings.resolve(settings)
     if np.dtype(array.dtype).kind not in "biufc":
         raise LinumpyError(

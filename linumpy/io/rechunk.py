@@ -42,26 +42,13 @@ logger = logging.getLogger(__name__)
 
 class Rechunked(NamedTuple):
     """What :func:`rechunk` wrote: per array (its path in the image, "" for a plain array), the
-    shape, chunks and shards; and the bytes copied (uncompressed).
-
-    Examples
-    --------
-    >>> done = Rechunked({"": ((64, 64), (32, 32), None)}, 8192)
-    >>> done.arrays[""][1], done.nbytes
-    ((32, 32), 8192)
-    """
+    shape, chunks and shards; and the bytes copied (uncompressed)."""
 
     arrays: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]]
     nbytes: int
 
     def describe(self) -> str:
-        """One line per array: path, shape, chunks and shards.
-
-        Examples
-        --------
-        >>> Rechunked({"0": ((64, 64), (32, 32), (64, 64))}, 8192).describe()
-        '0: (64, 64), chunks (32, 32), shards (64, 64)'
-        """
+        """One line per array: path, shape, chunks and shards."""
         lines = []
         for path, (shape, chunks, shards) in self.arrays.items():
             where = f"{path}: " if path else ""
@@ -136,65 +123,7 @@ def rechunk(
     progress: bool = False,
     cluster: Cluster | None = None,
 ) -> Rechunked:
-    """Rewrite a zarr array or OME-Zarr image in linumpy's default layout (or the one given).
-
-    Parameters
-    ----------
-    source
-        A zarr array or group (an OME-Zarr image, NGFF 0.4 or 0.5), v2 or v3, on local disk.
-    target
-        The copy to create.
-    chunks
-        (Inner) chunk shape of every array (clipped to its shape); by default each array's own
-        from :func:`linumpy.io.layout.inner_chunks`, dividing the tile of a mosaic grid.
-    shards
-        ``"auto"``: one tile per shard for a mosaic grid (``linumpy.mosaic.tile_shape``), slabs
-        of whole planes otherwise (smaller under a memory limit); a shape; None: no shards.
-    ngff_version
-        ``"0.5"`` (zarr v3, sharded) or ``"0.4"`` (zarr v2: one file per chunk).
-    zstd_level, checksum
-        zstd level (``linumpy.settings.get().zstd_level`` by default) and content checksums
-        (``linumpy.settings.get().write_checksum`` by default), as
-        :class:`~linumpy.io.OmeZarrWriter` writes them.
-    gpu
-        Read into and encode from the GPU (NGFF 0.5).
-    overwrite
-        Replace an existing ``target`` (only once the copy is complete).
-    progress
-        Show a progress bar per array.
-    cluster
-        Where the tasks run and how much memory each may use; local threads by default.
-
-    Returns
-    -------
-    Rechunked
-        The layout of each array written, and the bytes copied.
-
-    Raises
-    ------
-    LinumpyError
-        For a missing source, an existing target without ``overwrite``, or an OME-Zarr image of
-        NGFF 0.1 to 0.3 (no 0.4/0.5 metadata to move).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import read_omezarr, read_volume, save_omezarr
-    >>> from linumpy.io.rechunk import rechunk
-    >>> folder = tempfile.mkdtemp()
-    >>> volume = np.arange(64 * 256 * 256, dtype=np.uint16).reshape(64, 256, 256)
-    >>> save_omezarr(volume, folder + "/old.ome.zarr", voxel_size=(2, 1, 1), chunks=(64, 64, 64),
-    ...              shards=None, ngff_version="0.4", n_levels=2)
-    >>> done = rechunk(folder + "/old.ome.zarr", folder + "/new.ome.zarr")
-    >>> print(done.describe())
-    0: (64, 256, 256), chunks (32, 128, 128), shards (64, 256, 256)
-    1: (32, 128, 128), chunks (32, 128, 128), shards none
-    >>> array, voxel_size = read_omezarr(folder + "/new.ome.zarr", level=1)
-    >>> array.metadata.zarr_format, voxel_size
-    (3, (4.0, 2.0, 2.0))
-    >>> bool((read_volume(folder + "/new.ome.zarr") == volume).all())
-    True
-    """
+    """Rewrite a zarr array or OME-Zarr image in linumpy's default layout (or the one given)."""
     fmt = writable_format(ngff_version)
     source, target = Path(source), Path(target)
     _check_source(source)  # names the file at fault, before anything is written
@@ -299,29 +228,7 @@ def copy_labels(
 
     With ``n_levels`` (the levels of the image at ``target``), each label image keeps its first
     ``n_levels`` levels: NGFF wants as many as the image has. Label images with fewer are not
-    copied (a warning says so), nor is anything else of the labels then.
-
-    Returns
-    -------
-    list of str
-        The label images' names (none when the source has no labels).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io import save_omezarr
-    >>> folder = tempfile.mkdtemp()
-    >>> save_omezarr(np.zeros((8, 8), np.uint8), folder + "/a", voxel_size=(1, 1))
-    >>> save_omezarr(np.ones((8, 8), np.uint8), folder + "/a/labels/cells", voxel_size=(1, 1))
-    >>> group = zarr.open_group(folder + "/a/labels")
-    >>> group.attrs["ome"] = {"version": "0.5", "labels": ["cells"]}
-    >>> save_omezarr(np.zeros((8, 8), np.uint8), folder + "/b", voxel_size=(1, 1),
-    ...              ngff_version="0.4")
-    >>> copy_labels(folder + "/a", folder + "/b", ngff_version="0.4")
-    ['cells']
-    >>> zarr.open_group(folder + "/b/labels").attrs.asdict()
-    {'labels': ['cells']}
-    """
+    copied (a warning says so), nor is anything else of the labels then."""
     fmt = writable_format(ngff_version)
     source, target = Path(source), Path(target)
     root = zarr.open_group(store=RegularFileStore(source, read_only=True), mode="r")

@@ -61,15 +61,7 @@ def url_scheme(source: object) -> str | None:
     """The scheme of a URL (``"http"``, ``"s3"``, ``"file"``...), None for anything else.
 
     Only a string with an explicit ``scheme://`` is a URL: a :class:`pathlib.Path` or a string
-    without one is a local path, whatever characters (``#``, ``?``, ``%``, ``:``) it holds.
-
-    Examples
-    --------
-    >>> url_scheme("S3://bucket/image.zarr"), url_scheme("file:///data/a.zarr")
-    ('s3', 'file')
-    >>> url_scheme("data/a#1?.zarr"), url_scheme("c:/data"), url_scheme(Path("http://x"))
-    (None, None, None)
-    """
+    without one is a local path, whatever characters (``#``, ``?``, ``%``, ``:``) it holds."""
     if not isinstance(source, str):
         return None
     match = _SCHEME.match(source)
@@ -77,25 +69,13 @@ def url_scheme(source: object) -> str | None:
 
 
 def is_url(source: object) -> bool:
-    """Whether ``source`` is the URL of a remote store (``file://`` URLs are local paths).
-
-    Examples
-    --------
-    >>> is_url("https://example.org/image.ome.zarr"), is_url("file:///tmp/a.zarr")
-    (True, False)
-    """
+    """Whether ``source`` is the URL of a remote store (``file://`` URLs are local paths)."""
     scheme = url_scheme(source)
     return scheme is not None and scheme != "file"
 
 
 def local_path(url: str) -> Path:
-    """The local path of a ``file://`` URL (percent-escapes decoded).
-
-    Examples
-    --------
-    >>> local_path("file:///data/my%20image.zarr").as_posix()
-    '/data/my image.zarr'
-    """
+    """The local path of a ``file://`` URL (percent-escapes decoded)."""
     parts = urllib.parse.urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         raise LinumpyError(f"{url}: file URLs name a local path (file:///path), not a host")
@@ -166,33 +146,7 @@ def object_store(
     storage_options: Mapping[str, Any] | None = None,
     settings: _settings.Settings | None = None,
 ) -> Any:
-    """An obstore store for the folder a remote URL names (its prefix).
-
-    Parameters
-    ----------
-    url
-        ``http(s)://host/path``, ``s3://bucket/path`` or ``gs://bucket/path``.
-    storage_options
-        ``anonymous`` (or ``anon``): no credentials (public buckets); ``endpoint_url`` (or
-        ``endpoint``): an S3-compatible server; ``key``, ``secret``, ``token``, ``region``;
-        ``headers``: HTTP headers sent with every request (an ``Authorization`` token); any
-        other obstore configuration key as it is. Credentials not given here come from the
-        usual environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``AWS_PROFILE``'s
-        files, ``GOOGLE_APPLICATION_CREDENTIALS``...).
-    settings
-        Timeouts and retries (:func:`linumpy.settings.get` by default).
-
-    Raises
-    ------
-    LinumpyError
-        For a scheme without a store, an unknown option (named), or obstore missing.
-
-    Examples
-    --------
-    >>> store = object_store("https://example.org/data/image.ome.zarr")  # nothing is fetched
-    >>> type(store).__name__
-    'HTTPStore'
-    """
+    """An obstore store for the folder a remote URL names (its prefix)."""
     settings = settings or _settings.get()
     key = (
         url,
@@ -282,13 +236,7 @@ def is_remote_failure(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def remote_errors(url: str, what: str = "") -> Iterator[None]:
-    """Turn obstore's failures inside the block into :class:`RemoteError` naming ``url``.
-
-    Examples
-    --------
-    >>> with remote_errors("https://example.org/a.zarr"):
-    ...     pass
-    """
+    """Turn obstore's failures inside the block into :class:`RemoteError` naming ``url``."""
     try:
         yield
     except LinumpyError:
@@ -301,16 +249,7 @@ def remote_errors(url: str, what: str = "") -> Iterator[None]:
 
 
 def holds_zarr(store: Any, url: str) -> bool:
-    """Whether an obstore store's root holds zarr metadata (an image or an array is there).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from tests.remote_server import serve_directory  # the tests' loopback server
-    >>> with serve_directory(tempfile.mkdtemp()) as url:
-    ...     holds_zarr(object_store(url), url)
-    False
-    """
+    """Whether an obstore store's root holds zarr metadata (an image or an array is there)."""
     obstore = _obstore()
     with remote_errors(url):
         for key in ("zarr.json", ".zgroup", ".zarray"):
@@ -323,13 +262,7 @@ def holds_zarr(store: Any, url: str) -> bool:
 
 
 def delete_all(store: Any, url: str) -> None:
-    """Delete every object under an obstore store's root (an image written in part).
-
-    Examples
-    --------
-    >>> delete_all  # doctest: +ELLIPSIS
-    <function delete_all at ...>
-    """
+    """Delete every object under an obstore store's root (an image written in part)."""
     obstore = _obstore()
     with remote_errors(url):
         for batch in obstore.list(store, chunk_size=1000):
@@ -339,13 +272,7 @@ def delete_all(store: Any, url: str) -> None:
 
 
 def store_url(store: Any) -> str | None:
-    """The URL of an obstore store's root (for messages), None for a kind with no URL.
-
-    Examples
-    --------
-    >>> store_url(object_store("s3://bucket/images", {"anonymous": True, "region": "us-east-1"}))
-    's3://bucket/images'
-    """
+    """The URL of an obstore store's root (for messages), None for a kind with no URL."""
     name = type(store).__name__
     prefix = str(getattr(store, "prefix", None) or "").strip("/")
     if name == "HTTPStore":

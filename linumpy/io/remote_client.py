@@ -71,24 +71,7 @@ class HostLimit:
 
     The requests to one host come from this module's event loop (the engine's fetches) and
     from zarr's (metadata, and the arrays zarr reads itself): one bound for both needs a
-    semaphore that is no loop's own. A holder waiting is woken on its own loop.
-
-    Examples
-    --------
-    >>> import asyncio
-    >>> limit, most, now = HostLimit(2), [0], [0]
-    >>> async def request():
-    ...     async with limit:
-    ...         now[0] += 1
-    ...         most[0] = max(most[0], now[0])
-    ...         await asyncio.sleep(0.01)
-    ...         now[0] -= 1
-    >>> async def main():
-    ...     await asyncio.gather(*(request() for _ in range(6)))
-    >>> asyncio.run(main())
-    >>> most[0]
-    2
-    """
+    semaphore that is no loop's own. A holder waiting is woken on its own loop."""
 
     #: Seconds a place stays taken after its request ended.
     GRACE = 0.002
@@ -144,13 +127,7 @@ _limits_lock = threading.Lock()
 
 def host_limit(url: str, requests: int | None = None) -> HostLimit:
     """The bound on the requests in flight to the host of ``url`` (``requests`` at once, by
-    default :func:`host_requests`), shared by every read of the process.
-
-    Examples
-    --------
-    >>> host_limit("https://example.org/a.zarr") is host_limit("https://example.org/b.zarr")
-    True
-    """
+    default :func:`host_requests`), shared by every read of the process."""
     requests = host_requests(url) if requests is None else requests
     key = (os.getpid(), _host(url), requests)  # a forked child counts its own requests
     with _limits_lock:
@@ -162,39 +139,7 @@ def host_limit(url: str, requests: int | None = None) -> HostLimit:
 
 @dataclass(frozen=True, slots=True)
 class RangeClient:
-    """Fetches objects and byte ranges of one remote store, many requests at once.
-
-    Attributes
-    ----------
-    url
-        The URL of the store's root (a prefix of every key's URL).
-    store
-        The obstore store.
-    requests
-        Most requests in flight at once to the store's host, those of every client of that host
-        in the process together (:func:`host_requests`).
-    retries
-        Times a response cut short is fetched again.
-    readahead
-        Bytes the engine's fetch stage may hold fetched ahead of the groups it hands on.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from linumpy.io.remote import object_store
-    >>> from tests.remote_server import serve_directory  # the tests' loopback server
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = open(folder + "/a", "wb").write(b"0123456789")
-    >>> with serve_directory(folder) as url:
-    ...     client = RangeClient(url, object_store(url))
-    ...     [bytes(b) for b in client.ranges([("a", 2, 3), ("a", 8, 2)])]
-    ...     client.objects(["a", "missing"])[1] is None
-    ...     started = client.submit([("a", 1, 2), ("a", 0, -10)])
-    ...     [bytes(future.result()) for future in started]
-    [b'234', b'89']
-    True
-    [b'12', b'0123456789']
-    """
+    """Fetches objects and byte ranges of one remote store, many requests at once."""
 
     url: str
     store: Any
@@ -211,21 +156,8 @@ class RangeClient:
         return url[len(self.url.rstrip("/")) + 1 :]
 
     def ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
-        """The bytes of each ``(key, start, nbytes)``, exactly ``nbytes`` each.
-
-        Raises
-        ------
-        RemoteError
-            For a failed request, naming its URL; :class:`RemoteNotFoundError` for a missing
-            object.
-        ChunkDecodeError
-            When an object ends before a range does (the message names the URL).
-        """
+        """The bytes of each ``(key, start, nbytes)``, exactly ``nbytes`` each."""
         return self._run([self._range(key, start, n) for key, start, n in ranges])
-
-    def objects(self, keys: Sequence[str]) -> list[memoryview | None]:
-        """The whole of each object, None for one that does not exist."""
-        return self._run([self._object(key) for key in keys])
 
     def submit(self, requests: Sequence[tuple[str, int, int]]) -> list[concurrent.futures.Future]:
         """Start fetching each ``(key, start, nbytes)``, as many at once as the host allows
@@ -413,15 +345,7 @@ def _host(url: str) -> str:
 def host_requests(url: str, settings: _settings.Settings | None = None) -> int:
     """The most requests in flight at once to the host of ``url``: the ``remote_requests``
     setting, or with ``auto`` :data:`HTTP_REQUESTS` over HTTP(S) and
-    :data:`OBJECT_STORE_REQUESTS` to S3 and GCS.
-
-    Examples
-    --------
-    >>> host_requests("https://example.org/a.zarr"), host_requests("s3://bucket/a.zarr")
-    (4, 64)
-    >>> host_requests("https://example.org/a.zarr", _settings.Settings(remote_requests=32))
-    32
-    """
+    :data:`OBJECT_STORE_REQUESTS` to S3 and GCS."""
     settings = settings or _settings.get()
     if settings.remote_requests != "auto":
         return int(settings.remote_requests)
@@ -430,16 +354,7 @@ def host_requests(url: str, settings: _settings.Settings | None = None) -> int:
 
 
 def range_client(zarr_store: Any, settings: _settings.Settings | None = None) -> RangeClient | None:
-    """A :class:`RangeClient` over the obstore store of a zarr ``ObjectStore``, else None.
-
-    Examples
-    --------
-    >>> import zarr
-    >>> from linumpy.io.remote import object_store
-    >>> store = zarr.storage.ObjectStore(object_store("https://example.org/a.zarr"))
-    >>> range_client(store).url, range_client(zarr.storage.MemoryStore())
-    ('https://example.org/a.zarr', None)
-    """
+    """A :class:`RangeClient` over the obstore store of a zarr ``ObjectStore``, else None."""
     try:
         from zarr.storage import ObjectStore
     except ImportError:  # zarr without obstore support

@@ -37,23 +37,7 @@ def _is_metadata(key: str) -> bool:
 
 class MetadataLastStore(WrapperStore[Any]):
     """A writable zarr store that holds metadata back until :meth:`flush`: chunks go to the
-    wrapped store at once, metadata objects stay here (and are read from here) until then.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from zarr.storage import LocalStore
-    >>> folder = tempfile.mkdtemp()
-    >>> store = MetadataLastStore(LocalStore(folder))
-    >>> array = zarr.create_array(store, shape=(4,), chunks=(2,), dtype="uint8")
-    >>> array[:] = np.arange(4, dtype=np.uint8)
-    >>> import os
-    >>> sorted(os.listdir(folder))  # chunks only
-    ['c']
-    >>> store.flush()
-    >>> zarr.open_array(folder, mode="r")[:].tolist()
-    [0, 1, 2, 3]
-    """
+    wrapped store at once, metadata objects stay here (and are read from here) until then."""
 
     def __init__(self, store: Any) -> None:
         super().__init__(store)
@@ -138,13 +122,7 @@ class MetadataLastStore(WrapperStore[Any]):
 
 def remove_image(store: Any, url: str, keys: Iterable[str] = ()) -> None:
     """Delete an image from an obstore store: its top-level metadata first, so that it no longer
-    opens as an image, then every other object under the store's root.
-
-    Examples
-    --------
-    >>> remove_image  # doctest: +ELLIPSIS
-    <function remove_image at ...>
-    """
+    opens as an image, then every other object under the store's root."""
     from linumpy.io.remote import _obstore, delete_all, remote_errors
 
     obstore = _obstore()

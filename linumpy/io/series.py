@@ -34,20 +34,7 @@ def _is_image(node: Any) -> bool:
 
 def image_paths(group: zarr.Group) -> tuple[str, list[str]] | None:
     """What a collection holds: its kind and the paths of its images, inside the group; None
-    for a group that is neither a bioformats2raw root nor a plate.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io import save_omezarr
-    >>> root = tempfile.mkdtemp() + "/converted.zarr"
-    >>> zarr.open_group(root, mode="w").attrs["ome"] = {"version": "0.5",
-    ...                                                 "bioformats2raw.layout": 3}
-    >>> for series in ("0", "1"):
-    ...     save_omezarr(np.zeros((4, 4), np.uint8), f"{root}/{series}", voxel_size=(1, 1))
-    >>> image_paths(zarr.open_group(root, mode="r"))
-    ('bioformats2raw layout', ['0', '1'])
-    """
+    for a group that is neither a bioformats2raw root nor a plate."""
     ome = _ome(group.attrs.asdict())
     if "bioformats2raw.layout" in ome:
         names = [name for name, node in group.members() if name.isdigit() and _is_image(node)]
@@ -73,24 +60,7 @@ def find_image(
     group: zarr.Group, path: str | os.PathLike[str]
 ) -> tuple[zarr.Group, str | os.PathLike[str]] | None:
     """The one image of a bioformats2raw root or a plate at ``path``, and its path; None for
-    other groups.
-
-    Raises
-    ------
-    LinumpyError
-        For a collection of several images (the message lists their paths) or of none.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, zarr
-    >>> from linumpy.io import read_omezarr, save_omezarr
-    >>> root = tempfile.mkdtemp() + "/converted.zarr"
-    >>> zarr.open_group(root, mode="w").attrs["ome"] = {"version": "0.5",
-    ...                                                 "bioformats2raw.layout": 3}
-    >>> save_omezarr(np.zeros((4, 4), np.uint8), root + "/0", voxel_size=(2, 2))
-    >>> read_omezarr(root)[1]  # series 0
-    (2.0, 2.0)
-    """
+    other groups."""
     from linumpy.io.stores import location
 
     found = image_paths(group)

@@ -52,32 +52,7 @@ _UNCALIBRATED = ("", "pixel", "pixels", "px")
 
 
 class SourceImage(NamedTuple):
-    """An image to convert, as its file describes it (:func:`open_image`).
-
-    Parameters
-    ----------
-    data
-        The stored array, lazy (zarr array, or numpy memory map), in the file's axis order.
-    axes
-        The NGFF axes of the image, with units where the file gives them.
-    order
-        For each NGFF axis, the axis of ``data`` it comes from (axes of ``data`` of length 1
-        missing here are dropped).
-    voxel_size
-        One size per NGFF axis when the file gives them (1 for channels), else None.
-    voxel_size_from
-        Where ``voxel_size`` comes from (``"ImageJ metadata"``, ``"OME-XML metadata"``,
-        ``"the OME-Zarr input"``), or None.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, tifffile
-    >>> path = tempfile.mkdtemp() + "/rgb.tif"
-    >>> tifffile.imwrite(path, np.zeros((40, 50, 3), np.uint8))
-    >>> image = open_image(path)
-    >>> "".join(a.name for a in image.axes), image.shape
-    ('cyx', (3, 40, 50))
-    """
+    """An image to convert, as its file describes it (:func:`open_image`)."""
 
     data: Any
     axes: tuple[Axis, ...]
@@ -97,16 +72,7 @@ class SourceImage(NamedTuple):
 
 
 def open_tiff(path: str | os.PathLike[str], series: int = 0) -> zarr.Array:
-    """A TIFF series as a read-only zarr array (tifffile's zarr view of its pages, lazy).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, tifffile
-    >>> path = tempfile.mkdtemp() + "/stack.tif"
-    >>> tifffile.imwrite(path, np.arange(24, dtype=np.uint8).reshape(2, 3, 4))
-    >>> open_tiff(path)[1, 2].tolist()
-    [20, 21, 22, 23]
-    """
+    """A TIFF series as a read-only zarr array (tifffile's zarr view of its pages, lazy)."""
     import tifffile
 
     return zarr.open(tifffile.imread(path, aszarr=True, series=series, level=0), mode="r")
@@ -230,31 +196,7 @@ def open_image(path: str | os.PathLike[str], *, series: int | None = None) -> So
     Nothing is read but metadata: a TIFF opens as a zarr view of its pages (tifffile's
     ``aszarr``), with its series' axes mapped to NGFF axes and its ImageJ or OME-XML voxel
     sizes; a ``.npy`` file as a memory map (axes: the last of ``tczyx``); an OME-Zarr image
-    with its axes and voxel size; a plain zarr array like a ``.npy`` file.
-
-    Parameters
-    ----------
-    path
-        The input.
-    series
-        The TIFF series to open (0 by default); only TIFF files have series.
-
-    Raises
-    ------
-    LinumpyError
-        When the file cannot be read, its axes have no OME-Zarr equivalent, or its data are not
-        numbers (the message names the file); :class:`SeriesError` for a series it lacks.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, tifffile
-    >>> path = tempfile.mkdtemp() + "/stack.tif"
-    >>> tifffile.imwrite(path, np.zeros((10, 20, 30), np.uint16), imagej=True,
-    ...                  resolution=(2, 2), metadata={"axes": "ZYX", "spacing": 3.0, "unit": "um"})
-    >>> image = open_image(path)
-    >>> image.axes[0], image.voxel_size, image.voxel_size_from
-    (Axis(name='z', type='space', unit='micrometer'), (3.0, 0.5, 0.5), 'ImageJ metadata')
-    """
+    with its axes and voxel size; a plain zarr array like a ``.npy`` file."""
     path = Path(path)
     suffix = path.suffix.lower()
     if series not in (None, 0) and suffix not in TIFF_SUFFIXES:

@@ -52,32 +52,7 @@ SourceLike = str | os.PathLike[str] | zarr.Array | zarr.Group | Store
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """A resolved source.
-
-    Attributes
-    ----------
-    name
-        The path or URL, for messages.
-    local
-        The local path, or None for a remote store or a zarr object.
-    url
-        The URL of a remote store, else None.
-    node
-        The zarr array or group given, else None.
-    store
-        The zarr store given, else None.
-    storage_options
-        Options of the remote store (see :func:`linumpy.io.remote.object_store`).
-
-    Examples
-    --------
-    >>> parse_source("data/my#1?.ome.zarr").local.name
-    'my#1?.ome.zarr'
-    >>> parse_source("file:///data/a%20b.zarr").local.as_posix()
-    '/data/a b.zarr'
-    >>> parse_source("https://example.org/a.zarr").url
-    'https://example.org/a.zarr'
-    """
+    """A resolved source."""
 
     name: str
     local: Path | None = None
@@ -97,23 +72,7 @@ class Source:
 
 
 def parse_source(source: SourceLike, storage_options: Mapping[str, Any] | None = None) -> Source:
-    """Tell what ``source`` is: a local path, a remote URL, a zarr node or a zarr store.
-
-    Raises
-    ------
-    LinumpyError
-        For an object of another type (the message names it), or a URL scheme without a store.
-
-    Examples
-    --------
-    >>> import pathlib
-    >>> parse_source(pathlib.Path("http://not-a-url")).local is not None  # a Path is a path
-    True
-    >>> parse_source(3.5)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-        ...
-    linumpy.errors.LinumpyError: cannot read a float: pass a path, a URL, a zarr.Array, ...
-    """
+    """Tell what ``source`` is: a local path, a remote URL, a zarr node or a zarr store."""
     if isinstance(source, zarr.Array | zarr.Group):
         return Source(str(source.store_path), node=source)
     if isinstance(source, Store):
@@ -139,19 +98,7 @@ def parse_source(source: SourceLike, storage_options: Mapping[str, Any] | None =
 
 
 def open_store(source: Source, *, writable: bool = False) -> Store:
-    """The zarr store of a source that is not a zarr node (a local folder or a URL).
-
-    Raises
-    ------
-    RemotePermissionError
-        When ``writable`` and the URL is HTTP: web servers are read-only.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> type(open_store(parse_source(tempfile.mkdtemp()))).__name__
-    'LocalStore'
-    """
+    """The zarr store of a source that is not a zarr node (a local folder or a URL)."""
     if source.store is not None:
         return source.store
     if source.local is not None:
@@ -169,35 +116,14 @@ def open_store(source: Source, *, writable: bool = False) -> Store:
 
 
 def describe(source: Any) -> str:
-    """The name of a source for messages: its path or URL, or the zarr object's store path.
-
-    Examples
-    --------
-    >>> describe("s3://bucket/a.zarr")
-    's3://bucket/a.zarr'
-    """
+    """The name of a source for messages: its path or URL, or the zarr object's store path."""
     if isinstance(source, zarr.Array | zarr.Group):
         return str(source.store_path)
     return os.fspath(source) if isinstance(source, str | os.PathLike) else str(source)
 
 
 def open_node(source: Source) -> zarr.Array | zarr.Group:
-    """The zarr array or group of a source that is not on the local file system (read-only).
-
-    Raises
-    ------
-    RemoteNotFoundError
-        When the URL holds no zarr metadata (``zarr.json``, ``.zarray``, ``.zgroup``).
-    RemoteError
-        When the store cannot be reached or refuses access (the message names the URL).
-
-    Examples
-    --------
-    >>> import zarr
-    >>> array = zarr.create_array({}, shape=(2,), dtype="uint8")
-    >>> open_node(parse_source(array)) is array
-    True
-    """
+    """The zarr array or group of a source that is not on the local file system (read-only)."""
     if source.node is not None:
         return source.node
     store = open_store(source)
@@ -224,24 +150,7 @@ class MetadataOnceStore(ObjectStore):
     ``.zmetadata``): two round trips and seven requests for an OME-Zarr image. Inside
     :meth:`metadata_once`, the first read of a metadata object of a folder fetches all five
     names of that folder at once, and every read of them is answered from those fetches: one
-    round trip and five requests, whatever the node. Outside it, reads go to the store.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from linumpy.io.remote import object_store
-    >>> from tests.remote_server import serve_directory  # the tests' loopback server
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = zarr.create_group(folder + "/g.zarr")
-    >>> with serve_directory(folder) as url:
-    ...     store = MetadataOnceStore(object_store(url + "/g.zarr"), read_only=True)
-    ...     with store.metadata_once():
-    ...         group = zarr.open(store=store, mode="r")
-    ...     sorted(store.fetched)  # what opening the group asked of the server
-    ['.zarray', '.zattrs', '.zgroup', '.zmetadata', 'zarr.json']
-    >>> type(group).__name__
-    'Group'
-    """
+    round trip and five requests, whatever the node. Outside it, reads go to the store."""
 
     def __init__(self, store: Any, *, read_only: bool = False) -> None:
         super().__init__(store, read_only=read_only)
@@ -305,13 +214,7 @@ def _retrieved(future: asyncio.Future) -> None:
 
 class UrlPath(str):
     """The location of a remote object, for messages: a string that joins with ``/`` like a
-    :class:`pathlib.Path` and is never a local file (``is_file()`` and ``is_dir()`` are False).
-
-    Examples
-    --------
-    >>> UrlPath("https://example.org/a.zarr") / "zarr.json"
-    'https://example.org/a.zarr/zarr.json'
-    """
+    :class:`pathlib.Path` and is never a local file (``is_file()`` and ``is_dir()`` are False)."""
 
     __slots__ = ()
 
@@ -340,15 +243,7 @@ class UrlPath(str):
 
 def location(name: str | os.PathLike[str], *parts: str) -> Path | UrlPath:
     """``Path(name, *parts)`` for a local name, a :class:`UrlPath` for a URL or a zarr object's
-    store path (``memory://...``), so that messages keep the URL as it was given.
-
-    Examples
-    --------
-    >>> location("http://127.0.0.1:8000/a.zarr", "0")
-    'http://127.0.0.1:8000/a.zarr/0'
-    >>> location("images/a.zarr", "0").as_posix()
-    'images/a.zarr/0'
-    """
+    store path (``memory://...``), so that messages keep the URL as it was given."""
     if url_scheme(name) is None:
         return Path(name, *parts)
     found = UrlPath(os.fspath(name))
