@@ -243,15 +243,15 @@ def test_array_never_written_and_zero_dimensional(tmp_path: Path) -> None:
 def test_unusual_valid_chunks_are_decoded_on_the_cpu(tmp_path: Path) -> None:
     data = sample_data(SHAPE, "uint16")
     array = make_array(tmp_path / "a.zarr", "v3", data, chunks=CHUNKS)
-    reads = plan_read(array).reads
+    files = plan_read(array).files  # one per chunk, all stored
     rewrites = {
         0: lambda chunk: skippable_frame(b"note") + zstd_frame(chunk),
         5: lambda chunk: zstd_frame(chunk[:100]) + zstd_frame(chunk[100:]),
         9: lambda chunk: without_content_size(zstd_frame(chunk)),
     }
     for i, rewrite in rewrites.items():
-        chunk = np.frombuffer(numcodecs.Zstd().decode(Path(reads[i].path).read_bytes()), np.uint16)
-        Path(reads[i].path).write_bytes(rewrite(chunk))
+        chunk = np.frombuffer(numcodecs.Zstd().decode(Path(files[i]).read_bytes()), np.uint16)
+        Path(files[i]).write_bytes(rewrite(chunk))
     assert_same_on_gpu(read_zarr_to_gpu(tmp_path / "a.zarr"), data)
     report = last_read_report()
     assert report is not None and report.n_cpu_decoded == len(rewrites)

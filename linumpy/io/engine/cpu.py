@@ -359,7 +359,7 @@ class CpuBackend:
         ]
 
     def usage(self) -> dict[str, int]:
-        """Nothing to report beyond the output: see :func:`_check_scratch` for the buffers."""
+        """Nothing to report beyond the output."""
         return {}
 
     def read_files(self) -> Stats:

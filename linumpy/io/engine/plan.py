@@ -10,7 +10,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import numpy as np
 import zarr
@@ -29,25 +29,13 @@ GPU_CHUNK_BYTES = 16 * 2**20
 __all__: list[str] = []
 
 
-class ChunkRead(NamedTuple):
-    """One chunk to fetch, decode and scatter (a named tuple: plans of large arrays hold many)."""
-
-    key: str
-    path: str
-    offset: int
-    nbytes: int
-    out_sel: Region
-    chunk_sel: Region
-
-
 @dataclass(frozen=True)
 class ReadPlan:
     """Everything a reader needs to produce ``array[region]``, as arrays over the plan's entries.
 
     An entry is one chunk (an inner chunk of a shard for sharded arrays) that the region
     touches. Entries are numbered in C order of the chunk grid; per-entry values are numpy
-    arrays, so that plans of large arrays cost no Python object per chunk. :meth:`entry` gives
-    one entry as a :class:`ChunkRead`.
+    arrays, so that plans of large arrays cost no Python object per chunk.
     """
 
     source: str
@@ -102,25 +90,6 @@ class ReadPlan:
             return path
         inner = [c % n for c, n in zip(self.coords[i].tolist(), self.chunks_per_shard)]
         return f"{path} [inner chunk {','.join(map(str, inner))}]"
-
-    def entry(self, i: int) -> ChunkRead:
-        """Entry ``i`` as a :class:`ChunkRead`."""
-        out_start, out_stop, chunk_start = (b[i].tolist() for b in self.bounds())
-        out_sel = tuple(slice(a, b) for a, b in zip(out_start, out_stop))
-        chunk_sel = tuple(slice(c, c + b - a) for a, b, c in zip(out_start, out_stop, chunk_start))
-        path = self.files[int(self.file_index[i])]
-        offset, nbytes = int(self.offsets[i]), int(self.nbytes[i])
-        return ChunkRead(self.key(i), path, offset, nbytes, out_sel, chunk_sel)
-
-    @property
-    def reads(self) -> tuple[ChunkRead, ...]:
-        """The entries that may be stored, as :class:`ChunkRead` (slow for large plans)."""
-        return tuple(self.entry(i) for i in np.flatnonzero(self.stored).tolist())
-
-    @property
-    def missing(self) -> tuple[ChunkRead, ...]:
-        """The entries known not to be stored, as :class:`ChunkRead`."""
-        return tuple(self.entry(i) for i in np.flatnonzero(~self.stored).tolist())
 
 
 #: Host bytes a plan holds per chunk (coordinates, offsets, sizes, flags), for the memory check.
