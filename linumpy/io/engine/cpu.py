@@ -112,7 +112,7 @@ class CpuBackend:
         new = out is None
         fill = np.asarray(plan.fill_value, dtype=plan.dtype)
         # A new output of fill value 0 starts zeroed (fresh pages are zero): chunks not stored
-        # then need no filling (OCT volumes' dark background, a third of the remote benchmark's).
+        # (an OCT volume's dark background) then need no filling.
         self._zeroed = new and not fill.dtype.hasobject and not any(fill.tobytes())
         if out is None:
             out = (np.zeros if self._zeroed else np.empty)(plan.shape, dtype=plan.dtype)
@@ -209,7 +209,7 @@ class CpuBackend:
 
     def fill(self, entries: np.ndarray) -> None:
         """Set the output of chunks that are not stored to the fill value, in the threads (an
-        image's background half, filled on one thread, took a third of a 1 GiB read)."""
+        image's background can be half of it: one thread would be slow)."""
         for future in self._fill_tasks(entries):
             future.result()
 
@@ -367,14 +367,9 @@ class CpuBackend:
         store's responses: fetch, check, decode and scatter each chunk in the same thread, while
         its bytes are in cache.
 
-        A worker that reads its own chunks overlaps reading with the other workers' decoding,
-        without a group barrier, staging buffers, a producer thread or frame checks (libzstd
-        checks the frames it decodes), and its batches of consecutive chunks form runs. A batch
-        keeps the shards it reads from open. This is faster than the run loop when the same
-        threads read and decode (docs/architecture.md, "Measurements behind the defaults":
-        threads read their own chunks). Remote chunks are taken in the read ahead's order (by
-        object and offset), which fetches them
-        (:class:`~linumpy.io.engine.cpu_files.RemoteChunkReads`).
+        Without a group barrier, staging, a producer thread or frame checks (libzstd checks what
+        it decodes), this is faster than the run loop when the same threads read and decode
+        (docs/architecture.md, "Measurements behind the defaults").
         """
         plan = self.plan
         if math.prod(plan.shape) == 0:

@@ -35,7 +35,7 @@ def make_groups(
 
     Filling groups up to the budget one after the other leaves a small last group whenever the
     chunks do not divide evenly, and on the GPU that group waits behind the first on its stream,
-    paying a whole nvCOMP call's latency alone (128^3 chunks: 5 groups on 4 streams).
+    paying a whole nvCOMP call's latency alone.
     """
     n = len(order)
     if n == 0:
