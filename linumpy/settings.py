@@ -14,7 +14,6 @@ An invalid value raises :class:`~linumpy.errors.SettingsError` naming the field 
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import threading
@@ -152,11 +151,8 @@ def _setting(variable: str, kind: _Kind, shown: str, doc: str, default: Any = MI
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Resources and choices of linumpy's readers and writers (see :mod:`linumpy.settings`).
-
-    Attributes
-    ----------
-    {attributes}
+    """Resources and choices of linumpy's readers and writers: one field per setting, in the
+    table of :mod:`linumpy.settings`.
 
     Examples
     --------
@@ -298,13 +294,6 @@ __doc__ = __doc__.format(  # noqa: A001 - the module's table, from the declarati
                 for x in _DECLARATIONS.values()
             ]
         ]
-    )
-)
-Settings.__doc__ = inspect.cleandoc(Settings.__doc__ or "").format(
-    attributes="\n".join(
-        f"{spec.name}\n    {_rst(spec.doc[0].upper() + spec.doc[1:])} (default "
-        f"{_rst(spec.default_text)}; ``{spec.variable}``)."
-        for spec in _DECLARATIONS.values()
     )
 )
 

@@ -62,9 +62,7 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
             traceback.print_exc(file=sys.stderr)
         message = str(exc) or type(exc).__name__
         status = getattr(exc, "exit_status", 2)  # 1: a lost dask scheduler or workers
-        if status != 2:
-            parser.exit(status, f"{parser.prog}: error: {' '.join(message.split())}\n")
-        parser.error(message)
+        parser.exit(status, f"{parser.prog}: error: {' '.join(message.split())}\n")
     except KeyboardInterrupt:
         if _VERBOSE.get(parser, 0) > 0:
             traceback.print_exc(file=sys.stderr)

@@ -18,8 +18,7 @@ DEFAULT_TASK_BYTES = 128 * 2**20
 #: costs a fixed latency per call (nvCOMP's), which small blocks pay over and over.
 DEFAULT_GPU_TASK_BYTES = 2**30
 #: ... of a GPU task that only reads and reduces its block (the projection): each GPU read pays
-#: a fixed cost (its first group's fetch, its last group's decode), which larger tasks pay
-#: less often.
+#: a fixed cost, which larger tasks pay less often.
 GPU_READ_TASK_BYTES = 2 * 2**30
 #: Local threads of a GPU job when none are asked for: threads share one device, and more of
 #: them only queue on it.

@@ -41,10 +41,9 @@ class Cluster:
     gpus
         Number of GPU workers (dask-cuda), 0 for none.
     device_bytes
-        Memory of each GPU the tasks run on, which bounds a GPU task's working set
-        (``GPU_DEVICE_SHARE``); None: :func:`~linumpy.parallel.device_memory` for local threads
-        and local GPU workers, no bound for a scheduler elsewhere (its workers' devices are not
-        known here).
+        Memory of each GPU the tasks run on (``GPU_DEVICE_SHARE`` of it bounds a GPU task);
+        None: :func:`~linumpy.parallel.device_memory` for local threads and GPU workers, no
+        bound for a scheduler elsewhere.
     timeout
         Seconds a job on a distributed client waits with every worker lost before it fails
         (``--cluster-timeout``); None waits on.
@@ -101,13 +100,9 @@ class Cluster:
         gpu_task_bytes: int = block_sizes.DEFAULT_GPU_TASK_BYTES,
     ) -> int:
         """The working set one task may use: ``TASK_SHARE`` of the memory limit, shared by a
-        worker's threads; no more than :meth:`split_bytes` of ``total``; for a GPU task also
+        worker's threads (on local threads, fewer run when the limit cannot hold ``minimum``
+        bytes per thread); no more than :meth:`split_bytes` of ``total``; for a GPU task also
         within ``GPU_DEVICE_SHARE`` of its device's memory.
-
-        With the local threaded scheduler, fewer threads run when the limit cannot hold
-        ``minimum`` bytes per thread. A ``gpu`` job uses ``gpu_task_bytes`` (as the default and
-        as the floor of the split) and, on local threads not set by the caller,
-        ``DEFAULT_GPU_THREADS`` threads.
 
         Parameters
         ----------
@@ -118,7 +113,8 @@ class Cluster:
         total
             Working set of the whole job as one block, in bytes, if known.
         gpu
-            Whether the job's tasks run on the GPU.
+            Whether the job's tasks run on the GPU (on local threads not set by the caller:
+            ``DEFAULT_GPU_THREADS`` threads).
         gpu_task_bytes
             A GPU task's working set without a memory limit, and the floor of the split.
 

@@ -11,11 +11,10 @@ MMAP_THRESHOLD = 256 * 2**10
 def release_freed_memory() -> bool:
     """Make glibc return large freed blocks to the system at once (Linux, glibc only).
 
-    glibc raises its mmap threshold as large blocks are freed and then keeps later ones in its
-    per-thread arenas: a process that allocates and frees block after block in several threads
-    holds far more than it uses. Fixing the threshold (``mallopt(M_MMAP_THRESHOLD)``, what
-    ``MALLOC_MMAP_THRESHOLD_`` does at start-up) keeps the resident size near the working set.
-    ``dask.distributed``'s nanny does the like for its workers (``MALLOC_TRIM_THRESHOLD_``).
+    glibc raises its mmap threshold as large blocks are freed, then keeps later ones in its
+    per-thread arenas: a process freeing block after block in several threads holds far more
+    than it uses. A fixed threshold (``mallopt(M_MMAP_THRESHOLD)``) keeps the resident size near
+    the working set, as ``dask.distributed``'s nanny does for its workers.
 
     Returns
     -------

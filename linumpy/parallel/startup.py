@@ -66,7 +66,6 @@ def dask_cluster(
     memory_limit: str | int | None = None,
     scheduler: str | None = None,
     gpus: int | None = None,
-    threads: int | None = None,
     timeout: float = DEFAULT_CLUSTER_TIMEOUT_S,
 ) -> Iterator[Cluster]:
     """Yield a :class:`~linumpy.parallel.Cluster`: an existing scheduler, a dask-cuda cluster, or
@@ -81,8 +80,6 @@ def dask_cluster(
         Address of a running ``dask.distributed`` scheduler (``tcp://host:8786``).
     gpus
         Start a dask-cuda ``LocalCUDACluster`` with one worker per GPU on this many GPUs.
-    threads
-        Threads of the local scheduler (the CPUs by default).
     timeout
         With a scheduler: seconds to wait for a first worker (blocks are planned for the
         workers' own memory limit and threads), and for another when all are lost mid-job.
@@ -115,7 +112,7 @@ def dask_cluster(
     if scheduler is None and gpus is None:
         if limit is not None:
             release_freed_memory()
-        yield Cluster(memory_limit=limit, threads=threads)
+        yield Cluster(memory_limit=limit)
         return
     from distributed import Client
 
