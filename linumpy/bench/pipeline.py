@@ -23,6 +23,7 @@ from pathlib import Path
 
 from linumpy.bench.report import machine_info, markdown_table, write_json
 from linumpy.errors import BenchInputError
+from linumpy.phases import STARTUP, parse_table
 
 #: The commands timed, by short name: (console command, script module).
 COMMANDS = {
@@ -34,8 +35,6 @@ COMMANDS = {
 }
 #: The ceiling's command: the mosaic rewritten in the stitch's output layout.
 RECHUNK = ("linum-rechunk", "linum_rechunk")
-#: The phase of a command's ``-v`` table that is its start-up, reported apart.
-STARTUP = "start-up and imports"
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _UNITS |= {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -146,8 +145,6 @@ def _script_argv(module: str) -> list[str]:
 
 def _timed(argv: list[str], run: CommandRun, log: Path) -> CommandRun:
     """Run ``argv`` with ``-f -v``; fill ``run`` with its time, phases, status and log."""
-    from linumpy.phases import parse_table
-
     argv = [*argv, "-f", "-v", *(["--use-gpu"] if run.device == "gpu" else [])]
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -161,16 +158,14 @@ def _timed(argv: list[str], run: CommandRun, log: Path) -> CommandRun:
     return run
 
 
-def _make_mosaic(spec: MosaicSpec, path: Path, gpu: bool) -> None:
+def _make_mosaic(spec: MosaicSpec, path: Path) -> None:
     """Write the mosaic with ``linum-make-demo-data`` (a process of its own) and its true tile
     layout beside it (the stitch's input)."""
     from linumpy.mosaic.demo import read_demo_truth
 
     argv = [*_script_argv("linum_make_demo_data"), str(path), "-f"]
     argv += ["--grid", *map(str, spec.grid), "--tile-shape", *map(str, spec.tile)]
-    done = subprocess.run(
-        argv + (["--use-gpu"] if gpu else []), capture_output=True, text=True, check=False
-    )
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["failed"])[-1]
         code = done.returncode
@@ -244,7 +239,7 @@ def run_pipeline_benchmark(
             shutil.rmtree(data, ignore_errors=True)
             data.mkdir(parents=True)
             log(f"making {spec.label} ({spec.nbytes / 2**30:.2f} GiB)")
-            _make_mosaic(spec, data / "mosaic.ome.zarr", reason is None)
+            _make_mosaic(spec, data / "mosaic.ome.zarr")
             for command in (c for c in COMMANDS if c in config.commands):
                 for device in devices:
                     result.runs.append(_command_run(command, device, spec, out_dir))
