@@ -10,14 +10,7 @@ import concurrent.futures
 import threading
 from typing import TYPE_CHECKING
 
-__all__ = ["PRIVATE_ZARR_NAMES", "wait_for_zarr_io"]
-
-#: Every private zarr name linumpy uses, as ``module:name`` (checked by the test suite).
-PRIVATE_ZARR_NAMES = (
-    "zarr.core.array_spec:ArraySpec",
-    "zarr.core.sync:loop",
-    "zarr.core.sync:iothread",
-)
+__all__ = ["wait_for_zarr_io"]
 
 if TYPE_CHECKING:  # annotations only: zarr builds the specs, linumpy reads their fields
     from zarr.core.array_spec import ArraySpec  # noqa: F401

@@ -1,11 +1,6 @@
 """Shared conventions of the ``linum-*`` scripts (docs/scripts.md, "Conventions"): positional
 inputs and outputs, ``-f``, ``-v``, ``--use-gpu``, one-line errors with exit status 2 (130 on
 Ctrl-C), outputs checked against the inputs and each other and written in staging.
-
-The modules: :mod:`linumpy.cli.parser` (the parser and the shared options),
-:mod:`linumpy.cli.paths` (inputs and outputs), :mod:`linumpy.cli.run` (logging, errors and exit
-statuses), :mod:`linumpy.cli.options` (option types and the layout options) and
-:mod:`linumpy.cli.cluster_args` (the dask options).
 """
 
 from __future__ import annotations

@@ -122,12 +122,6 @@ class Cluster:
         ------
         MemoryLimitError
             When the limit is smaller than ``minimum`` (times a remote worker's threads).
-
-        Examples
-        --------
-        >>> from linumpy.parallel import Cluster
-        >>> Cluster(memory_limit=4 * 2**20, threads=4).task_bytes(minimum=2**20)  # 3 threads
-        1048576
         """
         self.threads = self.max_threads
         if gpu and self.client is None and not self._threads_given:
@@ -166,10 +160,9 @@ class Cluster:
         return max(minimum, min(budget, share))
 
     def _limit_bytes(self, minimum: int, what: str, default: int | None) -> int:
-        """The working set per thread under the memory limit (``default`` or
-        ``DEFAULT_TASK_BYTES`` without one), setting :attr:`threads`: fewer run on local threads
-        when the limit cannot hold ``minimum`` per thread; a remote worker's threads are not
-        ours to change, so there it raises :class:`~linumpy.errors.MemoryLimitError`."""
+        """The working set per thread under the memory limit, setting :attr:`threads`: fewer
+        run on local threads when it cannot hold ``minimum`` each (a remote worker's threads are
+        not ours to change: :class:`~linumpy.errors.MemoryLimitError`)."""
         if self.memory_limit is None:
             return max(minimum, default or block_sizes.DEFAULT_TASK_BYTES)
         usable = int(self.memory_limit * block_sizes.TASK_SHARE)
@@ -186,18 +179,8 @@ class Cluster:
         return usable // self.threads
 
     def compute(self, collection: Any, *, desc: str = "dask", progress: bool = False) -> Any:
-        """Compute a dask collection here, with a tqdm bar over its tasks (``progress``).
-
-        With a distributed client the bar counts the collection's output blocks as they finish,
-        and the first failed task stops the job with its error in one line.
-
-        Examples
-        --------
-        >>> import dask.array as da
-        >>> from linumpy.parallel import Cluster
-        >>> Cluster(threads=1).compute(da.arange(6, chunks=2) * 2)
-        array([ 0,  2,  4,  6,  8, 10])
-        """
+        """Compute a dask collection here, with a tqdm bar over its tasks (``progress``; on a
+        distributed client, over its output blocks); the first failed task stops the job."""
         # delay: no bar is drawn before the task count is known (reset draws the first one)
         with tqdm(desc=desc, unit="task", disable=not progress, total=0, delay=1e-9) as bar:
             if self.client is not None:

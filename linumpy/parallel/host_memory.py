@@ -9,17 +9,13 @@ MMAP_THRESHOLD = 256 * 2**10
 
 
 def release_freed_memory() -> bool:
-    """Make glibc return large freed blocks to the system at once (Linux, glibc only).
+    """Make glibc return large freed blocks to the system at once (Linux, glibc only); True
+    when the setting took effect.
 
     glibc raises its mmap threshold as large blocks are freed, then keeps later ones in its
     per-thread arenas: a process freeing block after block in several threads holds far more
     than it uses. A fixed threshold (``mallopt(M_MMAP_THRESHOLD)``) keeps the resident size near
     the working set, as ``dask.distributed``'s nanny does for its workers.
-
-    Returns
-    -------
-    bool
-        Whether the setting took effect.
 
     Examples
     --------
