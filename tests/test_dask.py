@@ -15,9 +15,8 @@ from zarr_layouts import LAYOUTS, make_array, sample_data
 
 from linumpy.errors import ChunkDecodeError, ClusterError, LinumpyError, MemoryLimitError
 from linumpy.io import OmeZarrWriter, downsample_mean, open_volume, save_omezarr
-from linumpy.io.blocks import host_decoded
+from linumpy.io.blocks import host_decoded, storage_unit
 from linumpy.io.dask_write import align_blocks, store_dask, store_graph, write_pyramid
-from linumpy.io.lazy import storage_unit
 from linumpy.mosaic.out_of_core import plan_stitch_block
 from linumpy.mosaic.transform import TileTransform
 from linumpy.parallel import (

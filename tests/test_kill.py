@@ -37,8 +37,15 @@ import pytest
 
 from linumpy.io import read_volume, save_omezarr
 from linumpy.io.omezarr import read_axes, read_omezarr
-from linumpy.io.recovery import HOST, PREFIX_CHARS, read_json, started
-from linumpy.io.staging import STAGING_SUFFIX, clean_staging, recover_staging
+from linumpy.io.recovery import (
+    HOST,
+    PREFIX_CHARS,
+    STAGING_SUFFIX,
+    clean_staging,
+    read_json,
+    recover_staging,
+    started,
+)
 from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 
 N_KILLS = int(os.environ.get("LINUMPY_KILL_N", "10"))

@@ -29,8 +29,8 @@ from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume, sav
 from linumpy.io import staging as staging_module
 from linumpy.io.metadata import Axis
 from linumpy.io.omezarr import read_axes
-from linumpy.io.recovery import identity
-from linumpy.io.staging import STAGING_SUFFIX, StagedWrite, clean_staging, recover_staging
+from linumpy.io.recovery import STAGING_SUFFIX, clean_staging, identity, recover_staging
+from linumpy.io.staging import StagedWrite
 from linumpy.scripts import linum_aip, linum_convert_to_omezarr
 
 HOST = staging_module.HOST

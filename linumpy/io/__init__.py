@@ -5,8 +5,8 @@ from linumpy.io.lazy import open_volume
 from linumpy.io.metadata import Axis
 from linumpy.io.omezarr import open_array, read_axes, read_omezarr
 from linumpy.io.reader import read_volume
+from linumpy.io.recovery import clean_staging
 from linumpy.io.save import save_omezarr
-from linumpy.io.staging import clean_staging
 from linumpy.io.writer import OmeZarrWriter
 
 __all__ = [

@@ -15,16 +15,7 @@ import zarr
 from linumpy.errors import LinumpyError
 from linumpy.parallel import DEFAULT_GPU_TASK_BYTES, DEFAULT_TASK_BYTES
 
-__all__ = [
-    "DEFAULT_BLOCK_BYTES",
-    "DEFAULT_GPU_BLOCK_BYTES",
-    "aligned_chunks",
-    "grow_block",
-    "host_decoded",
-    "region_bounds",
-    "round_block",
-    "storage_unit",
-]
+__all__: list[str] = []
 
 #: Default size of one block of :func:`open_volume`.
 DEFAULT_BLOCK_BYTES = DEFAULT_TASK_BYTES

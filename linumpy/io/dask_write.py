@@ -36,18 +36,7 @@ from linumpy.parallel import TASK_SHARE, Cluster
 if TYPE_CHECKING:
     from linumpy.io.writer import OmeZarrWriter
 
-__all__ = [
-    "align_blocks",
-    "array_path",
-    "block_write_threads",
-    "committed",
-    "empty_meta",
-    "shard_budget",
-    "space_axes",
-    "store_dask",
-    "store_graph",
-    "write_pyramid",
-]
+__all__: list[str] = []
 
 
 def array_path(target: zarr.Array | str | os.PathLike[str]) -> str:

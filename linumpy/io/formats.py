@@ -21,21 +21,7 @@ import zarr
 from linumpy import settings
 from linumpy.errors import LinumpyError
 
-__all__ = [
-    "NGFF_04",
-    "NGFF_05",
-    "OME_KEYS",
-    "ChecksummedZstd",
-    "Ngff04",
-    "Ngff05",
-    "NgffFormat",
-    "NgffLegacy",
-    "NgffVersion",
-    "declared_version",
-    "for_zarr_format",
-    "format_of",
-    "writable_format",
-]
+__all__: list[str] = []
 
 #: The versions linumpy writes.
 NgffVersion = Literal["0.4", "0.5"]

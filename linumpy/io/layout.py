@@ -31,19 +31,7 @@ import numpy as np
 from linumpy import settings
 from linumpy.io.formats import NgffFormat, NgffVersion, format_of
 
-__all__ = [
-    "PLANE_EDGE",
-    "SHARD_BYTES",
-    "V2_WARN_FILES",
-    "Layout",
-    "ShardsArg",
-    "default_layout",
-    "inner_chunks",
-    "slab_shards",
-    "tile_layout",
-    "tile_shards",
-    "warn_file_count",
-]
+__all__: list[str] = []
 
 logger = logging.getLogger(__name__)
 

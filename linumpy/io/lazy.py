@@ -4,7 +4,7 @@ read by :func:`read_volume`.
 Blocks are whole multiples of the stored chunks (of the shards, for sharded arrays) and line up
 with them, so no stored chunk is read by two tasks; the graph has one task per block. The dask
 array is built by :mod:`linumpy.io.dask_read`, the labelled one by :mod:`linumpy.io.labelled`;
-the block helpers are those of :mod:`linumpy.io.blocks`, importable from here too.
+the block helpers are those of :mod:`linumpy.io.blocks`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from linumpy.io.blocks import (
-    DEFAULT_BLOCK_BYTES,
-    DEFAULT_GPU_BLOCK_BYTES,
-    aligned_chunks,
-    grow_block,
-    round_block,
-    storage_unit,
-)
+from linumpy.io.blocks import aligned_chunks, grow_block, storage_unit
 from linumpy.io.dask_read import dask_volume
 from linumpy.io.labelled import open_dataarray
 
@@ -27,15 +20,8 @@ if TYPE_CHECKING:
     import dask.array as da
     import xarray as xr
 
-__all__ = [
-    "DEFAULT_BLOCK_BYTES",
-    "DEFAULT_GPU_BLOCK_BYTES",
-    "aligned_chunks",
-    "grow_block",
-    "open_volume",
-    "round_block",
-    "storage_unit",
-]
+# the block helpers, re-exported for the mosaic modules that import them from here
+__all__ = ["aligned_chunks", "grow_block", "open_volume", "storage_unit"]
 
 
 def open_volume(

@@ -17,16 +17,7 @@ from linumpy.errors import LinumpyError
 from linumpy.io.formats import NgffFormat, NgffVersion, for_zarr_format, format_of
 from linumpy.io.ngff_validation import TYPES_BY_NAME, validate_image_attrs
 
-__all__ = [
-    "Axis",
-    "Coordinates",
-    "derive_coordinates",
-    "check_chunk_count",
-    "image_attrs",
-    "make_axes",
-    "multiscale_dataset_paths",
-    "parse_voxel_size",
-]
+__all__ = ["Axis"]
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from linumpy.io.metadata import (
     scale_of,
     translation_of,
 )
+from linumpy.io.recovery import staging_left
 from linumpy.io.series import find_image
-from linumpy.io.staging import staging_left
 from linumpy.io.stores import SourceLike, location, open_node, parse_source
 from linumpy.io.validate import (
     RegularFileStore,
@@ -41,12 +41,7 @@ from linumpy.io.validate import (
     check_scale,
 )
 
-__all__ = [
-    "open_array",
-    "read_axes",
-    "read_coordinates",
-    "read_omezarr",
-]
+__all__ = ["open_array", "read_axes", "read_omezarr"]
 
 
 logger = logging.getLogger(__name__)

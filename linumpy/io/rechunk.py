@@ -25,13 +25,15 @@ from zarr.storage import LocalStore
 
 from linumpy import settings
 from linumpy.errors import LinumpyError
+from linumpy.io.blocks import grow_block, storage_unit
 from linumpy.io.dask_write import shard_budget, store_dask
 from linumpy.io.formats import NgffFormat, NgffVersion, writable_format
 from linumpy.io.layout import ShardsArg, default_layout, slab_shards, tile_layout, tile_shards
-from linumpy.io.lazy import grow_block, open_volume, storage_unit
+from linumpy.io.lazy import open_volume
 from linumpy.io.metadata import check_chunk_count
 from linumpy.io.rechunk_groups import copy_groups, datasets, keep_levels
-from linumpy.io.staging import recover_staging, staged
+from linumpy.io.recovery import recover_staging
+from linumpy.io.staging import staged
 from linumpy.io.validate import RegularFileStore
 from linumpy.parallel import Cluster
 

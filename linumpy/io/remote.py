@@ -32,14 +32,7 @@ from linumpy.errors import (
     RemoteTimeoutError,
 )
 
-__all__ = [
-    "REMOTE_INSTALL_HINT",
-    "is_url",
-    "local_path",
-    "object_store",
-    "remote_errors",
-    "url_scheme",
-]
+__all__: list[str] = []
 
 #: How to get remote support.
 # "linumpy" on the package index is another project: the hint names the package itself

@@ -17,7 +17,7 @@ import numpy as np
 from linumpy._numpy_or_cupy import array_module
 from linumpy.io.formats import NgffVersion
 from linumpy.io.layout import ShardsArg
-from linumpy.io.stores import is_url
+from linumpy.io.remote import is_url
 from linumpy.io.writer import AxesArg, OmeZarrWriter
 
 __all__ = ["save_omezarr"]

@@ -46,7 +46,6 @@ from linumpy.io.recovery import (
     HOST,
     PREFIX_CHARS,
     STAGING_SUFFIX,
-    clean_staging,
     exists,
     identity,
     recover_staging,
@@ -55,14 +54,7 @@ from linumpy.io.recovery import (
     started,
 )
 
-__all__ = [
-    "STAGING_SUFFIX",
-    "StagedWrite",
-    "clean_staging",
-    "recover_staging",
-    "staged",
-    "staging_left",
-]
+__all__ = ["staging_left"]  # re-exported for linumpy.cli.paths
 
 logger = logging.getLogger(__name__)
 

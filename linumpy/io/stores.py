@@ -25,7 +25,6 @@ from zarr.storage import LocalStore, ObjectStore
 from linumpy import settings as _settings
 from linumpy.errors import LinumpyError, RemoteNotFoundError, RemotePermissionError
 from linumpy.io.remote import (
-    is_url,
     local_path,
     object_store,
     remote_errors,
@@ -33,18 +32,7 @@ from linumpy.io.remote import (
     url_scheme,
 )
 
-__all__ = [
-    "MetadataOnceStore",
-    "Source",
-    "SourceLike",
-    "UrlPath",
-    "describe",
-    "is_url",
-    "location",
-    "open_node",
-    "open_store",
-    "parse_source",
-]
+__all__: list[str] = []
 
 #: What the readers accept as a source.
 SourceLike = str | os.PathLike[str] | zarr.Array | zarr.Group | Store

@@ -19,14 +19,7 @@ from zarr.storage import LocalStore
 
 from linumpy.errors import ChunkDecodeError, LinumpyError
 
-__all__ = [
-    "MAX_ARRAY_BYTES",
-    "RegularFileStore",
-    "check_array_shape",
-    "check_level_axes",
-    "check_regular_file",
-    "check_scale",
-]
+__all__: list[str] = []
 
 #: An array of more bytes than this (8 PiB) is taken for corrupt metadata and refused when opened.
 MAX_ARRAY_BYTES = 2**53

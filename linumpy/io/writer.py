@@ -40,8 +40,9 @@ from linumpy.io.metadata import (
     parse_voxel_size,
 )
 from linumpy.io.ngff_validation import validate_image_attrs
+from linumpy.io.remote import is_url
 from linumpy.io.staging import StagedWrite, flushed_on_commit, recover_staging
-from linumpy.io.stores import UrlPath, is_url, open_store, parse_source
+from linumpy.io.stores import UrlPath, open_store, parse_source
 
 __all__ = ["OmeZarrWriter"]
 
