@@ -395,7 +395,7 @@ def test_downsample_mean_matches_the_writer_pyramid(tmp_path, dtype) -> None:
 
 
 def test_projection_and_tile_shape_from_file(demo, demo_path) -> None:
-    aip = average_intensity_projection(demo_path, slab_depth=5)
+    aip = average_intensity_projection(demo_path)
     np.testing.assert_allclose(aip, demo.mosaic.mean(axis=0), rtol=1e-6)
     assert mosaic_tile_shape(demo_path) == (64, 64)
     assert mosaic_tile_shape(demo_path, (32, 32)) == (32, 32)
@@ -408,12 +408,11 @@ def test_estimate_transform_from_file(demo, demo_path) -> None:
 
 def test_stitch_file_slabs_and_pyramid(tmp_path, demo, demo_path) -> None:
     stitch_omezarr(demo_path, tmp_path / "one.ome.zarr", demo.transform, n_levels=3)
-    stitch_omezarr(demo_path, tmp_path / "slabs.ome.zarr", demo.transform, n_levels=3, slab_depth=4)
     stitch_omezarr(
         demo_path, tmp_path / "float.ome.zarr", demo.transform, n_levels=3, dtype=np.float32
     )
     expected = stitch(demo.mosaic, demo.transform, "linear", dtype=demo.mosaic.dtype)
-    for name in ("one", "slabs", "float"):
+    for name in ("one", "float"):
         path = tmp_path / f"{name}.ome.zarr"
         level0, voxel_size = read_omezarr(path)
         assert voxel_size == (3.5, 2.5, 2.5)

@@ -458,8 +458,8 @@ def test_stitch_output_shards_keep_one_chunk_per_tile_decoded_once(tmp_path: Pat
     planes at a time: the stitched output then gets a tile's footprint per shard, the blocks
     take whole tiles in depth, and the stitched values are the same."""
     from linumpy import settings
-    from linumpy.io.layout import slab_shards
-    from linumpy.mosaic.stitch_file import _output_chunks, _stitch_shards
+    from linumpy.io.layout import inner_chunks, slab_shards
+    from linumpy.mosaic.stitch_file import _stitch_shards
 
     path = tmp_path / "tiles.ome.zarr"
     make_demo_data(path, grid_shape=(2, 6), tile_shape=(16, 64, 64), shards=None)
@@ -469,7 +469,7 @@ def test_stitch_output_shards_keep_one_chunk_per_tile_decoded_once(tmp_path: Pat
     cluster = Cluster(threads=2, memory_limit=8 * 2**20)
     f32 = np.dtype(np.float32)
     with settings.set(chunk_bytes=16 * 1024):
-        chunks = _output_chunks(out_shape, None, 1, f32)
+        chunks = inner_chunks(out_shape, f32)
     budget = 256 * 1024
     slabs = slab_shards(out_shape, chunks, np.float32, shard_bytes=budget)
     over_slabs = plan_stitch_block(array.shape, 2, transform, slabs, cluster, array.chunks)
@@ -542,8 +542,8 @@ def test_uint16_stitch_blocks_decode_and_encode_each_chunk_once(tmp_path: Path, 
     on 16, halves of planes, a row of tiles read by both halves), and each output shard lies in
     one block (each output chunk encoded once)."""
     from linumpy.io.dask_write import shard_budget
-    from linumpy.io.layout import slab_shards
-    from linumpy.mosaic.stitch_file import _bytes_per_byte, _output_chunks, _stitch_shards
+    from linumpy.io.layout import inner_chunks, slab_shards
+    from linumpy.mosaic.stitch_file import _bytes_per_byte, _stitch_shards
 
     array = zarr.create_array(
         tmp_path / "grid.zarr",
@@ -557,7 +557,7 @@ def test_uint16_stitch_blocks_decode_and_encode_each_chunk_once(tmp_path: Path, 
     out_shape = (512, *transform.output_shape())
     cluster = Cluster(threads=threads)
     u16 = np.dtype(np.uint16)
-    chunks = _output_chunks(out_shape, None, 3, u16)
+    chunks = inner_chunks(out_shape, u16)
     budget = shard_budget(cluster, per_byte=_bytes_per_byte(u16, 3, 3))
     shards = _stitch_shards(array, transform, out_shape, chunks, budget, cluster, False, u16)
     if shards == "auto":
@@ -586,3 +586,10 @@ def test_projection_depth_groups_and_read_threads() -> None:
     assert depth_groups(64, 8, plane_blocks=16, slots=2) == (0, 64)
     assert read_threads(36, 16, io_threads=16) == 1
     assert read_threads(4, 16, io_threads=16) == 4
+
+
+def test_stitch_threads_share_the_cluster_among_the_blocks_running_at_once() -> None:
+    from linumpy.mosaic.out_of_core import stitch_threads
+
+    assert stitch_threads((96, 850, 850), (32, 850, 850), Cluster(threads=16)) == 6  # 3 blocks
+    assert stitch_threads((96, 850, 850), (8, 256, 256), Cluster(threads=16)) == 1

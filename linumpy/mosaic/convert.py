@@ -1,10 +1,4 @@
-"""Converting TIFF stacks, ``.npy`` files and zarr arrays to OME-Zarr images, out of core.
-
-TIFF files are described by tifffile's own metadata: the series' axes become NGFF axes
-(``S``, RGB samples, and ``C`` a channel axis, ``T`` time, ``Z``/``Y``/``X`` space; an unnamed
-page axis ``Q``/``I`` is taken as ``z`` when the file names no ``Z``), and voxel sizes and units
-come from the ImageJ or OME-XML metadata.
-"""
+"""Converting TIFF stacks, ``.npy`` files and zarr arrays to OME-Zarr images, out of core."""
 
 from __future__ import annotations
 
@@ -151,6 +145,7 @@ class Converted(NamedTuple):
     Examples
     --------
     >>> from linumpy.io.metadata import make_axes
+    >>> from linumpy.mosaic import Converted
     >>> Converted(make_axes(2, "yx"), (1.0, 1.0), None).describe()
     'axes yx, voxel size y 1 micrometer, x 1 micrometer (none known: 1 per axis)'
     >>> Converted(make_axes(3, "cyx"), (1, 2, 2), "ImageJ metadata").describe()
@@ -245,7 +240,7 @@ def convert_to_omezarr(
     --------
     >>> import numpy as np, tempfile
     >>> from linumpy.io import read_omezarr
-    >>> from linumpy.mosaic.convert import convert_to_omezarr
+    >>> from linumpy.mosaic import convert_to_omezarr
     >>> folder = tempfile.mkdtemp()
     >>> np.save(folder + "/volume.npy", np.arange(4 * 6 * 8, dtype=np.uint16).reshape(4, 6, 8))
     >>> done = convert_to_omezarr(

@@ -197,43 +197,12 @@ def check_demo_space(
     *,
     free_bytes: int | None = None,
 ) -> int:
-    """Refuse a demo grid the disk at ``path`` cannot hold, before anything is written.
+    """Refuse a demo grid the disk at ``path`` cannot hold (DiskSpaceError), before anything is
+    written; the bytes it needs at most (its uncompressed size, plus 1/64 for zstd's frames).
 
-    A grid needs at most its uncompressed size (zstd stores no more, less the few bytes of its
-    frames, which the margin of 1/64 covers); the free space is that of the nearest existing
-    folder of ``path`` (not checked in a folder that cannot be written or on a file system that
-    reports no size: the write's own error, if any, says what is wrong).
-
-    Parameters
-    ----------
-    path
-        The image to create.
-    grid_shape, tile_shape
-        See :func:`generate_demo_mosaic`.
-    free_bytes
-        The free space, bytes; measured by default.
-
-    Returns
-    -------
-    int
-        The bytes the grid needs at most.
-
-    Raises
-    ------
-    DiskSpaceError
-        When the grid needs more than is free, naming both.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> check_demo_space(tempfile.mkdtemp() + "/m.ome.zarr", (2, 2), (8, 16, 16))
-    33024
-    >>> try:
-    ...     check_demo_space("m.ome.zarr", (100, 100), (512, 512, 512), free_bytes=10**12)
-    ... except DiskSpaceError as exc:
-    ...     print(exc)
-    m.ome.zarr: a 100x100 grid of (512, 512, 512) tiles needs up to 2.7 TB of disk space \
-(its uncompressed size), 1.0 TB free
+    The free space (``free_bytes`` by default measured) is that of the nearest existing folder
+    of ``path``, not checked in a folder that cannot be written or on a file system that reports
+    no size: the write's own error, if any, says what is wrong.
     """
     voxels = math.prod(int(n) for n in grid_shape) * math.prod(int(n) for n in tile_shape)
     needed = 2 * voxels + 2 * voxels // 64 + 2**14  # uint16, frames and metadata

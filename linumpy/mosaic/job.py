@@ -1,12 +1,8 @@
 """A mosaic grid's whole job in one process: its tile layout, the 3-D stitch and its projection.
 
-The steps of ``linum-estimate-transform``, ``linum-stitch-3d`` and ``linum-aip``, one after the
-other: each separate command pays Python's start-up and imports and, on the GPU, the CUDA
-context, kernel loading and staging buffers, which one process pays once. Each output is written
-in a staging folder beside it and moved into place once complete
-(:func:`linumpy.io.staging.staged`), so an interrupted job leaves the outputs it finished and the
-previous versions of the others; a full disk, a quota or a file size limit met while writing one
-is a :class:`~linumpy.errors.LinumpyError` naming it.
+The steps of ``linum-estimate-transform``, ``linum-stitch-3d`` and ``linum-aip``, paying Python's
+start-up and imports and, on the GPU, the CUDA context and kernel loading once. Each output is
+staged beside its place and moved there once complete.
 """
 
 from __future__ import annotations
@@ -42,7 +38,7 @@ class JobOutputs:
 
     Examples
     --------
-    >>> from linumpy.mosaic.job import JobOutputs
+    >>> from linumpy.mosaic import JobOutputs
     >>> outputs = JobOutputs.in_folder("out", png=True)
     >>> [path.name for path in outputs.paths()]
     ['transform.json', 'stitched.ome.zarr', 'stitched_aip.ome.zarr', 'stitched_aip.png']
@@ -76,8 +72,7 @@ class JobResult:
 
     Examples
     --------
-    >>> from linumpy.mosaic.job import JobOutputs, JobResult
-    >>> from linumpy.mosaic.transform import TileTransform
+    >>> from linumpy.mosaic import JobOutputs, JobResult, TileTransform
     >>> layout = TileTransform(((60.0, 0.0), (0.0, 60.0)), (0.0, 0.0), (64, 64), (1, 2))
     >>> JobResult(JobOutputs.in_folder("out"), layout, [], (64, 124)).projection_shape
     (64, 124)
@@ -117,9 +112,9 @@ def run_mosaic_job(
     gpu
         Run every step on the GPU.
     tile_shape, min_score
-        As for :func:`linumpy.mosaic.pipeline.estimate_transform_omezarr`.
+        As for :func:`linumpy.mosaic.estimate_transform_omezarr`.
     blending, dtype, n_levels, chunks, shards, zstd_level
-        As for :func:`linumpy.mosaic.pipeline.stitch_omezarr` (the stitched image).
+        As for :func:`linumpy.mosaic.stitch_omezarr` (the stitched image).
     progress
         Show progress bars.
     cluster
@@ -140,8 +135,8 @@ def run_mosaic_job(
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
-    >>> from linumpy.mosaic.job import JobOutputs, run_mosaic_job
+    >>> from linumpy.io import read_volume
+    >>> from linumpy.mosaic import JobOutputs, make_demo_data, read_demo_truth, run_mosaic_job
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 3), tile_shape=(8, 64, 64))
     >>> result = run_mosaic_job(folder + "/grid.ome.zarr", JobOutputs.in_folder(folder))

@@ -1,12 +1,8 @@
 """Compile the GPU kernels of the pipeline once per machine, ahead of the first real job.
 
-cupy compiles each kernel the first time a process on a machine uses it and keeps the result in
-its on-disk cache (``CUPY_CACHE_DIR``, by default ``~/.cupy/kernel_cache``), linumpy its own
-kernels in its cubin cache (:mod:`linumpy.gpu.kernel_cache`); later processes load them from
-there. A pipeline's first job on a new machine therefore pays for every compilation
-(seconds), its later jobs do not. :func:`prepare_gpu_kernels` runs every GPU step of the pipeline
-on a tiny demo mosaic, so that the cache holds the kernels before the first job does
-(``linum-gpu-info --prepare-kernels``).
+cupy and linumpy keep compiled kernels in on-disk caches, so a pipeline's first job on a new
+machine pays for every compilation (seconds), its later jobs do not; ``linum-gpu-info
+--prepare-kernels`` runs :func:`prepare_gpu_kernels` to fill the caches first.
 """
 
 from __future__ import annotations
@@ -22,22 +18,8 @@ __all__ = ["KernelReport", "prepare_gpu_kernels"]
 
 @dataclass(frozen=True)
 class KernelReport:
-    """What :func:`prepare_gpu_kernels` did.
-
-    Attributes
-    ----------
-    cache_dir
-        cupy's kernel cache folder.
-    compiled
-        Kernel files the caches (cupy's and linumpy's) gained (0 when they held them all).
-    seconds
-        Time taken.
-
-    Examples
-    --------
-    >>> KernelReport("/root/.cupy/kernel_cache", 12, 4.5).compiled
-    12
-    """
+    """What :func:`prepare_gpu_kernels` did: cupy's kernel cache folder, the kernel files the
+    caches (cupy's and linumpy's) gained, and the time taken."""
 
     cache_dir: str
     compiled: int
@@ -49,24 +31,8 @@ def _cache_files(folder: str) -> int:
 
 
 def prepare_gpu_kernels() -> KernelReport:
-    """Run each GPU step of the pipeline on a tiny mosaic, filling the kernel caches.
-
-    The steps: the demo mosaic written from the GPU (both layouts), GPU reads of it, the tile
-    registration, the 3-D stitch with each blending, its pyramid, the projection and the 2-D
-    stitch, with the device encoding every write (the small writes of real jobs are encoded on
-    the CPU, larger ones on the GPU). Nothing is kept but the cache.
-
-    Raises
-    ------
-    GPUUnavailableError
-        When cupy, nvCOMP or a device is missing.
-
-    Examples
-    --------
-    >>> report = prepare_gpu_kernels()  # doctest: +SKIP
-    >>> report.compiled  # the second time on a machine: nothing left to compile  # doctest: +SKIP
-    0
-    """
+    """Run each GPU step of the pipeline on a tiny demo mosaic (the device encoding every
+    write), filling the kernel caches; nothing else is kept. GPUUnavailableError without a GPU."""
     from linumpy import settings
     from linumpy.gpu.availability import require_gpu
 

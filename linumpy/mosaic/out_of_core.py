@@ -1,12 +1,6 @@
-"""Stitching as lazy dask arrays of bounded blocks (projections: :mod:`linumpy.mosaic.projection`).
-
-Each block is one task that reads what it needs (the tiles overlapping a stitched block; a column
-of slabs for a projection) from the source opened once on the client
-(:class:`~linumpy.io.array_ref.ArrayRef`), so a job holds a few blocks in memory whatever the
-volume's size. Block shapes are whole multiples of the output's shards
-(or chunks) and are sized with :meth:`linumpy.parallel.Cluster.task_bytes`. Results equal the
-in-memory functions' bit for bit.
-"""
+"""Stitching as a lazy dask array of bounded blocks, each a task that reads the tiles it needs
+from the grid opened once on the client (:class:`~linumpy.io.array_ref.ArrayRef`); the result
+equals the in-memory stitch bit for bit."""
 
 from __future__ import annotations
 
@@ -49,8 +43,8 @@ def _whole(shape: Sequence[int]) -> tuple[slice, ...]:
 def _stitch_cost(
     transform: TileTransform, out_shape: Sequence[int], itemsize: int
 ) -> Callable[[tuple[int, ...]], int]:
-    """Working set of the costliest block of a shape: the tiles it reads, the float32 output
-    with its weights and encoded copy, and one weighted tile."""
+    """Working set of the costliest block of a shape: its tiles, the float32 output with its
+    weights and encoded copy, and one weighted tile."""
     th, tw = transform.tile_shape
     height, width = out_shape[-2:]
     positions = transform.pixel_positions().reshape(-1, 2)
@@ -87,9 +81,7 @@ def _reuse_unit(
     reach: int | None,
 ) -> tuple[int, ...]:
     """``unit`` grown to whole source chunks in depth and to ``reach`` source chunks (tiles) in y
-    and x (None: whole planes): a block then decodes each chunk it touches once in depth, and
-    each about (1 + 1/reach)^2 times in y and x, against (1 + chunk / block)^2 for smaller
-    blocks; blocks of whole planes decode each chunk once."""
+    and x (None: whole planes), so that a block decodes each chunk it touches about once."""
     grown = list(unit)
     if len(unit) == 3:
         grown[0] = min(math.lcm(unit[0], source_chunks[0]), out_shape[0])
@@ -113,58 +105,11 @@ def plan_stitch_block(
     the cluster's per-task memory, then as many planes as fit, in enough blocks to keep every
     worker busy (:meth:`linumpy.parallel.Cluster.task_bytes`).
 
-    With ``source_chunks``, a block starts at whole source chunks in depth and whole planes,
-    else twice (else once) a tile in y and x, when that fits the memory limit (without one:
-    :data:`REUSE_TASK_BYTES`, and the host's available memory shared by the threads): every block
-    reads the tiles it touches whole, so small blocks over large tiles decode each chunk many
-    times (docs/architecture.md, "Measurements behind the defaults": blocks over whole chunks),
-    and blocks of whole planes read each chunk once
-    (stitched by several threads inside the task: see :func:`stitch_lazy`).
-
-    Parameters
-    ----------
-    source_shape, itemsize
-        Shape and item size of the mosaic grid.
-    transform
-        Tile layout, normalized.
-    out_unit
-        The output's shard (or chunk) shape.
-    cluster
-        Gives the memory one task may use.
-    source_chunks
-        The mosaic grid's stored (inner) chunk shape.
-    source_shards
-        The mosaic grid's shard shape (one tile, in linumpy's layout): blocks reach whole
-        shards in y and x.
-    gpu
-        Whether the blocks are stitched on the GPU (larger blocks, fewer local threads).
-
-    Raises
-    ------
-    MemoryLimitError
-        When one output shard (or chunk) and its tiles do not fit the memory limit.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.out_of_core import plan_stitch_block
-    >>> from linumpy.mosaic.transform import TileTransform
-    >>> from linumpy.parallel import Cluster
-    >>> transform = TileTransform([[100.0, 0.0], [0.0, 100.0]], (0.0, 0.0), (128, 128), (4, 4))
-    >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64), Cluster(threads=1))
-    (32, 428, 428)
-    >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64),
-    ...                   Cluster(memory_limit=2**22, threads=1))
-    (8, 128, 128)
-    >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64), Cluster(threads=2),
-    ...                   source_chunks=(32, 128, 128))  # two slabs of whole planes
-    (32, 428, 428)
-    >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64), Cluster(threads=16),
-    ...                   source_chunks=(64, 128, 128))  # one slab for 16 threads: two tiles
-    (64, 256, 256)
-    >>> plan_stitch_block((64, 512, 512), 2, transform, (8, 64, 64),
-    ...                   Cluster(memory_limit=2**26, threads=2), source_chunks=(32, 64, 64),
-    ...                   source_shards=(64, 128, 128))  # whole planes do not fit
-    (32, 128, 428)
+    With ``source_chunks`` (and ``source_shards``: a tile each), a block starts at whole source
+    chunks in depth and whole planes, else two (else one) tiles in y and x, when that fits the
+    memory limit (without one: :data:`REUSE_TASK_BYTES`, within the host's available memory):
+    small blocks over large tiles would decode each chunk many times (docs/architecture.md,
+    "Measurements behind the defaults").
     """
     out_shape = (*source_shape[:-2], *transform.output_shape())
     cost = _stitch_cost(transform, out_shape, itemsize)
@@ -243,55 +188,9 @@ def stitch_lazy(
     threads: int = 1,
     dtype: DTypeLike | None = None,
 ) -> da.Array:
-    """The stitched image of a mosaic grid as a lazy dask array, in the tiles' dtype by default.
-
-    Each block is one task: it reads the tiles that overlap it (one :func:`read_volume` call)
-    and stitches them with :func:`linumpy.mosaic.stitch.stitch_region` (in ``threads`` bands of
-    rows on the CPU: blocks of whole planes are few, and read each stored chunk once); the
-    result equals :func:`linumpy.mosaic.stitch.stitch` of the whole grid.
-
-    Parameters
-    ----------
-    source
-        Mosaic grid OME-Zarr image (or zarr array), ``([Z,] rows * tile_h, cols * tile_w)``, or
-        its level opened already (:func:`~linumpy.io.array_ref.array_ref`): the tasks read it
-        without opening it again.
-    transform
-        Tile layout, normalized.
-    blending
-        As for :func:`linumpy.mosaic.stitch.stitch`.
-    block
-        Block shape (see :func:`plan_stitch_block`).
-    gpu
-        Read and stitch on the GPU (cupy blocks).
-    threads
-        Threads stitching each block on the CPU (see :func:`stitch_threads`).
-    dtype
-        The stitched image's dtype (:func:`linumpy.mosaic.stitch.stitch_dtype`): by default the
-        tiles' own; blended in float32, then rounded and clipped to an integer dtype.
-
-    Raises
-    ------
-    LinumpyError
-        For an integer ``dtype`` and float tiles.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import read_volume
-    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
-    >>> from linumpy.mosaic.out_of_core import stitch_lazy
-    >>> from linumpy.mosaic.stitch import stitch
-    >>> path = tempfile.mkdtemp() + "/mosaic.ome.zarr"
-    >>> _ = make_demo_data(path, grid_shape=(2, 3), tile_shape=(8, 64, 64))
-    >>> transform = read_demo_truth(path).normalized()
-    >>> lazy = stitch_lazy(path, transform, block=(4, 64, 64))
-    >>> lazy.numblocks, lazy.dtype
-    ((2, 2, 3), dtype('uint16'))
-    >>> expected = stitch(read_volume(path), transform, dtype=np.uint16)
-    >>> bool((lazy.compute() == expected).all())
-    True
-    """
+    """The stitched image of a mosaic grid (a path, or its level opened already) as a lazy dask
+    array of ``block``-shaped blocks, in the tiles' dtype by default; each block is stitched in
+    ``threads`` bands of rows on the CPU (blocks of whole planes are few)."""
     blending = parse_blending(blending)
     name = source.source if isinstance(source, ArrayRef) else source
     grid = array_ref(source)  # opened once; its tasks read it, opening nothing
@@ -315,16 +214,6 @@ def stitch_lazy(
 
 def stitch_threads(out_shape: Sequence[int], block: Sequence[int], cluster: Cluster) -> int:
     """Threads to stitch each block with: the cluster's threads shared by the blocks that run at
-    once, so that a job of fewer blocks than threads still uses them all.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.out_of_core import stitch_threads
-    >>> from linumpy.parallel import Cluster
-    >>> stitch_threads((96, 850, 850), (32, 850, 850), Cluster(threads=16))  # 3 blocks
-    6
-    >>> stitch_threads((96, 850, 850), (8, 256, 256), Cluster(threads=16))
-    1
-    """
+    once, so that a job of fewer blocks than threads still uses them all."""
     blocks = math.prod(-(-int(n) // int(b)) for n, b in zip(out_shape, block))
     return max(1, -(-cluster.threads // max(1, min(blocks, cluster.slots))))

@@ -1,10 +1,5 @@
-"""File-level mosaic operations on OME-Zarr images: projection, layout estimation, stitching.
-
-These are what the ``linum-*`` scripts call; the stitch (:func:`stitch_omezarr`) lives in
-:mod:`linumpy.mosaic.stitch_file`. With ``gpu=True`` reads go through
-``read_volume(..., gpu=True)`` (nvCOMP decode), the arithmetic runs on cupy and the stitched
-image is encoded on the GPU (zarr inside :func:`linumpy.gpu.zarr_io.gpu_zarr_context`); without
-it nothing GPU-related is imported.
+"""File-level mosaic operations on OME-Zarr images, what the ``linum-*`` scripts call:
+projection, layout estimation and stitching; with ``gpu=False`` nothing GPU-related is imported.
 """
 
 from __future__ import annotations
@@ -59,7 +54,6 @@ def average_intensity_projection(
     path: str | os.PathLike[str],
     *,
     gpu: bool = False,
-    slab_depth: int | None = None,
     progress: bool = False,
     cluster: Cluster | None = None,
 ) -> Any:
@@ -71,8 +65,6 @@ def average_intensity_projection(
         OME-Zarr image or zarr array of shape ``(Z, Y, X)``.
     gpu
         Read with ``read_volume(..., gpu=True)`` and sum on the GPU; returns a cupy array.
-    slab_depth
-        Planes read at once; the array's chunk depth by default.
     progress
         Show a progress bar over the tasks.
     cluster
@@ -88,7 +80,7 @@ def average_intensity_projection(
     --------
     >>> import numpy as np, tempfile
     >>> from linumpy.io import save_omezarr
-    >>> from linumpy.mosaic.pipeline import average_intensity_projection
+    >>> from linumpy.mosaic import average_intensity_projection
     >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
     >>> volume = np.arange(2 * 3 * 4, dtype=np.uint16).reshape(2, 3, 4)
     >>> save_omezarr(volume, path, voxel_size=(1.0, 1.0, 1.0))
@@ -98,7 +90,7 @@ def average_intensity_projection(
            [14., 15., 16., 17.]], dtype=float32)
     """
     cluster = cluster or Cluster()
-    lazy = projection_lazy(path, gpu=gpu, slab_depth=slab_depth, cluster=cluster)
+    lazy = projection_lazy(path, gpu=gpu, cluster=cluster)
     return cluster.compute(lazy, desc="projection", progress=progress)
 
 
@@ -115,10 +107,9 @@ def projection_omezarr(
 ) -> tuple[int, ...]:
     """Write the average intensity projection of a 3D OME-Zarr volume as a 2D OME-Zarr image.
 
-    Computed out of core (see :func:`linumpy.mosaic.projection.projection_lazy`) and written
-    block by block, in linumpy's default layout (:func:`linumpy.io.layout.default_layout`). A
-    mosaic grid's tile layout attributes are kept, with one tile per shard (or chunk) of the
-    output (:func:`linumpy.io.layout.tile_layout`), so the projection can be stitched.
+    Computed out of core and written block by block, in linumpy's default layout. A mosaic
+    grid's tile layout attributes are kept, with one tile per shard (or chunk) of the output, so
+    the projection can be stitched.
 
     Parameters
     ----------
@@ -144,7 +135,7 @@ def projection_omezarr(
     --------
     >>> import numpy as np, tempfile
     >>> from linumpy.io import read_volume, save_omezarr
-    >>> from linumpy.mosaic.pipeline import projection_omezarr
+    >>> from linumpy.mosaic import projection_omezarr
     >>> folder = tempfile.mkdtemp()
     >>> volume = np.arange(2 * 3 * 4, dtype=np.uint16).reshape(2, 3, 4)
     >>> save_omezarr(volume, folder + "/volume.ome.zarr", voxel_size=(1.0, 2.0, 2.0))
@@ -199,20 +190,7 @@ def projection_omezarr(
 
 
 def save_png(image: Any, path: str | os.PathLike[str], *, percentiles=(0.5, 99.5)) -> None:
-    """Save a 2D image as an 8-bit PNG preview, stretched between two percentiles.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from PIL import Image
-    >>> from linumpy.mosaic.pipeline import save_png
-    >>> path = tempfile.mkdtemp() + "/preview.png"
-    >>> save_png(np.linspace(0.0, 1.0, 12).reshape(3, 4), path, percentiles=(0, 100))
-    >>> np.asarray(Image.open(path))
-    array([[  0,  23,  46,  70],
-           [ 93, 116, 139, 162],
-           [185, 209, 232, 255]], dtype=uint8)
-    """
+    """Save a 2D image as an 8-bit PNG preview, stretched between two percentiles (NaN black)."""
     from PIL import Image
 
     data = to_numpy(image).astype(np.float64)
@@ -241,7 +219,8 @@ def estimate_transform_omezarr(
         3D mosaic grid ``(Z, rows * tile_h, cols * tile_w)`` (projected along z first) or its 2D
         projection.
     tile_shape
-        ``(tile_h, tile_w)``; by default from the image (see :func:`mosaic_tile_shape`).
+        ``(tile_h, tile_w)``; by default from the image's ``linumpy.mosaic`` attributes, else
+        its shard (else chunk) shape.
     gpu
         Read and correlate on the GPU.
     progress
@@ -250,18 +229,17 @@ def estimate_transform_omezarr(
         Where a 3D grid's projection runs (its workers, with a scheduler); local threads by
         default.
     **options
-        Passed to :func:`linumpy.mosaic.registration.estimate_transform`.
+        Passed to :func:`linumpy.mosaic.estimate_transform`.
 
     Returns
     -------
     transform, measurements
-        As :func:`linumpy.mosaic.registration.estimate_transform` returns them.
+        As :func:`linumpy.mosaic.estimate_transform` returns them.
 
     Examples
     --------
     >>> import tempfile
-    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
-    >>> from linumpy.mosaic.pipeline import estimate_transform_omezarr
+    >>> from linumpy.mosaic import estimate_transform_omezarr, make_demo_data, read_demo_truth
     >>> path = tempfile.mkdtemp() + "/mosaic.ome.zarr"
     >>> _ = make_demo_data(path, grid_shape=(2, 3), tile_shape=(8, 64, 64))
     >>> transform, measurements = estimate_transform_omezarr(path, min_score=0.3)

@@ -1,11 +1,8 @@
 """Projections of a 3D volume along z as lazy dask arrays of bounded blocks.
 
-Each task reads a column of the volume (a block of the plane, whole stored chunks wide) a slab
-at a time and sums it, from the volume opened once on the client
-(:class:`~linumpy.io.array_ref.ArrayRef`). When the plane gives fewer blocks than the cluster
-runs tasks at once (a small plane, a deep volume), the depth is split too: tasks sum whole
-stored chunks' depths of a column and their partial sums are added, so that every worker gets
-tasks whatever the volume's shape. No stored chunk is read by two tasks.
+Each task sums a column of the volume (whole stored chunks wide) a slab at a time. When the
+plane gives fewer blocks than the cluster runs tasks at once, the depth is split too and the
+partial sums added, so that every worker gets tasks. No stored chunk is read by two tasks.
 """
 
 from __future__ import annotations
@@ -46,28 +43,9 @@ def _slab_sum_dtype(dtype: np.dtype, step: int) -> np.dtype:
 
 
 def read_threads(blocks: int, threads: int, io_threads: int | None = None) -> int:
-    """Threads each task's :func:`read_volume` may use: the ``io_threads`` setting shared by the
-    tasks that run at once (``threads``, or fewer when the job has fewer ``blocks``).
-
-    All of them in every task would oversubscribe the cores: tasks running at once share them.
-
-    Parameters
-    ----------
-    blocks
-        Tasks of the job.
-    threads
-        Tasks that run at once.
-    io_threads
-        Threads to share; ``linumpy.settings.get().io_threads`` by default.
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.projection import read_threads
-    >>> read_threads(36, 16, io_threads=16)  # one each
-    1
-    >>> read_threads(4, 16, io_threads=16)  # four tasks share 16 threads
-    4
-    """
+    """Threads each task's reads may use: the ``io_threads`` setting (by default the process's)
+    shared by the tasks that run at once (``threads``, or fewer when the job has fewer
+    ``blocks``), so that they do not oversubscribe the cores."""
     if io_threads is None:
         from linumpy import settings
 
@@ -76,14 +54,8 @@ def read_threads(blocks: int, threads: int, io_threads: int | None = None) -> in
 
 
 def leading_axes(shape: Sequence[int]) -> int | None:
-    """How many axes of length 1 come before a volume's ``(Z, Y, X)`` (a ``(1, 1, Z, Y, X)``
-    image, as many tools write one volume: 2); None when ``shape`` is no such volume.
-
-    Examples
-    --------
-    >>> leading_axes((1, 1, 4, 8, 8)), leading_axes((4, 8, 8)), leading_axes((2, 4, 8, 8))
-    (2, 0, None)
-    """
+    """How many axes of length 1 come before a volume's ``(Z, Y, X)`` (2 for ``(1, 1, Z, Y,
+    X)``); None when ``shape`` is no such volume."""
     if len(shape) < 3 or len(shape) > 5 or any(n != 1 for n in shape[:-3]):
         return None
     return len(shape) - 3
@@ -150,20 +122,8 @@ def _mean(total: Any, depth: int) -> Any:
 
 def depth_groups(depth: int, unit: int, plane_blocks: int, slots: int) -> tuple[int, ...]:
     """Edges of the depth ranges a projection's columns are split into: whole ``unit`` planes
-    (stored chunks or shards) each, enough of them that the ``plane_blocks`` columns make
-    ``BLOCKS_PER_SLOT`` tasks for each of the cluster's ``slots`` (one range when the plane's
-    blocks alone do).
-
-    Examples
-    --------
-    >>> from linumpy.mosaic.projection import depth_groups
-    >>> depth_groups(64, 8, plane_blocks=1, slots=2)  # 8 ranges of a chunk each
-    (0, 8, 16, 24, 32, 40, 48, 56, 64)
-    >>> depth_groups(64, 16, plane_blocks=1, slots=2)  # only 4 chunks deep
-    (0, 16, 32, 48, 64)
-    >>> depth_groups(64, 8, plane_blocks=16, slots=2)
-    (0, 64)
-    """
+    each, enough of them that the ``plane_blocks`` columns make ``BLOCKS_PER_SLOT`` tasks for
+    each of the cluster's ``slots`` (one range when the plane's blocks alone do)."""
     units = -(-depth // unit)
     wanted = -(-slots * BLOCKS_PER_SLOT // max(1, plane_blocks))
     groups = max(1, min(units, wanted))
@@ -181,58 +141,15 @@ def projection_lazy(
     align: Sequence[int] | None = None,
     cluster: Cluster | None = None,
 ) -> da.Array:
-    """Mean of a 3D volume along z as a lazy float32 dask array of ``(Y, X)`` blocks (a
-    ``(1, 1, Z, Y, X)`` or ``(1, Z, Y, X)`` image too: its volume).
+    """Mean of a 3D volume (or a ``(1, 1, Z, Y, X)`` image's) along z as a lazy float32 dask
+    array of ``(Y, X)`` blocks.
 
-    Each block is one task that reads its column of the volume ``slab_depth`` planes at a time
-    and adds the slabs' sums in z order, so the result equals summing slab by slab over whole
-    planes. Slabs are whole shards (or chunks) deep and blocks whole (inner) chunks in y and x
-    (and multiples of ``align``), so no stored chunk is read twice; blocks fit the cluster's
-    per-task memory. On the CPU, blocks are whole shards in y and x where a task holds one (a
-    shard's index is then read by one task), and each task's reads use its share of the
-    ``io_threads`` setting (:func:`read_threads`) beside the tasks that run with it.
-
-    On a distributed cluster, where the plane's blocks are fewer than ``BLOCKS_PER_SLOT`` per
-    worker thread, each column is also split in depth (:func:`depth_groups`: whole shards, else
-    whole chunks): each task sums its range, and the ranges' float64 sums are added before the
-    mean (exact for integer volumes; float volumes may differ from one sum in the last bit).
-    Every task first checks that its worker sees the client's input
-    (:func:`~linumpy.parallel.task_inputs.check_same_input`).
-
-    Parameters
-    ----------
-    path
-        OME-Zarr image or zarr array ``(Z, Y, X)``.
-    gpu
-        Read and sum on the GPU (cupy blocks).
-    slab_depth
-        Planes read at once; by default the volume's shard (or chunk) depth, its chunk depth
-        under a memory limit.
-    align
-        ``(y, x)``: blocks are also multiples of this (the output's shards or chunks).
-    cluster
-        Gives the memory one task may use; local threads by default.
-
-    Raises
-    ------
-    LinumpyError
-        For a volume that is not 3D.
-    MemoryLimitError
-        When one block does not fit the memory limit.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.io import save_omezarr
-    >>> from linumpy.mosaic.projection import projection_lazy
-    >>> path = tempfile.mkdtemp() + "/volume.ome.zarr"
-    >>> volume = np.arange(4 * 6 * 8, dtype=np.uint16).reshape(4, 6, 8)
-    >>> save_omezarr(volume, path, voxel_size=(1, 1, 1), chunks=(2, 4, 4))
-    >>> lazy = projection_lazy(path, slab_depth=1)
-    >>> lazy.dtype, lazy.shape
-    (dtype('float32'), (6, 8))
-    >>> bool((lazy.compute() == volume.mean(axis=0)).all())
-    True
+    Each block's task reads its column ``slab_depth`` planes at a time (by default a shard, or
+    under a memory limit a chunk, deep) and adds the slabs' sums in z order. Blocks are whole
+    chunks in y and x, multiples of ``align`` (the output's shards), and on the CPU whole shards
+    where a task holds one; each task's reads use its share of the ``io_threads`` setting. On a
+    distributed cluster with too few columns, each column is also split in depth
+    (:func:`depth_groups`) and the float64 partial sums added before the mean.
     """
     source = array_ref(path)  # opened once: the tasks read it, opening nothing
     array = source.array

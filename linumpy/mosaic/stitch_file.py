@@ -1,16 +1,9 @@
-"""Stitching a mosaic grid OME-Zarr into an OME-Zarr image with a pyramid, out of core.
-
-:func:`stitch_omezarr` chooses the output's layout (chunks, and shards that let stitch blocks
-take the grid's stored chunks whole), opens the writer, and runs the stitch
-(:func:`~linumpy.mosaic.out_of_core.stitch_lazy`) and the pyramid
-(:func:`~linumpy.io.dask_write.write_pyramid`) as dask tasks. :mod:`linumpy.mosaic.pipeline`,
-what the ``linum-*`` scripts call, exports it with the projection and the layout estimation.
-"""
+"""Stitching a mosaic grid OME-Zarr into an OME-Zarr image with a pyramid, out of core: the
+output's layout, the writer, and the stitch and pyramid as dask tasks."""
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -47,10 +40,8 @@ logger = logging.getLogger(__name__)
 
 
 def _bytes_per_byte(dtype: np.dtype, ndim: int, n_levels: int) -> float:
-    """A stitch task's working set per byte of its output shard: the output, float32 sums and
-    weights, the encoded copy and the tiles beside it (4 for float32, as much per element for
-    other dtypes); a pyramid task's, the level above and its averaging temporaries (10 for
-    float32, scaled by what :func:`~linumpy.io.dask_write.write_pyramid` counts for ``dtype``)."""
+    """A stitch task's working set per byte of its output shard (the output, float32 sums and
+    weights, the encoded copy, the tiles); with a pyramid, at least a pyramid task's."""
     level0 = 4 * 4 / dtype.itemsize
     if n_levels == 1:
         return level0
@@ -60,20 +51,6 @@ def _bytes_per_byte(dtype: np.dtype, ndim: int, n_levels: int) -> float:
         _downsample_cost(f32, factors) / f32.itemsize
     )
     return max(level0, 10 * ratio)
-
-
-def _output_chunks(
-    shape: tuple[int, ...], slab_depth: int | None, n_levels: int, dtype: np.dtype
-) -> tuple[int, ...]:
-    """The default layout's chunks for ``dtype`` (:func:`linumpy.io.layout.inner_chunks`),
-    ``slab_depth`` (rounded up to a multiple of ``2 ** (n_levels - 1)``) setting their depth:
-    the largest power of 2 up to 128 dividing it."""
-    chunks = inner_chunks(shape, dtype)
-    if len(shape) == 2 or slab_depth is None:
-        return chunks
-    unit = 2 ** (n_levels - 1)
-    step = min(math.ceil(slab_depth / unit) * unit, shape[0])
-    return (min(math.gcd(step, 128), shape[0]), *chunks[1:])
 
 
 def _stitch_shards(
@@ -87,14 +64,12 @@ def _stitch_shards(
     dtype: np.dtype,
 ) -> ShardsArg:
     """The stitched image's default shards: slabs of whole planes (``"auto"``), unless blocks
-    over such slabs would decode the grid's stored chunks more than once in depth, as with one
-    chunk per tile (a 96-plane frame decoded for every 16-plane slab): then a tile's footprint
-    in y and x, as deep as ``shard_bytes`` allows, so that blocks take whole chunks in depth."""
+    over them would decode the grid's chunks more than once in depth (one chunk per tile): then
+    a tile's footprint in y and x, as deep as ``shard_bytes`` allows."""
     if len(out_shape) != 3:
         return "auto"
 
     def whole_depth(unit: Sequence[int]) -> bool:
-        """Whether blocks over output shards of ``unit`` take the grid's chunks whole in depth."""
         depth = plan_stitch_block(
             array.shape,
             np.dtype(array.dtype).itemsize,
@@ -128,7 +103,6 @@ def stitch_omezarr(
     chunks: Sequence[int] | None = None,
     shards: ShardsArg = "auto",
     zstd_level: int | None = None,
-    slab_depth: int | None = None,
     overwrite: bool = False,
     progress: bool = False,
     cluster: Cluster | None = None,
@@ -151,15 +125,14 @@ def stitch_omezarr(
     target
         The stitched image to create.
     transform
-        Tile layout (from :func:`~linumpy.mosaic.pipeline.estimate_transform_omezarr` or a JSON
-        file).
+        Tile layout (from :func:`~linumpy.mosaic.estimate_transform_omezarr` or a JSON file).
     blending
-        ``none``, ``average`` or ``linear`` (see :func:`linumpy.mosaic.stitch.stitch`).
+        ``none``, ``average`` or ``linear`` (see :func:`linumpy.mosaic.stitch`).
     gpu
         Read, stitch and encode on the GPU.
     dtype
-        The stitched image's dtype (:func:`linumpy.mosaic.stitch.stitch_dtype`): by default the
-        tiles' own (float32 for tiles of another float dtype). Values are blended in float32;
+        The stitched image's dtype: by default the tiles' own (float32 for tiles of another float
+        dtype). Values are blended in float32;
         for an integer dtype they are rounded to the nearest integer (half to even) and clipped
         to its range, so they equal float32's output rounded. float32 stores about 1.7 times
         the bytes of uint16 and costs as much more to encode and write.
@@ -167,9 +140,6 @@ def stitch_omezarr(
         Pyramid levels, chunk and shard shapes, zstd level of the output; by default linumpy's
         layout (:func:`linumpy.io.layout.default_layout`): chunks of about 1 MiB in shards of
         whole planes (smaller under a memory limit).
-    slab_depth
-        Sets the output's chunk depth when ``chunks`` is not given: the largest power of 2 up
-        to 128 dividing it, rounded up to a multiple of ``2 ** (n_levels - 1)``.
     overwrite
         Replace an existing ``target``.
     progress
@@ -196,8 +166,7 @@ def stitch_omezarr(
 
     >>> import tempfile
     >>> from linumpy.io import read_omezarr
-    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
-    >>> from linumpy.mosaic.stitch_file import stitch_omezarr
+    >>> from linumpy.mosaic import make_demo_data, read_demo_truth, stitch_omezarr
     >>> folder = tempfile.mkdtemp()
     >>> _ = make_demo_data(folder + "/mosaic.ome.zarr", grid_shape=(2, 3), tile_shape=(8, 64, 64))
     >>> transform = read_demo_truth(folder + "/mosaic.ome.zarr")
@@ -218,7 +187,7 @@ def stitch_omezarr(
         out_shape, np.float32, target, max_bytes=max_output_bytes, what="stitched image"
     )
     logger.info("%s: stitched image %s, %s uncompressed", target, out_shape, format_bytes(size))
-    chunks = tuple(chunks) if chunks else _output_chunks(out_shape, slab_depth, n_levels, dtype)
+    chunks = tuple(chunks) if chunks else inner_chunks(out_shape, dtype)
     cluster = cluster or Cluster()
     budget = shard_budget(cluster, per_byte=_bytes_per_byte(dtype, len(out_shape), n_levels))
     if shards == "auto":
