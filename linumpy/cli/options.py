@@ -1,7 +1,4 @@
-"""Option types and options shared by the ``linum-*`` scripts.
-
-Bad values stop the parser with ``PROG: error: argument --OPTION: ...`` and exit status 2.
-"""
+"""Option types and options shared by the ``linum-*`` scripts (bad values: exit status 2)."""
 
 from __future__ import annotations
 
@@ -69,8 +66,7 @@ def add_zstd_level_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: The OME-NGFF versions the scripts write: those of :mod:`linumpy.io.formats` (not imported
-#: here: a script's parser loads no zarr).
+#: The OME-NGFF versions the scripts write (:mod:`linumpy.io.formats`'s; a parser loads no zarr).
 NGFF_VERSIONS = ("0.4", "0.5")
 
 
@@ -101,8 +97,7 @@ def add_registration_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: The ``--dtype`` choices of the stitch (:data:`linumpy.mosaic.stitch.OUTPUT_DTYPES`, kept here
-#: so that building a parser imports no numpy).
+#: The stitch's ``--dtype`` choices (``linumpy.mosaic.stitch.OUTPUT_DTYPES``, without numpy).
 STITCH_DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "float32")
 
 

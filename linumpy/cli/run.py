@@ -18,7 +18,7 @@ from typing import Any
 from linumpy import phases
 from linumpy.errors import LinumpyError
 
-__all__ = ["EXIT_INTERRUPTED", "fail_on_errors", "parse_args", "setup_logging"]
+__all__ = ["EXIT_INTERRUPTED", "fail_on_errors", "parse_args"]
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
@@ -30,17 +30,6 @@ _PHASES: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[Any]] = weakref
 # Parsers of the process's own command line: a Ctrl-C there ends the process, so what would be
 # reported on the way out may be silenced process-wide.
 _COMMAND_LINE: weakref.WeakSet[argparse.ArgumentParser] = weakref.WeakSet()
-
-
-def setup_logging(verbose: int, prog: str) -> None:
-    """Send linumpy's log records to stderr: warnings always, info with -v, debug with -vv."""
-    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{prog}: %(levelname)s: %(message)s"))
-    root = logging.getLogger("linumpy")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
 
 
 @contextmanager
@@ -80,18 +69,24 @@ def fail_on_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse ``argv`` and set up logging from ``-v`` (and tracebacks in :func:`fail_on_errors`);
-    for the process's own command line (``argv`` None), also the Ctrl-C hook, SIGUSR1 stacks, the
-    lean ``dask.array`` import and, for a local GPU run, the GPU warm-up."""
+    """Parse ``argv`` and send linumpy's log records to stderr (warnings, info with -v, debug
+    with -vv; tracebacks in :func:`fail_on_errors` with -v); for the process's own command line
+    (``argv`` None), also the Ctrl-C hook, SIGUSR1 stacks, the lean ``dask.array`` import and, for
+    a local GPU run, the GPU warm-up."""
     args = parser.parse_args(argv)
-    _VERBOSE[parser] = getattr(args, "verbose", 0)
-    setup_logging(_VERBOSE[parser], parser.prog)
-    if _VERBOSE[parser] > 0:
+    verbose = _VERBOSE[parser] = getattr(args, "verbose", 0)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{parser.prog}: %(levelname)s: %(message)s"))
+    root = logging.getLogger("linumpy")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
+    root.propagate = False
+    if verbose > 0:
         # the interpreter's start-up counts for a command, not for main(argv) called from Python
         _PHASES[parser] = [None, 0, argv is None]
     if argv is not None:
         return args
-    if _VERBOSE[parser] == 0:
+    if verbose == 0:
         sys.excepthook = _interrupted_hook(parser.prog, sys.excepthook)
     _COMMAND_LINE.add(parser)
     _stacks_on_sigusr1()

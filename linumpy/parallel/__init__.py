@@ -8,8 +8,7 @@ holds at once fit its memory limit. ``distributed`` and ``dask_cuda`` are import
 scheduler or GPUs are asked for.
 
 The policy's figures (``BLOCKS_PER_SLOT``, ...) are read where they are defined, in
-:mod:`linumpy.parallel.block_sizes` (``GPU_WORKER_THREADS``: :mod:`linumpy.parallel.startup`);
-a change to one (a benchmark's ``--blocks-per-slot``) is made there.
+:mod:`linumpy.parallel.block_sizes` (and :mod:`linumpy.parallel.startup`): change them there.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """A dask computation on a ``dask.distributed`` cluster that stops at its first failed task,
-with the error in one line: a task's own error as it raised it; a task that killed its workers, a
-lost scheduler, or no worker for longer than the cluster's timeout as a
-:class:`~linumpy.errors.ClusterLostError`. The job's futures are cancelled, and the tasks still
-running get a short grace to end, so that the caller's clean-up removes what they wrote.
-"""
+with the error in one line (a lost scheduler or workers: :class:`~linumpy.errors.ClusterLostError`);
+its tasks still running get a short grace to end, so that the caller's clean-up removes what they
+wrote."""
 
 from __future__ import annotations
 

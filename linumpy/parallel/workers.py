@@ -1,8 +1,6 @@
-"""The workers of a ``dask.distributed`` scheduler, checked before a job ships: at least one
-joined (within a timeout), and every one (and the scheduler, which reads the tasks too) runs the
-client's versions of the packages whose mismatch would fail or change a task; for GPU jobs,
-each has a usable GPU. Each check fails in one line naming the scheduler or the worker (the
-GPU check is :func:`linumpy.cli.cluster_args.cluster_gpu`'s: it imports the GPU layer)."""
+"""The workers of a ``dask.distributed`` scheduler, checked before a job ships: one joined, and
+all (and the scheduler) run the client's package versions; each check fails in one line naming
+the scheduler or the worker (the GPU check is :func:`linumpy.cli.cluster_args.cluster_gpu`'s)."""
 
 from __future__ import annotations
 
