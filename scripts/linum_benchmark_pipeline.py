@@ -5,18 +5,12 @@ process, beside the same run's ceiling: linum-rechunk of the mosaic into the sti
 layout (one pass of read, decode, encode and durable write of the same bytes).
 
 The mosaics (--mosaic) are given by size, e.g. 4gib or 32gib: grids of --tile tiles (uint16), as
-square as the size allows, made by linum-make-demo-data in linumpy's default layout. The page
-cache is warm (as warm as the machine's memory allows).
-
-Every command runs with -v, whose table of phases goes into the results. The table printed gives,
-per command, its seconds, its start-up apart, GB/s of mosaic through the job after start-up (the
-steady state), and the fraction of the ceiling's GB/s. On the GPU each command runs once untimed
-first, which compiles its kernels. Without a usable GPU, or with --cpu-only, the GPU half is
-skipped with the reason.
-
-Results: OUT_DIR/benchmark_pipeline.json (date, machine, versions, command line and every run),
-each command's output in OUT_DIR/logs. The mosaics and outputs are written in OUT_DIR/data and
-removed once measured: it needs free space for about four times the mosaic's stored size.
+square as the size allows, made by linum-make-demo-data. The table printed gives, per command,
+its seconds, its start-up apart, GB/s of mosaic after start-up and through level 0 (from its -v
+phases), and the fraction of the ceiling's GB/s. On the GPU each command runs once untimed
+first, which compiles its kernels. Results: OUT_DIR/benchmark_pipeline.json, each command's
+output in OUT_DIR/logs; the mosaics are written in OUT_DIR/data and removed once measured (free
+space for about four times the mosaic's stored size is needed).
 """
 
 from __future__ import annotations

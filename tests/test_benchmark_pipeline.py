@@ -156,6 +156,15 @@ def test_a_failed_run_shows_as_failed_beside_the_ceiling() -> None:
     assert "| linum-aip | 6x6 | cpu | failed | - | - | - | 2.00 | - |" in pipeline_table(result)
 
 
+def test_a_failing_command_keeps_its_last_error_line(tmp_path: Path) -> None:
+    from linumpy.bench.pipeline import _timed
+
+    argv = [sys.executable, "-c", "import sys; sys.exit('no such mosaic')"]
+    run = _timed(argv, CommandRun("aip", "6x6", "cpu"), tmp_path / "aip.log")
+    assert not run.ok and run.error == "no such mosaic" and run.phases == {}
+    assert "no such mosaic" in (tmp_path / "aip.log").read_text()
+
+
 @pytest.mark.gpu
 def test_the_gpu_half_runs_the_stitch_and_its_ceiling_on_the_gpu(tmp_path: Path) -> None:
     config = PipelineConfig(mosaics=("4mib",), tile=(16, 64, 64), commands=("stitch",))
