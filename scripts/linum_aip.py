@@ -40,19 +40,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``linum-aip`` with ``argv`` (the command line by default).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from linumpy.scripts.linum_aip import main
-    >>> from linumpy.mosaic.demo import make_demo_data
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
-    >>> main([folder + "/grid.ome.zarr", folder + "/aip.ome.zarr", "--memory-limit", "64MiB"])
-    ... # doctest: +ELLIPSIS
-    /.../aip.ome.zarr: projection (64, 64) float32
-    """
+    """Run ``linum-aip`` with ``argv`` (the command line by default)."""
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)

@@ -71,19 +71,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``linum-convert-to-omezarr`` with ``argv`` (the command line by default).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile
-    >>> from linumpy.scripts.linum_convert_to_omezarr import main
-    >>> folder = tempfile.mkdtemp()
-    >>> np.save(folder + "/volume.npy", np.zeros((16, 32, 32), np.uint16))
-    >>> main([folder + "/volume.npy", folder + "/volume.ome.zarr", "--n-levels", "2"])
-    ... # doctest: +ELLIPSIS
-    /.../volume.ome.zarr: written (axes zyx, voxel size z 1 micrometer, y 1 micrometer, \
-x 1 micrometer (none known: 1 per axis))
-    """
+    """Run ``linum-convert-to-omezarr`` with ``argv`` (the command line by default)."""
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)

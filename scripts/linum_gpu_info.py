@@ -42,16 +42,7 @@ def _build_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run ``linum-gpu-info`` (see the module docstring).
-
-    Examples
-    --------
-    >>> import contextlib, io
-    >>> with contextlib.redirect_stdout(io.StringIO()) as printed:
-    ...     main([])
-    >>> [line.split(":")[0].strip() for line in printed.getvalue().splitlines()][-1]
-    'settings'
-    """
+    """Run ``linum-gpu-info`` (see the module docstring)."""
     parser = _build_arg_parser()
     args = parse_args(parser, argv)
     with fail_on_errors(parser):

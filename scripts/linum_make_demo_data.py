@@ -76,15 +76,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``linum-make-demo-data`` with ``argv`` (the command line by default).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> main([tempfile.mkdtemp() + "/grid.ome.zarr", "--grid", "2", "2", "--tile", "8", "32", "32"])
-    ... # doctest: +ELLIPSIS
-    /.../grid.ome.zarr: mosaic grid (8, 64, 64) uint16 (0 MiB), 2x2 tiles
-    """
+    """Run ``linum-make-demo-data`` with ``argv`` (the command line by default)."""
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
     with cli.fail_on_errors(parser):  # before anything is written, the parent folders included

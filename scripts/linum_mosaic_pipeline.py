@@ -47,20 +47,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``linum-mosaic-pipeline`` with ``argv`` (the command line by default).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from linumpy.scripts.linum_mosaic_pipeline import main
-    >>> from linumpy.mosaic.demo import make_demo_data
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 3), tile_shape=(8, 64, 64))
-    >>> main([folder + "/grid.ome.zarr", folder + "/out"])  # doctest: +ELLIPSIS
-    /.../out/transform.json: matrix [...], offset [...] from ... of 7 tile pairs
-    /.../out/stitched.ome.zarr: stitched 6 tiles (linear blending)
-    /.../out/stitched_aip.ome.zarr: projection (...) float32
-    """
+    """Run ``linum-mosaic-pipeline`` with ``argv`` (the command line by default)."""
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)

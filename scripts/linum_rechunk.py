@@ -52,21 +52,7 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``linum-rechunk`` with ``argv`` (the command line by default).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from linumpy.mosaic.demo import make_demo_data
-    >>> from linumpy.scripts.linum_rechunk import main
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = make_demo_data(folder + "/tiles.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 64, 64),
-    ...                    shards=None)  # one chunk per tile
-    >>> main([folder + "/tiles.ome.zarr", folder + "/new.ome.zarr", "--chunks", "8", "32", "32"])
-    ... # doctest: +ELLIPSIS
-    /.../new.ome.zarr: written, 256 KiB copied
-      0: (8, 128, 128), chunks (8, 32, 32), shards (8, 64, 64)
-    """
+    """Run ``linum-rechunk`` with ``argv`` (the command line by default)."""
     parser = _build_arg_parser()
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)

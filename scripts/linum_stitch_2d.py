@@ -24,23 +24,7 @@ def _build_arg_parser() -> LinumArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``linum-stitch-2d`` with ``argv`` (the command line by default).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from linumpy.scripts import linum_aip
-    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
-    >>> read_demo_truth(folder + "/grid.ome.zarr").save(folder + "/transform.json")
-    >>> linum_aip.main([folder + "/grid.ome.zarr", folder + "/aip.ome.zarr"])
-    ... # doctest: +ELLIPSIS
-    /.../aip.ome.zarr: projection (64, 64) float32
-    >>> main([folder + "/aip.ome.zarr", folder + "/transform.json", folder + "/s.ome.zarr"])
-    ... # doctest: +ELLIPSIS
-    /.../s.ome.zarr: stitched 4 tiles (linear blending)
-    """
+    """Run ``linum-stitch-2d`` with ``argv`` (the command line by default)."""
     run(_build_arg_parser(), argv, NDIM)
 
 

@@ -53,20 +53,7 @@ def _build_arg_parser(ndim: int = NDIM, doc: str | None = __doc__) -> cli.LinumA
 
 
 def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) -> None:
-    """Parse ``argv`` and stitch a ``ndim``-D mosaic grid (shared by linum-stitch-2d).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from linumpy.scripts.linum_stitch_3d import _build_arg_parser, run
-    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
-    >>> read_demo_truth(folder + "/grid.ome.zarr").save(folder + "/transform.json")
-    >>> argv = [folder + "/grid.ome.zarr", folder + "/transform.json", folder + "/s.ome.zarr"]
-    >>> run(_build_arg_parser(), argv, 3)  # doctest: +ELLIPSIS
-    /.../s.ome.zarr: stitched 4 tiles (linear blending)
-    """
+    """Parse ``argv`` and stitch a ``ndim``-D mosaic grid (shared by linum-stitch-2d)."""
     args = cli.parse_args(parser, argv)
     cli.check_input(parser, args.input)
     cli.check_input(parser, args.transform)
@@ -99,20 +86,7 @@ def run(parser: cli.LinumArgumentParser, argv: Sequence[str] | None, ndim: int) 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``linum-stitch-3d`` with ``argv`` (the command line by default).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from linumpy.scripts.linum_stitch_3d import main
-    >>> from linumpy.mosaic.demo import make_demo_data, read_demo_truth
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = make_demo_data(folder + "/grid.ome.zarr", grid_shape=(2, 2), tile_shape=(8, 32, 32))
-    >>> read_demo_truth(folder + "/grid.ome.zarr").save(folder + "/transform.json")
-    >>> main([folder + "/grid.ome.zarr", folder + "/transform.json", folder + "/s.ome.zarr",
-    ...       "--memory-limit", "64MiB", "--n-levels", "2"])  # doctest: +ELLIPSIS
-    /.../s.ome.zarr: stitched 4 tiles (linear blending)
-    """
+    """Run ``linum-stitch-3d`` with ``argv`` (the command line by default)."""
     run(_build_arg_parser(), argv, NDIM)
 
 
