@@ -1,12 +1,5 @@
-"""Arrays as dask tasks read them: opened once on the client, carried to every task.
-
-A task handed a path opens the image again (its group's and its level's metadata) before it
-reads, and a job of many tasks opens it many times. :func:`array_ref` opens the array once, on
-the client, and returns an :class:`ArrayRef`: the opened array (its store, a local folder or a
-remote store with its storage options, and its parsed metadata), its name for errors, and what
-a worker checks to be sure it sees the client's files. It pickles to a few KiB for the tasks of
-a distributed cluster, and nothing is read when it is unpickled: :meth:`ArrayRef.read` goes
-straight to the read engine (:func:`~linumpy.io.reader.read_opened`).
+"""Arrays as dask tasks read them: opened once on the client (:func:`array_ref`), pickled to
+the tasks with their store and parsed metadata, read without opening anything again.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""One block into a zarr array: by the write engine when it can, else by zarr.
-
-Every writer of linumpy stores its blocks through :func:`store_block`:
-:class:`~linumpy.io.writer.OmeZarrWriter`, :func:`~linumpy.io.save_omezarr` and the dask tasks of
-:mod:`linumpy.io.dask_write`.
-"""
+"""One block into a zarr array: by the write engine when it can, else by zarr."""
 
 from __future__ import annotations
 

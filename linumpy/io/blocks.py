@@ -1,7 +1,5 @@
-"""Blocks of dask graphs that line up with the stored chunks (or shards) of a zarr array.
-
-Readers (:func:`~linumpy.io.open_volume`) and writers (:mod:`linumpy.io.dask_write`) cut their
-graphs with these, so that no stored chunk is read, or written, by two tasks.
+"""Blocks of dask graphs that line up with the stored chunks (or shards) of a zarr array, so
+that no stored chunk is read, or written, by two tasks.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A zarr volume as a lazy dask array whose blocks are read by :func:`~linumpy.io.read_volume`.
-
-:func:`dask_volume` is :func:`~linumpy.io.open_volume` without its ``xarray`` option (which
-:mod:`linumpy.io.labelled` builds on this). Blocks are whole multiples of the stored chunks (of
-the shards, for sharded arrays) and line up with them (:mod:`linumpy.io.blocks`), so no stored
-chunk is read by two tasks; the graph has one task per block. The volume is opened once, here:
-the tasks read it (:class:`~linumpy.io.array_ref.ArrayRef`) without opening it again.
+"""A zarr volume as a lazy dask array whose blocks are read by :func:`~linumpy.io.read_volume`:
+:func:`~linumpy.io.open_volume` without its ``xarray`` option. The volume is opened once, here;
+the tasks read it through an :class:`~linumpy.io.array_ref.ArrayRef`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Writing dask arrays into zarr arrays in parallel, and building OME-Zarr pyramids out of core.
 
-Every task writes one region made of whole shards (or chunks, for arrays without shards), so no
-two tasks ever touch the same stored object and no lock is needed. Each block is written by the
-write engine (:func:`linumpy.io.block_write.store_block`): numpy blocks encoded by libzstd, cupy
-blocks by nvCOMP on their GPU, each file written whole; layouts the engine does not write go
-through zarr. Pyramid levels are computed from the level above as
-stored on disk, one block at a time, so memory stays bounded whatever the image's size.
+Every task writes one region of whole shards (or chunks), so no two tasks touch one stored
+object and no lock is needed; pyramid levels are computed from the level above as stored, one
+block at a time, so memory stays bounded whatever the image's size.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Flushing what a write produced to stable storage, so that it survives a power loss.
-
-A staged write (:mod:`linumpy.io.staging`) flushes its whole staging folder before it swaps the
-new version in, and the target's folder after the swap. On Linux one ``syncfs`` of the file
-system does it, faster than an ``fsync`` per file for every layout. Elsewhere, or where
-``syncfs`` fails, every file and folder under the staging folder is flushed with ``fsync``, in
-threads.
+"""Flushing what a write produced to stable storage, so that it survives a power loss: one
+``syncfs`` on Linux (faster than an ``fsync`` per file), else ``fsync`` of every file and folder.
 """
 
 from __future__ import annotations

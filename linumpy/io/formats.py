@@ -1,12 +1,9 @@
 """The OME-NGFF versions linumpy reads and writes, one object each, and :func:`format_of`.
 
-:data:`NGFF_04` (zarr v2) and :data:`NGFF_05` (zarr v3) carry everything their version decides:
-the zarr format, where the OME attributes live (at the top of ``.zattrs``, or under ``ome`` in
-``zarr.json``), whether arrays may be sharded, the compressors, chunk key encoding and dimension
-names of the arrays linumpy writes, how a multiscale states its version and which
-ome-zarr-models classes validate it. Images of NGFF 0.1 to 0.3 are read from their attributes,
-never validated nor written (:class:`NgffLegacy`). Other modules ask these objects and never
-compare version strings or zarr formats themselves (``tests/test_import_rules.py`` checks it).
+Each object carries what its version decides (zarr format, where the OME attributes live,
+sharding, compressors, validation models): other modules ask it and never compare version
+strings themselves (``tests/test_import_rules.py`` checks it). NGFF 0.1 to 0.3 are read, never
+validated nor written (:class:`NgffLegacy`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""OME-Zarr images as labelled arrays: ``xarray.DataArray`` and napari's layer arguments.
-
-The NGFF metadata say what each axis is and where each voxel lies: axis names, types and units,
-and per level a ``scale`` and a ``translation`` (then the multiscale's own, applied after). A
-voxel of index ``i`` along an axis lies at ``global_scale * (scale * i + translation) +
-global_translation``. :func:`open_dataarray` carries that as dims, coordinates and attributes;
-:func:`napari_image` as the ``scale`` and ``translate`` napari's ``add_image`` takes, and
-:func:`napari_layers` as napari's layer data: the image an ``image`` layer, each of its label
-images (``image-label`` metadata, listed by its ``labels`` group) a ``labels`` layer.
+"""OME-Zarr images as labelled arrays: ``xarray.DataArray`` (:func:`open_dataarray`) and
+napari's layer arguments (:func:`napari_image`, :func:`napari_layers`), placed by the NGFF axes,
+scales and translations (a voxel ``i`` lies at ``global_scale * (scale * i + translation) +
+global_translation``).
 """
 
 from __future__ import annotations

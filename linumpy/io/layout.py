@@ -1,22 +1,10 @@
 """The storage layout linumpy writes by default: small inner chunks grouped into shards.
 
 nvCOMP decodes a zstd frame serially, so a GPU read is as fast as its chunks are small and many;
-the CPU pays per chunk. One policy, :func:`inner_chunks`, sizes the chunks by bytes (about
-``linumpy.settings.get().chunk_bytes``, 1 MiB by default, whatever the dtype), and the shards
-group them into few files: one tile of a mosaic grid (:func:`tile_shards`), or slabs of whole
-planes of a volume (:func:`slab_shards`), up to :data:`SHARD_BYTES`. :func:`default_layout`
-resolves a writer's ``chunks`` and ``shards`` arguments with them. NGFF 0.4 (zarr v2) has no
-shards: it gets the same chunks, one file each, with a warning above :data:`V2_WARN_FILES` files.
-
-Examples
---------
->>> from linumpy.io.layout import default_layout
->>> default_layout((96, 1024, 1024), "uint16")
-Layout(chunks=(32, 128, 128), shards=(64, 1024, 1024))
->>> default_layout((96, 1024, 1024), "float32").chunks
-(16, 128, 128)
->>> default_layout((2048, 2048), "uint16", ngff_version="0.4")
-Layout(chunks=(512, 1024), shards=None)
+the CPU pays per chunk. :func:`inner_chunks` sizes the chunks by bytes (the ``chunk_bytes``
+setting), and the shards group them into few files: one tile of a mosaic grid
+(:func:`tile_shards`) or slabs of whole planes (:func:`slab_shards`). NGFF 0.4 has no shards: the
+same chunks, one file each, with a warning above :data:`V2_WARN_FILES` files.
 """
 
 from __future__ import annotations

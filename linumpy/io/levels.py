@@ -1,11 +1,6 @@
-"""The levels of a pyramid written from the same blocks as level 0, while they are in memory.
-
-A pyramid built after level 0 reads level 0 back from storage. When a job computes level 0
-block by block (the stitch, for example), each block can be halved before it is dropped: the
-task that writes a level-0 block returns its 2x mean, the task that writes those halves into
-level 1 returns theirs, and so on down the pyramid, in one graph. No level is read back, the
-levels are written while level 0 still is, and on the GPU the blocks never leave the device;
-levels the blocks cannot reach are built from the last one written, as stored
+"""The levels of a pyramid written from the same blocks as level 0, while they are in memory:
+the task that writes a level-0 block returns its 2x mean, which the next level's task writes,
+and so on, so no level is read back; levels the blocks cannot reach are built from storage
 (:func:`linumpy.io.dask_write.write_pyramid`).
 """
 

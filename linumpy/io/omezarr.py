@@ -1,10 +1,7 @@
-"""OME-Zarr images: NGFF 0.5 (zarr v3) and 0.4 (zarr v2) multiscales, zstd-compressed.
+"""OME-Zarr images: NGFF 0.5 (zarr v3) and 0.4 (zarr v2) multiscales.
 
-The metadata is validated with ome-zarr-models (NGFF 0.4 and 0.5) when written and when read
-(:func:`~linumpy.io.ngff_validation.validate_image_attrs`); ``ome-zarr`` reads the result. Once
-validated, the few fields linumpy needs (dataset paths, scales, axes) are read from the
-attributes directly: the same code then also reads what the models do not cover (NGFF 0.1 to
-0.3, axes without a type), and no model objects are built on every open.
+The metadata is validated with ome-zarr-models when written and when read; the few fields linumpy
+needs are then read from the attributes directly, which also reads NGFF 0.1 to 0.3.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """:func:`read_volume`: a zarr volume, or a region of it, into host or GPU memory.
 
-A read goes down once: :func:`read_to` opens the array, names it (one label in every error, for
-both destinations), looks up the destination's back end (the GPU's imported only when asked for)
-and hands both to the read orchestrator (:func:`linumpy.io.engine.read.read`). The CPU back end
-(:class:`linumpy.io.engine.cpu.CpuBackend`) decodes with the array's compressor in threads, the
-GPU back end (:class:`linumpy.gpu.backend.GpuBackend`) with nvCOMP; layouts the engine does not
-plan are read by zarr itself. :func:`linumpy.gpu.zarr_io.read_zarr_to_gpu` is an alias of the GPU
-destination.
-What the last read of a thread did: :func:`linumpy.io.engine.read.last_read_report`.
+:func:`read_to` opens the array, names it for errors, picks the destination's back end (the
+GPU's imported only when asked for) and hands both to :func:`linumpy.io.engine.read.read`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Rewriting a zarr array or OME-Zarr image in another layout, out of core, metadata kept.
 
-:func:`rechunk` copies every array of the input (each pyramid level, labels too) into linumpy's
-default layout (:mod:`linumpy.io.layout`: NGFF 0.5 shards of small inner chunks; one tile per
-shard for a mosaic grid) or the chunks and shards given, block by block: each dask task reads a
-region of whole input chunks (or shards) with :func:`~linumpy.io.read_volume` and writes whole
-output shards with the write engine, so memory stays bounded and no stored chunk is read twice.
-Values are copied bit for bit; group and array attributes are kept, moved between the places
-NGFF 0.4 (``.zattrs``) and 0.5 (``zarr.json``, under ``ome``) keep them when the version
-changes. The new image is staged beside ``target`` and moved into place once complete.
+:func:`rechunk` copies every array of the input (each level, labels too), block by block in dask
+tasks of whole input chunks and output shards, values bit for bit; attributes move where the
+output's NGFF version keeps them. The new image is staged beside the target.
 """
 
 from __future__ import annotations

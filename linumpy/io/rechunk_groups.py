@@ -1,7 +1,6 @@
-"""The groups of an image being rechunked (:mod:`linumpy.io.rechunk`): each created in the copy
-with its attributes as the copy's NGFF version keeps them, the arrays to copy listed with what
-their image says of them (space axes, dimension names, a mosaic grid's tile), and label images cut
-to the levels of their image.
+"""The groups of an image being rechunked (:mod:`linumpy.io.rechunk`): created with their
+attributes as the copy's NGFF version keeps them, their arrays listed, label images cut to the
+levels of their image.
 """
 
 from __future__ import annotations

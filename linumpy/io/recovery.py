@@ -1,13 +1,10 @@
-"""Recovery of interrupted staged writes (:mod:`linumpy.io.staging` describes the layout and the
-rule): finding a target's staging folders, telling whether their writer still runs, restoring a
-complete new version or deleting what is left, and reporting what cannot be cleaned.
+"""Recovery of interrupted staged writes (:mod:`linumpy.io.staging`): finding a target's
+staging folders, telling whether their writer still runs, restoring a complete new version or
+deleting what is left, and reporting what cannot be cleaned.
 
-A writer is alive while it holds the ``flock`` on its staging folder's ``owner`` file: the lock
-goes with the process (a killed writer, a zombie, a pid reused by another process hold none),
-and a recovery holds it while it works, so two recoveries never act on one folder. Where the file
-system has no locks, the owner's pid, host and process start time decide: a zombie or a pid now
-running another program counts as gone; a writer on another host cannot be checked and is left
-alone.
+A writer is alive while it holds the ``flock`` on its staging folder's ``owner`` file (a killed
+writer, a zombie, a reused pid hold none). Without locks, the owner's pid, host and process start
+time decide; a writer on another host cannot be checked and is left alone.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Object stores over HTTP, S3 and GCS: naming them by URL, opening them, naming their errors.
-
-Remote data are read with obstore (the ``remote`` extra), whose Rust HTTP client keeps many requests
-in flight without Python's GIL, and fetches byte ranges faster than fsspec's ``cat_ranges``
-(``benchmarks/remote_read.py --transports`` compares them). zarr reads the metadata through
-:class:`zarr.storage.ObjectStore` over the same obstore store; the engine fetches chunks and shard
-indexes through :class:`~linumpy.io.remote_client.RangeClient`.
-
-Every failure becomes a :class:`~linumpy.errors.RemoteError` naming the URL (see
-:func:`remote_errors`). Timeouts and retries come from :mod:`linumpy.settings`
-(``remote_timeout``, ``remote_retries``).
+"""Object stores over HTTP, S3 and GCS: naming them by URL, opening them (obstore, the
+``remote`` extra), and turning their failures into :class:`~linumpy.errors.RemoteError` naming
+the URL.
 """
 
 from __future__ import annotations

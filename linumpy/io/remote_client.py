@@ -1,18 +1,10 @@
-"""Fetching from a remote store: byte ranges and whole objects, many requests in flight.
+"""Fetching byte ranges from a remote store, many requests in flight.
 
-:class:`RangeClient` runs the requests of every read on one event loop (a daemon thread of its
-own) over obstore's Rust HTTP client, which keeps many requests in flight without Python's GIL.
-Requests are awaited together (:meth:`RangeClient.ranges`, :meth:`RangeClient.objects`) or
-started one batch at a time and collected later (:meth:`RangeClient.submit`), which lets the
-engine's remote fetch stage read ahead of the groups it hands on. obstore retries failed
-requests (5xx answers, broken connections, timeouts) with exponential backoff; a response cut
-short is fetched again here (obstore does not retry a body that ends early), each a bounded
-number of times. Every failure becomes a :class:`~linumpy.errors.RemoteError` naming the URL.
-
-The requests in flight to one host are bounded for the whole process, whatever the reads
-(:func:`host_requests`): a small web server serves a few connections at a time, and the
-connections a client opens beyond them wait for a free worker, or lose their SYNs to the full
-listen backlog and are tried again 1, 3, 7, 15 and 31 s later.
+:class:`RangeClient` runs the requests of every read on one event loop (a daemon thread) over
+obstore, which retries failed requests; a response cut short is fetched again here. The requests
+in flight to one host are bounded for the whole process (:func:`host_requests`): a small web
+server serves a few connections at a time, and connections beyond them wait, or lose their SYNs
+and are tried again seconds later.
 """
 
 from __future__ import annotations

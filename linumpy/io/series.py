@@ -1,10 +1,6 @@
-"""Collections of images in one zarr group: the bioformats2raw layout and HCS plates.
-
-bioformats2raw (the most common converter) writes each series of a file as an image in a
-numbered group (``0/``, ``1/``...) under a root stating ``bioformats2raw.layout``; a plate
-(``plate``) holds wells (``A/1``...), each holding fields (``A/1/0``...). Opened where an image
-is expected, such a root stands for its one image (a note says which, at level INFO: a script's
-``-v``); with several, the error lists the paths to choose from.
+"""Collections of images in one zarr group: the bioformats2raw layout (numbered series) and HCS
+plates (wells of fields). Opened where an image is expected, such a root stands for its one
+image; with several, the error lists the paths to choose from.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Images to convert, as their files describe them: TIFF stacks, ``.npy`` files, zarr arrays.
-
-TIFF files are described by tifffile's own metadata: the series' axes become NGFF axes
-(``S``, RGB samples, and ``C`` a channel axis, ``T`` time, ``Z``/``Y``/``X`` space; an unnamed
-page axis ``Q``/``I`` is taken as ``z`` when the file names no ``Z``), and voxel sizes and units
-come from the ImageJ or OME-XML metadata. :func:`linumpy.mosaic.convert.convert_to_omezarr`
-writes them as OME-Zarr images.
+"""Images to convert, as their files describe them: TIFF stacks (axes, voxel sizes and units
+from tifffile's ImageJ or OME-XML metadata), ``.npy`` files, zarr arrays.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Where an image is: local paths, ``file://``, ``http(s)://``, ``s3://``, ``gs://``, zarr objects.
 
-Every reader resolves its ``source`` here once (:func:`parse_source`). A string is a URL only
-when it starts with an explicit scheme (``scheme://``); anything else is a local path, handed to
-zarr as a :class:`zarr.storage.LocalStore` of a :class:`pathlib.Path`, never as a string zarr
-could parse as a URL: ``#``, ``?``, ``%`` and spaces in local names are just characters. zarr
-``Array`` and ``Group`` objects and zarr stores are used as they are.
+A string is a URL only when it starts with ``scheme://``; anything else is a local path, handed
+to zarr as a :class:`zarr.storage.LocalStore` (``#``, ``?``, ``%`` in local names are just
+characters).
 """
 
 from __future__ import annotations

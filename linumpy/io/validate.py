@@ -1,8 +1,6 @@
-"""Checks of what an image's metadata declares, made when it is opened and before any work
-starts: shapes no real array has, empty image levels, axes that do not match the rank, scales that
-are not finite and positive. Each error names the metadata file at fault. And a read-only zarr
-store that refuses to open anything but regular files (a FIFO in place of a chunk would block
-every read).
+"""Checks of what an image's metadata declares, when it is opened: shapes no real array has,
+empty levels, axes that do not match the rank, scales not finite and positive; and a store that
+opens only regular files (a FIFO in place of a chunk would block every read).
 """
 
 from __future__ import annotations
