@@ -67,11 +67,8 @@ def _whole_file_cpu(
 
 
 def write_cpu(plan: WritePlan, data: np.ndarray, config: Settings) -> WriteReport:
-    """Write ``data`` (numpy, the plan's region) with libzstd in ``config.io_threads`` threads: a
-    task per chunk file, or per inner chunk of a shard (then a task per shard waits for its chunks
-    and writes it: a shard is not one thread's). The plan's directories must exist
-    (:func:`~linumpy.io.engine.write_files.make_directories`); callers use
-    :func:`~linumpy.io.engine.write.write_array`.
+    """Write ``data`` (numpy, the plan's region) in ``config.io_threads`` threads (see the
+    module) into existing directories (:func:`~linumpy.io.engine.write_files.make_directories`).
     """
     layout = plan.layout
     report = WriteReport("cpu")
