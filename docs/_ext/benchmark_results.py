@@ -10,8 +10,8 @@ renders every file ``benchmarks/results/benchmark-io-*.json`` (one per machine: 
 ones live in git history) as a line giving the machine, the date, the command and the commit,
 and a table of its rows. A result file is named ``KIND-YYYY-MM-DD-MACHINE.json`` (see
 ``benchmarks/add_result.py``). ``linum-benchmark-io`` results become one column per layout;
-other results one line per row of their ``rows`` list (or, for older pipeline results, of their
-``runs``). A kind without a file is a warning, which ``-W`` turns into a failed build.
+other results one line per row of their ``rows`` list. A kind without a file is a warning,
+which ``-W`` turns into a failed build.
 
 The renderers are plain functions (:func:`render`), tested in ``tests/test_benchmarks_smoke.py``.
 """
@@ -41,9 +41,6 @@ _IO_ORDER = (
     "GPU write",
     "zarr CPU write",
 )
-# Columns of pipeline runs (results without a ``rows`` list) and their phases shown.
-_RUN_COLUMNS = ("command", "mosaic", "device", "run", "seconds")
-_RUN_PHASES = ("start-up and imports", "level 0")
 
 
 def result_files(results: Path, kind: str) -> list[Path]:
@@ -93,12 +90,7 @@ def _layout_label(layout: str) -> str:
 
 def _io_rank(row: dict[str, Any]) -> tuple[int, int, str]:
     name = str(row.get("name", ""))
-    if row.get("kind") == "ceiling":
-        group = 3
-    elif row.get("cold"):
-        group = 1
-    else:
-        group = 2 if row.get("op") == "write" else 0
+    group = 2 if row.get("kind") == "ceiling" else 1 if row.get("op") == "write" else 0
     names = [i for i, prefix in enumerate(_IO_ORDER) if name.startswith(prefix)]
     return group, names[0] if names else len(_IO_ORDER), name
 
@@ -133,18 +125,6 @@ def rows_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     return columns, [[_cell(row.get(key, "")) for key in columns] for row in rows]
 
 
-def runs_table(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Pipeline runs recorded without a ``rows`` list: seconds per command and two phases."""
-    header = [*_RUN_COLUMNS, *(f"{phase} s" for phase in _RUN_PHASES)]
-    lines = []
-    for run in runs:
-        phases = run.get("phases") or {}
-        seconds = run.get("seconds") if run.get("returncode", 0) == 0 else "failed"
-        cells = [_cell(run.get(c)) for c in _RUN_COLUMNS[:-1]] + [_cell(seconds)]
-        lines.append(cells + [_cell(phases.get(phase)) for phase in _RUN_PHASES])
-    return header, lines
-
-
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table; columns whose cells are all numbers are right-aligned."""
 
@@ -162,13 +142,8 @@ def render(path: Path, kind: str) -> str:
     """One result file as Markdown: a line naming the run, then its table."""
     payload = json.loads(path.read_text())
     about = describe(payload, path.name)
-    rows = payload.get("rows")
-    if kind == "benchmark-io" and rows:
-        table = io_table(rows)
-    elif rows:
-        table = rows_table(rows)
-    else:
-        table = runs_table(payload.get("runs") or [])
+    rows = payload.get("rows") or []
+    table = io_table(rows) if kind == "benchmark-io" else rows_table(rows)
     head = f"**{about.get('machine', '?')}**, {about.get('date', '?')}"
     if "command" in about:
         head += f": `{about['command']}`"
