@@ -65,8 +65,7 @@ class ChunkDecodeError(LinumpyError, ValueError):
     Parameters
     ----------
     key
-        The chunk's store key (for example ``"0/c/1/0/2"``), or a description of
-        the chunk's location inside a shard.
+        The chunk's store key (``"0/c/1/0/2"``), or its location inside a shard.
     reason
         Why the chunk was rejected.
 
@@ -174,8 +173,7 @@ class DeviceMemoryError(LinumpyError, MemoryError):
 
 
 class DiskSpaceError(LinumpyError, OSError):
-    """An output would need more disk space than is free (raised before anything is written);
-    the message names both.
+    """An output would need more disk space than is free (raised before anything is written).
 
     Examples
     --------
@@ -185,8 +183,7 @@ class DiskSpaceError(LinumpyError, OSError):
 
 
 class HostMemoryError(LinumpyError, MemoryError):
-    """A read would need more host memory than the machine has available (raised before
-    allocating); the message says how much was asked for.
+    """A read would need more host memory than the machine has available (raised before).
 
     Examples
     --------

@@ -241,20 +241,12 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        for name, spec in declarations().items():
-            value = spec.parse(name, getattr(self, name))
-            if value is not getattr(self, name):
-                object.__setattr__(self, name, value)
+        for name, spec in declarations().items():  # checked, and converted (seconds: floats)
+            object.__setattr__(self, name, spec.parse(name, getattr(self, name)))
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
-        """Defaults, then the ``LINUMPY_*`` environment variables, then ``overrides``.
-
-        Examples
-        --------
-        >>> Settings.from_env(io_threads=3).io_threads
-        3
-        """
+        """Defaults, then the ``LINUMPY_*`` environment variables, then ``overrides``."""
         _warn_removed()
         values: dict[str, Any] = {}
         for name, spec in declarations().items():

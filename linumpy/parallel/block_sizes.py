@@ -29,9 +29,8 @@ BLOCKS_PER_SLOT = 4
 #: ... for a GPU job: a GPU task runs alone on its device and pays fixed costs per block
 #: (nvCOMP's latency per call; docs/gpu_guide.md, "Measurements behind the GPU defaults").
 GPU_BLOCKS_PER_SLOT = 1
-#: A GPU task's working set stays within this share of its device's memory, shared by the
-#: tasks that run on one device at once: the engine's scratch, nvCOMP's work space (1-3 GiB)
-#: and the stitch's temporaries come on top.
+#: A GPU task's working set stays within this share of its device's memory, shared by the tasks
+#: on the device at once (the engine's scratch, nvCOMP's work space, temporaries come on top).
 GPU_DEVICE_SHARE = 0.25
 #: ... but blocks are not cut smaller than this for it (a task's own cost would dominate).
 SPLIT_FLOOR_BYTES = 64 * 2**20

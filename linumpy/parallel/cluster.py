@@ -11,7 +11,6 @@ from typing import Any
 import dask
 import dask.threaded
 from dask.callbacks import Callback
-from dask.utils import format_bytes
 from tqdm import tqdm
 
 from linumpy.errors import MemoryLimitError
@@ -77,11 +76,6 @@ class Cluster:
         #: Tasks one worker runs at once in the current job (local threads: at most
         #: ``max_threads``, fewer when the memory limit needs it).
         self.threads = self.max_threads
-
-    def __repr__(self) -> str:
-        where = "threads" if self.client is None else f"scheduler {self.client.scheduler.address}"
-        limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
-        return f"Cluster({where}, {self.threads} thread(s) per worker, memory limit {limit})"
 
     @property
     def slots(self) -> int:

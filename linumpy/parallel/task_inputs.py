@@ -28,15 +28,14 @@ def task_path(path: str | os.PathLike[str]) -> str:
     """``path`` made absolute against this process's working directory (links kept); a URL
     unchanged."""
     text = os.fspath(path)
-    match = _URL.match(text) if isinstance(text, str) else None
-    if match is not None:
-        if match.group(1).lower() != "file":
-            return text
-        return "file://" + os.path.abspath(text[len(match.group(0)) :])
-    return os.path.abspath(text)
+    local = _local(text)
+    if local is None:
+        return text
+    return "file://" + os.path.abspath(local) if _URL.match(text) else os.path.abspath(local)
 
 
 def _local(path: str) -> Path | None:
+    """The local path ``path`` names (a ``file://`` URL's too); None for another URL."""
     match = _URL.match(path)
     if match is None:
         return Path(path)
