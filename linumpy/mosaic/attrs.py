@@ -15,15 +15,7 @@ from linumpy.io.metadata import Coordinates, derive_coordinates
 from linumpy.io.omezarr import read_coordinates
 from linumpy.mosaic.transform import TileTransform, parse_tile_shape
 
-__all__ = [
-    "ATTRS_KEY",
-    "copy_omero",
-    "mosaic_tile_shape",
-    "projection_coordinates",
-    "read_linumpy_attrs",
-    "stitch_coordinates",
-    "write_linumpy_attrs",
-]
+__all__: list[str] = []
 
 #: Key of an OME-Zarr image's group attributes under which linumpy keeps its own metadata:
 #: ``{"mosaic": {"tile_shape": [h, w], "grid_shape": [rows, cols]}, "demo": {...}, ...}``.

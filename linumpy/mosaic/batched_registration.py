@@ -24,7 +24,7 @@ from linumpy.mosaic.pair_geometry import (
 )
 from linumpy.mosaic.phase_correlation import DEFAULT_BAND, refined_shifts, whitened_spectrum
 
-__all__ = ["register_pairs"]
+__all__: list[str] = []
 
 #: Correlation peaks tried for each pair (the highest can be a background tile's vignetting).
 N_PEAKS = 4

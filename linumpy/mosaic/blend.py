@@ -20,7 +20,7 @@ import numpy as np
 from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.mosaic.pieces import Rect, TilePieces, minus, tile_pieces
 
-__all__ = ["PlacedTile", "blend_tiles", "store_values"]
+__all__: list[str] = []
 
 
 def _float32_bounds(dtype: np.dtype) -> tuple[np.float32, np.float32]:

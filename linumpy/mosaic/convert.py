@@ -35,7 +35,7 @@ from linumpy.io.writer import renamed_level
 from linumpy.mosaic.attrs import copy_omero
 from linumpy.parallel import Cluster
 
-__all__ = ["Converted", "convert_to_omezarr"]
+__all__: list[str] = []
 
 logger = logging.getLogger(__name__)
 

@@ -32,13 +32,7 @@ from linumpy.io.layout import ShardsArg, inner_chunks, tile_layout, tile_shards
 from linumpy.mosaic._demo_tissue import DemoContent, Tissue, blocks, generate, tissue_fraction
 from linumpy.mosaic.transform import TileTransform
 
-__all__ = [
-    "DemoMosaic",
-    "check_demo_space",
-    "generate_demo_mosaic",
-    "make_demo_data",
-    "read_demo_truth",
-]
+__all__: list[str] = []
 
 #: Voxel size of the demo data (z, y, x) in micrometers, typical of serial OCT.
 DEMO_VOXEL_SIZE = (3.5, 2.5, 2.5)

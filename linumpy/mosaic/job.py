@@ -28,7 +28,7 @@ from linumpy.mosaic.stitch import Blending
 from linumpy.mosaic.transform import PairMeasurement, TileTransform
 from linumpy.parallel import Cluster
 
-__all__ = ["JobOutputs", "JobResult", "run_mosaic_job"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

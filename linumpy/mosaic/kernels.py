@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["KernelReport", "prepare_gpu_kernels"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,7 @@ from linumpy.mosaic.stitch import (
 from linumpy.mosaic.transform import TileTransform
 from linumpy.parallel import TASK_SHARE, Cluster
 
-__all__ = [
-    "REUSE_TASK_BYTES",
-    "plan_stitch_block",
-    "stitch_lazy",
-    "stitch_threads",
-]
+__all__: list[str] = []
 
 
 def _whole(shape: Sequence[int]) -> tuple[slice, ...]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from linumpy._numpy_or_cupy import array_module
 
-__all__ = ["candidate_displacements", "overlap_views"]
+__all__: list[str] = []
 
 #: At most this many resample-and-correlate steps refine a pair's sub-pixel displacement.
 SUBPIXEL_ITERATIONS = 8

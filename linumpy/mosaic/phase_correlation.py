@@ -18,7 +18,7 @@ from linumpy._numpy_or_cupy import array_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.mosaic.pair_geometry import wrapped_peak
 
-__all__ = ["DEFAULT_BAND", "refined_shifts", "whitened_spectrum"]
+__all__: list[str] = []
 
 #: Default pass band of the phase correlation, in cycles per pixel: below it, illumination and
 #: vignetting; above it, detector noise that no two acquisitions share.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Rect", "TilePieces", "minus", "tile_pieces"]
+__all__: list[str] = []
 
 #: ``(y0, y1, x0, x1)``: rows ``y0`` to ``y1`` and columns ``x0`` to ``x1`` (ends excluded).
 Rect = tuple[int, int, int, int]

@@ -24,7 +24,7 @@ from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.parallel import BLOCKS_PER_SLOT, GPU_READ_TASK_BYTES, TASK_SHARE, Cluster
 
-__all__ = ["depth_groups", "projection_lazy", "read_threads"]
+__all__: list[str] = []
 
 
 def _whole(shape: Sequence[int]) -> tuple[slice, ...]:

@@ -14,16 +14,7 @@ from linumpy.errors import LinumpyError
 from linumpy.mosaic.blend import PlacedTile, blend_tiles, store_values
 from linumpy.mosaic.transform import TileTransform
 
-__all__ = [
-    "BLENDING_MODES",
-    "OUTPUT_DTYPES",
-    "Blending",
-    "blending_weights",
-    "stitch",
-    "stitch_dtype",
-    "stitch_region",
-    "tiles_in_region",
-]
+__all__: list[str] = []
 
 Blending = Literal["none", "average", "linear"]
 BLENDING_MODES: tuple[Blending, ...] = ("none", "average", "linear")

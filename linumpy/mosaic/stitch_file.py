@@ -34,7 +34,7 @@ from linumpy.mosaic.transform import TileTransform
 from linumpy.parallel import Cluster
 from linumpy.parallel.task_inputs import task_path
 
-__all__ = ["stitch_omezarr"]
+__all__: list[str] = []
 
 logger = logging.getLogger(__name__)
 

@@ -14,13 +14,7 @@ import numpy as np
 
 from linumpy.errors import LinumpyError
 
-__all__ = [
-    "PairMeasurement",
-    "TileTransform",
-    "describe_fit",
-    "fit_transform",
-    "parse_tile_shape",
-]
+__all__: list[str] = []
 
 _FORMAT = "linumpy-tile-transform"
 _FORMAT_VERSION = 1
