@@ -10,7 +10,6 @@ import contextlib
 import json
 import logging
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,18 +80,6 @@ def _malformed_metadata(*folders: str | os.PathLike[str]) -> Iterator[None]:
         raise LinumpyError(f"{file}: malformed zarr or OME-NGFF metadata ({what})") from exc
 
 
-def _check_regular(folder: Path) -> None:
-    """Refuse metadata files that are not regular files (a FIFO would block zarr's read)."""
-    for name in _METADATA_FILES:
-        file = folder / name
-        try:
-            mode = file.stat().st_mode
-        except OSError:
-            continue
-        if not stat.S_ISREG(mode):
-            raise LinumpyError(f"{file}: not a regular file")
-
-
 def _open_node(path: SourceLike, storage_options: Any = None) -> zarr.Array | zarr.Group:
     source = parse_source(path, storage_options)
     if source.local is None:  # a URL, a zarr node or a zarr store
@@ -101,7 +88,6 @@ def _open_node(path: SourceLike, storage_options: Any = None) -> zarr.Array | za
     path = source.local
     if not path.exists():
         raise LinumpyError(f"{path}: no such file or directory{_staging_note(path)}")
-    _check_regular(path)
     try:
         with _malformed_metadata(path):
             try:
@@ -216,8 +202,6 @@ def _level_array(
             f"{path}: level {level} out of range; the image has levels 0 to {len(paths) - 1}"
         )
     folder = location(path, str(paths[level]))
-    if folder.is_dir():
-        _check_regular(folder)
     with _malformed_metadata(path, folder):  # the group's metadata is read: the level's at fault
         array = node.get(paths[level])
     if not isinstance(array, zarr.Array):

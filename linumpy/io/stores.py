@@ -200,7 +200,7 @@ def _retrieved(future: asyncio.Future) -> None:
 
 class UrlPath(str):
     """The location of a remote object, for messages: a string that joins with ``/`` like a
-    :class:`pathlib.Path` and is never a local file (``is_file()`` and ``is_dir()`` are False)."""
+    :class:`pathlib.Path` and is never a local file (``is_file()`` is False)."""
 
     __slots__ = ()
 
@@ -215,16 +215,6 @@ class UrlPath(str):
     def is_file(self) -> bool:
         """False: a remote object is not a local file."""
         return False
-
-    is_dir = exists = is_file
-
-    def stat(self) -> os.stat_result:
-        """Raise :class:`FileNotFoundError`: remote objects have no local status."""
-        raise FileNotFoundError(self)
-
-    def read_bytes(self) -> bytes:
-        """Raise :class:`FileNotFoundError`: remote objects are read through their store."""
-        raise FileNotFoundError(self)
 
 
 def location(name: str | os.PathLike[str], *parts: str) -> Path | UrlPath:

@@ -50,27 +50,22 @@ __all__ = ["OmeZarrWriter"]
 logger = logging.getLogger(__name__)
 
 
-def _level_shapes(
+def _levels(
     shape: tuple[int, ...], n_levels: int, shrink: Sequence[bool]
-) -> list[tuple[int, ...]]:
-    shapes = [shape]
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Each level's shape and downsampling factor: the ``shrink`` (space) axes halve while
+    longer than 1."""
+    levels = [(shape, (1,) * len(shape))]
     for _ in range(n_levels - 1):
-        shapes.append(tuple(-(-s // 2) if k else s for s, k in zip(shapes[-1], shrink)))
-    return shapes
-
-
-def _level_factor(shape: tuple[int, ...], level: int, shrink: Sequence[bool]) -> tuple[int, ...]:
-    """Downsampling factor of each axis at ``level`` (axes of size 1 stop shrinking; only the
-    ``shrink`` axes, the space axes, are downsampled)."""
-    factors = []
-    for size, axis_shrinks in zip(shape, shrink):
-        factor = 1
-        for _ in range(level):
-            if size > 1 and axis_shrinks:
-                size = -(-size // 2)
-                factor *= 2
-        factors.append(factor)
-    return tuple(factors)
+        last, factor = levels[-1]
+        halved = [k and n > 1 for n, k in zip(last, shrink)]
+        levels.append(
+            (
+                tuple(-(-n // 2) if h else n for n, h in zip(last, halved)),
+                tuple(f * 2 if h else f for f, h in zip(factor, halved)),
+            )
+        )
+    return levels
 
 
 AxesArg = str | Sequence[str | Axis | Mapping[str, Any]] | None
@@ -307,7 +302,7 @@ class OmeZarrWriter:
         arrays: list[zarr.Array] = []
         scales: list[list[float]] = []
         translations: list[list[float]] = []
-        for index, level_shape in enumerate(_level_shapes(self.shape, n_levels, shrink)):
+        for index, (level_shape, factor) in enumerate(_levels(self.shape, n_levels, shrink)):
             level_chunks = tuple(min(c, s) for c, s in zip(chunks, level_shape))
             level_shards = None
             if shards == "auto":
@@ -336,7 +331,6 @@ class OmeZarrWriter:
                     ),
                 )
             )
-            factor = _level_factor(self.shape, index, shrink)
             scales.append([v * f for v, f in zip(self.voxel_size, factor)])
             if self.translation is not None:
                 translations.append(level_translation(self.translation, self.voxel_size, factor))
