@@ -1,11 +1,8 @@
 """The demo mosaic grid's content, evaluated over any box of it: the same values whatever the boxes.
 
-Every random field is keyed by position (:class:`KeyedUniform`): a box of the grid generated on
-its own holds the values it has in the whole grid, so that grids of any size are generated a
-block at a time, in bounded memory, in any order and on any number of threads. The smooth fields
-(the section's outline, its surface, regions of different reflectivity) are drawn at once on
-coarse grids a few thousand times smaller than the volume; the fine ones (fibres, speckle, the
-detector's noise floor) are drawn for each box.
+Every random field is keyed by position (:class:`KeyedUniform`). The smooth fields (the
+section's outline, its surface, regions) are drawn at once on coarse grids; the fine ones
+(fibres, speckle, the detector's noise floor) are drawn for each box.
 """
 
 from __future__ import annotations
@@ -39,13 +36,9 @@ Range = tuple[int, int]
 
 
 class KeyedUniform:
-    """Uniform draws in [0, 1) over a 3D volume, keyed by position: a box gets the same values
-    whatever was drawn before it, on any thread.
-
-    The values lie in one PCG64 stream, block after block of ``(all planes, BLOCK, BLOCK)``
-    voxels; a box is read block by block, each thread jumping to a block's planes with
-    ``advance`` (a few microseconds).
-    """
+    """Uniform draws in [0, 1) over a 3D volume, keyed by position: one PCG64 stream, block
+    after block of ``(all planes, BLOCK, BLOCK)`` voxels, each thread jumping to a block's planes
+    with ``advance``, so a box gets the same values whatever was drawn before, on any thread."""
 
     BLOCK = 64
 
@@ -215,11 +208,6 @@ class Tissue:
         regions = coarse_field(rng, (depth, height, width), _REGION_FACTORS, 1.5)
         regions = (0.65 / (1.0 + np.exp(-2.5 * regions))).astype(np.float32)
         fibres_shape = coarse_shape((depth, height, width), _FIBRE_FACTORS)
-        # The fibres are keyed draws; the generator still steps over the normal draws they took
-        # from it before, a slab at a time, so that the surface keeps its values for a seed.
-        fibre_count = math.prod(fibres_shape)
-        for first in range(0, fibre_count, 2**22):
-            rng.standard_normal(min(2**22, fibre_count - first))
         # Light enters through an uneven surface and decays with depth below it.
         surface = coarse_field(rng, (height, width), (32, 32), 1.0)
         fibres = _Fibres(seed, fibres_shape)

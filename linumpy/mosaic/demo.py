@@ -1,16 +1,10 @@
 """Synthetic serial-OCT mosaic grids with a known tile layout (the data of ``make demo`` and tests).
 
-A tissue volume (smooth structures, speckle, depth attenuation below an uneven surface, a tissue
-section that leaves some tiles empty) is imaged as overlapping 3D tiles whose top-left corners
-follow an affine map of the tile index (stage steps with a small rotation and shear). Every tile
-gets its own noise floor and a mild vignetting, as a real acquisition would. The tiles are stored
-side by side as a mosaic grid ``(Z, rows * tile_h, cols * tile_w)``, one shard per tile of small
-inner chunks (:func:`linumpy.io.layout.tile_layout`), and the ground truth goes into the image's
-attributes under the ``linumpy`` key.
-
-Every random field is keyed by position (:mod:`linumpy.mosaic._demo_tissue`): a grid generated a
-block at a time, in any blocks, holds the same values as one generated at once, so that
-:func:`make_demo_data` writes grids of any size in bounded memory.
+Overlapping 3D tiles of a tissue volume (speckle, depth attenuation below an uneven surface,
+empty background tiles, each tile's own noise floor and vignetting) at the positions an affine
+map of the tile index gives, side by side as ``(Z, rows * tile_h, cols * tile_w)``. Every random
+field is keyed by position, so a grid of any size is generated a block at a time in bounded
+memory, with the same values.
 """
 
 from __future__ import annotations
