@@ -54,16 +54,17 @@ class Rechunked(NamedTuple):
 
 
 def _layout(
-    array: zarr.Array,
-    space: list[int],
-    tile: tuple[int, int] | None,
-    chunks: Sequence[int] | None,
-    shards: ShardsArg,
-    fmt: NgffFormat,
-    budget: int,
-    what: str,
+    array: zarr.Array, context: dict[str, Any], options: _Options, what: str
 ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-    shape, dtype = tuple(array.shape), np.dtype(array.dtype)
+    """The chunks and shards of an array's copy."""
+    shape, dtype, fmt = tuple(array.shape), np.dtype(array.dtype), options.format
+    space = context.get("space") or list(range(max(0, array.ndim - 3), array.ndim))
+    tile = context.get("tile")
+    budget = shard_budget(options.cluster, per_byte=3)
+    chunks = _for_array(options.chunks, array, "chunks")
+    shards = options.shards
+    if not isinstance(shards, str):
+        shards = _for_array(shards, array, "shards")
     if chunks is not None:
         chunks = tuple(min(int(c), max(n, 1)) for c, n in zip(chunks, shape))
     if shards is not None and not isinstance(shards, str):
@@ -172,40 +173,11 @@ def _copy_arrays(
     written: dict[str, Any] = {}
     nbytes = 0
     for path, array, context in arrays:
-        budget = shard_budget(options.cluster, per_byte=3)
         what = f"{target}/{path}" if path else str(target)
-        shards = options.shards
-        chunk, shard = _layout(
-            array,
-            context.get("space") or list(range(max(0, array.ndim - 3), array.ndim)),
-            context.get("tile"),
-            _for_array(options.chunks, array, "chunks"),
-            shards if isinstance(shards, str) else _for_array(shards, array, "shards"),
-            options.format,
-            budget,
-            what,
-        )
+        chunk, shard = _layout(array, context, options, what)
         check_chunk_count(array.shape, chunk, np.dtype(array.dtype).itemsize)
-        copy = _create_like(
-            array,
-            store,
-            path,
-            chunk,
-            shard,
-            options.format,
-            options.zstd_level,
-            options.checksum,
-            context,
-        )
-        nbytes += _copy(
-            source / path if path else source,
-            array,
-            copy,
-            options.gpu,
-            options.cluster,
-            options.progress,
-            path,
-        )
+        copy = _create_like(array, store, path, chunk, shard, options, context)
+        nbytes += _copy(source / path if path else source, array, copy, options, path)
         written[path] = (tuple(array.shape), tuple(copy.chunks), copy.shards)
     return written, nbytes
 
@@ -285,9 +257,7 @@ def _create_like(
     path: str,
     chunks: tuple[int, ...],
     shards: tuple[int, ...] | None,
-    fmt: NgffFormat,
-    zstd_level: int,
-    checksum: bool,
+    options: _Options,
     context: dict[str, Any],
 ) -> zarr.Array:
     names = getattr(array.metadata, "dimension_names", None) or context.get("names")
@@ -300,21 +270,14 @@ def _create_like(
         shards=shards,
         fill_value=array.fill_value,
         attributes=array.attrs.asdict(),
-        zarr_format=fmt.zarr_format,
-        **fmt.array_options(zstd_level, checksum, names),
+        zarr_format=options.format.zarr_format,
+        **options.format.array_options(options.zstd_level, options.checksum, names),
     )
 
 
-def _copy(
-    path: Path,
-    source: zarr.Array,
-    target: zarr.Array,
-    gpu: bool,
-    cluster: Cluster,
-    progress: bool,
-    name: str,
-) -> int:
+def _copy(path: Path, source: zarr.Array, target: zarr.Array, options: _Options, name: str) -> int:
     """Copy ``source`` (at ``path``) into ``target`` in blocks of whole storage units of both."""
+    gpu, cluster = options.gpu, options.cluster
     if math.prod(source.shape) == 0:
         return 0
     unit = _copy_unit(source, target)
@@ -327,4 +290,5 @@ def _copy(
     )
     block = grow_block(unit, source.shape, per_element, budget)
     lazy = open_volume(path, chunks=block, gpu=gpu)
-    return store_dask(lazy, target, cluster=cluster, progress=progress, desc=name or "rechunk")
+    desc = name or "rechunk"
+    return store_dask(lazy, target, cluster=cluster, progress=options.progress, desc=desc)
