@@ -17,7 +17,14 @@ from zarr.storage import LocalStore
 from linumpy.errors import LinumpyError
 from linumpy.io.blocks import region_bounds
 from linumpy.io.dask_read import dask_volume
-from linumpy.io.metadata import Axis, axes_from_ngff, make_axes, multiscale_metadata, scale_of
+from linumpy.io.metadata import (
+    Axis,
+    axes_from_ngff,
+    make_axes,
+    multiscale_metadata,
+    scale_of,
+    translation_of,
+)
 from linumpy.io.omezarr import open_array
 from linumpy.io.stores import describe, location, open_node, parse_source
 
@@ -35,13 +42,6 @@ class Placement(NamedTuple):
     scale: tuple[float, ...]
     translation: tuple[float, ...]
     levels: int
-
-
-def _translation_of(transforms: Sequence[dict[str, Any]], ndim: int) -> list[float]:
-    for transform in transforms:
-        if transform.get("type") == "translation" and "translation" in transform:
-            return [float(v) for v in transform["translation"]]
-    return [0.0] * ndim
 
 
 def placement(
@@ -69,9 +69,9 @@ def placement(
     own = datasets[level].get("coordinateTransformations", [])
     shared = multiscale.get("coordinateTransformations", [])
     scale = scale_of(own) or [1.0] * ndim
-    shift = _translation_of(own, ndim)
+    shift = translation_of(own) or [0.0] * ndim
     global_scale = scale_of(shared) or [1.0] * ndim
-    global_shift = _translation_of(shared, ndim)
+    global_shift = translation_of(shared) or [0.0] * ndim
     return Placement(
         axes,
         tuple(g * s for g, s in zip(global_scale, scale)),
