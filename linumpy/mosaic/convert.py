@@ -138,9 +138,8 @@ class Converted(NamedTuple):
     voxel_size
         One size per axis.
     voxel_size_from
-        ``"given"`` (the ``voxel_size`` argument), the metadata they come from
-        (``"ImageJ metadata"``, ``"OME-XML metadata"``, ``"the OME-Zarr input"``), or None
-        (none known: 1 per axis).
+        ``"given"`` (the ``voxel_size`` argument), the metadata they come from (``"ImageJ
+        metadata"``, ``"OME-XML metadata"``, ``"the OME-Zarr input"``), or None (1 per axis).
 
     Examples
     --------
@@ -189,19 +188,15 @@ def convert_to_omezarr(
 ) -> Converted:
     """Convert a TIFF, ``.npy`` file or zarr array to a zstd OME-Zarr image, out of core.
 
-    The axes and voxel size are the input's own (see :func:`open_image`: a TIFF's axes,
-    channels and RGB samples included, and its ImageJ or OME-XML voxel sizes and units); an
-    OME-Zarr input's position (its translation), channel metadata (``omero``) and labels are kept.
-    The data goes through in blocks of whole output shards (or chunks), one dask task each
-    (zarr inputs are read with :func:`linumpy.io.open_volume`, ``.npy`` files through a memory
-    map, TIFF series through tifffile's zarr view of their pages); each pyramid level is then
-    computed from the level above as stored, block by block (space axes only). With ``gpu`` the
-    blocks are encoded on the GPU (nvCOMP; NGFF 0.5 only).
+    The axes and voxel size are the input's own (a TIFF's axes, channels and RGB samples, its
+    ImageJ or OME-XML voxel sizes and units); an OME-Zarr input's translation, channel metadata
+    (``omero``) and labels are kept. The data goes through in blocks of whole output shards, one
+    dask task each; each pyramid level is then computed from the level above (space axes only).
 
     Parameters
     ----------
     source
-        The input (see :func:`open_image`).
+        A TIFF, ``.npy`` file, zarr array or OME-Zarr image.
     target
         The OME-Zarr image to create.
     voxel_size
@@ -211,10 +206,9 @@ def convert_to_omezarr(
         The TIFF series to convert (0 by default).
     chunks, shards, n_levels, zstd_level, ngff_version
         As for :class:`linumpy.io.OmeZarrWriter` (in NGFF axis order): by default chunks of
-        about 1 MiB in shards of whole planes (:func:`linumpy.io.layout.default_layout`;
-        smaller shards under a memory limit).
+        about 1 MiB in shards of whole planes (smaller under a memory limit).
     gpu
-        Encode on the GPU.
+        Encode on the GPU (nvCOMP; NGFF 0.5 only).
     overwrite
         Replace an existing ``target``.
     progress

@@ -39,13 +39,11 @@ class DemoMosaic:
     Attributes
     ----------
     mosaic
-        ``(Z, rows * tile_h, cols * tile_w)`` uint16 mosaic grid: numpy or cupy, as generated
-        (:func:`generate_demo_mosaic`), or the written zarr array (:func:`make_demo_data`).
+        ``(Z, rows * tile_h, cols * tile_w)`` uint16 mosaic grid: numpy or cupy, or the written
+        zarr array (:func:`make_demo_data`).
     tissue
-        ``(Z, H, W)`` float32 noise-free tissue intensity the tiles were cut from, in the
-        coordinates of the stitched image (tile ``(r, c)`` starts at
-        ``transform.positions()[r, c]``); None where it was not kept (``keep_tissue``, and
-        :func:`make_demo_data`, for which it would be the largest array).
+        ``(Z, H, W)`` float32 noise-free tissue the tiles were cut from, in the coordinates of
+        the stitched image; None where it was not kept (``keep_tissue``, :func:`make_demo_data`).
     transform
         The true tile layout.
     tissue_fraction
@@ -53,6 +51,7 @@ class DemoMosaic:
 
     Examples
     --------
+    >>> from linumpy.mosaic import generate_demo_mosaic
     >>> demo = generate_demo_mosaic(grid_shape=(2, 3), tile_shape=(8, 16, 16))
     >>> demo.mosaic.shape, demo.mosaic.dtype, demo.transform.grid_shape
     ((8, 32, 48), dtype('uint16'), (2, 3))
@@ -120,10 +119,8 @@ def generate_demo_mosaic(
     keep_tissue: bool = True,
     slab_bytes: int = SLAB_BYTES,
 ) -> DemoMosaic:
-    """Generate a synthetic serial-OCT mosaic grid in memory.
-
-    Every voxel is the same whatever the blocks and slabs it is generated in (each random field
-    is keyed by position), so :func:`make_demo_data` writes the same grid a block at a time.
+    """Generate a synthetic serial-OCT mosaic grid in memory (the grid :func:`make_demo_data`
+    writes with the same arguments).
 
     Parameters
     ----------
@@ -138,14 +135,12 @@ def generate_demo_mosaic(
     seed
         Seed of every random choice: the same seed gives the same data.
     xp
-        ``numpy`` (default) or ``cupy`` (generation on the GPU; the noise is drawn on the host,
-        so the data match the host's up to float rounding).
+        ``numpy`` (default) or ``cupy`` (generation on the GPU, equal up to float rounding).
     keep_tissue
-        Keep the noise-free tissue volume (:attr:`DemoMosaic.tissue`), about 1.5 times the
-        grid's bytes in float32; without it, the grid is made in less memory.
+        Keep the noise-free tissue volume (:attr:`DemoMosaic.tissue`, about 1.5 times the
+        grid's bytes).
     slab_bytes
-        Memory of the generation's temporaries and blocks, bytes (:data:`SLAB_BYTES`); the
-        grid and the tissue come on top.
+        Memory of the generation's temporaries and blocks, bytes (the grid comes on top).
 
     Returns
     -------
@@ -154,6 +149,7 @@ def generate_demo_mosaic(
     Examples
     --------
     >>> import numpy as np
+    >>> from linumpy.mosaic import generate_demo_mosaic
     >>> demo = generate_demo_mosaic(grid_shape=(2, 2), tile_shape=(8, 16, 16), seed=1)
     >>> demo.mosaic.shape
     (8, 32, 32)
@@ -239,16 +235,12 @@ def make_demo_data(
 ) -> DemoMosaic:
     """Generate a demo mosaic grid and write it as a zstd OME-Zarr (NGFF 0.5), one shard per tile.
 
-    The grid is generated and written a block of whole stored files (shards, or chunks) at a
-    time, the next block generated while the last is encoded and written: memory stays within
-    about ``slab_bytes`` and a few stored files, whatever the grid's size, and the data are
-    those of :func:`generate_demo_mosaic` with the same arguments. A grid the disk cannot hold
-    (:func:`check_demo_space`), or a layout the writer refuses, is refused before anything is
-    written.
-
-    The image's attributes hold, under ``linumpy``: ``mosaic`` (``tile_shape`` ``[h, w]`` and
-    ``grid_shape``) and ``demo`` (the true ``transform`` as :meth:`TileTransform.to_dict` writes
-    it, each tile's ``tissue_fraction``, and the generation parameters).
+    The grid is generated and written a block of whole stored files at a time, the next block
+    generated while the last is written: memory stays within about ``slab_bytes`` and a few
+    stored files, whatever the grid's size. A grid the disk cannot hold, or a layout the writer
+    refuses, is refused before anything is written. The image's attributes hold, under
+    ``linumpy``, ``mosaic`` (``tile_shape`` and ``grid_shape``) and ``demo`` (the true
+    ``transform``, each tile's ``tissue_fraction`` and the generation parameters).
 
     Parameters
     ----------
@@ -258,15 +250,14 @@ def make_demo_data(
         See :func:`generate_demo_mosaic`.
     chunks
         Inner chunk shape; by default about ``linumpy.settings.get().chunk_bytes`` dividing a
-        tile (:func:`linumpy.io.layout.tile_layout`), or the whole tile when ``shards`` is None.
+        tile, or the whole tile when ``shards`` is None.
     shards
-        ``"auto"`` (the default): one shard per tile; a shape (a multiple of the chunks); None:
-        no shards, one file per chunk (with the default chunks, one chunk per tile: the layout
-        other tools write).
+        ``"auto"``: one shard per tile; a shape (a multiple of the chunks); None: one file per
+        chunk (by default one chunk per tile, the layout other tools write).
     overwrite
         Replace an existing ``path``.
     free_bytes
-        Free disk space at ``path``, bytes (see :func:`check_demo_space`); measured by default.
+        Free disk space at ``path``, bytes; measured by default.
     progress
         Show a progress bar (bytes of the grid written).
 
@@ -285,6 +276,7 @@ def make_demo_data(
     --------
     >>> import tempfile
     >>> from linumpy.io import read_omezarr
+    >>> from linumpy.mosaic import generate_demo_mosaic, make_demo_data
     >>> path = tempfile.mkdtemp() + "/demo.ome.zarr"
     >>> demo = make_demo_data(path, grid_shape=(2, 2), tile_shape=(8, 16, 16))
     >>> array, voxel_size = read_omezarr(path)
@@ -385,6 +377,7 @@ def read_demo_truth(path: str | os.PathLike[str]) -> TileTransform:
     Examples
     --------
     >>> import tempfile
+    >>> from linumpy.mosaic import make_demo_data, read_demo_truth
     >>> path = tempfile.mkdtemp() + "/demo.ome.zarr"
     >>> demo = make_demo_data(path, grid_shape=(2, 2), tile_shape=(8, 16, 16))
     >>> truth = read_demo_truth(path)

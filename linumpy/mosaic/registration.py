@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from linumpy import phases
-from linumpy._numpy_or_cupy import array_module, to_numpy
+from linumpy._numpy_or_cupy import array_module
 from linumpy.errors import LinumpyError
 from linumpy.mosaic.batched_registration import (
     N_PEAKS,
@@ -172,7 +172,6 @@ def estimate_transform(
     upsample: int = 100,
     progress: bool = False,
     threads: int | None = None,
-    on_host: bool = False,
 ) -> tuple[TileTransform, list[PairMeasurement]]:
     """Estimate the tile layout of a mosaic grid from its 2D projection.
 
@@ -189,15 +188,12 @@ def estimate_transform(
     tile_shape
         ``(tile_h, tile_w)``.
     min_score, min_overlap, upsample
-        See :func:`fit_transform` and :func:`measure_pair`.
+        The score below which a pair is left out of the fit, and see :func:`measure_pair`.
     progress
         Show a progress bar over the tile pairs.
     threads
         Pairs registered at once on the CPU; by default one per 128 x 128 pixels of a tile, at
         most the CPUs available to the process.
-    on_host
-        For a cupy projection: True registers its pairs on the host, in ``threads`` threads,
-        instead of on its GPU. The results agree to 0.01 px.
 
     Returns
     -------
@@ -252,8 +248,6 @@ def estimate_transform(
 
     if threads is None:
         threads = registration_threads((h, w), available_cpus())
-    if on_host and array_module(aip_grid) is not np:
-        aip_grid = to_numpy(aip_grid)
     with tqdm(total=len(pairs), desc="tile pairs", unit="pair", disable=not progress) as bar:
         if array_module(aip_grid) is np:
             logger.info(

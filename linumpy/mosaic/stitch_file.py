@@ -111,12 +111,10 @@ def stitch_omezarr(
 ) -> None:
     """Stitch a mosaic grid OME-Zarr into an OME-Zarr image with a pyramid, out of core.
 
-    The output is cut into blocks of whole shards (or chunks): whole planes, as many as fit the
-    memory one task may use, else parts of planes. Each block is one dask task that reads the
-    tiles overlapping it, stitches and writes them; then each pyramid level is computed from
-    the level above as stored, block by block. Memory stays bounded whatever the volume's size,
-    and the result equals stitching the whole grid in memory. With ``gpu`` the tiles are read,
-    stitched, averaged and encoded on the GPU.
+    Each block of whole output shards is one dask task that reads the tiles overlapping it,
+    stitches and writes them; then each pyramid level is computed from the level above. Memory
+    stays bounded whatever the volume's size, and the result equals :func:`stitch` of the whole
+    grid.
 
     Parameters
     ----------
@@ -131,15 +129,11 @@ def stitch_omezarr(
     gpu
         Read, stitch and encode on the GPU.
     dtype
-        The stitched image's dtype: by default the tiles' own (float32 for tiles of another float
-        dtype). Values are blended in float32;
-        for an integer dtype they are rounded to the nearest integer (half to even) and clipped
-        to its range, so they equal float32's output rounded. float32 stores about 1.7 times
-        the bytes of uint16 and costs as much more to encode and write.
+        The stitched image's dtype, by default the tiles' own (float32 for other float tiles):
+        values are blended in float32, for an integer dtype rounded (half to even) and clipped.
     n_levels, chunks, shards, zstd_level
-        Pyramid levels, chunk and shard shapes, zstd level of the output; by default linumpy's
-        layout (:func:`linumpy.io.layout.default_layout`): chunks of about 1 MiB in shards of
-        whole planes (smaller under a memory limit).
+        Pyramid levels, chunk and shard shapes, zstd level of the output; by default chunks of
+        about 1 MiB in shards of whole planes (smaller under a memory limit).
     overwrite
         Replace an existing ``target``.
     progress
@@ -149,7 +143,7 @@ def stitch_omezarr(
         (:func:`linumpy.parallel.dask_cluster`); local threads by default.
     max_output_bytes
         The largest output allowed (uncompressed level 0), checked with the room on the
-        target's disk before any planning (:func:`linumpy.io.output_size.check_output_size`).
+        target's disk before any planning.
     level
         The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
@@ -162,8 +156,6 @@ def stitch_omezarr(
 
     Examples
     --------
-    Stitch a small demo mosaic grid with its true layout:
-
     >>> import tempfile
     >>> from linumpy.io import read_omezarr
     >>> from linumpy.mosaic import make_demo_data, read_demo_truth, stitch_omezarr
