@@ -64,13 +64,10 @@ def array_ref(
     storage_options: Mapping[str, Any] | None = None,
     opened: zarr.Array | None = None,
 ) -> ArrayRef:
-    """Open ``path``'s level once, for tasks to read (an :class:`ArrayRef` is returned as it is).
-
-    A local path is made absolute first (:func:`~linumpy.parallel.task_inputs.task_path`: a
-    worker's working directory is its own), and its metadata's digest is taken for the workers'
-    check. The arguments are :func:`~linumpy.io.open_array`'s; ``opened`` is that level opened
-    already from ``path`` made absolute (by :func:`~linumpy.io.read_omezarr`, say), which is
-    then not opened again."""
+    """Open ``path``'s level once, for tasks to read (as :func:`~linumpy.io.open_array`; an
+    :class:`ArrayRef` is returned as it is). A local path is made absolute (a worker's working
+    directory is its own) and its metadata's digest taken for the workers' check; ``opened`` is
+    the level opened already, then not opened again."""
     if isinstance(path, ArrayRef):
         return path
     options = dict(storage_options) if storage_options is not None else None

@@ -29,10 +29,8 @@ def storage_unit(array: zarr.Array) -> tuple[int, ...]:
 
 
 def host_decoded(array: zarr.Array) -> bool:
-    """Whether a GPU read of ``array`` decodes its chunks with libzstd on the host: chunks above
-    :data:`~linumpy.io.engine.plan.GPU_CHUNK_BYTES` (:mod:`linumpy.gpu.host_decode`). Such a read
-    decodes one chunk per thread, so a GPU job over it needs the CPU's tasks, not a GPU job's few
-    large ones."""
+    """Whether a GPU read of ``array`` decodes its chunks on the host (chunks above
+    :data:`~linumpy.io.engine.plan.GPU_CHUNK_BYTES`): a GPU job over it needs the CPU's tasks."""
     from linumpy.io.engine.plan import GPU_CHUNK_BYTES
 
     chunk_nbytes = math.prod(int(c) for c in array.chunks) * np.dtype(array.dtype).itemsize
@@ -68,11 +66,9 @@ def grow_block(
     axes: Sequence[int] | None = None,
     cost: Callable[[tuple[int, ...]], int] | None = None,
 ) -> tuple[int, ...]:
-    """The largest block of whole ``unit`` multiples within ``target_bytes`` (one unit at least).
-
-    Axes grow by doubling, the one whose block is shortest first (ties: the last axis), so
-    blocks stay close to cubes; ``axes`` restricts which axes grow. A block costs ``itemsize``
-    bytes per element, or what ``cost(block_shape)`` says."""
+    """The largest block of whole ``unit`` multiples within ``target_bytes`` (one unit at least),
+    grown by doubling the shortest axis first (of ``axes``), so blocks stay close to cubes; a block
+    costs ``itemsize`` bytes per element, or ``cost(block_shape)``."""
     counts = [1] * len(unit)
     full = [max(1, math.ceil(n / u)) for n, u in zip(shape, unit)]
     growable = set(range(len(unit)) if axes is None else axes)

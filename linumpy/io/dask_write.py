@@ -47,10 +47,8 @@ def array_path(target: zarr.Array | str | os.PathLike[str]) -> str:
 
 
 def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
-    """``data`` rechunked, if needed, so that every block boundary is a multiple of ``unit``.
-
-    Blocks keep about their size (rounded to whole units); already aligned arrays are returned
-    as they are."""
+    """``data`` rechunked, if needed, so that every block boundary is a multiple of ``unit``
+    (blocks keep about their size)."""
     if all(
         all(edge % u == 0 for edge in np.cumsum(chunks)[:-1])
         for chunks, u in zip(data.chunks, unit)
@@ -166,10 +164,8 @@ def _downsample_block(
 
 
 def _downsample_cost(dtype: np.dtype, factors: Sequence[int]) -> int:
-    """Bytes of working set per output element: the source block, the halved temporaries while
-    averaging (the first half the source's elements, in the dtype the sums are taken in: the
-    dtype for floats, 32- or 64-bit integers for integers up to 32 bits, float64 beyond, after a
-    float64 copy), and the output with its encoded copy."""
+    """Bytes of working set per output element: the source block, the halved temporaries in
+    the dtype the sums are taken in, and the output with its encoded copy."""
     source = math.prod(factors)
     if dtype.kind in "fc":
         work, copy = dtype.itemsize, 0
@@ -189,13 +185,8 @@ def write_pyramid(
     cluster: Cluster | None = None,
     progress: bool = False,
 ) -> None:
-    """Fill pyramid levels 1 and up, each from the level above as stored, block by block.
-
-    Level ``i`` is the 2x mean (:func:`linumpy.io.downsample_mean`) of level ``i - 1`` along
-    each of ``axes`` longer than 1; each task reads the source region of one block of whole target
-    shards (or chunks) from the level opened once (:class:`~linumpy.io.array_ref.ArrayRef`),
-    averages it and writes it, so memory holds a few blocks whatever the image's size. Equal to
-    downsampling the whole level at once."""
+    """Fill pyramid levels 1 and up, each the 2x mean of the level above as stored (along the
+    ``axes`` longer than 1), block by block: memory holds a few blocks whatever the image's size."""
     cluster = cluster or Cluster()
     for index, (source, target) in enumerate(zip(arrays, arrays[1:]), start=1):
         factors = tuple(

@@ -112,11 +112,9 @@ def flush_tree(
 
 
 def flush_on_worker(path: str | os.PathLike[str]) -> bool:
-    """In a dask worker process, flush what this host wrote to the file system holding ``path``
-    (one ``syncfs``), so that a task's files are durable before it reports done: the client's
-    flush before its swap reaches its own host only. Elsewhere (local threads, whose writes the
-    swap flushes), with the ``durable`` setting off, or where the system has no ``syncfs``:
-    nothing, and False."""
+    """In a dask worker process, ``syncfs`` the file system holding ``path``, so that a task's
+    files are durable before it reports done (the client's flush reaches its own host only);
+    elsewhere, or with the ``durable`` setting off, nothing and False."""
     from linumpy import settings
     from linumpy.parallel.task_inputs import on_dask_worker
 

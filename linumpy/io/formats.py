@@ -40,12 +40,9 @@ _VERSIONED_KEYS = ("image-label", "plate", "well")
 
 class ChecksummedZstd(numcodecs.Zstd):
     """numcodecs' zstd codec whose frames carry their content checksum while its configuration
-    (a zarr v2 ``.zarray``'s ``compressor``) names only ``id`` and ``level``.
-
-    A zstd frame flags its checksum in its own header, so every libzstd verifies it whatever the
-    metadata says; the ``checksum`` key itself is refused by tensorstore, ngff-zarr and zarr 2.18
-    with numcodecs 0.12. Registered under ``zstd`` when :mod:`linumpy.io` is imported, so that
-    zarr v2 arrays opened again (by the tasks of a write) keep writing checksummed frames."""
+    (``.zarray``'s ``compressor``) names only ``id`` and ``level``: tensorstore, ngff-zarr and zarr
+    2.18 with numcodecs 0.12 refuse a ``checksum`` key. Registered under ``zstd``, so that arrays
+    opened again keep writing checksummed frames."""
 
     codec_id = "zstd"
 
@@ -187,10 +184,8 @@ class Ngff05(Ngff04):
     gpu_encoding = True
 
     def compressors(self, zstd_level: int, checksum: bool) -> Any:
-        """zstd at ``zstd_level`` and, with ``checksum``, zstd's content checksum and a crc32c of
-        each compressed chunk: readers reject a damaged frame on the crc32c before any decoder
-        sees it (nvCOMP may crash or hang on one); the content checksum still verifies the
-        decoded bytes."""
+        """zstd and, with ``checksum``, its content checksum and a crc32c of each compressed chunk:
+        readers reject a damaged frame before any decoder sees it (nvCOMP may crash on one)."""
         if not checksum:
             return [zarr.codecs.ZstdCodec(level=zstd_level, checksum=False)]
         return [zarr.codecs.ZstdCodec(level=zstd_level, checksum=True), zarr.codecs.Crc32cCodec()]

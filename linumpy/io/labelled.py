@@ -90,15 +90,10 @@ def open_dataarray(
     settings: Any = None,
     storage_options: dict[str, Any] | None = None,
 ) -> xr.DataArray:
-    """Open an image's level as a lazy ``xarray.DataArray``.
-
-    ``open_volume(..., xarray=True)`` returns the same.
-
-    Dims are the NGFF axis names; each space and time axis has a coordinate of voxel
-    positions (scale and translation applied, ``units`` in its attributes), a channel axis its
-    indices. Blocks are read by :func:`~linumpy.io.read_volume` into numpy, or cupy with
-    ``gpu``. The array's attributes hold ``units`` (per axis), ``scale``, ``translation``,
-    ``axis_types``, ``level`` and ``source``."""
+    """Open an image's level as a lazy ``xarray.DataArray`` (``open_volume(..., xarray=True)``):
+    dims are the NGFF axis names, space and time axes have coordinates of voxel positions (with
+    ``units``), and the attributes hold ``units``, ``scale``, ``translation``, ``axis_types``,
+    ``level`` and ``source``."""
     try:
         import xarray
     except ImportError as exc:
@@ -192,19 +187,11 @@ def napari_layers(
     storage_options: dict[str, Any] | None = None,
     chunks: Any = None,
 ) -> list[tuple[Any, dict[str, Any], str]]:
-    """napari's layer data of an OME-Zarr image: ``(data, kwargs, layer_type)`` per layer.
-
-    The image is an ``image`` layer (the arguments of :func:`napari_image`: its ``omero``
-    channels' names, colours and windows), then each label image its ``labels`` group lists
-    is a ``labels`` layer. A label image alone (a path to one) is one ``labels`` layer. A
-    ``labels`` layer's kwargs hold where it lies (as an image's), its ``name`` (the label
-    image's), and from its ``image-label`` metadata a ``colormap`` (label value to RGBA from
-    0 to 1, for napari's direct label colormap) when it gives ``colors``, and ``features`` (a
-    table: an ``index`` column of label values, then a column per property, None where a
-    label lacks it) when it gives ``properties``.
-
-    Every level is lazy. napari itself is not needed: the layers are added with
-    ``getattr(viewer, "add_" + layer_type)(data, **kwargs)``, as a napari reader's are."""
+    """napari's layer data of an OME-Zarr image: ``(data, kwargs, layer_type)`` per layer, every
+    level lazy: the image an ``image`` layer (:func:`napari_image`), each label image its ``labels``
+    group lists a ``labels`` layer with its ``colors`` as a ``colormap`` (RGBA from 0 to 1) and its
+    ``properties`` as ``features``; a label image alone is one ``labels`` layer. napari itself is
+    not needed: ``getattr(viewer, "add_" + layer_type)(data, **kwargs)`` adds them."""
     own = _image_label(path, storage_options)
     if own is not None:
         return [_labels_layer(path, own, gpu, storage_options, chunks)]

@@ -66,13 +66,9 @@ def inner_chunks(
     chunk_bytes: int | None = None,
     within: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
-    """The chunk shape of linumpy's default layout: about ``chunk_bytes`` per chunk.
-
-    Space axes grow by doubling: the last two (y, x) up to :data:`PLANE_EDGE` each, then the
-    one before them (z), then y and x again, while a chunk stays within ``chunk_bytes``; no axis
-    outgrows the array. Other axes (channels, time) get 1. An image of 2 axes grows y and x in
-    turn. With ``within`` (a tile that the chunks must divide) each axis is then moved to the
-    nearest divisor of the tile's."""
+    """The chunk shape of linumpy's default layout: about ``chunk_bytes`` per chunk, the space
+    axes grown by doubling (y and x up to :data:`PLANE_EDGE`, then z, then y and x again), other
+    axes 1; with ``within``, each axis is moved to the nearest divisor of that tile's."""
     shape = tuple(max(1, int(n)) for n in shape)
     itemsize = np.dtype(dtype).itemsize
     target = settings.get().chunk_bytes if chunk_bytes is None else int(chunk_bytes)
@@ -133,11 +129,8 @@ def slab_shards(
     space: Sequence[int] | None = None,
     shard_bytes: int = SHARD_BYTES,
 ) -> tuple[int, ...] | None:
-    """Shards of whole planes: whole x rows, whole planes, then as many planes as fit.
-
-    Each grows in whole chunks while a shard holds at most ``shard_bytes`` (at least one
-    chunk); shards of one axis hold the same number of chunks. None when a shard would hold
-    one chunk (sharding would add nothing)."""
+    """Shards of whole x rows, then whole planes, then as many planes as fit ``shard_bytes``, in
+    whole chunks; None when a shard would hold one chunk."""
     shape = tuple(max(1, int(n)) for n in shape)
     chunks = tuple(min(int(c), n) for c, n in zip(chunks, shape))
     shards = list(chunks)
@@ -155,10 +148,8 @@ def tile_shards(
     space: Sequence[int] | None = None,
     shard_bytes: int = SHARD_BYTES,
 ) -> tuple[int, ...] | None:
-    """Shards of one tile of a mosaic grid: the tile's ``(h, w)`` in y and x, and its whole
-    depth when that fits ``shard_bytes`` (else as many whole chunks of depth as fit).
-
-    ``chunks`` must divide the tile. None when a shard would hold one chunk."""
+    """Shards of one tile ``(h, w)`` of a mosaic grid in y and x, and as much of its depth as
+    fits ``shard_bytes``; None when a shard would hold one chunk."""
     shape = tuple(max(1, int(n)) for n in shape)
     chunks = tuple(min(int(c), n) for c, n in zip(chunks, shape))
     axes = _space(len(shape), space)
@@ -228,13 +219,9 @@ def default_layout(
     space: Sequence[int] | None = None,
     what: str = "this image",
 ) -> Layout:
-    """Resolve a writer's ``chunks`` and ``shards`` arguments.
-
-    ``chunks=None`` takes :func:`inner_chunks` (within the shards when they are given);
-    ``shards="auto"`` takes :func:`slab_shards` of
-    the chunks for NGFF 0.5 and none for 0.4 (then warning, with :func:`warn_file_count`, when
-    the chunk files are very many); ``shards=None`` writes one file per chunk. Explicit shapes
-    are kept (shards must be multiples of the chunks, and need NGFF 0.5)."""
+    """Resolve a writer's ``chunks`` and ``shards``: ``chunks=None`` takes :func:`inner_chunks`,
+    ``shards="auto"`` :func:`slab_shards` for NGFF 0.5 and none for 0.4 (with a warning when the
+    files are very many), ``shards=None`` one file per chunk; explicit shapes are checked."""
     shape = tuple(int(n) for n in shape)
     sharding = format_of(ngff_version).sharding
     given = chunks is not None

@@ -66,14 +66,11 @@ def store_levels(
     desc: str = "write",
 ) -> list[zarr.Array]:
     """Write ``data`` into ``arrays[0]`` and, from the same blocks, its 2x means into the next
-    levels as far as the blocks allow; return the levels still to fill from the last one
-    written (for :func:`~linumpy.io.dask_write.write_pyramid`).
+    levels as far as the blocks allow; return the levels still to fill from the last one written.
 
-    A level is written from the blocks of the level above when the cluster has no per-task
-    memory limit (halving a block needs half a block more) and every block of the level above
-    but the last has an even extent along the axes that shrink (blocks start on the levels'
-    shards, so this holds for linumpy's layouts); the levels after the first that fails are
-    left to build from storage. With a memory limit only level 0 is written."""
+    A level is written from the blocks above when the cluster has no per-task memory limit (halving
+    a block needs half a block more) and every block above but the last has an even extent along
+    the axes that shrink."""
     cluster = cluster or Cluster()
     current, written = data, 0
     while written + 1 < len(arrays) and cluster.memory_limit is None:

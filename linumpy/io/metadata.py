@@ -175,11 +175,9 @@ def image_attrs(
     version: NgffVersion | NgffFormat,
     translations: Sequence[Sequence[float]] | None = None,
 ) -> dict[str, Any]:
-    """The attributes of an OME-Zarr image group, as ome-zarr-models would serialise them.
-
-    Built as plain JSON (importing ome-zarr-models and pydantic costs a process more than a
-    projection's work); writers check the result with :func:`validate_image_attrs`, whose
-    verdict is cached, and a test compares it with the models' own output."""
+    """The attributes of an OME-Zarr image group, as ome-zarr-models would serialise them, built
+    as plain JSON (importing the models costs more than a projection's work); writers validate the
+    result."""
     multiscale: dict[str, Any] = {
         "axes": [
             {key: value for key, value in axis._asdict().items() if value is not None}
@@ -218,11 +216,9 @@ def axes_from_ngff(entries: Sequence[Any]) -> tuple[Axis, ...]:
 
 
 def check_chunk_count(shape: Sequence[int], chunks: Sequence[int], itemsize: int) -> None:
-    """Refuse chunk shapes that would make file counts or per-chunk work explode.
-
-    More than :data:`MAX_CHUNKS` chunks, or more than :data:`MANY_CHUNKS` chunks of under
-    :data:`SMALL_CHUNK_BYTES` each, raise LinumpyError; more than :data:`WARN_CHUNKS` small chunks
-    log a warning. The message gives the numbers."""
+    """Refuse chunk shapes that would make file counts or per-chunk work explode (more than
+    :data:`MAX_CHUNKS`, or :data:`MANY_CHUNKS` under :data:`SMALL_CHUNK_BYTES`); warn above
+    :data:`WARN_CHUNKS` small chunks."""
     shape, chunks = tuple(int(s) for s in shape), tuple(int(c) for c in chunks)
     count = math.prod(-(-s // c) for s, c in zip(shape, chunks, strict=True))
     size = math.prod(min(c, s) for s, c in zip(shape, chunks, strict=True)) * itemsize

@@ -24,14 +24,9 @@ TYPES_BY_NAME = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "
 def validate_image_attrs(
     attrs: Mapping[str, Any], zarr_format: int, source: str | os.PathLike[str]
 ) -> NgffVersion | None:
-    """Validate an image group's attributes with ome-zarr-models (NGFF 0.4 or 0.5).
-
-    The model is the one of the version the attributes declare: 0.5 for zarr v3 attributes
-    holding ``"ome": {"version": "0.5"}``, 0.4 for zarr v2 ``multiscales`` declaring version 0.4
-    or none. Older versions (0.1 to 0.3), which ome-zarr-models does not model, are left to
-    linumpy's own parser and not validated. Axes without a ``type`` (optional in the
-    specification, required by the models' axis rules) get the type their name implies
-    (``t``, ``c``, ``z``, ``y``, ``x``) before validation, as linumpy has always read them."""
+    """Validate an image group's attributes with the ome-zarr-models of the version they declare
+    (0.4 or 0.5; older versions are not validated). Axes without a ``type`` get the one their name
+    implies first, as linumpy has always read them."""
     fmt = for_zarr_format(zarr_format)
     data = fmt.validated_part(attrs)
     if data is None:

@@ -62,10 +62,8 @@ def _metadata_file(*folders: Path) -> Path:  # or UrlPath: remote metadata are n
 
 @contextlib.contextmanager
 def _malformed_metadata(*folders: str | os.PathLike[str]) -> Iterator[None]:
-    """Turn the raw errors of malformed metadata (a missing key, a string where a list belongs,
-    invalid JSON) into a :class:`LinumpyError` naming the metadata file at fault, of the nodes at
-    ``folders`` (see :func:`_metadata_file`).
-    """
+    """Turn the raw errors of malformed metadata (a missing key, invalid JSON...) into a
+    :class:`LinumpyError` naming the metadata file at fault."""
     try:
         yield
     except LinumpyError:

@@ -191,13 +191,9 @@ def copy_labels(
     cluster: Cluster | None = None,
     n_levels: int | None = None,
 ) -> list[str]:
-    """Copy an OME-Zarr image's labels (its ``labels`` group and every label image in it) into
-    the image at ``target``, their metadata in NGFF ``ngff_version`` and their arrays in
-    linumpy's default layout, values bit for bit.
-
-    With ``n_levels`` (the levels of the image at ``target``), each label image keeps its first
-    ``n_levels`` levels: NGFF wants as many as the image has. Label images with fewer are not
-    copied (a warning says so), nor is anything else of the labels then."""
+    """Copy an OME-Zarr image's labels into the image at ``target``, in NGFF ``ngff_version`` and
+    linumpy's default layout. With ``n_levels``, each label image keeps that many levels (NGFF wants
+    as many as the image has); if one has fewer, no labels are copied and a warning says so."""
     fmt = writable_format(ngff_version)
     source, target = Path(source), Path(target)
     root = zarr.open_group(store=RegularFileStore(source, read_only=True), mode="r")

@@ -43,10 +43,8 @@ _OPTION_NAMES = {
 
 
 def url_scheme(source: object) -> str | None:
-    """The scheme of a URL (``"http"``, ``"s3"``, ``"file"``...), None for anything else.
-
-    Only a string with an explicit ``scheme://`` is a URL: a :class:`pathlib.Path` or a string
-    without one is a local path, whatever characters (``#``, ``?``, ``%``, ``:``) it holds."""
+    """The scheme of a URL (``"http"``, ``"s3"``, ``"file"``...), None for anything else: only a
+    string with an explicit ``scheme://`` is a URL."""
     if not isinstance(source, str):
         return None
     match = _SCHEME.match(source)

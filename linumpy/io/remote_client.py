@@ -152,15 +152,9 @@ class RangeClient:
         return self._run([self._range(key, start, n) for key, start, n in ranges])
 
     def submit(self, requests: Sequence[tuple[str, int, int]]) -> list[concurrent.futures.Future]:
-        """Start fetching each ``(key, start, nbytes)``, as many at once as the host allows
-        (:func:`host_limit`); return at once.
-
-        ``nbytes < 0`` asks for the whole object (None when it does not exist), which the caller
-        expects to be at most ``-nbytes`` bytes long (see :meth:`_object`); otherwise the range,
-        exactly (as :meth:`ranges`). Each future's result is the bytes, its exception
-        the request's :class:`RemoteError`; :meth:`cancel` stops the ones still running. One
-        hand-over to the event loop starts the whole batch (example: the class's).
-        """
+        """Start fetching each ``(key, start, nbytes)``, as many at once as the host allows, and
+        return the futures at once; ``nbytes < 0`` asks for the whole object, expected to be at most
+        ``-nbytes`` bytes (None when it does not exist)."""
         loop = _Loop.get()
         futures = [concurrent.futures.Future() for _ in requests]
 
@@ -276,13 +270,9 @@ class RangeClient:
         return memoryview(data), size
 
     async def _object(self, key: str, most: int = 0) -> memoryview | None:
-        """The whole object, None when it does not exist.
-
-        An object expected to be at most ``most`` bytes long is asked for as a range of one
-        byte more (a range past the end gets what there is), which obstore answers in one step
-        instead of the two of a plain GET (its metadata, then its body); one longer than that,
-        or empty (a range cannot start at its end), is fetched again whole.
-        """
+        """The whole object, None when it does not exist. One expected to be at most ``most`` bytes
+        is asked for as a range of one byte more (obstore answers it in one step, a plain GET in
+        two); one longer, or empty, is fetched again whole."""
         obstore = _obstore()
 
         async def whole() -> Any:

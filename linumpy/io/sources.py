@@ -186,12 +186,9 @@ def _open_tiff_image(path: Path, series: int) -> SourceImage:
 
 
 def open_image(path: str | os.PathLike[str], *, series: int | None = None) -> SourceImage:
-    """Open an image to convert, with its axes and voxel size as the file describes them.
-
-    Nothing is read but metadata: a TIFF opens as a zarr view of its pages (tifffile's
-    ``aszarr``), with its series' axes mapped to NGFF axes and its ImageJ or OME-XML voxel
-    sizes; a ``.npy`` file as a memory map (axes: the last of ``tczyx``); an OME-Zarr image
-    with its axes and voxel size; a plain zarr array like a ``.npy`` file."""
+    """Open an image to convert, with its axes and voxel size as the file describes them, reading
+    only metadata: a TIFF as a zarr view of its pages, a ``.npy`` file as a memory map, an OME-Zarr
+    image or a plain zarr array."""
     path = Path(path)
     suffix = path.suffix.lower()
     if series not in (None, 0) and suffix not in TIFF_SUFFIXES:

@@ -246,11 +246,8 @@ def _hold(path: Path) -> int | None:
 
 
 def discard_quietly() -> None:
-    """Delete the staged content of writes left uncommitted without a warning for each.
-
-    For a run stopped by Ctrl-C, which cut its writes short on purpose and has said so; a write
-    dropped uncommitted otherwise is a mistake worth its warning.
-    """
+    """Delete the staged content of writes left uncommitted without a warning for each: for a
+    run stopped by Ctrl-C, which has said so."""
     global _quiet_discards
     _quiet_discards = True
 

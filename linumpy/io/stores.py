@@ -129,14 +129,9 @@ METADATA_NAMES = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
 
 
 class MetadataOnceStore(ObjectStore):
-    """zarr's :class:`~zarr.storage.ObjectStore`, which can fetch a node's metadata in one go.
-
-    zarr opens a node of unknown kind in two steps: as an array (``zarr.json``, ``.zarray``,
-    ``.zattrs``), then, for a group, as a group (``zarr.json`` again, ``.zgroup``, ``.zattrs``,
-    ``.zmetadata``): two round trips and seven requests for an OME-Zarr image. Inside
-    :meth:`metadata_once`, the first read of a metadata object of a folder fetches all five
-    names of that folder at once, and every read of them is answered from those fetches: one
-    round trip and five requests, whatever the node. Outside it, reads go to the store."""
+    """zarr's :class:`~zarr.storage.ObjectStore`, which can fetch a node's metadata in one go:
+    inside :meth:`metadata_once`, the first read of a folder's metadata object fetches all five
+    names at once (zarr alone asks for seven in two round trips to open an image)."""
 
     def __init__(self, store: Any, *, read_only: bool = False) -> None:
         super().__init__(store, read_only=read_only)
