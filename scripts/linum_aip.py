@@ -3,11 +3,8 @@
 
 Writes the 2D float32 projection as an OME-Zarr image (a mosaic grid's tile layout attributes are
 kept, so the projection can be stitched with linum-stitch-2d) and, with --png, an 8-bit preview.
-
-The volume is read out of core, one column of slabs per dask task, so volumes larger than memory
-are projected with bounded memory: --memory-limit sets the working set per worker, --scheduler
-runs the tasks on an existing dask.distributed cluster (columns are then also split in depth
-until every worker thread has tasks), --gpus N on a dask-cuda cluster with one worker per GPU.
+The volume is read out of core, so volumes larger than memory are projected with bounded memory
+(--memory-limit, --scheduler, --gpus N).
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 #!/usr/bin/env python3
 """Convert a TIFF, a .npy file or any zarr array to a zstd-compressed OME-Zarr image.
 
-A TIFF keeps the axes its metadata gives (tifffile's reading of it): RGB samples and channels
-become a channel axis c, then t, z, y, x in OME-Zarr order; a stack of unnamed pages is z; axes
-that OME-Zarr has no place for are refused, and so is data that is not numbers. --series picks one
-of the file's series (0 by default). Voxel sizes and units come from --voxel-size (micrometers,
-one per axis or one per space axis), else from the ImageJ or OME-XML metadata of a TIFF or from an
-OME-Zarr input, else are 1; the line printed at the end says which.
+A TIFF keeps the axes its metadata gives (channels and RGB samples become a channel axis c, a
+stack of unnamed pages is z); --series picks one of its series. Voxel sizes come from
+--voxel-size (micrometers, one per axis or per space axis), else from the input's metadata, else
+are 1; the line printed at the end says which. By default the output is NGFF 0.5 with chunks of
+about 1 MiB in shards of whole planes; --no-shards writes one file per chunk. linum-rechunk
+rewrites a zarr or OME-Zarr image with its pyramid and metadata as they are.
 
-Chunks, shards, pyramid levels, zstd level and OME-NGFF version (0.5: zarr v3, 0.4: zarr v2) are
-chosen on the command line, in OME-Zarr axis order. By default the output is NGFF 0.5 with chunks
-of about 1 MiB (for example 32 x 128 x 128 for uint16, 16 x 128 x 128 for float32) in shards of
-whole planes up to 128 MiB: the layout the GPU decodes in parallel and the CPU reads as fast as
-128^3 chunks; --no-shards writes one file per chunk, and NGFF 0.4 (no shards) warns when that
-makes more than 100,000 files. To rewrite an existing zarr or OME-Zarr image in this layout with
-its pyramid and metadata as they are, use linum-rechunk. With --use-gpu the chunks are
-zstd-encoded on the GPU (nvCOMP; NGFF 0.5).
-
-The data goes through as dask tasks of whole output chunks (shards), and the pyramid is built
-from the stored levels, so inputs larger than memory are converted with bounded memory (each
-task reads its region of the input): --memory-limit sets the working set per worker,
---scheduler runs the tasks on an existing dask.distributed cluster, --gpus N on a dask-cuda
-cluster with one worker per GPU.
+The data goes through as dask tasks of whole output shards, so inputs larger than memory are
+converted with bounded memory: --memory-limit sets the working set per worker, --scheduler runs
+the tasks on an existing dask.distributed cluster, --gpus N on one dask-cuda worker per GPU.
 """
 
 from __future__ import annotations

@@ -3,12 +3,10 @@
 
 The input is a mosaic grid (Z, rows * tile_h, cols * tile_w) or its 2D projection; the tile shape
 comes from the image's attributes, else its chunks (one chunk per tile), else --tile-shape. Each
-pair of adjacent tiles is registered on the projection along z; pairs whose overlap does not
-correlate (no tissue) are ignored. The result, an affine map from tile index (row, col) to the
-tile's pixel position (2x2 matrix + offset), is saved as JSON for linum-stitch-3d/2d.
-
-With --use-gpu the projection runs on the GPU and its pairs are registered there, all at once
-(-v says so). Pairs scoring below --min-score keep their integer displacement.
+pair of adjacent tiles is registered on the projection along z; pairs scoring below --min-score
+(no tissue) are ignored. The result, an affine map from tile index (row, col) to the tile's
+pixel position, is saved as JSON for linum-stitch-3d/2d. --use-gpu projects and registers on
+the GPU.
 """
 
 from __future__ import annotations

@@ -2,14 +2,10 @@
 """Write a synthetic serial-OCT mosaic grid (the demo data) as a zstd OME-Zarr image.
 
 The grid (Z, rows * tile_h, cols * tile_w) holds overlapping 3D tiles of a tissue section with
-speckle, depth attenuation and empty background tiles. The true tile layout (an affine map of the
-tile index) is stored in the image's attributes under "linumpy.demo", so linum-estimate-transform
-can be checked against it.
-
-Layout: one shard per tile, of inner chunks of about 1 MiB that divide the tile (for example
-(32, 128, 128) in (96, 256, 256) tiles), which the GPU decodes in parallel and the CPU reads as fast
-as one chunk per tile. --no-shards writes one chunk per tile instead (the layout of most
-acquisition software), --chunks and --shards choose other shapes.
+speckle, depth attenuation and empty background tiles; the true tile layout is stored in the
+image's attributes ("linumpy.demo"), so linum-estimate-transform can be checked against it. One
+shard per tile of inner chunks of about 1 MiB; --no-shards writes one chunk per tile instead (the
+layout of most acquisition software), --chunks and --shards choose other shapes.
 """
 
 from __future__ import annotations

@@ -2,20 +2,13 @@
 """Rewrite a zarr array or OME-Zarr image in the layout the GPU reads fastest, metadata kept.
 
 Every array of the input (each pyramid level, labels too) is copied value for value into NGFF
-0.5 (zarr v3) shards of small inner chunks: about 1 MiB per chunk (32 x 128 x 128 for uint16,
-16 x 128 x 128 for float32), one tile per shard for a mosaic grid (its linumpy.mosaic.tile_shape
-attribute), else slabs of whole planes up to 128 MiB. nvCOMP decodes such chunks in parallel,
-where it decodes a chunk of a whole tile serially; the CPU reads them as fast as 128^3 chunks.
-Group and array attributes are kept (axes, scales, translations, omero, linumpy's), moved to
-where NGFF 0.5 keeps them for an NGFF 0.4 input. The pyramid levels are copied, not recomputed.
+0.5 shards of inner chunks of about 1 MiB: one tile per shard for a mosaic grid, else slabs of
+whole planes. Group and array attributes are kept (moved to where NGFF 0.5 keeps them for an
+NGFF 0.4 input); the pyramid levels are copied, not recomputed.
 
---chunks and --shards choose another layout (in the arrays' axis order; --no-shards: one file per
-chunk); --ngff-version 0.4 writes zarr v2 (no shards: one file per chunk, with a warning when that
-makes more than 100,000 files). The copy runs out of core as dask tasks, each reading whole input
-chunks and writing whole output shards, so inputs larger than memory are rewritten with bounded
-memory: --memory-limit sets the working set per worker, --scheduler runs the tasks on an existing
-dask.distributed cluster. The new image is written beside the output and moved into place once
-complete; -f replaces an existing output.
+--chunks and --shards choose another layout (--no-shards: one file per chunk); --ngff-version
+0.4 writes zarr v2. The copy runs out of core as dask tasks (--memory-limit, --scheduler); the
+new image is written beside the output and moved into place once complete.
 """
 
 from __future__ import annotations

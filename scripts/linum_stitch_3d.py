@@ -4,15 +4,13 @@
 Every tile of the grid (Z, rows * tile_h, cols * tile_w) is placed at the pixel position the
 transform (from linum-estimate-transform) gives it; overlaps are blended ("none": later tiles
 overwrite, "average": mean, "linear": feathered ramps across the overlaps). The result is an
-OME-Zarr image with a pyramid, in the tiles' dtype unless --dtype says otherwise: values are
-blended in float32 and, for an integer dtype, rounded to the nearest integer (--dtype float32
-keeps the fractions, in about 1.7x the stored bytes of uint16). With --use-gpu the grid is read
-and decoded on the GPU, stitched with cupy and encoded on the GPU.
+OME-Zarr image with a pyramid, in the tiles' dtype unless --dtype says otherwise (values are
+blended in float32, then rounded for an integer dtype). With --use-gpu the grid is read,
+stitched and encoded on the GPU.
 
-The work runs out of core as dask tasks, each stitching a block of whole output chunks (shards)
-from the tiles that overlap it, so grids larger than memory are stitched with bounded memory:
---memory-limit sets the working set per worker, --scheduler runs the tasks on an existing
-dask.distributed cluster, --gpus N on a dask-cuda cluster with one worker per GPU.
+The work runs out of core as dask tasks, so grids larger than memory are stitched with bounded
+memory: --memory-limit sets the working set per worker, --scheduler runs the tasks on an
+existing dask.distributed cluster, --gpus N on one dask-cuda worker per GPU.
 """
 
 from __future__ import annotations
