@@ -288,7 +288,7 @@ def test_killing_one_of_two_workers_mid_stitch_gives_the_local_output(
             cluster.start_worker(name)
 
 
-def test_task_paths_are_absolute_and_urls_kept(tmp_path: Path, monkeypatch) -> None:
+def test_task_paths_are_absolute_and_inputs_are_checked(tmp_path: Path, monkeypatch) -> None:
     from linumpy.parallel.task_inputs import input_digest, task_path
 
     monkeypatch.chdir(tmp_path)
@@ -300,6 +300,10 @@ def test_task_paths_are_absolute_and_urls_kept(tmp_path: Path, monkeypatch) -> N
     (tmp_path / "data" / "a.zarr").mkdir(parents=True)
     (tmp_path / "data" / "a.zarr" / "zarr.json").write_text('{"zarr_format": 3}')
     assert len(input_digest("file://data/a.zarr")) == 64
+    with pytest.raises(InputMismatchError, match="this process sees another input at"):
+        check_same_input("data/a.zarr", "0" * 64)
+    with pytest.raises(InputMismatchError, match="this process cannot see the input"):
+        check_same_input("data/b.zarr", "0" * 64)
 
 
 def test_other_versions_on_a_worker_are_named() -> None:
