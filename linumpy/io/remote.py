@@ -76,31 +76,6 @@ def _obstore() -> Any:
     return obstore
 
 
-def _client_options(url: str, settings: _settings.Settings) -> dict[str, Any]:
-    timeout = datetime.timedelta(seconds=settings.remote_timeout)
-    return {
-        "allow_http": True,
-        "connect_timeout": timeout,
-        "read_timeout": timeout,
-        "pool_idle_timeout": datetime.timedelta(seconds=30),
-    }
-
-
-def _retry_config(settings: _settings.Settings) -> dict[str, Any]:
-    return {
-        "max_retries": settings.remote_retries,
-        "backoff": {
-            "init_backoff": datetime.timedelta(milliseconds=100),
-            "max_backoff": datetime.timedelta(seconds=5),
-            "base": 2,
-        },
-        # Each try may wait remote_timeout for a connection and for each read.
-        "retry_timeout": datetime.timedelta(
-            seconds=settings.remote_timeout * 2 * (settings.remote_retries + 1)
-        ),
-    }
-
-
 def _store_config(
     scheme: str, url: str, storage_options: Mapping[str, Any] | None
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -163,10 +138,25 @@ def _new_object_store(
         raise LinumpyError(f"{url}: no store for this scheme; remote data are read from {known}")
     obstore = _obstore()
     config, headers = _store_config(scheme, url, storage_options)
-    client = _client_options(url, settings)
+    timeout = datetime.timedelta(seconds=settings.remote_timeout)
+    client: dict[str, Any] = {
+        "allow_http": True,
+        "connect_timeout": timeout,
+        "read_timeout": timeout,
+        "pool_idle_timeout": datetime.timedelta(seconds=30),
+    }
     if headers:
         client["default_headers"] = headers
-    retry = _retry_config(settings)
+    retry = {
+        "max_retries": settings.remote_retries,
+        "backoff": {
+            "init_backoff": datetime.timedelta(milliseconds=100),
+            "max_backoff": datetime.timedelta(seconds=5),
+            "base": 2,
+        },
+        # Each try may wait remote_timeout for a connection and for each read.
+        "retry_timeout": timeout * 2 * (settings.remote_retries + 1),
+    }
     kind = getattr(obstore.store, REMOTE_SCHEMES[scheme])
     with remote_errors(url):
         try:
@@ -218,7 +208,7 @@ def is_remote_failure(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def remote_errors(url: str, what: str = "") -> Iterator[None]:
+def remote_errors(url: str) -> Iterator[None]:
     """Turn obstore's failures inside the block into :class:`RemoteError` naming ``url``."""
     try:
         yield
@@ -228,7 +218,7 @@ def remote_errors(url: str, what: str = "") -> Iterator[None]:
         if not is_remote_failure(exc):
             raise
         kind, reason = _reason(exc)
-        raise kind(url + what, reason) from None
+        raise kind(url, reason) from None
 
 
 def holds_zarr(store: Any, url: str) -> bool:

@@ -1,23 +1,16 @@
 """Writing an image to an object store so that it never reads as a valid image before it is whole.
 
-Object stores (S3, GCS) cannot rename a folder, so an image is written there in place; what
-stands in for the local atomic swap (:mod:`linumpy.io.staging`) is the order of the writes:
-
-1. an overwrite deletes the old image's top-level metadata first (from then on, opening the path
-   fails with an error naming it), then everything else of the old image;
-2. the new image's chunks are written;
-3. its metadata last: each array's, then the group's.
-
-An interrupted write therefore leaves either the old image whole (interrupted before step 1),
-or no image (an error naming the path), never one that reads as zeros or as a mix of old and
-new chunks. :class:`MetadataLastStore` holds the metadata back until :meth:`~MetadataLastStore.
-flush`; zarr reads it from there meanwhile.
+Object stores cannot rename a folder, so an image is written in place, in an order that stands in
+for the local swap: an overwrite deletes the old image's top-level metadata first, then the rest
+of it; the new chunks come next, and the metadata last (:class:`MetadataLastStore` holds it back
+until :meth:`~MetadataLastStore.flush`). An interrupted write leaves the old image whole or no
+image, never one that reads as zeros or a mix of old and new chunks.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -120,14 +113,14 @@ class MetadataLastStore(WrapperStore[Any]):
         self._pending.clear()
 
 
-def remove_image(store: Any, url: str, keys: Iterable[str] = ()) -> None:
+def remove_image(store: Any, url: str) -> None:
     """Delete an image from an obstore store: its top-level metadata first, so that it no longer
     opens as an image, then every other object under the store's root."""
     from linumpy.io.remote import _obstore, delete_all, remote_errors
 
     obstore = _obstore()
     with remote_errors(url):
-        for key in (*METADATA_NAMES, *keys):
+        for key in METADATA_NAMES:
             try:
                 obstore.delete(store, key)
             except FileNotFoundError:  # some stores refuse to delete what is not there

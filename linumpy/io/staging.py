@@ -1,26 +1,18 @@
 """Atomic, durable replacement of files and directories through a staging folder beside them.
 
-A write of ``TARGET`` goes to a hidden sibling folder ``.PREFIX.<token>.linumpy-staging/``
-(``PREFIX``: the first 40 characters of the target's name; same folder, so the same file system
-and every move is a rename; short, so that names up to the file system's 255 bytes work). It
-holds ``owner`` (the target's name, the writer's pid, host and start time; the writer holds an
-exclusive ``flock`` on it while it writes), the new content built as ``new/TARGET`` and, once
-the commit begins, ``state``. The commit:
+A write of ``TARGET`` goes to a hidden sibling ``.PREFIX.<token>.linumpy-staging/`` (the same
+file system, so every move is a rename; ``PREFIX`` is short, so long names still fit). It holds
+``owner`` (the target's name, the writer's pid, host and start time; the writer holds a
+``flock`` on it), the new content as ``new/TARGET`` and, once the commit begins, ``state``,
+which records the identity (device, inode) of the complete new content before each step. The
+commit flushes the folder (:mod:`linumpy.io.durable`), renames the new content to ``ready``,
+swaps it with ``TARGET`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``, else two renames),
+then deletes the old content and the folder.
 
-1. flushes the staging folder to stable storage (:mod:`linumpy.io.durable`, unless the
-   ``durable`` setting is off), then records in ``state`` (written and flushed before each step)
-   the identity (device, inode) of the complete new content and of the old target;
-2. renames ``new/TARGET`` to ``ready``;
-3. swaps ``ready`` with ``TARGET`` in one step (Linux ``renameat2`` with ``RENAME_EXCHANGE``) or,
-   where the file system cannot exchange, in two renames (``TARGET`` to ``old``, ``ready`` to
-   ``TARGET``);
-4. renames what now holds the old content to ``trash``, flushes the target's folder and deletes
-   the staging folder.
-
-Recovery (:mod:`linumpy.io.recovery`), at the start of every write of ``TARGET`` and by
+Recovery (:mod:`linumpy.io.recovery`), at every write of ``TARGET`` and by
 :func:`clean_staging`, never by a reader: a staging folder whose writer is gone gives its complete
-new content (the identity ``state`` recorded) to a missing ``TARGET``; the rest is deleted. An
-interrupted write therefore leaves the whole old content or the whole new one.
+new content to a missing ``TARGET``; the rest is deleted. An interrupted write therefore leaves
+the whole old content or the whole new one.
 """
 
 from __future__ import annotations
