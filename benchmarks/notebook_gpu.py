@@ -36,13 +36,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from linumpy.io import read_omezarr, read_volume
-from linumpy.mosaic.demo import make_demo_data, read_demo_truth
-from linumpy.mosaic.pipeline import (
+from linumpy.mosaic import (
+    BLENDING_MODES,
     average_intensity_projection,
     estimate_transform_omezarr,
+    make_demo_data,
+    read_demo_truth,
+    stitch,
     stitch_omezarr,
 )
-from linumpy.mosaic.stitch import BLENDING_MODES, stitch
 
 workdir = Path(tempfile.mkdtemp(prefix="linumpy-stitching-"))
 plt.rcParams["figure.dpi"] = 60
