@@ -112,18 +112,6 @@ def parse_voxel_size(value: Sequence[float], ndim: int) -> tuple[float, ...]:
     return sizes
 
 
-def parse_block(
-    value: Sequence[int] | None, shape: tuple[int, ...], name: str
-) -> tuple[int, ...] | None:
-    """A chunk or shard shape as positive integers, one per axis (None stays None)."""
-    if value is None:
-        return None
-    block = tuple(int(v) for v in value)
-    if len(block) != len(shape) or min(block) < 1:
-        raise ValueError(f"{name} must hold {len(shape)} positive integers, got {tuple(value)}")
-    return block
-
-
 def _axis(value: str | Axis | Mapping[str, Any], unit: str | None) -> Axis:
     if isinstance(value, str):
         kind = TYPES_BY_NAME.get(value)

@@ -36,7 +36,6 @@ from linumpy.io.metadata import (
     image_attrs,
     level_translation,
     make_axes,
-    parse_block,
     parse_voxel_size,
 )
 from linumpy.io.ngff_validation import validate_image_attrs
@@ -232,8 +231,8 @@ class OmeZarrWriter:
         chunks, shards = default_layout(
             self.shape,
             self.dtype,
-            chunks=parse_block(chunks, self.shape, "chunks"),
-            shards=shards if auto_shards else parse_block(shards, self.shape, "shards"),
+            chunks=chunks,
+            shards=shards,
             ngff_version=self.ngff_version,
             space=space,
             what=str(self.target),
