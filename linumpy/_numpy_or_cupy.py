@@ -9,10 +9,8 @@ import numpy as np
 
 
 def array_module(array: Any) -> ModuleType:
-    """Return ``cupy`` for a cupy array, ``numpy`` for anything else.
-
-    cupy is imported only when ``array`` already is a cupy array, so the CPU path never imports it.
-    """
+    """``cupy`` for a cupy array (imported only then: the CPU path never imports it), else
+    ``numpy``."""
     if type(array).__module__.partition(".")[0] == "cupy":
         import cupy
 
