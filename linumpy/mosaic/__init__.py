@@ -18,7 +18,7 @@ from linumpy.mosaic.pipeline import (
     stitch_omezarr,
 )
 from linumpy.mosaic.registration import estimate_transform, measure_pair
-from linumpy.mosaic.stitch import BLENDING_MODES, stitch, stitch_region
+from linumpy.mosaic.stitch import BLENDING_MODES, stitch
 from linumpy.mosaic.transform import PairMeasurement, TileTransform
 
 __all__ = [
@@ -41,5 +41,4 @@ __all__ = [
     "run_mosaic_job",
     "stitch",
     "stitch_omezarr",
-    "stitch_region",
 ]

@@ -286,11 +286,6 @@ def make_demo_data(
     >>> whole = generate_demo_mosaic(grid_shape=(2, 2), tile_shape=(8, 16, 16))
     >>> np.array_equal(array[...], whole.mosaic)  # the grid generate_demo_mosaic makes
     True
-    >>> from linumpy import settings
-    >>> with settings.set(chunk_bytes=1024):  # chunks of 1 KiB: four per tile, in its shard
-    ...     _ = make_demo_data(path, grid_shape=(2, 2), tile_shape=(8, 16, 16), overwrite=True)
-    >>> read_omezarr(path)[0].chunks, read_omezarr(path)[0].shards
-    ((2, 16, 16), (8, 16, 16))
     """
     import zarr
     from tqdm import tqdm

@@ -152,56 +152,10 @@ def stitch_region(
     dtype: DTypeLike = np.float32,
     threads: int = 1,
 ) -> Any:
-    """Stitch one region of the output from the part of the mosaic grid that covers it.
-
-    Every pixel comes out as :func:`stitch` computes it for the whole image (same tiles, same
-    order, same arithmetic), so regions stitched apart and put together equal :func:`stitch`.
-
-    Parameters
-    ----------
-    mosaic
-        ``([Z,] n_rows * tile_h, n_cols * tile_w)`` numpy or cupy array: the tiles of grid rows
-        ``grid_origin[0]`` and up, columns ``grid_origin[1]`` and up (tiles outside it are
-        skipped).
-    transform
-        The tile layout of the whole grid, normalized.
-    blending
-        As for :func:`stitch`.
-    origin, shape
-        ``(y, x)`` of the region in the stitched image and its ``(height, width)``; the whole
-        image by default.
-    grid_origin
-        Grid ``(row, col)`` of the first tile in ``mosaic``.
-    dtype
-        As for :func:`stitch`.
-    threads
-        Stitch bands of rows of the region in this many threads (numpy releases the GIL in
-        its arithmetic), each from the tiles that overlap it: the same result.
-
-    Returns
-    -------
-    array
-        ``([Z,] height, width)`` of ``dtype``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from linumpy.mosaic import TileTransform, stitch, stitch_region
-    >>> transform = TileTransform([[1.0, 0.0], [0.0, 4.0]], (0.0, 0.0), (1, 6), (1, 2))
-    >>> mosaic = np.array([[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]], dtype=np.uint16)
-    >>> right = stitch_region(mosaic, transform, origin=(0, 5), shape=(1, 5))
-    >>> bool((right == stitch(mosaic, transform)[:, 5:]).all())
-    True
-    >>> only_second = stitch_region(mosaic[:, 6:], transform, origin=(0, 5), shape=(1, 5),
-    ...                             grid_origin=(0, 1))
-    >>> only_second.round(2)  # what the first tile adds is missing
-    array([[3., 3., 3., 3., 3.]], dtype=float32)
-    >>> bool((stitch_region(mosaic, transform, threads=4) == stitch(mosaic, transform)).all())
-    True
-    >>> bool((stitch_region(mosaic[:, 6:], transform, origin=(0, 5), shape=(1, 5),
-    ...                     grid_origin=(0, 1), threads=2) == only_second).all())
-    True
-    """
+    """Stitch the region ``origin``, ``shape`` of the output (the whole image by default) from
+    ``mosaic``, the grid's tiles from grid row and column ``grid_origin`` on (tiles outside it
+    are skipped), in ``threads`` bands of rows. Every pixel comes out as :func:`stitch` computes
+    it for the whole image, so regions stitched apart and put together equal :func:`stitch`."""
     xp = array_module(mosaic)
     blending = parse_blending(blending)
     dtype = np.dtype(dtype)
