@@ -153,3 +153,16 @@ def test_metadata_is_written_last_deepest_first(tmp_path) -> None:
     store.flush()
     assert store.pending == []
     assert zarr.open_group(tmp_path, mode="r")["0"][:].sum() == 16
+
+
+def test_a_pyramid_written_to_an_object_store(s3: dict[str, str]) -> None:
+    from linumpy.io import downsample_mean
+
+    url = f"s3://{BUCKET}/pyramid.ome.zarr"
+    data = np.arange(8 * 32 * 32, dtype=np.uint16).reshape(8, 32, 32)
+    save_omezarr(
+        data, url, voxel_size=(1, 1, 1), chunks=(4, 16, 16), n_levels=3, storage_options=s3
+    )
+    for level, expected in enumerate([data, downsample_mean(data)]):
+        np.testing.assert_array_equal(read_volume(url, level=level, storage_options=s3), expected)
+    assert read_omezarr(url, level=2, storage_options=s3)[0].shape == (2, 8, 8)

@@ -37,8 +37,7 @@ def check_array_shape(
         )
     if image and 0 in shape:
         raise LinumpyError(
-            f"{os.fspath(source)}: shape {shape} holds no voxel: an \
-image needs at least one "
+            f"{os.fspath(source)}: shape {shape} holds no voxel: an image needs at least one "
             "along each axis"
         )
 
