@@ -12,7 +12,7 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 __all__ = ["flush_file", "flush_folder", "flush_on_worker", "flush_tree", "start_writeback"]
 
@@ -87,14 +87,11 @@ def _syncfs(path: Path) -> bool:
     return True
 
 
-def flush_tree(
-    path: str | os.PathLike[str],
-    *,
-    method: Literal["auto", "fsync"] = "auto",
-) -> str:
-    """Flush every file and folder under ``path`` (and ``path`` itself) to stable storage."""
+def flush_tree(path: str | os.PathLike[str]) -> str:
+    """Flush every file and folder under ``path`` (and ``path`` itself) to stable storage; how
+    (``"syncfs"`` or ``"fsync"``)."""
     path = Path(path)
-    if method == "auto" and _syncfs(path):
+    if _syncfs(path):
         return "syncfs"
     files: list[str] = []
     folders: list[str] = []

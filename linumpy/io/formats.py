@@ -62,15 +62,12 @@ class Ngff04:
     """NGFF 0.4: zarr v2; the OME keys at the top of ``.zattrs``, each multiscale (and
     ``image-label``, ``plate``, ``well``) stating its version; one file per chunk, no shards."""
 
-    #: The version string, as the metadata states it.
     version: str = "0.4"
-    #: The zarr format of its groups and arrays.
     zarr_format: int = 2
     #: The file holding a group's attributes.
     attributes_file: str = ".zattrs"
     #: The attribute the OME keys live under; None: at the top of the attributes.
     ome_key: str | None = None
-    #: Whether its arrays may be sharded.
     sharding: bool = False
     #: Whether its arrays' metadata list codecs (zarr v3) rather than a compressor and filters.
     codec_pipeline: bool = False
