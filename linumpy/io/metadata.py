@@ -16,6 +16,7 @@ import zarr
 from linumpy.errors import LinumpyError
 from linumpy.io.formats import NgffFormat, NgffVersion, for_zarr_format, format_of
 from linumpy.io.ngff_validation import TYPES_BY_NAME, validate_image_attrs
+from linumpy.io.output_size import format_bytes
 
 __all__ = ["Axis"]
 
@@ -211,25 +212,17 @@ def check_chunk_count(shape: Sequence[int], chunks: Sequence[int], itemsize: int
     count = math.prod(-(-s // c) for s, c in zip(shape, chunks, strict=True))
     size = math.prod(min(c, s) for s, c in zip(shape, chunks, strict=True)) * itemsize
     small = size < SMALL_CHUNK_BYTES
-    what = f"chunks {chunks} cut a {shape} image into {count:,} chunks of {_bytes(size)} each"
+    what = f"chunks {chunks} cut a {shape} image into {count:,} chunks of {format_bytes(size)} each"
     hint = "use larger chunks, for example 128 along each axis"
     if small and count > MANY_CHUNKS:
         raise LinumpyError(
-            f"{what} (at most {MANY_CHUNKS:,} chunks under {_bytes(SMALL_CHUNK_BYTES)} are "
+            f"{what} (at most {MANY_CHUNKS:,} chunks under {format_bytes(SMALL_CHUNK_BYTES)} are "
             f"allowed); {hint}"
         )
     if count > MAX_CHUNKS:
         raise LinumpyError(f"{what} (at most {MAX_CHUNKS:,} chunks are allowed); {hint}")
     if small and count > WARN_CHUNKS:
         logger.warning("%s: writing is slow and makes many files; %s", what, hint)
-
-
-def _bytes(size: int) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if size < 1024 or unit == "MiB":
-            return f"{size:g} {unit}" if unit == "B" else f"{size:.3g} {unit}"
-        size /= 1024  # type: ignore[assignment]
-    raise AssertionError
 
 
 def multiscale_dataset_paths(group: zarr.Group, path: str | os.PathLike[str]) -> list[str]:
