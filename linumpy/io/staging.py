@@ -144,11 +144,6 @@ class StagedWrite:
         if self.durable:  # after the owner file: nothing widens the window before it
             _FLUSHING.add(Path(os.path.abspath(self.staging)))
 
-    @property
-    def done(self) -> bool:
-        """Whether the write was committed or aborted."""
-        return self._done
-
     def _record(self, step: str, state: dict[str, Any]) -> None:
         _write_json(self.staging / "state", {**state, "step": step}, self.durable)
         _step(step)
