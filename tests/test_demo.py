@@ -112,7 +112,7 @@ def test_slabs_equal_the_whole() -> None:
 
 def test_written_slabs_equal_the_whole(tmp_path) -> None:
     options = {"grid_shape": (3, 4), "tile_shape": (20, 48, 40), "seed": 4}
-    whole = generate_demo_mosaic(**options, keep_tissue=False)
+    whole = generate_demo_mosaic(**options)
     for index, (slab_bytes, shards) in enumerate(
         ((2**16, "auto"), (2**22, "auto"), (2**16, (20, 96, 80)))
     ):

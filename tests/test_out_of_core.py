@@ -108,7 +108,7 @@ def test_stitch_and_projection_tasks_open_nothing(
     transform = read_demo_truth(mosaic).normalized()
     lazies = [
         stitch_lazy(mosaic, transform, block=(4, 64, 64)),
-        projection_lazy(mosaic, slab_depth=2, cluster=Cluster(threads=2)),
+        projection_lazy(mosaic, cluster=Cluster(threads=2)),
         open_volume(mosaic, chunks=(4, 64, 64)),
     ]
     opened: list[object] = []
@@ -120,7 +120,7 @@ def test_stitch_and_projection_tasks_open_nothing(
 
     monkeypatch.setattr(omezarr, "_open_node", counted)
     stitched, projected, volume = (lazy.compute() for lazy in lazies)
-    # many stitch and open_volume tasks; the projection's reads two planes at a time
+    # many stitch and open_volume tasks
     assert opened == [] and lazies[0].npartitions > 1 and lazies[2].npartitions > 1
     grid = read_volume(mosaic)
     np.testing.assert_array_equal(stitched, stitch(grid, transform, dtype=grid.dtype))
@@ -584,8 +584,11 @@ def test_projection_depth_groups_and_read_threads() -> None:
     assert depth_groups(64, 8, plane_blocks=1, slots=2) == tuple(range(0, 65, 8))
     assert depth_groups(64, 16, plane_blocks=1, slots=2) == (0, 16, 32, 48, 64)
     assert depth_groups(64, 8, plane_blocks=16, slots=2) == (0, 64)
-    assert read_threads(36, 16, io_threads=16) == 1
-    assert read_threads(4, 16, io_threads=16) == 4
+    from linumpy import settings
+
+    with settings.set(io_threads=16):
+        assert read_threads(36, 16) == 1
+        assert read_threads(4, 16) == 4
 
 
 def test_stitch_threads_share_the_cluster_among_the_blocks_running_at_once() -> None:

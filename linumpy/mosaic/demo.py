@@ -43,7 +43,7 @@ class DemoMosaic:
         zarr array (:func:`make_demo_data`).
     tissue
         ``(Z, H, W)`` float32 noise-free tissue the tiles were cut from, in the coordinates of
-        the stitched image; None where it was not kept (``keep_tissue``, :func:`make_demo_data`).
+        the stitched image; None for :func:`make_demo_data`.
     transform
         The true tile layout.
     tissue_fraction
@@ -116,7 +116,6 @@ def generate_demo_mosaic(
     rotation_deg: float = 1.5,
     seed: int = 0,
     xp: ModuleType = np,
-    keep_tissue: bool = True,
     slab_bytes: int = SLAB_BYTES,
 ) -> DemoMosaic:
     """Generate a synthetic serial-OCT mosaic grid in memory (the grid :func:`make_demo_data`
@@ -136,9 +135,6 @@ def generate_demo_mosaic(
         Seed of every random choice: the same seed gives the same data.
     xp
         ``numpy`` (default) or ``cupy`` (generation on the GPU, equal up to float rounding).
-    keep_tissue
-        Keep the noise-free tissue volume (:attr:`DemoMosaic.tissue`, about 1.5 times the
-        grid's bytes).
     slab_bytes
         Memory of the generation's temporaries and blocks, bytes (the grid comes on top).
 
@@ -162,15 +158,13 @@ def generate_demo_mosaic(
     parts = blocks(content.shape, content.tile_shape, slab_bytes // 4)
     for region, block in generate(content, parts, xp, slab_bytes):
         mosaic[region] = block
-    tissue = None
-    if keep_tissue:
-        depth, height, width = content.tissue.shape
-        tissue = xp.empty(content.tissue.shape, dtype=xp.float32)
-        step = content.planes_per_slab(((0, height), (0, width)), slab_bytes)
-        for first in range(0, depth, step):
-            planes = (first, min(depth, first + step))
-            columns = content.tissue.columns(planes, (0, height), (0, width), xp)
-            tissue[planes[0] : planes[1]] = content.tissue.box(planes, columns, xp)
+    depth, height, width = content.tissue.shape
+    tissue = xp.empty(content.tissue.shape, dtype=xp.float32)
+    step = content.planes_per_slab(((0, height), (0, width)), slab_bytes)
+    for first in range(0, depth, step):
+        planes = (first, min(depth, first + step))
+        columns = content.tissue.columns(planes, (0, height), (0, width), xp)
+        tissue[planes[0] : planes[1]] = content.tissue.box(planes, columns, xp)
     return DemoMosaic(mosaic, tissue, transform, tissue_fraction(content, xp))
 
 

@@ -42,15 +42,13 @@ def _slab_sum_dtype(dtype: np.dtype, step: int) -> np.dtype:
     return np.dtype(np.float64)
 
 
-def read_threads(blocks: int, threads: int, io_threads: int | None = None) -> int:
-    """Threads each task's reads may use: the ``io_threads`` setting (by default the process's)
-    shared by the tasks that run at once (``threads``, or fewer when the job has fewer
-    ``blocks``), so that they do not oversubscribe the cores."""
-    if io_threads is None:
-        from linumpy import settings
+def read_threads(blocks: int, threads: int) -> int:
+    """Threads each task's reads may use: the ``io_threads`` setting shared by the tasks that
+    run at once (``threads``, or fewer when the job has fewer ``blocks``), so that they do not
+    oversubscribe the cores."""
+    from linumpy import settings
 
-        io_threads = settings.get().io_threads
-    return max(1, io_threads // max(1, min(blocks, threads)))
+    return max(1, settings.get().io_threads // max(1, min(blocks, threads)))
 
 
 def leading_axes(shape: Sequence[int]) -> int | None:
@@ -137,19 +135,18 @@ def projection_lazy(
     path: str | os.PathLike[str],
     *,
     gpu: bool = False,
-    slab_depth: int | None = None,
     align: Sequence[int] | None = None,
     cluster: Cluster | None = None,
 ) -> da.Array:
     """Mean of a 3D volume (or a ``(1, 1, Z, Y, X)`` image's) along z as a lazy float32 dask
     array of ``(Y, X)`` blocks.
 
-    Each block's task reads its column ``slab_depth`` planes at a time (by default a shard, or
-    under a memory limit a chunk, deep) and adds the slabs' sums in z order. Blocks are whole
-    chunks in y and x, multiples of ``align`` (the output's shards), and on the CPU whole shards
-    where a task holds one; each task's reads use its share of the ``io_threads`` setting. On a
-    distributed cluster with too few columns, each column is also split in depth
-    (:func:`depth_groups`) and the float64 partial sums added before the mean.
+    Each block's task reads its column a shard (under a memory limit a chunk) deep at a time
+    and adds the slabs' sums in z order. Blocks are whole chunks in y and x, multiples of
+    ``align`` (the output's shards), and on the CPU whole shards where a task holds one; each
+    task's reads use its share of the ``io_threads`` setting. On a distributed cluster with too
+    few columns, each column is also split in depth (:func:`depth_groups`) and the float64
+    partial sums added before the mean.
     """
     source = array_ref(path)  # opened once: the tasks read it, opening nothing
     array = source.array
@@ -171,7 +168,7 @@ def projection_lazy(
     )
     # the volume's own axes: a (1, 1, Z, Y, X) image is projected as its (Z, Y, X)
     shape, stored, chunked = array.shape[lead:], storage_unit(array)[lead:], array.chunks[lead:]
-    step = min(slab_depth or stored[0], shape[0])
+    step = min(stored[0], shape[0])
     itemsize = np.dtype(array.dtype).itemsize
     plane = shape[1:]
     chunks = tuple(min(int(c), n) for c, n in zip(chunked[1:], plane))
@@ -193,9 +190,7 @@ def projection_lazy(
     cluster = cluster or Cluster()
     unit = units[0]
     if cluster.memory_limit is not None:
-        if slab_depth is None:
-            # slabs a chunk deep: smaller reads, each chunk still read once
-            step = min(int(chunked[0]), shape[0])
+        step = min(int(chunked[0]), shape[0])  # smaller reads, each chunk still read once
         room = int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads
         # a shard, or ``align``, too large for the limit: smaller blocks, joined before the write
         unit = next((u for u in units if cost(u) <= room), chunks)

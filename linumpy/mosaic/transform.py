@@ -284,12 +284,11 @@ def fit_transform(
     grid_shape: tuple[int, int],
     *,
     min_score: float = 0.3,
-    tolerance: float = 2.0,
 ) -> TileTransform:
     """Fit the affine tile layout to pair measurements, ignoring unreliable ones.
 
     Pairs scoring below ``min_score`` (tiles without tissue) are dropped; of the rest, those more
-    than ``tolerance`` pixels from the median displacement of their direction are outliers.
+    than 2 pixels from the median displacement of their direction are outliers.
     """
     matrix = np.zeros((2, 2))
     for axis in (0, 1):
@@ -307,5 +306,5 @@ def fit_transform(
             )
         values = np.array([m.displacement for m in good])
         weights = np.array([m.score for m in good])
-        matrix[:, axis] = _robust_mean(values, weights, tolerance)
+        matrix[:, axis] = _robust_mean(values, weights, tolerance=2.0)
     return TileTransform(matrix.tolist(), (0.0, 0.0), tile_shape, grid_shape).normalized()
