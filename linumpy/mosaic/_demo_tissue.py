@@ -267,7 +267,7 @@ class TilePart:
 
 
 class DemoContent:
-    """The demo mosaic grid, evaluated a block at a time: :meth:`block` gives the same values
+    """The demo mosaic grid, evaluated a block at a time: :meth:`fill` gives the same values
     for a voxel whatever the block it is part of."""
 
     def __init__(
