@@ -17,7 +17,7 @@ from linumpy.mosaic.pipeline import (
     projection_omezarr,
     stitch_omezarr,
 )
-from linumpy.mosaic.registration import estimate_transform, measure_pair
+from linumpy.mosaic.registration import estimate_transform
 from linumpy.mosaic.stitch import BLENDING_MODES, stitch
 from linumpy.mosaic.transform import PairMeasurement, TileTransform
 
@@ -35,7 +35,6 @@ __all__ = [
     "estimate_transform_omezarr",
     "generate_demo_mosaic",
     "make_demo_data",
-    "measure_pair",
     "projection_omezarr",
     "read_demo_truth",
     "run_mosaic_job",

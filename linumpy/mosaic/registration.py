@@ -68,46 +68,13 @@ def measure_pair(
     axis: int | None = None,
     refine_from: float | None = None,
 ) -> tuple[np.ndarray, float]:
-    """Displacement of tile ``b`` relative to tile ``a`` from their overlapping content.
+    """Displacement ``(dy, dx)`` of tile ``b``'s top-left corner from tile ``a``'s, and the
+    normalized cross-correlation of the overlap there (0 when a tile is flat or no candidate
+    overlaps ``min_overlap`` of a tile).
 
-    The whole-tile phase correlation gives the displacement modulo the tile size at each of its
-    highest peaks; of the four displacements each peak allows, the one whose overlap correlates best
-    is kept, and a phase correlation of the two overlapping parts refines it to sub-pixel precision.
-
-    Parameters
-    ----------
-    a, b
-        2D tiles of one shape (for instance each tile's average intensity projection).
-    min_overlap
-        Smallest overlap, as a fraction of the tile's area, a candidate may have.
-    upsample
-        Sub-pixel precision is ``1 / upsample`` pixel.
-    axis
-        0 when ``b`` is the next tile down, 1 when it is the next tile right: the displacement must
-        then be mostly along that axis. None accepts any direction.
-    refine_from
-        A pair whose overlap scores below this keeps its integer displacement (the layout fit
-        leaves such pairs out, so :func:`estimate_transform` passes its ``min_score``); None
-        refines every pair.
-
-    Returns
-    -------
-    displacement
-        ``(dy, dx)`` of ``b``'s top-left corner relative to ``a``'s, in pixels.
-    score
-        Normalized cross-correlation of the overlap at that displacement (-1 to 1; 0 when a tile
-        is flat or no candidate overlaps enough).
-
-    Examples
-    --------
-    Two 64x64 tiles of one scene, the second 48 pixels right of the first:
-
-    >>> import numpy as np
-    >>> from linumpy.mosaic import measure_pair
-    >>> scene = np.random.default_rng(0).random((64, 112))
-    >>> displacement, score = measure_pair(scene[:, :64], scene[:, 48:], axis=1)
-    >>> displacement.round(2), round(score, 2)
-    (array([ 0., 48.]), 1.0)
+    Of the displacements each of the whole-tile correlation's highest peaks allows (modulo the
+    tile size; with ``axis``, mostly along it), the one whose overlap correlates best is kept and
+    refined to ``1 / upsample`` pixel, unless it scores below ``refine_from``.
     """
     check_pair(a, b)
     xp = array_module(a)
@@ -188,7 +155,9 @@ def estimate_transform(
     tile_shape
         ``(tile_h, tile_w)``.
     min_score, min_overlap, upsample
-        The score below which a pair is left out of the fit, and see :func:`measure_pair`.
+        The score below which a pair is left out of the fit; the smallest overlap, as a
+        fraction of a tile, a pair's candidate displacement may have; and the sub-pixel
+        precision, ``1 / upsample`` pixel.
     progress
         Show a progress bar over the tile pairs.
     threads

@@ -233,8 +233,7 @@ class PairMeasurement:
     displacement
         ``(dy, dx)`` of ``second`` relative to ``first`` in pixels.
     score
-        Normalized cross-correlation of the overlap (see
-        :func:`linumpy.mosaic.measure_pair`).
+        Normalized cross-correlation of the overlap at that displacement (-1 to 1).
 
     Examples
     --------
