@@ -100,8 +100,8 @@ def register_pairs(
     pairs: np.ndarray,
     axes: Sequence[int | None],
     *,
-    min_overlap: float,
-    upsample: int,
+    min_overlap: float = 0.05,
+    upsample: int = 100,
     refine_from: float | None = None,
     done: Callable[[int], Any] | None = None,
 ) -> list[tuple[np.ndarray, float]]:

@@ -189,13 +189,14 @@ def projection_omezarr(
     return tuple(array.shape[-2:])
 
 
-def save_png(image: Any, path: str | os.PathLike[str], *, percentiles=(0.5, 99.5)) -> None:
-    """Save a 2D image as an 8-bit PNG preview, stretched between two percentiles (NaN black)."""
+def save_png(image: Any, path: str | os.PathLike[str]) -> None:
+    """Save a 2D image as an 8-bit PNG preview, stretched between its 0.5th and 99.5th
+    percentiles (NaN black)."""
     from PIL import Image
 
     data = to_numpy(image).astype(np.float64)
     finite = data[np.isfinite(data)]
-    low, high = np.percentile(finite, percentiles) if finite.size else (0.0, 1.0)
+    low, high = np.percentile(finite, (0.5, 99.5)) if finite.size else (0.0, 1.0)
     scaled = np.clip((data - low) / max(high - low, 1e-12), 0.0, 1.0)
     scaled[~np.isfinite(data)] = 0.0  # NaN (no data) black, and no warning casting it
     Image.fromarray(np.round(scaled * 255).astype(np.uint8)).save(os.fspath(path), format="PNG")

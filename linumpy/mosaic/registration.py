@@ -135,8 +135,6 @@ def estimate_transform(
     tile_shape: Sequence[int],
     *,
     min_score: float = 0.3,
-    min_overlap: float = 0.05,
-    upsample: int = 100,
     progress: bool = False,
     threads: int | None = None,
 ) -> tuple[TileTransform, list[PairMeasurement]]:
@@ -154,10 +152,8 @@ def estimate_transform(
         intensity projection along z (numpy or cupy).
     tile_shape
         ``(tile_h, tile_w)``.
-    min_score, min_overlap, upsample
-        The score below which a pair is left out of the fit; the smallest overlap, as a
-        fraction of a tile, a pair's candidate displacement may have; and the sub-pixel
-        precision, ``1 / upsample`` pixel.
+    min_score
+        The score below which a pair is left out of the fit.
     progress
         Show a progress bar over the tile pairs.
     threads
@@ -208,8 +204,6 @@ def estimate_transform(
         displacement, score = measure_pair(
             tile(first),
             tile(second),
-            min_overlap=min_overlap,
-            upsample=upsample,
             axis=axis,
             refine_from=min_score,
         )
@@ -225,8 +219,7 @@ def estimate_transform(
             measurements = _in_threads(measure, pairs, threads, bar.update)
         else:
             logger.info("registering %d tile pairs on the GPU, all at once", len(pairs))
-            options = {"min_overlap": min_overlap, "upsample": upsample, "refine_from": min_score}
-            measurements = _on_gpu(aip_grid, (h, w), grid_shape, pairs, bar, **options)
+            measurements = _on_gpu(aip_grid, (h, w), grid_shape, pairs, bar, min_score)
     transform = fit_transform(measurements, (h, w), grid_shape, min_score=min_score)
     return transform, measurements
 
@@ -237,7 +230,7 @@ def _on_gpu(
     grid_shape: tuple[int, int],
     pairs: list[tuple[tuple[int, int], tuple[int, int]]],
     bar: Any,
-    **options: Any,
+    min_score: float,
 ) -> list[PairMeasurement]:
     """Every pair of a cupy projection measured at once (:func:`register_pairs`)."""
     (h, w), (rows, cols) = tile_shape, grid_shape
@@ -249,8 +242,8 @@ def _on_gpu(
         tiles,
         indices.reshape(-1, 2),
         axes,
+        refine_from=min_score,
         done=bar.update,
-        **options,
     )
     return [
         PairMeasurement(first, second, tuple(displacement.tolist()), score)
