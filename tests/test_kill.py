@@ -516,11 +516,19 @@ def test_a_pid_reused_by_another_process_is_not_the_writer(
         if not locks:  # the pid's own start time: a live writer, left alone
             (stale / "owner").write_text(json.dumps({**owner, "started": started(sleeper.pid)}))
             assert recover_staging(target) == [] and stale.exists()
+            (stale / "owner").write_text(json.dumps({**owner, "host": "another-host"}))
+            assert recover_staging(target) == [
+                f"{stale}: left alone: its writer runs on another-host"
+            ]
             (stale / "owner").write_text(json.dumps(owner))
         assert recover_staging(target) == [f"{stale}: removed"]
     finally:
         sleeper.kill()
         sleeper.wait()
+    if not locks:  # a pid that no longer runs
+        (stale / "new").mkdir(parents=True)
+        (stale / "owner").write_text(json.dumps(owner))
+        assert recover_staging(target) == [f"{stale}: removed"]
 
 
 @pytest.mark.parametrize("name", ["a@b.ome.zarr", "x.1@host-2.ome.zarr", "é @#.txt"])

@@ -254,6 +254,17 @@ def test_a_half_written_replacement_is_dropped(tmp_path: Path, trigger: str) -> 
     assert hidden(tmp_path) == ([folder.name] if trigger == "open" else [])
 
 
+def test_a_staging_folder_without_owner_is_left_while_young(tmp_path: Path) -> None:
+    """A writer creates its owner file first: a folder without one is being created, unless
+    it is old."""
+    target = tmp_path / "img.ome.zarr"
+    folder = tmp_path / f".{target.name}.abcd{STAGING_SUFFIX}"
+    folder.mkdir()
+    assert recover_staging(target) == [] and folder.exists()
+    os.utime(folder, (0, 0))
+    assert recover_staging(target) == [f"{folder}: removed"]
+
+
 def test_a_half_written_new_image_is_never_restored(tmp_path: Path) -> None:
     target = tmp_path / "img.ome.zarr"
     folder = stale_staging(target, dead_pid())
@@ -549,6 +560,16 @@ def test_writers_compress_at_the_zstd_level_setting(tmp_path: Path, ngff_version
         assert stored_level("b") == 7
         assert stored_level("c", zstd_level=4) == 4
     np.testing.assert_array_equal(read_volume(tmp_path / "b.ome.zarr"), volume)
+
+
+def test_the_mosaic_writers_old_level_name_warns() -> None:
+    from linumpy.io.writer import renamed_level
+
+    assert renamed_level(4, None, "stitch_omezarr") == 4
+    with pytest.warns(FutureWarning, match="stitch_omezarr: level= is renamed zstd_level="):
+        assert renamed_level(None, 5, "stitch_omezarr") == 5
+    with pytest.raises(TypeError, match="pass zstd_level only"):
+        renamed_level(3, 5, "stitch_omezarr")
 
 
 def test_every_writer_names_the_zstd_level_zstd_level(tmp_path: Path) -> None:
