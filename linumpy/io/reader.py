@@ -133,20 +133,15 @@ def read_opened(
             f"{source}: dtype {array.dtype} is not supported; read_volume reads numeric arrays "
             "(bool, integers, floats, complex)"
         )
-    backend = _backend(destination)
+    backend: type[ReadBackend] = CpuBackend
+    if destination == "gpu":  # the GPU's back end imported only when asked for
+        try:
+            from linumpy.gpu.availability import require_gpu
+            from linumpy.gpu.backend import GpuBackend
+        except ImportError as exc:
+            raise GPUUnavailableError(
+                f"read_volume(gpu=True) needs linumpy's GPU support ({exc}): {GPU_INSTALL_HINT}"
+            ) from None
+        require_gpu("read_volume(gpu=True)")
+        backend = GpuBackend
     return read(array, region, backend=backend, settings=resolved, source=source, out=out)
-
-
-def _backend(destination: Destination) -> type[ReadBackend]:
-    """The read back end of ``destination``; the GPU's is imported only when asked for."""
-    if destination == "cpu":
-        return CpuBackend
-    try:
-        from linumpy.gpu.availability import require_gpu
-        from linumpy.gpu.backend import GpuBackend
-    except ImportError as exc:
-        raise GPUUnavailableError(
-            f"read_volume(gpu=True) needs linumpy's GPU support ({exc}): {GPU_INSTALL_HINT}"
-        ) from None
-    require_gpu("read_volume(gpu=True)")
-    return GpuBackend

@@ -58,12 +58,8 @@ def _levels(
     for _ in range(n_levels - 1):
         last, factor = levels[-1]
         halved = [k and n > 1 for n, k in zip(last, shrink)]
-        levels.append(
-            (
-                tuple(-(-n // 2) if h else n for n, h in zip(last, halved)),
-                tuple(f * 2 if h else f for f, h in zip(factor, halved)),
-            )
-        )
+        next_shape = tuple(-(-n // 2) if h else n for n, h in zip(last, halved))
+        levels.append((next_shape, tuple(f * 2 if h else f for f, h in zip(factor, halved))))
     return levels
 
 
@@ -83,16 +79,6 @@ def renamed_level(zstd_level: int | None, level: int | None, caller: str) -> int
         stacklevel=3,
     )
     return level
-
-
-def _parse_translation(value: Sequence[float] | None, ndim: int) -> tuple[float, ...] | None:
-    """A translation as finite floats, one per axis (None stays None), else ValueError."""
-    if value is None:
-        return None
-    values = tuple(float(v) for v in value)
-    if len(values) != ndim or not all(np.isfinite(values)):
-        raise ValueError(f"translation must hold {ndim} finite numbers, got {tuple(value)}")
-    return values
 
 
 class OmeZarrWriter:
@@ -222,7 +208,12 @@ class OmeZarrWriter:
         self.ngff_version: NgffVersion = self.format.version  # type: ignore[assignment]
         self.voxel_size = parse_voxel_size(voxel_size, len(self.shape))
         self.axes = make_axes(len(self.shape), axes, unit)
-        self.translation = _parse_translation(translation, len(self.shape))
+        self.translation = None if translation is None else tuple(float(v) for v in translation)
+        if self.translation is not None and (
+            len(self.translation) != len(self.shape) or not all(np.isfinite(self.translation))
+        ):
+            ndim = len(self.shape)
+            raise ValueError(f"translation must hold {ndim} finite numbers, got {translation}")
         self.checksum = settings.get().write_checksum if checksum is None else bool(checksum)
         if zstd_level is None:
             zstd_level = settings.get().zstd_level
