@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
@@ -19,6 +19,7 @@ from linumpy.io.blocks import region_bounds
 from linumpy.io.dask_read import dask_volume
 from linumpy.io.metadata import (
     Axis,
+    Coordinates,
     axes_from_ngff,
     make_axes,
     multiscale_metadata,
@@ -31,23 +32,14 @@ from linumpy.io.stores import describe, location, open_node, parse_source
 if TYPE_CHECKING:
     import xarray as xr
 
-__all__ = ["Placement", "napari_image", "napari_layers", "open_dataarray", "placement"]
-
-
-class Placement(NamedTuple):
-    """Where an image's level lies: its axes, each axis' scale and translation, and the image's
-    number of levels."""
-
-    axes: tuple[Axis, ...]
-    scale: tuple[float, ...]
-    translation: tuple[float, ...]
-    levels: int
+__all__ = ["napari_image", "napari_layers", "open_dataarray", "placement"]
 
 
 def placement(
     path: Any, level: int = 0, *, storage_options: dict[str, Any] | None = None
-) -> Placement:
-    """The axes, scale and translation of an image's level (pixel units for a plain array)."""
+) -> tuple[Coordinates, int]:
+    """The axes, scale and translation of an image's level (pixel units for a plain array),
+    and the image's number of levels."""
     source = parse_source(path, storage_options)
     if source.local is not None:
         node = zarr.open(store=LocalStore(source.local, read_only=True), mode="r")
@@ -59,7 +51,7 @@ def placement(
             axes = make_axes(node.ndim)
         except ValueError:  # 1-D or over 5-D: named like numpy's axes
             axes = tuple(Axis(f"dim_{i}", None, None) for i in range(node.ndim))
-        return Placement(axes, (1.0,) * node.ndim, (0.0,) * node.ndim, 1)
+        return Coordinates(axes, (1.0,) * node.ndim, (0.0,) * node.ndim), 1
     multiscale = multiscale_metadata(node, name)
     datasets = multiscale["datasets"]
     if not 0 <= level < len(datasets):
@@ -72,12 +64,9 @@ def placement(
     shift = translation_of(own) or [0.0] * ndim
     global_scale = scale_of(shared) or [1.0] * ndim
     global_shift = translation_of(shared) or [0.0] * ndim
-    return Placement(
-        axes,
-        tuple(g * s for g, s in zip(global_scale, scale)),
-        tuple(g * t + u for g, t, u in zip(global_scale, shift, global_shift)),
-        len(datasets),
-    )
+    scales = tuple(g * s for g, s in zip(global_scale, scale))
+    translation = tuple(g * t + u for g, t, u in zip(global_scale, shift, global_shift))
+    return Coordinates(axes, scales, translation), len(datasets)
 
 
 def open_dataarray(
@@ -107,7 +96,7 @@ def open_dataarray(
         settings=settings,
         storage_options=storage_options,
     )
-    where = placement(path, level, storage_options=storage_options)
+    where, _ = placement(path, level, storage_options=storage_options)
     if len(where.axes) != data.ndim:
         raise LinumpyError(f"{describe(path)}: {len(where.axes)} axes for {data.ndim} dimensions")
     shape = open_array(path, level, storage_options=storage_options).shape
@@ -158,10 +147,10 @@ def _layer(
 ) -> tuple[Any, dict[str, Any]]:
     """Every level of an image (lazy) and the layer arguments napari's layers share: where it
     lies, its name, and with ``channels`` its channel axis and ``omero`` channels."""
-    where = placement(path, 0, storage_options=storage_options)
+    where, levels = placement(path, 0, storage_options=storage_options)
     data = [
         dask_volume(path, level=k, gpu=gpu, chunks=chunks, storage_options=storage_options)
-        for k in range(where.levels)
+        for k in range(levels)
     ]
     names = [a.name for a in where.axes]
     channel = [i for i, a in enumerate(where.axes) if a.type == "channel" and channels]
