@@ -159,9 +159,13 @@ def open_array(
     return _open_level(source.local, level)
 
 
-def _image(node: zarr.Array | zarr.Group, path: Any) -> tuple[zarr.Array | zarr.Group, Any]:
-    """The node an image is read from, and its name: ``node`` itself, or the one image of a
-    bioformats2raw root or a plate (:func:`linumpy.io.series.find_image`)."""
+def _image(path: SourceLike, storage_options: Any) -> tuple[zarr.Array | zarr.Group, Any]:
+    """The node an image is read from, and its name (a zarr object's is its store path): the
+    node at ``path``, or the one image of a bioformats2raw root or a plate
+    (:func:`linumpy.io.series.find_image`)."""
+    node = _open_node(path, storage_options)
+    if not isinstance(path, str | os.PathLike):
+        path = str(node.store_path)
     if isinstance(node, zarr.Group):
         attrs = node.attrs.asdict()
         ome = attrs.get("ome") if isinstance(attrs.get("ome"), dict) else attrs
@@ -173,12 +177,17 @@ def _image(node: zarr.Array | zarr.Group, path: Any) -> tuple[zarr.Array | zarr.
     return node, path
 
 
+def _image_group(path: SourceLike, storage_options: Any) -> tuple[zarr.Group, Any]:
+    """:func:`_image`, which must be an OME-Zarr image."""
+    group, path = _image(path, storage_options)
+    if isinstance(group, zarr.Array):
+        raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
+    return group, path
+
+
 def _open_level(path: SourceLike, level: int, storage_options: Any = None) -> zarr.Array:
     """The array of the image's level, or the plain array (level 0)."""
-    node = _open_node(path, storage_options)
-    if not isinstance(path, str | os.PathLike):  # a zarr node or store: named by its store path
-        path = str(node.store_path)
-    node, path = _image(node, path)
+    node, path = _image(path, storage_options)
     if isinstance(node, zarr.Array):
         if level != 0:
             raise LinumpyError(f"{path}: a plain zarr array has only level 0, not level {level}")
@@ -272,10 +281,7 @@ def read_omezarr(
     >>> array.shape, voxel_size
     ((4, 8, 8), (10.0, 2.5, 2.5))
     """
-    group = _open_node(path, storage_options)
-    group, path = _image(group, _name(path, group))
-    if isinstance(group, zarr.Array):
-        raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
+    group, path = _image_group(path, storage_options)
     array, _ = _level_array(group, path, level)
     with _malformed_metadata(path):
         # validated by ome-zarr-models (0.4, 0.5) inside; read here by hand for older versions too
@@ -308,10 +314,7 @@ def read_axes(
     Axis(name='y', type='space', unit='nanometer')
     Axis(name='x', type='space', unit='nanometer')
     """
-    group = _open_node(path, storage_options)
-    group, path = _image(group, _name(path, group))
-    if isinstance(group, zarr.Array):
-        raise LinumpyError(f"{path}: a plain zarr array, not an OME-Zarr image")
+    group, path = _image_group(path, storage_options)
     with _malformed_metadata(path):
         axes = multiscale_metadata(group, path).get("axes")
         if not axes:
@@ -326,11 +329,10 @@ def read_coordinates(
     them (the multiscale's own transformations folded in): what a step deriving an image from
     it passes on (:func:`~linumpy.io.metadata.derive_coordinates`)."""
     axes = read_axes(path, storage_options=storage_options)
-    group = _open_node(path, storage_options)
-    group, path = _image(group, _name(path, group))
-    array, _ = _level_array(group, path, level)  # type: ignore[arg-type]
+    group, path = _image_group(path, storage_options)
+    array, _ = _level_array(group, path, level)
     with _malformed_metadata(path):
-        multiscale = multiscale_metadata(group, path)  # type: ignore[arg-type]
+        multiscale = multiscale_metadata(group, path)
         scale = _voxel_size(multiscale, path, level)
         own = translation_of(multiscale["datasets"][level].get("coordinateTransformations", []))
         outer = multiscale.get("coordinateTransformations") or []
@@ -342,8 +344,3 @@ def read_coordinates(
             start = outer_translation or [0.0] * array.ndim
             translation = tuple(t * g + o for t, g, o in zip(own, outer_scale, start, strict=True))
     return Coordinates(axes, scale, translation)
-
-
-def _name(path: SourceLike, node: zarr.Array | zarr.Group) -> str | os.PathLike[str]:
-    """What messages call a source: its path or URL, or a zarr object's store path."""
-    return path if isinstance(path, str | os.PathLike) else str(node.store_path)
