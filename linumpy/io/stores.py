@@ -47,15 +47,6 @@ class Source:
     store: Store | None = None
     storage_options: Mapping[str, Any] | None = None
 
-    @property
-    def remote(self) -> bool:
-        """Whether the data are fetched over the network (a URL, or a zarr object on a remote
-        store)."""
-        if self.url is not None:
-            return True
-        store = self.store if self.node is None else self.node.store
-        return store is not None and not isinstance(store, LocalStore)
-
 
 def parse_source(source: SourceLike, storage_options: Mapping[str, Any] | None = None) -> Source:
     """Tell what ``source`` is: a local path, a remote URL, a zarr node or a zarr store."""
