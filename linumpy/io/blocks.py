@@ -40,9 +40,8 @@ def host_decoded(array: zarr.Array) -> bool:
 def round_block(
     block: Sequence[int | None], unit: Sequence[int], shape: Sequence[int]
 ) -> tuple[int, ...]:
-    """``block`` rounded up to whole ``unit`` multiples, at most the whole array.
-
-    ``None`` or ``-1`` on an axis takes it whole."""
+    """``block`` rounded up to whole ``unit`` multiples, at most the whole array (``None`` or ``-1``
+    on an axis takes it whole)."""
     values = tuple(block)
     ok = len(values) == len(shape) and all(
         v is None or (isinstance(v, int | np.integer) and (v > 0 or v == -1)) for v in values

@@ -61,17 +61,15 @@ def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
 
 
 def block_write_threads(n_blocks: int) -> int:
-    """Encoding threads for each host block of a write of ``n_blocks`` blocks: this machine's
-    CPUs shared by the blocks that can run at once, so that a write of few large blocks (whole
-    planes of a sharded output) still encodes on every CPU."""
+    """Encoding threads for each host block of a write of ``n_blocks`` blocks: the CPUs shared by
+    the blocks that run at once, so that a write of few large blocks still uses every CPU."""
     cpus = settings.get().io_threads
     return max(1, cpus // max(1, min(n_blocks, cpus)))
 
 
 def task_target(target: zarr.Array | str | os.PathLike[str]) -> zarr.Array:
-    """A zarr array on disk opened once for the tasks that write it: they get it with its parsed
-    metadata (pickled to the workers of a cluster) and open nothing; its absolute path
-    (:func:`array_path`) names the same files on every worker."""
+    """A zarr array on disk opened once for the tasks that write it (pickled to a cluster's
+    workers with its parsed metadata); its absolute path names the same files on every worker."""
     return zarr.open_array(store=LocalStore(array_path(target)), mode="r+")  # a path, not a URL
 
 
@@ -87,9 +85,8 @@ def _write_block(
 
 
 def store_graph(data: da.Array, target: zarr.Array | str | os.PathLike[str]) -> da.Array:
-    """A lazy write of ``data`` into the zarr array ``target`` (nothing is written yet).
-
-    ``data`` is first aligned to the target's shards (or chunks) with :func:`align_blocks`."""
+    """A lazy write of ``data`` into the zarr array ``target``, aligned to its shards (or chunks)
+    first (:func:`align_blocks`)."""
     path = array_path(target)
     array = task_target(path)
     if tuple(array.shape) != tuple(data.shape):

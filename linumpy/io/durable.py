@@ -39,9 +39,8 @@ def flush_file(path: str | os.PathLike[str]) -> None:
 
 
 def flush_folder(path: str | os.PathLike[str]) -> None:
-    """Flush a folder's entries (files created, renamed or removed in it) to stable storage.
-
-    File systems that cannot flush a folder this way (``EINVAL``) flush entries with the files."""
+    """Flush a folder's entries (files created, renamed or removed in it) to stable storage (where
+    the file system refuses, ``EINVAL``, its entries are flushed with the files)."""
     _fsync(path, directory=True)
 
 
@@ -61,8 +60,7 @@ def _sync_file_range() -> Any:
 
 def start_writeback(fd: int) -> None:
     """Start writing a just-written file's data to disk without waiting (Linux
-    ``sync_file_range``), so that the flush before a swap finds little left to write; a no-op
-    elsewhere. Durability still comes from the flush: this only moves the disk's work earlier."""
+    ``sync_file_range``), so that the flush before a swap finds little left to write."""
     function = _sync_file_range()
     if function is not None:
         function(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)  # a failure here is the flush's to report

@@ -132,9 +132,8 @@ def napari_image(
     storage_options: dict[str, Any] | None = None,
     chunks: Any = None,
 ) -> tuple[Any, dict[str, Any]]:
-    """The arguments of napari's ``viewer.add_image`` for an OME-Zarr image, every level lazy.
-
-    Its label images are left out: :func:`napari_layers` gives them as ``labels`` layers."""
+    """The arguments of napari's ``viewer.add_image`` for an OME-Zarr image, every level lazy (its
+    label images are :func:`napari_layers`' ``labels`` layers)."""
     if _image_label(path, storage_options) is not None:
         raise LinumpyError(
             f"{describe(path)} is a label image: napari_layers() gives it as a 'labels' layer"

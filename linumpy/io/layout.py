@@ -170,9 +170,8 @@ def tile_layout(
     space: Sequence[int] | None = None,
     shard_bytes: int = SHARD_BYTES,
 ) -> Layout:
-    """The default layout of a mosaic grid of ``tile`` ``(h, w)`` tiles: inner chunks that
-    divide a tile (:func:`inner_chunks` with ``within``), one tile per shard
-    (:func:`tile_shards`)."""
+    """The default layout of a mosaic grid of ``(h, w)`` tiles: inner chunks that divide a tile,
+    one tile per shard."""
     shape = tuple(int(n) for n in shape)
     axes = _space(len(shape), space)
     within = list(shape)

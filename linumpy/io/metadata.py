@@ -61,9 +61,8 @@ class Axis(NamedTuple):
 
 
 class Coordinates(NamedTuple):
-    """Where an image's voxels lie: its axes (names, types, units), the voxel size along each
-    axis and the position of its first voxel (NGFF ``scale`` and ``translation`` of level 0, the
-    multiscale's own transformations folded in)."""
+    """Where an image's voxels lie: its axes, the voxel size along each axis and the position of
+    its first voxel (level 0's ``scale`` and ``translation``, the multiscale's own folded in)."""
 
     axes: tuple[Axis, ...]
     scale: tuple[float, ...]
@@ -164,9 +163,8 @@ def image_attrs(
     version: NgffVersion | NgffFormat,
     translations: Sequence[Sequence[float]] | None = None,
 ) -> dict[str, Any]:
-    """The attributes of an OME-Zarr image group, as ome-zarr-models would serialise them, built
-    as plain JSON (importing the models costs more than a projection's work); writers validate the
-    result."""
+    """The attributes of an OME-Zarr image group as ome-zarr-models would serialise them, built as
+    plain JSON (importing the models costs more than a projection's work)."""
     multiscale: dict[str, Any] = {
         "axes": [
             {key: value for key, value in axis._asdict().items() if value is not None}

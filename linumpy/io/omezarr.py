@@ -326,8 +326,7 @@ def read_coordinates(
     path: SourceLike, level: int = 0, *, storage_options: dict[str, Any] | None = None
 ) -> Coordinates:
     """The axes, voxel size and position of an OME-Zarr image's level, as its metadata states
-    them (the multiscale's own transformations folded in): what a step deriving an image from
-    it passes on (:func:`~linumpy.io.metadata.derive_coordinates`)."""
+    them: what a step deriving an image from it passes on."""
     axes = read_axes(path, storage_options=storage_options)
     group, path = _image_group(path, storage_options)
     array, _ = _level_array(group, path, level)

@@ -234,9 +234,8 @@ def copy_labels(
 
 
 def _check_source(source: Path) -> None:
-    """Open the input as linumpy's readers do, each pyramid level of an image too: a missing
-    path, something that is not zarr and malformed or hostile metadata raise a LinumpyError
-    naming the file (see :func:`linumpy.io.open_array`)."""
+    """Open the input as linumpy's readers do, every level of an image too, so that bad input
+    raises a LinumpyError naming the file before anything is written."""
     from linumpy.io.metadata import multiscale_dataset_paths
     from linumpy.io.omezarr import open_array
 

@@ -39,9 +39,8 @@ def level_tile(tile: tuple[int, int] | None, factor: Sequence[int]) -> tuple[int
 def copy_groups(
     root: zarr.Group, store: LocalStore, fmt: NgffFormat, source: Path
 ) -> list[ArrayToCopy]:
-    """Create every group of ``root`` in ``store`` with its attributes (in NGFF ``fmt``);
-    return the arrays to copy, each with its path and what its image says about it: the space
-    axes, the dimension names, the tile of a mosaic grid."""
+    """Create every group of ``root`` in ``store`` with its attributes (in NGFF ``fmt``); return
+    the arrays to copy with what their image says of them (space axes, names, a grid's tile)."""
     arrays: list[ArrayToCopy] = []
     groups = [("", root)] + [
         (path, node) for path, node in root.members(max_depth=None) if isinstance(node, zarr.Group)

@@ -326,8 +326,7 @@ def _host(url: str) -> str:
 
 def host_requests(url: str, settings: _settings.Settings | None = None) -> int:
     """The most requests in flight at once to the host of ``url``: the ``remote_requests``
-    setting, or with ``auto`` :data:`HTTP_REQUESTS` over HTTP(S) and
-    :data:`OBJECT_STORE_REQUESTS` to S3 and GCS."""
+    setting, by default :data:`HTTP_REQUESTS` over HTTP(S), :data:`OBJECT_STORE_REQUESTS` else."""
     settings = settings or _settings.get()
     if settings.remote_requests != "auto":
         return int(settings.remote_requests)

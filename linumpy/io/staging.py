@@ -270,8 +270,7 @@ _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 @contextlib.contextmanager
 def staged_output(target: str | os.PathLike[str], name: str | None = None) -> Iterator[Path]:
     """:func:`staged`, where an output that does not fit (a full disk, a quota, a file size
-    limit) or an OS error about its staging folder is a :class:`LinumpyError` naming the output
-    (``name``, by default ``target``): the OS error names a file in staging, or nothing."""
+    limit) or an OS error in its staging folder is a :class:`LinumpyError` naming the output."""
     try:
         with staged(target) as staging:
             yield staging

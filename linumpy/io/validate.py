@@ -81,9 +81,8 @@ def check_regular_file(path: str | os.PathLike[str], key: str) -> None:
 
 
 class RegularFileStore(LocalStore):
-    """zarr's :class:`~zarr.storage.LocalStore`, reading only regular files: a FIFO, a directory
-    or a device in place of a chunk or metadata file raises a :class:`LinumpyError` naming it,
-    where zarr would block on the FIFO or read the directory as a missing chunk."""
+    """zarr's :class:`~zarr.storage.LocalStore`, refusing a FIFO, a directory or a device in place
+    of a chunk or metadata file (zarr would block on a FIFO, or read a directory as no chunk)."""
 
     async def get(
         self,
