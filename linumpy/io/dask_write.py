@@ -1,8 +1,5 @@
-"""Writing dask arrays into zarr arrays in parallel, and building OME-Zarr pyramids out of core.
-
-Every task writes one region of whole shards (or chunks), so no two tasks touch one stored
-object and no lock is needed; pyramid levels are computed from the level above as stored, one
-block at a time, so memory stays bounded whatever the image's size.
+"""Writing dask arrays into zarr arrays in parallel, each task a region of whole shards (no two
+tasks touch one stored object), and building pyramids out of core from the stored levels.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""`open_volume`: a zarr volume as a lazy dask array (or ``xarray.DataArray``) whose blocks are
-read by :func:`read_volume`.
-
-Blocks are whole multiples of the stored chunks (of the shards, for sharded arrays) and line up
-with them, so no stored chunk is read by two tasks; the graph has one task per block. The dask
-array is built by :mod:`linumpy.io.dask_read`, the labelled one by :mod:`linumpy.io.labelled`;
-the block helpers are those of :mod:`linumpy.io.blocks`.
+"""`open_volume`: a zarr volume as a lazy dask array (:mod:`linumpy.io.dask_read`) or
+``xarray.DataArray`` (:mod:`linumpy.io.labelled`) whose blocks are read by :func:`read_volume`.
 """
 
 from __future__ import annotations

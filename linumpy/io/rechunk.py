@@ -1,8 +1,6 @@
-"""Rewriting a zarr array or OME-Zarr image in another layout, out of core, metadata kept.
-
-:func:`rechunk` copies every array of the input (each level, labels too), block by block in dask
-tasks of whole input chunks and output shards, values bit for bit; attributes move where the
-output's NGFF version keeps them. The new image is staged beside the target.
+"""Rewriting a zarr array or OME-Zarr image in another layout, out of core, values bit for bit,
+attributes moved where the output's NGFF version keeps them, the new image staged beside the
+target.
 """
 
 from __future__ import annotations

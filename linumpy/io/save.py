@@ -1,8 +1,5 @@
-""":func:`save_omezarr`: a numpy, cupy or dask array written as an OME-Zarr image in one call.
-
-In-memory arrays go through :class:`~linumpy.io.writer.OmeZarrWriter`; dask arrays through
-:mod:`linumpy.io.dask_write` (out of core: a task per block of whole shards, then the pyramid from
-the stored levels), imported only for them.
+""":func:`save_omezarr`: a numpy, cupy or dask array written as an OME-Zarr image in one call
+(dask arrays out of core, through :mod:`linumpy.io.dask_write`, imported only for them).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Where an image is: local paths, ``file://``, ``http(s)://``, ``s3://``, ``gs://``, zarr objects.
-
-A string is a URL only when it starts with ``scheme://``; anything else is a local path, handed
-to zarr as a :class:`zarr.storage.LocalStore` (``#``, ``?``, ``%`` in local names are just
-characters).
+A string is a URL only when it starts with ``scheme://``: ``#``, ``?``, ``%`` in local names are
+just characters.
 """
 
 from __future__ import annotations

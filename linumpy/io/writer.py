@@ -1,7 +1,5 @@
-"""Writing OME-Zarr images block by block, then the pyramid: :class:`OmeZarrWriter`,
-zstd-compressed with content checksums by default; a replacement is staged beside the old image
-and swapped in once complete. :func:`~linumpy.io.save_omezarr` writes a whole array through it
-(or, for dask arrays, through :mod:`linumpy.io.dask_write`).
+"""Writing OME-Zarr images block by block, then the pyramid (:class:`OmeZarrWriter`); a
+replacement is staged beside the old image and swapped in once complete.
 """
 
 from __future__ import annotations
