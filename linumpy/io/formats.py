@@ -1,9 +1,6 @@
-"""The OME-NGFF versions linumpy reads and writes, one object each, and :func:`format_of`.
-
-Each object carries what its version decides (zarr format, where the OME attributes live,
-sharding, compressors, validation models): other modules ask it and never compare version
-strings themselves (``tests/test_import_rules.py`` checks it). NGFF 0.1 to 0.3 are read, never
-validated nor written (:class:`NgffLegacy`).
+"""The OME-NGFF versions linumpy reads and writes, one object each (:func:`format_of`): each
+carries what its version decides, so other modules never compare version strings themselves
+(``tests/test_import_rules.py`` checks it). NGFF 0.1 to 0.3 are read, never written.
 """
 
 from __future__ import annotations

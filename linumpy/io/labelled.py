@@ -80,9 +80,8 @@ def open_dataarray(
     storage_options: dict[str, Any] | None = None,
 ) -> xr.DataArray:
     """Open an image's level as a lazy ``xarray.DataArray`` (``open_volume(..., xarray=True)``):
-    dims are the NGFF axis names, space and time axes have coordinates of voxel positions (with
-    ``units``), and the attributes hold ``units``, ``scale``, ``translation``, ``axis_types``,
-    ``level`` and ``source``."""
+    dims are the NGFF axis names, space and time axes have coordinates of voxel positions; the
+    attributes hold ``units``, ``scale``, ``translation``, ``axis_types``, ``level``, ``source``."""
     try:
         import xarray
     except ImportError as exc:

@@ -1,10 +1,8 @@
 """The storage layout linumpy writes by default: small inner chunks grouped into shards.
 
 nvCOMP decodes a zstd frame serially, so a GPU read is as fast as its chunks are small and many;
-the CPU pays per chunk. :func:`inner_chunks` sizes the chunks by bytes (the ``chunk_bytes``
-setting), and the shards group them into few files: one tile of a mosaic grid
-(:func:`tile_shards`) or slabs of whole planes (:func:`slab_shards`). NGFF 0.4 has no shards: the
-same chunks, one file each, with a warning above :data:`V2_WARN_FILES` files.
+the CPU pays per chunk. The shards group the chunks into few files: one tile of a mosaic grid,
+or slabs of whole planes. NGFF 0.4 has no shards: one file per chunk.
 """
 
 from __future__ import annotations

@@ -66,11 +66,8 @@ def store_levels(
     desc: str = "write",
 ) -> list[zarr.Array]:
     """Write ``data`` into ``arrays[0]`` and, from the same blocks, its 2x means into the next
-    levels as far as the blocks allow; return the levels still to fill from the last one written.
-
-    A level is written from the blocks above when the cluster has no per-task memory limit (halving
-    a block needs half a block more) and every block above but the last has an even extent along
-    the axes that shrink."""
+    levels while the cluster has no per-task memory limit (halving needs half a block more) and the
+    blocks above have even extents; return the levels left to build from the last one written."""
     cluster = cluster or Cluster()
     current, written = data, 0
     while written + 1 < len(arrays) and cluster.memory_limit is None:

@@ -75,12 +75,9 @@ def derive_coordinates(
     keep: Sequence[int] | None = None,
     origin: Sequence[float] | None = None,
 ) -> Coordinates:
-    """The coordinates of an image a step derives from ``source``: every writer of a derived
-    image takes its axes, units, voxel size and position from here.
-
-    Axes, units and voxel size are those of the source axes in ``keep`` (a projection drops the
-    axis it sums); the first voxel lies at ``origin`` in the source's voxel grid, so the
-    translation is the source's moved by ``origin`` voxels (none stays none while it is 0)."""
+    """The coordinates of an image derived from ``source``: the axes in ``keep`` (a projection
+    drops one), their units and voxel size, and the first voxel at ``origin`` in the source's voxel
+    grid (no translation stays none while the origin is 0)."""
     keep = tuple(range(len(source.axes))) if keep is None else tuple(int(i) for i in keep)
     origin = (0.0,) * len(keep) if origin is None else tuple(float(o) for o in origin)
     if len(origin) != len(keep):

@@ -1,10 +1,7 @@
-"""Recovery of interrupted staged writes (:mod:`linumpy.io.staging`): finding a target's
-staging folders, telling whether their writer still runs, restoring a complete new version or
-deleting what is left, and reporting what cannot be cleaned.
-
-A writer is alive while it holds the ``flock`` on its staging folder's ``owner`` file (a killed
-writer, a zombie, a reused pid hold none). Without locks, the owner's pid, host and process start
-time decide; a writer on another host cannot be checked and is left alone.
+"""Recovery of interrupted staged writes (:mod:`linumpy.io.staging`): a writer is alive while
+it holds the ``flock`` on its staging folder's ``owner`` file (a killed writer, a zombie, a
+reused pid hold none); without locks its pid, host and start time decide, and a writer on
+another host cannot be checked and is left alone.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Fetching byte ranges from a remote store, many requests in flight.
-
-:class:`RangeClient` runs the requests of every read on one event loop (a daemon thread) over
-obstore, which retries failed requests; a response cut short is fetched again here. The requests
-in flight to one host are bounded for the whole process (:func:`host_requests`): a small web
-server serves a few connections at a time, and connections beyond them wait, or lose their SYNs
-and are tried again seconds later.
+"""Fetching byte ranges from a remote store, many requests in flight on one event loop (a
+daemon thread) over obstore; a response cut short is fetched again here. The requests in flight
+to one host are bounded for the whole process (:func:`host_requests`): a small web server serves
+a few connections at a time, and more lose their SYNs and are tried again seconds later.
 """
 
 from __future__ import annotations
