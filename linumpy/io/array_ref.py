@@ -65,9 +65,8 @@ def array_ref(
     opened: zarr.Array | None = None,
 ) -> ArrayRef:
     """Open ``path``'s level once, for tasks to read (as :func:`~linumpy.io.open_array`; an
-    :class:`ArrayRef` is returned as it is). A local path is made absolute (a worker's working
-    directory is its own) and its metadata's digest taken for the workers' check; ``opened`` is
-    the level opened already, then not opened again."""
+    :class:`ArrayRef` is returned as it is): a local path made absolute, with its metadata's digest
+    for the workers' check; ``opened`` is the level opened already."""
     if isinstance(path, ArrayRef):
         return path
     options = dict(storage_options) if storage_options is not None else None

@@ -36,10 +36,9 @@ _VERSIONED_KEYS = ("image-label", "plate", "well")
 
 
 class ChecksummedZstd(numcodecs.Zstd):
-    """numcodecs' zstd codec whose frames carry their content checksum while its configuration
-    (``.zarray``'s ``compressor``) names only ``id`` and ``level``: tensorstore, ngff-zarr and zarr
-    2.18 with numcodecs 0.12 refuse a ``checksum`` key. Registered under ``zstd``, so that arrays
-    opened again keep writing checksummed frames."""
+    """numcodecs' zstd whose frames carry their content checksum while ``.zarray`` names only ``id``
+    and ``level`` (tensorstore, ngff-zarr and zarr 2.18 with numcodecs 0.12 refuse a ``checksum``
+    key); registered under ``zstd``, so that arrays opened again keep writing checksummed frames."""
 
     codec_id = "zstd"
 

@@ -187,11 +187,9 @@ def _parse(value: Any, shape: tuple[int, ...], name: str) -> tuple[int, ...]:
     return block
 
 
-def warn_file_count(
-    shape: Sequence[int], chunks: Sequence[int], *, what: str = "this image"
-) -> int:
+def warn_file_count(shape: Sequence[int], chunks: Sequence[int], *, what: str) -> None:
     """Log a warning when an unsharded array of ``chunks`` makes more than
-    :data:`V2_WARN_FILES` chunk files; return their number."""
+    :data:`V2_WARN_FILES` chunk files."""
     files = math.prod(-(-int(n) // int(c)) for n, c in zip(shape, chunks))
     if files > V2_WARN_FILES:
         logger.warning(
@@ -203,7 +201,6 @@ def warn_file_count(
             tuple(int(n) for n in shape),
             f"{files:,}",
         )
-    return files
 
 
 def default_layout(

@@ -56,11 +56,9 @@ class _Loop:
 
 
 class HostLimit:
-    """At most ``requests`` holders at once, awaited from any event loop or thread, in turn.
-
-    The requests to one host come from this module's event loop (the engine's fetches) and
-    from zarr's (metadata, and the arrays zarr reads itself): one bound for both needs a
-    semaphore that is no loop's own. A holder waiting is woken on its own loop."""
+    """At most ``requests`` holders at once, awaited from any event loop or thread, in turn: the
+    engine's fetches (this module's loop) and zarr's reads (its own) share one bound, which no
+    loop's semaphore can be; a waiting holder is woken on its own loop."""
 
     #: Seconds a place stays taken after its request ended.
     GRACE = 0.002

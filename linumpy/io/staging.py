@@ -126,12 +126,11 @@ class StagedWrite:
         self.staging = self.target.parent / name
         self.staging.mkdir(parents=True)
         ACTIVE.add(self.staging)
-        self._lock: int | None = None
-        self._lock_box: list[int | None] = [None]
+        self._lock: list[int | None] = [None]  # shared with the finalizer
         # A write dropped without commit or abort is discarded at garbage collection or exit.
-        self._finalizer = weakref.finalize(self, _discard, self.staging, self._lock_box)
+        self._finalizer = weakref.finalize(self, _discard, self.staging, self._lock)
         try:
-            self._lock = self._lock_box[0] = _hold(self.staging / "owner")
+            self._lock[0] = _hold(self.staging / "owner")
             owner = {"target": self.target.name, "pid": os.getpid(), "host": HOST}
             owner["started"] = started(os.getpid())
             (self.staging / "owner").write_text(json.dumps(owner))
@@ -215,9 +214,9 @@ class StagedWrite:
         failed = remove_tree(self.staging)
         if failed:
             logger.warning("%s: cannot delete the staging folder: %s", self.staging, failed)
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        if self._lock[0] is not None:
+            os.close(self._lock[0])
+            self._lock[0] = None
 
 
 def _hold(path: Path) -> int | None:
