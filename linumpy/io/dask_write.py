@@ -44,8 +44,7 @@ def array_path(target: zarr.Array | str | os.PathLike[str]) -> str:
 
 
 def align_blocks(data: da.Array, unit: Sequence[int]) -> da.Array:
-    """``data`` rechunked, if needed, so that every block boundary is a multiple of ``unit``
-    (blocks keep about their size)."""
+    """``data`` rechunked, if needed, so that every block boundary is a multiple of ``unit``."""
     if all(
         all(edge % u == 0 for edge in np.cumsum(chunks)[:-1])
         for chunks, u in zip(data.chunks, unit)
@@ -82,8 +81,7 @@ def _write_block(
 
 
 def store_graph(data: da.Array, target: zarr.Array | str | os.PathLike[str]) -> da.Array:
-    """A lazy write of ``data`` into the zarr array ``target``, aligned to its shards (or chunks)
-    first (:func:`align_blocks`)."""
+    """A lazy write of ``data`` into the zarr array ``target``, aligned to its shards first."""
     path = array_path(target)
     array = task_target(path)
     if tuple(array.shape) != tuple(data.shape):
@@ -124,8 +122,7 @@ PYRAMID_SLAB_BYTES = 32 * 2**20
 
 
 def _slab_planes(block: Sequence[int], full: int) -> int:
-    """Output planes averaged at once in a block: :data:`PYRAMID_SLAB_BYTES` of temporaries, at
-    least one plane."""
+    """Output planes averaged at once in a block: :data:`PYRAMID_SLAB_BYTES` of temporaries."""
     return max(1, PYRAMID_SLAB_BYTES // max(1, math.prod(block[1:]) * full))
 
 

@@ -86,8 +86,7 @@ def _syncfs(path: Path) -> bool:
 
 
 def flush_tree(path: str | os.PathLike[str]) -> str:
-    """Flush every file and folder under ``path`` (and ``path`` itself) to stable storage; how
-    (``"syncfs"`` or ``"fsync"``)."""
+    """Flush ``path`` and all under it to stable storage; how: ``"syncfs"`` or ``"fsync"``."""
     path = Path(path)
     if _syncfs(path):
         return "syncfs"

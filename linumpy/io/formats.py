@@ -98,8 +98,7 @@ class Ngff04:
     # -- attributes ---------------------------------------------------------------------------
 
     def image_attrs(self, multiscale: Mapping[str, Any]) -> dict[str, Any]:
-        """An image group's attributes holding ``multiscale`` (without its version) as this
-        version states it."""
+        """An image group's attributes holding ``multiscale`` as this version states it."""
         return {"multiscales": [{**multiscale, "version": self.version}]}
 
     def with_ome(self, attrs: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
@@ -136,8 +135,7 @@ class Ngff04:
         return value
 
     def _gather(self, ome: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
-        """The OME keys (multiscales without versions) and the others, as this version keeps
-        them."""
+        """The OME keys and the other attributes, as this version keeps them."""
         if "multiscales" in ome:
             ome["multiscales"] = [
                 {"version": self.version, **entry} if isinstance(entry, Mapping) else entry

@@ -168,8 +168,7 @@ def tile_layout(
     space: Sequence[int] | None = None,
     shard_bytes: int = SHARD_BYTES,
 ) -> Layout:
-    """The default layout of a mosaic grid of ``(h, w)`` tiles: inner chunks that divide a tile,
-    one tile per shard."""
+    """The default layout of a mosaic grid of ``(h, w)`` tiles: one tile per shard."""
     shape = tuple(int(n) for n in shape)
     axes = _space(len(shape), space)
     within = list(shape)
@@ -188,8 +187,7 @@ def _parse(value: Any, shape: tuple[int, ...], name: str) -> tuple[int, ...]:
 
 
 def warn_file_count(shape: Sequence[int], chunks: Sequence[int], *, what: str) -> None:
-    """Log a warning when an unsharded array of ``chunks`` makes more than
-    :data:`V2_WARN_FILES` chunk files."""
+    """Warn when an unsharded array of ``chunks`` makes over :data:`V2_WARN_FILES` files."""
     files = math.prod(-(-int(n) // int(c)) for n, c in zip(shape, chunks))
     if files > V2_WARN_FILES:
         logger.warning(

@@ -242,13 +242,11 @@ class RangeClient:
         return view
 
     def tails(self, keys: Sequence[str], nbytes: int) -> list[tuple[memoryview, int] | None]:
-        """The last ``nbytes`` of each object (fewer when it is shorter) and its size; None for
-        an object that does not exist."""
+        """The last ``nbytes`` of each object (fewer if shorter) and its size; None if missing."""
         return self._run([self._part(key, {"suffix": nbytes}) for key in keys])
 
     def heads(self, keys: Sequence[str], nbytes: int) -> list[tuple[memoryview, int] | None]:
-        """The first ``nbytes`` of each object (fewer when it is shorter) and its size; None for
-        an object that does not exist."""
+        """The first ``nbytes`` of each object (fewer if shorter) and its size; None if missing."""
         return self._run([self._part(key, (0, nbytes)) for key in keys])
 
     async def _part(self, key: str, part: Any) -> tuple[memoryview, int] | None:

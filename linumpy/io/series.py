@@ -55,8 +55,7 @@ def image_paths(group: zarr.Group) -> tuple[str, list[str]] | None:
 def find_image(
     group: zarr.Group, path: str | os.PathLike[str]
 ) -> tuple[zarr.Group, str | os.PathLike[str]] | None:
-    """The one image of a bioformats2raw root or a plate at ``path``, and its path; None for
-    other groups."""
+    """The one image of a bioformats2raw root or a plate, and its path; None for other groups."""
     from linumpy.io.stores import location
 
     found = image_paths(group)

@@ -50,8 +50,7 @@ logger = logging.getLogger(__name__)
 def _levels(
     shape: tuple[int, ...], n_levels: int, shrink: Sequence[bool]
 ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Each level's shape and downsampling factor: the ``shrink`` (space) axes halve while
-    longer than 1."""
+    """Each level's shape and downsampling factor: space axes halve while longer than 1."""
     levels = [(shape, (1,) * len(shape))]
     for _ in range(n_levels - 1):
         last, factor = levels[-1]
