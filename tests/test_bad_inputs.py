@@ -29,7 +29,7 @@ from linumpy.mosaic.demo import make_demo_data, read_demo_truth
 from linumpy.scripts import linum_aip
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_BENCH = ["--cpu-only", "--chunks", "16", "--no-shard", "--repeats", "1"]
+TINY_BENCH = ["--cpu-only", "--chunks", "16", "--checksum", "on", "--repeats", "1"]
 
 
 def _scripts() -> dict[str, str]:
@@ -364,16 +364,12 @@ def test_output_is_the_input(
 
 OPTION_CASES = [
     ("linum-stitch-3d", ["--zstd-level", "99"], "argument --zstd-level"),
-    ("linum-stitch-3d", ["--level", "99"], "argument --zstd-level"),
     ("linum-stitch-3d", ["--n-levels", "0"], "argument --n-levels"),
     ("linum-stitch-3d", ["--chunks", "0", "8", "8"], "argument --chunks"),
     ("linum-stitch-2d", ["--zstd-level", "0"], "argument --zstd-level"),
-    ("linum-stitch-2d", ["--level", "23"], "argument --zstd-level"),
     ("linum-convert-to-omezarr", ["--zstd-level", "99"], "argument --zstd-level"),
-    ("linum-convert-to-omezarr", ["--level", "99"], "argument --zstd-level"),
     ("linum-convert-to-omezarr", ["--n-levels", "-1"], "argument --n-levels"),
     ("linum-convert-to-omezarr", ["--voxel-size", "1", "0", "1"], "voxel"),
-    ("linum-benchmark-io", ["--zstd-level", "99"], "argument --zstd-level"),
     ("linum-gpu-info", ["--level", "99"], "argument --level"),
     ("linum-gpu-info", ["--level", "-1"], "argument --level"),
     ("linum-aip", ["--n-levels", "0"], "argument --n-levels"),

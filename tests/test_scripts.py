@@ -314,18 +314,15 @@ def test_convert_script(tmp_path, capsys) -> None:
     )
 
 
-@pytest.mark.parametrize("option", ["--zstd-level", "--level"])
-def test_zstd_level_and_its_old_name(tmp_path, option) -> None:
-    """``--zstd-level`` sets the codec's level; ``--level``, its old name, still does the same."""
+def test_zstd_level_sets_the_codecs_level(tmp_path) -> None:
+    """``--zstd-level`` sets the codec's level."""
     np.save(tmp_path / "v.npy", np.arange(8 * 16 * 16, dtype=np.uint16).reshape(8, 16, 16))
-    run_script("linum_convert_to_omezarr", tmp_path / "v.npy", tmp_path / "v.ome.zarr", option, 9)
+    run_script(
+        "linum_convert_to_omezarr", tmp_path / "v.npy", tmp_path / "v.ome.zarr", "--zstd-level", 9
+    )
     array, _ = read_omezarr(tmp_path / "v.ome.zarr")
     levels = [getattr(codec, "level", None) for codec in array.compressors]
     assert levels == [9, None], array.compressors  # zstd, then crc32c
-    help_text = (
-        importlib.import_module("linumpy.scripts.linum_stitch_3d")._build_arg_parser().format_help()
-    )
-    assert "--zstd-level N, --level N" in help_text and "deprecated" in help_text
 
 
 def _gpu_usable() -> bool:

@@ -562,16 +562,6 @@ def test_writers_compress_at_the_zstd_level_setting(tmp_path: Path, ngff_version
     np.testing.assert_array_equal(read_volume(tmp_path / "b.ome.zarr"), volume)
 
 
-def test_the_mosaic_writers_old_level_name_warns() -> None:
-    from linumpy.io.writer import renamed_level
-
-    assert renamed_level(4, None, "stitch_omezarr") == 4
-    with pytest.warns(FutureWarning, match="stitch_omezarr: level= is renamed zstd_level="):
-        assert renamed_level(None, 5, "stitch_omezarr") == 5
-    with pytest.raises(TypeError, match="pass zstd_level only"):
-        renamed_level(3, 5, "stitch_omezarr")
-
-
 def test_every_writer_names_the_zstd_level_zstd_level(tmp_path: Path) -> None:
     """``zstd_level`` in every writer's signature (``level`` is a pyramid level in the
     readers)."""
@@ -586,7 +576,7 @@ def test_every_writer_names_the_zstd_level_zstd_level(tmp_path: Path) -> None:
     for writer in (*writers, run_mosaic_job):
         parameters = inspect.signature(writer).parameters
         assert parameters["zstd_level"].default is None, writer
-    for writer in (OmeZarrWriter, save_omezarr, rechunk):
+    for writer in writers:
         assert "level" not in inspect.signature(writer).parameters, writer
     source = image(tmp_path / "a.ome.zarr", 1)
     rechunk(source, tmp_path / "b.ome.zarr", zstd_level=6)

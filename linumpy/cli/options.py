@@ -52,17 +52,14 @@ positive_int = number(int, 0, strict=True)
 
 
 def add_zstd_level_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``--zstd-level`` (alias ``--level``, its old name); None without it: the writers'
-    ``zstd_level`` setting."""
+    """Add ``--zstd-level``; None without it: the writers' ``zstd_level`` setting."""
     parser.add_argument(
         "--zstd-level",
-        "--level",
         dest="zstd_level",
         type=number(int, *ZSTD_LEVELS),
         default=None,
         metavar="N",
-        help=f"zstd compression level, 1 to 22 (--level: its old name, deprecated) "
-        f"[{DEFAULT_ZSTD_LEVEL}, or LINUMPY_ZSTD_LEVEL].",
+        help=f"zstd compression level, 1 to 22 [{DEFAULT_ZSTD_LEVEL}, or LINUMPY_ZSTD_LEVEL].",
     )
 
 

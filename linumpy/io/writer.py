@@ -9,7 +9,6 @@ import logging
 import math
 import os
 import shutil
-import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -61,21 +60,6 @@ def _levels(
 
 
 AxesArg = str | Sequence[str | Axis | Mapping[str, Any]] | None
-
-
-def renamed_level(zstd_level: int | None, level: int | None, caller: str) -> int | None:
-    """A writer's ``zstd_level``, or its old name ``level``, with a FutureWarning (the mosaic
-    writers still take it)."""
-    if level is None:
-        return zstd_level
-    if zstd_level is not None:
-        raise TypeError(f"{caller}: pass zstd_level only (level is its old name)")
-    warnings.warn(
-        f"{caller}: level= is renamed zstd_level= (level is a pyramid level in the readers)",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return level
 
 
 class OmeZarrWriter:

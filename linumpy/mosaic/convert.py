@@ -31,7 +31,6 @@ from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.io.omezarr import read_coordinates
 from linumpy.io.rechunk import copy_labels
 from linumpy.io.sources import TIFF_SUFFIXES, SourceImage, open_image, open_tiff
-from linumpy.io.writer import renamed_level
 from linumpy.mosaic.attrs import copy_omero
 from linumpy.parallel import Cluster
 
@@ -184,7 +183,6 @@ def convert_to_omezarr(
     overwrite: bool = False,
     progress: bool = False,
     cluster: Cluster | None = None,
-    level: int | None = None,
 ) -> Converted:
     """Convert a TIFF, ``.npy`` file or zarr array to a zstd OME-Zarr image, out of core.
 
@@ -216,8 +214,6 @@ def convert_to_omezarr(
     cluster
         Where the tasks run and how much memory each may use
         (:func:`linumpy.parallel.dask_cluster`); local threads by default.
-    level
-        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Returns
     -------
@@ -268,7 +264,7 @@ voxel_size argument)'
         shards=shards,
         shard_bytes=shard_budget(cluster, per_byte=10 if n_levels > 1 else 3),  # write_pyramid
         n_levels=n_levels,
-        zstd_level=renamed_level(zstd_level, level, "convert_to_omezarr"),
+        zstd_level=zstd_level,
         overwrite=overwrite,
         ngff_version=ngff_version,
         translation=translation,

@@ -17,7 +17,6 @@ from numpy.typing import DTypeLike
 from linumpy.io.layout import ShardsArg
 from linumpy.io.reader import read_volume
 from linumpy.io.staging import staged_output
-from linumpy.io.writer import renamed_level
 from linumpy.mosaic.pipeline import (
     estimate_transform_omezarr,
     projection_omezarr,
@@ -99,7 +98,6 @@ def run_mosaic_job(
     zstd_level: int | None = None,
     progress: bool = False,
     cluster: Cluster | None = None,
-    level: int | None = None,
 ) -> JobResult:
     """Estimate a 3-D mosaic grid's tile layout, stitch it and project the stitched image.
 
@@ -119,8 +117,6 @@ def run_mosaic_job(
         Show progress bars.
     cluster
         Where the stitch and the projection run; local threads by default.
-    level
-        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Returns
     -------
@@ -166,7 +162,7 @@ def run_mosaic_job(
             n_levels=n_levels,
             chunks=chunks,
             shards=shards,
-            zstd_level=renamed_level(zstd_level, level, "run_mosaic_job"),
+            zstd_level=zstd_level,
             **common,
         )
     with staged_output(outputs.projection) as partial:

@@ -26,7 +26,6 @@ from linumpy.io.layout import ShardsArg, inner_chunks, slab_shards, tile_shards
 from linumpy.io.lazy import storage_unit
 from linumpy.io.levels import store_levels
 from linumpy.io.output_size import check_output_size, format_bytes
-from linumpy.io.writer import renamed_level
 from linumpy.mosaic.attrs import stitch_coordinates, write_linumpy_attrs
 from linumpy.mosaic.out_of_core import plan_stitch_block, stitch_lazy, stitch_threads
 from linumpy.mosaic.stitch import Blending, parse_blending, stitch_dtype
@@ -107,7 +106,6 @@ def stitch_omezarr(
     progress: bool = False,
     cluster: Cluster | None = None,
     max_output_bytes: int | None = None,
-    level: int | None = None,
 ) -> None:
     """Stitch a mosaic grid OME-Zarr into an OME-Zarr image with a pyramid, out of core.
 
@@ -144,8 +142,6 @@ def stitch_omezarr(
     max_output_bytes
         The largest output allowed (uncompressed level 0), checked with the room on the
         target's disk before any planning.
-    level
-        The old name of ``zstd_level``: still accepted, with a FutureWarning.
 
     Raises
     ------
@@ -196,7 +192,7 @@ def stitch_omezarr(
         shards=shards,
         shard_bytes=budget,
         n_levels=n_levels,
-        zstd_level=renamed_level(zstd_level, level, "stitch_omezarr"),
+        zstd_level=zstd_level,
         overwrite=overwrite,
     )
     block = plan_stitch_block(
