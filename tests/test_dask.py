@@ -19,7 +19,8 @@ from linumpy.io.blocks import host_decoded, storage_unit
 from linumpy.io.dask_write import align_blocks, store_dask, store_graph, write_pyramid
 from linumpy.mosaic.out_of_core import plan_stitch_block
 from linumpy.mosaic.transform import TileTransform
-from linumpy.parallel import (
+from linumpy.parallel import Cluster, dask_cluster, parse_size
+from linumpy.parallel.block_sizes import (
     BLOCKS_PER_SLOT,
     DEFAULT_GPU_TASK_BYTES,
     DEFAULT_GPU_THREADS,
@@ -28,9 +29,6 @@ from linumpy.parallel import (
     GPU_DEVICE_SHARE,
     SPLIT_FLOOR_BYTES,
     SPLIT_SLACK,
-    Cluster,
-    dask_cluster,
-    parse_size,
 )
 
 HAS_DASK_CUDA = importlib.util.find_spec("dask_cuda") is not None
@@ -393,7 +391,7 @@ def test_gpu_store_dask_encodes_cupy_blocks(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_gpu_local_cuda_cluster_on_two_gpus(tmp_path: Path) -> None:
-    from linumpy.parallel import visible_gpus
+    from linumpy.parallel.gpu_devices import visible_gpus
 
     if not HAS_DASK_CUDA or visible_gpus() < 2:
         pytest.skip("needs dask-cuda and 2 visible GPUs")

@@ -23,7 +23,6 @@ import zarr
 from linumpy import settings as _settings
 from linumpy.errors import UnsupportedLayoutError
 from linumpy.gpu.availability import gpu_unavailable_reason, require_gpu
-from linumpy.gpu.backend import GpuBackend
 from linumpy.gpu.gpu_read import choose_reader, fast_path_obstacle
 from linumpy.gpu.zarr_context import describe_gpu, gpu_zarr_context
 from linumpy.io.engine.plan import plan_read
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
     import cupy
 
 __all__ = [
-    "GpuRead",
     "GpuReadReport",
     "GpuReadRoute",
     "describe_gpu",
@@ -142,10 +140,6 @@ def gpu_read_route(
 
 
 # --- reads --------------------------------------------------------------------------------
-
-#: The GPU read back end (:class:`linumpy.gpu.backend.GpuBackend`), the class that
-#: :func:`linumpy.io.engine.read.read` takes as ``backend`` for cupy outputs.
-GpuRead = GpuBackend
 
 #: The report of a GPU read: :class:`linumpy.io.engine.read.ReadReport` (``backend="gpu"``), the
 #: one report type of CPU and GPU reads.

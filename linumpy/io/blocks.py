@@ -11,7 +11,7 @@ import numpy as np
 import zarr
 
 from linumpy.errors import LinumpyError
-from linumpy.parallel import DEFAULT_GPU_TASK_BYTES, DEFAULT_TASK_BYTES
+from linumpy.parallel.block_sizes import DEFAULT_GPU_TASK_BYTES, DEFAULT_TASK_BYTES
 
 __all__: list[str] = []
 

@@ -25,7 +25,8 @@ from linumpy.io.block_write import store_block
 from linumpy.io.blocks import aligned_chunks, grow_block, storage_unit
 from linumpy.io.downsample import downsample_mean
 from linumpy.io.layout import SHARD_BYTES
-from linumpy.parallel import TASK_SHARE, Cluster
+from linumpy.parallel import Cluster
+from linumpy.parallel.block_sizes import TASK_SHARE
 
 if TYPE_CHECKING:
     from linumpy.io.writer import OmeZarrWriter
@@ -238,7 +239,7 @@ def empty_meta(dtype: np.typing.DTypeLike, ndim: int, gpu: bool) -> Any:
 def shard_budget(cluster: Cluster, per_byte: float = 1.0) -> int:
     """The largest shard (bytes) a job's tasks can write: :data:`linumpy.io.layout.SHARD_BYTES`,
     or less under a memory limit, where a task holding one shard uses ``per_byte`` times its
-    bytes and each thread gets its share of :data:`~linumpy.parallel.TASK_SHARE` of the limit."""
+    bytes and each thread gets its share of ``TASK_SHARE`` of the limit."""
     if cluster.memory_limit is None:
         return SHARD_BYTES
     usable = int(cluster.memory_limit * TASK_SHARE) // cluster.max_threads

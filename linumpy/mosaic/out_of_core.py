@@ -26,7 +26,8 @@ from linumpy.mosaic.stitch import (
     tiles_in_region,
 )
 from linumpy.mosaic.transform import TileTransform
-from linumpy.parallel import TASK_SHARE, Cluster
+from linumpy.parallel import Cluster
+from linumpy.parallel.block_sizes import TASK_SHARE
 
 __all__: list[str] = []
 

@@ -22,7 +22,8 @@ from linumpy.io.blocks import host_decoded
 from linumpy.io.dask_write import empty_meta
 from linumpy.io.engine.memory import check_host_memory
 from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
-from linumpy.parallel import BLOCKS_PER_SLOT, GPU_READ_TASK_BYTES, TASK_SHARE, Cluster
+from linumpy.parallel import Cluster
+from linumpy.parallel.block_sizes import BLOCKS_PER_SLOT, GPU_READ_TASK_BYTES, TASK_SHARE
 
 __all__: list[str] = []
 

@@ -41,7 +41,7 @@ class Cluster:
         Number of GPU workers (dask-cuda), 0 for none.
     device_bytes
         Memory of each GPU the tasks run on (``GPU_DEVICE_SHARE`` of it bounds a GPU task);
-        None: :func:`~linumpy.parallel.device_memory` for local threads and GPU workers, no
+        None: ``device_memory()`` for local threads and GPU workers, no
         bound for a scheduler elsewhere.
     timeout
         Seconds a job on a distributed client waits with every worker lost before it fails

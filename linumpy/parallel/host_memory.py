@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["MMAP_THRESHOLD", "release_freed_memory"]
+__all__: list[str] = []
 
 #: Allocations from this size up are mapped and unmapped one by one under a memory limit.
 MMAP_THRESHOLD = 256 * 2**10
@@ -16,12 +16,6 @@ def release_freed_memory() -> bool:
     per-thread arenas: a process freeing block after block in several threads holds far more
     than it uses. A fixed threshold (``mallopt(M_MMAP_THRESHOLD)``) keeps the resident size near
     the working set, as ``dask.distributed``'s nanny does for its workers.
-
-    Examples
-    --------
-    >>> from linumpy.parallel import release_freed_memory
-    >>> release_freed_memory() in (True, False)
-    True
     """
     import ctypes
     import ctypes.util

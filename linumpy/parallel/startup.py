@@ -14,7 +14,6 @@ from linumpy.parallel.gpu_devices import visible_gpus
 from linumpy.parallel.host_memory import release_freed_memory
 from linumpy.parallel.workers import DEFAULT_CLUSTER_TIMEOUT_S, check_workers
 
-# GPU_WORKER_THREADS is public too, and documented with linumpy.parallel, which exports it.
 __all__ = ["dask_cluster"]
 
 #: Threads of each dask-cuda worker started by :func:`~linumpy.parallel.dask_cluster` (``gpus=``).
