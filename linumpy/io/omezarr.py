@@ -314,7 +314,10 @@ def read_axes(
     Axis(name='y', type='space', unit='nanometer')
     Axis(name='x', type='space', unit='nanometer')
     """
-    group, path = _image_group(path, storage_options)
+    return _axes(*_image_group(path, storage_options))
+
+
+def _axes(group: zarr.Group, path: Any) -> tuple[Axis, ...]:
     with _malformed_metadata(path):
         axes = multiscale_metadata(group, path).get("axes")
         if not axes:
@@ -327,8 +330,8 @@ def read_coordinates(
 ) -> Coordinates:
     """The axes, voxel size and position of an OME-Zarr image's level, as its metadata states
     them: what a step deriving an image from it passes on."""
-    axes = read_axes(path, storage_options=storage_options)
     group, path = _image_group(path, storage_options)
+    axes = _axes(group, path)
     array, _ = _level_array(group, path, level)
     with _malformed_metadata(path):
         multiscale = multiscale_metadata(group, path)
