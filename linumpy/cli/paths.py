@@ -29,7 +29,7 @@ def check_input(parser: argparse.ArgumentParser, path: str | os.PathLike[str]) -
         return os.fspath(path)
     path = local_path(os.fspath(path)) if url_scheme(path) == "file" else Path(path)
     if not path.exists():
-        from linumpy.io.staging import staging_left
+        from linumpy.io.recovery import staging_left
 
         # reading never writes: an interrupted write's staging is named, left to the writers
         left = staging_left(path)
@@ -115,7 +115,7 @@ def check_output(
     path = Path(path)
     _refuse_overlaps(parser, path, ("is", "is inside", "contains"))
     if path.parent.is_dir():
-        from linumpy.io.staging import recover_staging
+        from linumpy.io.recovery import recover_staging
 
         recover_staging(path)
     present = path.exists() or path.is_symlink()  # a dangling link is replaced only with -f

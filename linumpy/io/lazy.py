@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from linumpy.io.blocks import aligned_chunks, grow_block, storage_unit
 from linumpy.io.dask_read import dask_volume
 from linumpy.io.labelled import open_dataarray
 
@@ -16,7 +15,7 @@ if TYPE_CHECKING:
     import xarray as xr
 
 # the block helpers, re-exported for the mosaic modules that import them from here
-__all__ = ["aligned_chunks", "grow_block", "open_volume", "storage_unit"]
+__all__ = ["open_volume"]
 
 
 def open_volume(

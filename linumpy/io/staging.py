@@ -42,11 +42,10 @@ from linumpy.io.recovery import (
     identity,
     recover_staging,
     remove_tree,
-    staging_left,
     started,
 )
 
-__all__ = ["staging_left"]  # re-exported for linumpy.cli.paths
+__all__: list[str] = []
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 import zarr
 
 from linumpy.io import open_array
-from linumpy.io.lazy import storage_unit
+from linumpy.io.blocks import storage_unit
 from linumpy.io.metadata import Coordinates, derive_coordinates
 from linumpy.io.omezarr import read_coordinates
 from linumpy.mosaic.transform import TileTransform, parse_tile_shape

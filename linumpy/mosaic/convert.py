@@ -16,6 +16,7 @@ import zarr
 from linumpy import phases
 from linumpy._numpy_or_cupy import gpu_module
 from linumpy.io import Axis, OmeZarrWriter, open_volume
+from linumpy.io.blocks import aligned_chunks, grow_block, storage_unit
 from linumpy.io.dask_write import (
     align_blocks,
     committed,
@@ -27,7 +28,6 @@ from linumpy.io.dask_write import (
 )
 from linumpy.io.formats import NgffVersion, writable_format
 from linumpy.io.layout import ShardsArg
-from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.io.omezarr import read_coordinates
 from linumpy.io.rechunk import copy_labels
 from linumpy.io.sources import TIFF_SUFFIXES, SourceImage, open_image, open_tiff

@@ -15,9 +15,9 @@ from numpy.typing import DTypeLike
 
 from linumpy._numpy_or_cupy import gpu_module
 from linumpy.io.array_ref import ArrayRef, array_ref
+from linumpy.io.blocks import aligned_chunks, grow_block
 from linumpy.io.dask_write import empty_meta
 from linumpy.io.engine.memory import available_memory
-from linumpy.io.lazy import aligned_chunks, grow_block
 from linumpy.mosaic.stitch import (
     Blending,
     parse_blending,

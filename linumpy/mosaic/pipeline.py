@@ -15,6 +15,7 @@ from linumpy import phases, settings
 from linumpy._numpy_or_cupy import gpu_module, to_numpy
 from linumpy.errors import LinumpyError
 from linumpy.io import OmeZarrWriter, open_array, read_omezarr, read_volume
+from linumpy.io.blocks import storage_unit
 from linumpy.io.dask_write import (
     committed,
     shard_budget,
@@ -23,7 +24,6 @@ from linumpy.io.dask_write import (
     write_pyramid,
 )
 from linumpy.io.layout import ShardsArg, inner_chunks, tile_layout
-from linumpy.io.lazy import storage_unit
 from linumpy.mosaic.attrs import (
     mosaic_tile_shape,
     projection_coordinates,

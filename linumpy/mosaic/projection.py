@@ -18,10 +18,9 @@ import numpy as np
 from linumpy._numpy_or_cupy import gpu_module
 from linumpy.errors import LinumpyError
 from linumpy.io.array_ref import ArrayRef, array_ref
-from linumpy.io.blocks import host_decoded
+from linumpy.io.blocks import aligned_chunks, grow_block, host_decoded, storage_unit
 from linumpy.io.dask_write import empty_meta
 from linumpy.io.engine.memory import check_host_memory
-from linumpy.io.lazy import aligned_chunks, grow_block, storage_unit
 from linumpy.parallel import Cluster
 from linumpy.parallel.block_sizes import BLOCKS_PER_SLOT, GPU_READ_TASK_BYTES, TASK_SHARE
 

@@ -15,6 +15,7 @@ from numpy.typing import DTypeLike
 from linumpy import phases
 from linumpy.io import OmeZarrWriter, read_omezarr
 from linumpy.io.array_ref import array_ref
+from linumpy.io.blocks import storage_unit
 from linumpy.io.dask_write import (
     _downsample_cost,
     committed,
@@ -23,7 +24,6 @@ from linumpy.io.dask_write import (
     write_pyramid,
 )
 from linumpy.io.layout import ShardsArg, inner_chunks, slab_shards, tile_shards
-from linumpy.io.lazy import storage_unit
 from linumpy.io.levels import store_levels
 from linumpy.io.output_size import check_output_size, format_bytes
 from linumpy.mosaic.attrs import stitch_coordinates, write_linumpy_attrs
