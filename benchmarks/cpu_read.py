@@ -6,7 +6,7 @@ per layout: ``linumpy.io.read_volume`` (CPU), the numcodecs N-thread decode ceil
 the same decode into a new output each run (``ceiling+alloc``: what page faults add), the
 N-thread read of the stored files alone (``files``, in GB/s of decoded bytes: what the ceiling
 leaves out),
-``read_plan`` into one output reused run after run (``linumpy+out``: the engine without the new
+the CPU back end into one output reused run after run (``linumpy+out``: the engine without the new
 output's page faults),
 tensorstore and zarr with the ``zarrs`` codec pipeline (each when importable), and optionally
 an older ``linumpy/io/engine/cpu.py`` (``--baseline``: ``git show REV:linumpy/io/engine/cpu.py``).
@@ -89,23 +89,33 @@ def files_reader(path: Path, threads: int) -> Callable[[], np.ndarray]:
     return lambda: read_files(files, buffer, threads=threads)
 
 
+def _run_backend(backend: type, plan: Any, out: np.ndarray | None, threads: int) -> np.ndarray:
+    """A CPU back end class run on ``plan`` alone, without the read orchestrator."""
+    opened = backend(plan, threads=threads, out=out, reader="pread")
+    try:
+        opened.execute()
+    finally:
+        opened.close()
+    return opened.out
+
+
 def reused_reader(path: Path, threads: int) -> Callable[[], np.ndarray]:
-    """The CPU engine (``read_plan``) into one output reused run after run."""
-    from linumpy.io.engine.cpu_read import read_plan
+    """The CPU engine (``CpuBackend``) into one output reused run after run."""
+    from linumpy.io.engine.cpu import CpuBackend
 
     plan = plan_read(zarr.open_array(path, mode="r"))
     out = np.empty(plan.shape, plan.dtype)
-    return lambda: read_plan(plan, out=out, threads=threads)[0]
+    return lambda: _run_backend(CpuBackend, plan, out, threads)
 
 
 def baseline_reader(source: str, path: Path, threads: int) -> Callable[[], np.ndarray]:
-    """``read_plan`` of an older ``cpu.py`` (loaded from ``source``) on the array at ``path``."""
+    """``CpuBackend`` of an older ``cpu.py`` (loaded from ``source``) on the array at ``path``."""
     spec = importlib.util.spec_from_file_location("linumpy_cpu_baseline", source)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[spec.name] = module  # type: ignore[union-attr]  # dataclasses look it up
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     array = zarr.open_array(path, mode="r")
-    return lambda: module.read_plan(plan_read(array), threads=threads)[0]
+    return lambda: _run_backend(module.CpuBackend, plan_read(array), None, threads)
 
 
 def readers(path: Path, args: argparse.Namespace) -> dict[str, tuple[Callable[[], Any], bool]]:

@@ -23,17 +23,18 @@ from linumpy import cli
 from linumpy.bench.pipeline import (
     COMMANDS,
     PipelineConfig,
-    parse_size,
     pipeline_table,
     run_pipeline_benchmark,
     write_pipeline_json,
 )
+from linumpy.errors import LinumpyError
+from linumpy.parallel import parse_size
 
 
 def _size(value: str) -> str:
     try:
         parse_size(value)
-    except ValueError as exc:
+    except LinumpyError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value.strip().lower()
 

@@ -17,12 +17,13 @@ from linumpy.bench.pipeline import (
     PipelineConfig,
     PipelineResult,
     mosaic_spec,
-    parse_size,
     pipeline_rows,
     pipeline_table,
     run_pipeline_benchmark,
     write_pipeline_json,
 )
+from linumpy.errors import LinumpyError
+from linumpy.parallel import parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"mosaics": ("1mib",), "tile": (8, 32, 32), "gpu": False}
@@ -85,7 +86,7 @@ def test_sizes_and_bad_options_are_refused(tmp_path: Path) -> None:
     assert mosaic_spec("4gib", (512, 256, 256)).grid == (8, 8)
     assert parse_size("512mib") == 2**29 and parse_size("2GB") == 2 * 10**9
     for bad in ("4 apples", "-1gib", "0"):
-        with pytest.raises(ValueError, match="is not a size"):
+        with pytest.raises(LinumpyError, match="is not a size"):
             parse_size(bad)
     script = [sys.executable, "-m", "linumpy.scripts.linum_benchmark_pipeline", str(tmp_path)]
     for option, value in (("--mosaic", "4apples"), ("--tile", "8x8")):

@@ -14,10 +14,17 @@ from linumpy.io.engine.codecs import zstd
 from linumpy.io.engine.codecs.zstd import libzstd
 from linumpy.io.engine.cpu import CpuBackend
 from linumpy.io.engine.cpu_layout import batches, tapering_batches
-from linumpy.io.engine.cpu_read import read_plan
 from linumpy.io.engine.fetch import chunk_sizes
 from linumpy.io.engine.plan import plan_read
-from tests.zarr_layouts import LAYOUTS, REGIONS, make_array, sample_data, zarr_read, zstd_frame
+from tests.zarr_layouts import (
+    LAYOUTS,
+    REGIONS,
+    make_array,
+    read_plan,
+    sample_data,
+    zarr_read,
+    zstd_frame,
+)
 
 pytestmark = pytest.mark.skipif(not libzstd.AVAILABLE, reason="libzstd not loadable")
 

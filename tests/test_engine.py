@@ -20,6 +20,7 @@ from zarr_layouts import (
     REGIONS,
     SHAPE,
     make_array,
+    read_plan,
     sample_data,
     skippable_frame,
     without_content_size,
@@ -32,7 +33,6 @@ from linumpy.io.engine.backend import GroupBudget
 from linumpy.io.engine.codecs.protocol import FRAME_CHECKSUM, FRAME_GPU, FRAME_NEEDS_CHECK
 from linumpy.io.engine.codecs.zstd import check_frames, inspect_chunk
 from linumpy.io.engine.cpu import CpuBackend
-from linumpy.io.engine.cpu_read import read_plan
 from linumpy.io.engine.fetch import (
     ALIGN,
     MERGE_GAP,

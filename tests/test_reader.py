@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from zarr_layouts import CHUNKS, DTYPES, LAYOUTS, SHAPE, make_array, sample_data
+from zarr_layouts import CHUNKS, DTYPES, LAYOUTS, SHAPE, make_array, read_plan, sample_data
 
 from linumpy.errors import (
     ChunkDecodeError,
@@ -17,7 +17,6 @@ from linumpy.errors import (
     UnsupportedLayoutError,
 )
 from linumpy.io import read_volume, save_omezarr
-from linumpy.io.engine.cpu_read import read_plan
 from linumpy.io.engine.plan import plan_read
 from linumpy.io.engine.read import last_read_report
 

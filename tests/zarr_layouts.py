@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numcodecs
 import numpy as np
@@ -88,3 +89,16 @@ def without_content_size(frame: bytes) -> bytes:
     header_end = 5 + (0 if descriptor & 0x20 else 1) + fcs_size
     new_descriptor = descriptor & 0x04  # keep the checksum flag only
     return frame[:4] + bytes([new_descriptor, 14 << 3]) + frame[header_end:]
+
+
+def read_plan(plan: Any, *, out: np.ndarray | None = None, threads: int = 1) -> tuple[Any, Any]:
+    """The CPU back end run on ``plan`` alone, without the read orchestrator: the output and the
+    back end's stats."""
+    from linumpy.io.engine.cpu import CpuBackend
+
+    backend = CpuBackend(plan, threads=threads, out=out, reader="pread")
+    try:
+        stats = backend.execute()
+    finally:
+        backend.close()
+    return backend.out, stats

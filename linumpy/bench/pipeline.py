@@ -12,7 +12,6 @@ of the same bytes.
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from linumpy.bench.report import machine_info, markdown_table, write_json
 from linumpy.errors import BenchInputError
+from linumpy.parallel import parse_size
 from linumpy.phases import STARTUP, parse_table
 
 #: The commands timed, by short name: (console command, script module).
@@ -35,17 +35,6 @@ COMMANDS = {
 }
 #: The ceiling's command: the mosaic rewritten in the stitch's output layout.
 RECHUNK = ("linum-rechunk", "linum_rechunk")
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_UNITS |= {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-
-
-def parse_size(text: str) -> int:
-    """Bytes of a size such as ``4gib``, ``512MiB``, ``2GB`` or ``1.5gib`` (else ValueError)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kmgt]i?)?b?\s*", text.lower())
-    if not match or float(match[1]) <= 0:
-        raise ValueError(f"{text!r} is not a size such as 4gib, 512mib or 2gb")
-    return int(float(match[1]) * _UNITS[match[2] or ""])
 
 
 @dataclass(frozen=True)

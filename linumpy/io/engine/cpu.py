@@ -59,9 +59,7 @@ PREFAULT_BYTES = 64 * 1024 * 1024
 
 
 class CpuBackend:
-    """The read back end of numpy outputs (see :class:`~linumpy.io.engine.backend.ReadBackend`,
-    and :func:`~linumpy.io.engine.cpu_read.read_plan`).
-    """
+    """The read back end of numpy outputs (see :class:`~linumpy.io.engine.backend.ReadBackend`)."""
 
     name: ClassVar[Literal["cpu"]] = "cpu"
     slots = 3
