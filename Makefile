@@ -30,7 +30,6 @@ $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS)): pyproject.toml
 venv: $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 demo: venv
-	$(if $(USE_GPU),$(VENV)/bin/linum-gpu-info --prepare-kernels)
 	$(VENV)/bin/linum-make-demo-data $(DEMO_DIR)/mosaic.ome.zarr -f
 	$(VENV)/bin/linum-estimate-transform $(DEMO_DIR)/mosaic.ome.zarr $(DEMO_DIR)/transform.json \
 		-f $(USE_GPU)

@@ -2,9 +2,6 @@
 kvikio versions, whether GPUDirect Storage is live or kvikio runs in compatibility mode, the I/O
 settings in force (linumpy.settings, LINUMPY_* variables), and, for a given zarr array or
 OME-Zarr image, which path read_volume(path, gpu=True) takes and why.
-
-With --prepare-kernels, first compile the GPU kernels of the pipeline into cupy's on-disk cache
-(once per machine: a pipeline's first GPU job then compiles nothing).
 """
 
 from __future__ import annotations
@@ -32,11 +29,6 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         default=0,
         help="Multiscale (pyramid) level of an OME-Zarr image [%(default)s].",
     )
-    parser.add_argument(
-        "--prepare-kernels",
-        action="store_true",
-        help="Compile the pipeline's GPU kernels into cupy's kernel cache (once per machine).",
-    )
     add_verbose_arg(parser)
     return parser
 
@@ -59,14 +51,6 @@ def main(argv: list[str] | None = None) -> None:
                 if args.level != 0 and open_array(args.path, 0) is not None:  # level 0 opens
                     parser.error(f"argument --level: {exc}")
                 raise
-        if args.prepare_kernels:
-            from linumpy.mosaic.kernels import prepare_gpu_kernels
-
-            report = prepare_gpu_kernels()
-            print(
-                f"kernels: {report.compiled} compiled into {report.cache_dir} "
-                f"in {report.seconds:.1f} s"
-            )
         settings = linumpy.settings.get()
         info = describe_gpu()
         width = max(map(len, info))
