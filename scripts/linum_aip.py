@@ -29,8 +29,6 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
         default=1,
         help="Pyramid levels of the output [%(default)s].",
     )
-    cli.add_overwrite_arg(parser)
-    cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser)
     add_cluster_args(parser)
     return parser

@@ -19,8 +19,6 @@ from linumpy.bench.report import summary_table
 from linumpy.bench.rows import Layout
 from linumpy.bench.run import BenchConfig, header, run_benchmark, write_result
 from linumpy.cli import (
-    add_overwrite_arg,
-    add_verbose_arg,
     build_parser,
     check_input,
     check_output,
@@ -66,8 +64,6 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cpu-only", action="store_true", help="Run the CPU rows only.")
     p.add_argument("--no-writes", action="store_true", help="Skip the write rows.")
-    add_overwrite_arg(p)
-    add_verbose_arg(p)
     return p
 
 

@@ -71,8 +71,6 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
         "[%(default)s].",
     )
     parser.add_argument("--cpu-only", action="store_true", help="Skip the GPU half.")
-    cli.add_overwrite_arg(parser)
-    cli.add_verbose_arg(parser)
     return parser
 
 

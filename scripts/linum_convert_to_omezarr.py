@@ -52,8 +52,6 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     )
     add_zstd_level_arg(parser)
     add_ngff_version_arg(parser)
-    cli.add_overwrite_arg(parser)
-    cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser, "Encode")
     add_cluster_args(parser)
     return parser

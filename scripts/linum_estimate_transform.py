@@ -22,8 +22,6 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser.add_argument("input", help="Mosaic grid OME-Zarr image (3D, or its 2D projection).")
     parser.add_argument("output", help="JSON file to write the tile transform to.")
     add_registration_args(parser)
-    cli.add_overwrite_arg(parser)
-    cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser)
     return parser
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from linumpy.cli import add_verbose_arg, build_parser, check_input, fail_on_errors, parse_args
+from linumpy.cli import build_parser, check_input, fail_on_errors, parse_args
 from linumpy.cli.options import number
 from linumpy.errors import LinumpyError
 
@@ -21,7 +21,7 @@ _ROUTES = {
 
 
 def _build_arg_parser() -> argparse.ArgumentParser:
-    parser = build_parser(__doc__, prog="linum-gpu-info")
+    parser = build_parser(__doc__, prog="linum-gpu-info", overwrite=False)
     parser.add_argument("path", type=Path, nargs="?", help="A zarr array or OME-Zarr image.")
     parser.add_argument(
         "--level",
@@ -29,7 +29,6 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         default=0,
         help="Multiscale (pyramid) level of an OME-Zarr image [%(default)s].",
     )
-    add_verbose_arg(parser)
     return parser
 
 

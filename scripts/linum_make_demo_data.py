@@ -65,8 +65,6 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
         action="store_true",
         help="No shards: one file per chunk (by default one chunk per tile).",
     )
-    cli.add_overwrite_arg(parser)
-    cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser, "Generate the data")
     return parser
 

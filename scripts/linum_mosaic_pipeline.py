@@ -39,8 +39,6 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     parser.add_argument(
         "--png", action="store_true", help="Also write stitched_aip.png, an 8-bit preview."
     )
-    cli.add_overwrite_arg(parser)
-    cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser, "Read, register, stitch and encode")
     add_cluster_args(parser)
     return parser

@@ -37,8 +37,6 @@ def _build_arg_parser() -> cli.LinumArgumentParser:
     )
     add_ngff_version_arg(parser, "OME-NGFF version of the output")
     add_zstd_level_arg(parser)
-    cli.add_overwrite_arg(parser)
-    cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser, "Read and encode")
     add_cluster_args(parser)
     return parser

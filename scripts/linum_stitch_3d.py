@@ -43,8 +43,6 @@ def _build_arg_parser(ndim: int = NDIM, doc: str | None = __doc__) -> cli.LinumA
         "whole planes).",
     )
     add_zstd_level_arg(parser)
-    cli.add_overwrite_arg(parser)
-    cli.add_verbose_arg(parser)
     cli.add_gpu_arg(parser, "Read, stitch and encode")
     add_cluster_args(parser)
     return parser

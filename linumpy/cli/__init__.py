@@ -8,8 +8,6 @@ from __future__ import annotations
 from linumpy.cli.parser import (
     LinumArgumentParser,
     add_gpu_arg,
-    add_overwrite_arg,
-    add_verbose_arg,
     build_parser,
     resolve_gpu,
 )
@@ -19,8 +17,6 @@ from linumpy.cli.run import fail_on_errors, parse_args
 __all__ = [
     "LinumArgumentParser",
     "add_gpu_arg",
-    "add_overwrite_arg",
-    "add_verbose_arg",
     "build_parser",
     "check_input",
     "check_output",

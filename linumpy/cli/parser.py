@@ -10,8 +10,6 @@ from typing import NoReturn
 __all__ = [
     "LinumArgumentParser",
     "add_gpu_arg",
-    "add_overwrite_arg",
-    "add_verbose_arg",
     "build_parser",
     "gpu_reason",
     "resolve_gpu",
@@ -28,30 +26,26 @@ class LinumArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
-def build_parser(doc: str | None, prog: str | None = None) -> LinumArgumentParser:
-    """A parser with ``doc`` (the script's module docstring) as its description, and
-    ``--version``."""
+def build_parser(
+    doc: str | None, prog: str | None = None, *, overwrite: bool = True
+) -> LinumArgumentParser:
+    """A parser with ``doc`` (the script's module docstring) as its description, ``--version``,
+    ``-v/--verbose`` (repeatable) and, for a script that writes (``overwrite``),
+    ``-f/--overwrite``."""
     from linumpy import __version__
 
     parser = LinumArgumentParser(
         prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    return parser
-
-
-def add_overwrite_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``-f/--overwrite``."""
-    parser.add_argument(
-        "-f", "--overwrite", action="store_true", help="Replace outputs that already exist."
-    )
-
-
-def add_verbose_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``-v/--verbose`` (repeatable)."""
+    if overwrite:
+        parser.add_argument(
+            "-f", "--overwrite", action="store_true", help="Replace outputs that already exist."
+        )
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="Log progress details (-vv: debug)."
     )
+    return parser
 
 
 def add_gpu_arg(parser: argparse.ArgumentParser, what: str = "Read and compute") -> None:
