@@ -9,7 +9,6 @@ from __future__ import annotations
 
 __all__ = [
     "GPU_INSTALL_HINT",
-    "BenchInputError",
     "ChunkDecodeError",
     "ClusterError",
     "ClusterLostError",
@@ -45,16 +44,6 @@ class LinumpyError(Exception):
     Examples
     --------
     >>> issubclass(SettingsError, LinumpyError)
-    True
-    """
-
-
-class BenchInputError(LinumpyError, ValueError):
-    """An array the benchmark cannot measure (not on the local file system, not zstd).
-
-    Examples
-    --------
-    >>> issubclass(BenchInputError, ValueError)
     True
     """
 

@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from linumpy.errors import BenchInputError
+from linumpy.errors import LinumpyError
 from linumpy.io.formats import for_zarr_format
 
 #: Alignment of each file and frame in the buffers (nvCOMP wants 16 bytes; a page suits copies).
@@ -25,10 +25,10 @@ _MISSING = 2**64 - 1
 
 
 def array_directory(array: zarr.Array) -> Path:
-    """The directory of ``array`` on the local file system (BenchInputError elsewhere)."""
+    """The directory of ``array`` on the local file system (LinumpyError elsewhere)."""
     store = array.store_path.store
     if not isinstance(store, LocalStore):
-        raise BenchInputError(f"{array.store_path}: not an array on the local file system")
+        raise LinumpyError(f"{array.store_path}: not an array on the local file system")
     return Path(store.root) / array.store_path.path
 
 
@@ -39,7 +39,7 @@ def _zstd_only(array: zarr.Array) -> tuple[bool, str | None, int, int]:
     if not for_zarr_format(meta.zarr_format).codec_pipeline:
         compressor = meta.compressor
         if compressor is None or compressor.codec_id != "zstd" or meta.filters:
-            raise BenchInputError(f"{array_directory(array)}: the ceilings need zstd chunks")
+            raise LinumpyError(f"{array_directory(array)}: the ceilings need zstd chunks")
         return False, None, 0, 0
     codecs = list(meta.codecs)
     sharding = next((c for c in codecs if type(c).__name__ == "ShardingCodec"), None)
@@ -50,12 +50,12 @@ def _zstd_only(array: zarr.Array) -> tuple[bool, str | None, int, int]:
     if chunk_trailer:
         names = names[:-1]
     if "ZstdCodec" not in names or set(names) - {"BytesCodec", "ZstdCodec", "TransposeCodec"}:
-        raise BenchInputError(f"{array_directory(array)}: the ceilings need zstd chunks ({names})")
+        raise LinumpyError(f"{array_directory(array)}: the ceilings need zstd chunks ({names})")
     if sharding is None:
         return False, None, 0, chunk_trailer
     index_names = [type(c).__name__ for c in sharding.index_codecs]
     if set(index_names) - {"BytesCodec", "Crc32cCodec"}:
-        raise BenchInputError(f"{array_directory(array)}: shard index codecs {index_names}")
+        raise LinumpyError(f"{array_directory(array)}: shard index codecs {index_names}")
     return (
         True,
         str(getattr(sharding.index_location, "value", sharding.index_location)),
@@ -108,7 +108,7 @@ class StoredFiles:
 
 def stored_files(array: zarr.Array) -> StoredFiles:
     """The stored chunk or shard files of a local zstd zarr array (v2, v3, sharded v3), else
-    BenchInputError. A sharded array's frames are located once its files are read
+    LinumpyError. A sharded array's frames are located once its files are read
     (:meth:`StoredFiles.with_frames`)."""
     directory = array_directory(array)
     sharded, location, trailer, chunk_trailer = _zstd_only(array)

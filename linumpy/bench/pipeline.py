@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from linumpy.bench.report import machine_info, markdown_table, write_json
-from linumpy.errors import BenchInputError
+from linumpy.errors import LinumpyError
 from linumpy.parallel import parse_size
 from linumpy.phases import STARTUP, parse_table
 
@@ -158,7 +158,7 @@ def _make_mosaic(spec: MosaicSpec, path: Path) -> None:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["failed"])[-1]
         code = done.returncode
-        raise BenchInputError(f"linum-make-demo-data {path} failed (exit {code}): {last}")
+        raise LinumpyError(f"linum-make-demo-data {path} failed (exit {code}): {last}")
     read_demo_truth(path).save(path.with_suffix(".truth.json"))
 
 

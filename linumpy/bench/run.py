@@ -18,11 +18,12 @@ from linumpy.bench.ceilings import (
     gpu_ceilings,
     host_buffer,
 )
-from linumpy.bench.files import BenchInputError, array_directory, stored_files
+from linumpy.bench.files import array_directory, stored_files
 from linumpy.bench.report import fractions, machine_info, write_json
 from linumpy.bench.rows import Layout, cpu_read_rows, gpu_read_rows, write_rows
 from linumpy.bench.timing import Row, Timer
 from linumpy.bench.volume import oct_volume
+from linumpy.errors import LinumpyError
 from linumpy.io import open_array, read_volume
 from linumpy.settings import available_cpus
 
@@ -61,7 +62,7 @@ def _ceilings(timer: Timer, config: BenchConfig, layout: str, path: Path, nbytes
     threads = available_cpus()
     try:
         files = stored_files(zarr.open_array(path, mode="r"))
-    except BenchInputError as exc:
+    except LinumpyError as exc:
         timer.skip(layout, "ceilings", "ceiling", "none", f"skipped: {exc}")
         return 0
     buffer = host_buffer(files.nbytes, pinned=config.gpu)
