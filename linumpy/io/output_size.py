@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from linumpy.errors import LinumpyError
+from linumpy.errors import DiskSpaceError, LinumpyError
 
 __all__ = ["COMPRESSION_ALLOWANCE", "MAX_OUTPUT_BYTES", "check_output_size", "format_bytes"]
 
@@ -49,29 +49,33 @@ def check_output_size(
     *,
     max_bytes: int | None = None,
     what: str = "output",
+    hint: str = "check the transform",
+    compression: float = COMPRESSION_ALLOWANCE,
+    free_bytes: int | None = None,
 ) -> int:
-    """Refuse, in one line with the size, an output larger than ``max_bytes`` (by default
-    :data:`MAX_OUTPUT_BYTES`) or than the disk of ``target`` can hold compressed
-    :data:`COMPRESSION_ALLOWANCE` times; return its size in bytes (uncompressed)."""
+    """Refuse, in one line with the size and ``hint``, an output larger than ``max_bytes`` (by
+    default :data:`MAX_OUTPUT_BYTES`), or (DiskSpaceError) than the disk of ``target`` can hold
+    compressed ``compression`` times (``free_bytes`` by default measured); return its size in
+    bytes (uncompressed)."""
     shape = tuple(int(n) for n in shape)
     size = math.prod(shape) * np.dtype(dtype).itemsize
     limit = MAX_OUTPUT_BYTES if max_bytes is None else int(max_bytes)
     where = _named(target)
     start = f"{where}: the {what} of shape {shape} would hold {format_bytes(size)}"
     if size > limit:
-        raise LinumpyError(
-            f"{start}, more than the {format_bytes(limit)} allowed; check the transform"
-        )
+        raise LinumpyError(f"{start}, more than the {format_bytes(limit)} allowed; {hint}")
     folder = Path(where).parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:  # a folder that cannot be checked: the write will say what fails
-        return size
-    if size > free * COMPRESSION_ALLOWANCE:
-        raise LinumpyError(
-            f"{start}, more than {COMPRESSION_ALLOWANCE} times the {format_bytes(free)} free "
-            f"in {folder}; check the transform, or free space"
+    if free_bytes is None:
+        try:
+            free_bytes = shutil.disk_usage(folder).free
+        except OSError:  # a folder that cannot be checked: the write will say what fails
+            return size
+    if size > free_bytes * compression:
+        times = f"{compression:g} times " if compression != 1 else ""
+        raise DiskSpaceError(
+            f"{start}, more than {times}the {format_bytes(free_bytes)} free in {folder}; "
+            f"free space, or {hint}"
         )
     return size

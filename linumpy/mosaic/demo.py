@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from linumpy.errors import DiskSpaceError, LinumpyError
+from linumpy.errors import LinumpyError
 from linumpy.io.layout import ShardsArg, inner_chunks, tile_layout, tile_shards
+from linumpy.io.output_size import check_output_size
 from linumpy.mosaic._demo_tissue import DemoContent, Tissue, blocks, generate, tissue_fraction
 from linumpy.mosaic.transform import TileTransform
 
@@ -175,40 +175,14 @@ def check_demo_space(
     *,
     free_bytes: int | None = None,
 ) -> int:
-    """Refuse a demo grid the disk at ``path`` cannot hold (DiskSpaceError), before anything is
-    written; the bytes it needs at most (its uncompressed size, plus 1/64 for zstd's frames).
-
-    The free space (``free_bytes`` by default measured) is that of the nearest existing folder
-    of ``path``, not checked in a folder that cannot be written or on a file system that reports
-    no size: the write's own error, if any, says what is wrong.
-    """
-    voxels = math.prod(int(n) for n in grid_shape) * math.prod(int(n) for n in tile_shape)
-    needed = 2 * voxels + 2 * voxels // 64 + 2**14  # uint16, frames and metadata
-    if free_bytes is None:
-        folder = Path(os.path.abspath(path))
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        usage = shutil.disk_usage(folder)
-        # A folder that cannot be written, or a file system of no size (sysfs, some network
-        # mounts): the write's own error, if any, says what is wrong.
-        if usage.total == 0 or not os.access(folder, os.W_OK):
-            return needed
-        free_bytes = usage.free
-    if needed > free_bytes:
-        raise DiskSpaceError(
-            f"{path}: a {grid_shape[0]}x{grid_shape[1]} grid of {tuple(tile_shape)} tiles needs "
-            f"up to {_gigabytes(needed)} of disk space (its uncompressed size), "
-            f"{_gigabytes(free_bytes)} free"
-        )
-    return needed
-
-
-def _gigabytes(nbytes: int) -> str:
-    """``nbytes`` in MB, GB or TB (the largest below the number), one decimal."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9)):
-        if nbytes >= size:
-            return f"{nbytes / size:.1f} {unit}"
-    return f"{nbytes / 1e6:.1f} MB"
+    """Refuse a demo grid the disk at ``path`` cannot hold (DiskSpaceError) before anything is
+    written: its speckle barely compresses, so its whole size must fit. Returns that size."""
+    depth, height, width = tile_shape
+    shape = (depth, grid_shape[0] * height, grid_shape[1] * width)
+    hint = "ask for a smaller grid"
+    return check_output_size(
+        shape, np.uint16, path, what="demo grid", hint=hint, compression=1, free_bytes=free_bytes
+    )
 
 
 def make_demo_data(
