@@ -62,7 +62,7 @@ def test_stated_limit_and_disk_room(tmp_path: Path, grid: tuple[Path, TileTransf
     from linumpy.mosaic.pipeline import stitch_omezarr
 
     source, truth = grid
-    with pytest.raises(LinumpyError, match=r"more than the 1000 B allowed"):
+    with pytest.raises(LinumpyError, match=r"more than the 1000 bytes allowed"):
         stitch_omezarr(source, tmp_path / "out.ome.zarr", truth, max_output_bytes=1000)
     assert not (tmp_path / "out.ome.zarr").exists()
     with pytest.raises(LinumpyError, match="times the .* free in"):

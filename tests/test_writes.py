@@ -463,7 +463,7 @@ def test_axes_are_checked(tmp_path: Path, axes: str, shape: tuple, message: str)
 
 def test_tiny_chunks_on_a_large_image_are_refused(old_and_new) -> None:
     path, old, _ = old_and_new
-    with pytest.raises(LinumpyError, match=r"134,217,728 chunks of 2 B each"):
+    with pytest.raises(LinumpyError, match=r"134,217,728 chunks of 2 bytes each"):
         OmeZarrWriter(
             path,
             (512, 512, 512),
@@ -484,7 +484,7 @@ def test_a_script_stops_on_tiny_chunks_with_the_numbers(tmp_path: Path, capsys) 
         linum_convert_to_omezarr.main([str(source), str(output), "--chunks", "1", "1", "1"])
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "134,217,728 chunks of 2 B each" in err[0], err
+    assert len(err) == 1 and "134,217,728 chunks of 2 bytes each" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy"]
 
 
@@ -494,7 +494,7 @@ def test_many_small_chunks_get_a_warning(tmp_path: Path, caplog) -> None:
             tmp_path / "w.ome.zarr", (64, 64, 64), np.uint8, voxel_size=(1, 1, 1), chunks=(1, 1, 2)
         )
     writer.abort()
-    assert "131,072 chunks of 2 B each" in caplog.text
+    assert "131,072 chunks of 2 bytes each" in caplog.text
     assert json.dumps(sorted(os.listdir(tmp_path))) == "[]"
 
 

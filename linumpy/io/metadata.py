@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 import zarr
 
 from linumpy.errors import LinumpyError
+from linumpy.io.engine.memory import format_size
 from linumpy.io.formats import NgffFormat, NgffVersion, for_zarr_format, format_of
 from linumpy.io.ngff_validation import TYPES_BY_NAME, validate_image_attrs
-from linumpy.io.output_size import format_bytes
 
 __all__ = ["Axis"]
 
@@ -207,11 +207,11 @@ def check_chunk_count(shape: Sequence[int], chunks: Sequence[int], itemsize: int
     count = math.prod(-(-s // c) for s, c in zip(shape, chunks, strict=True))
     size = math.prod(min(c, s) for s, c in zip(shape, chunks, strict=True)) * itemsize
     small = size < SMALL_CHUNK_BYTES
-    what = f"chunks {chunks} cut a {shape} image into {count:,} chunks of {format_bytes(size)} each"
+    what = f"chunks {chunks} cut a {shape} image into {count:,} chunks of {format_size(size)} each"
     hint = "use larger chunks, for example 128 along each axis"
     if small and count > MANY_CHUNKS:
         raise LinumpyError(
-            f"{what} (at most {MANY_CHUNKS:,} chunks under {format_bytes(SMALL_CHUNK_BYTES)} are "
+            f"{what} (at most {MANY_CHUNKS:,} chunks under {format_size(SMALL_CHUNK_BYTES)} are "
             f"allowed); {hint}"
         )
     if count > MAX_CHUNKS:

@@ -13,22 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from linumpy.errors import DiskSpaceError, LinumpyError
+from linumpy.io.engine.memory import format_size
 
-__all__ = ["COMPRESSION_ALLOWANCE", "MAX_OUTPUT_BYTES", "check_output_size", "format_bytes"]
+__all__ = ["COMPRESSION_ALLOWANCE", "MAX_OUTPUT_BYTES", "check_output_size"]
 
 #: The largest output (uncompressed, full resolution) written without ``max_bytes``: 64 TiB.
 MAX_OUTPUT_BYTES = 64 * 2**40
 #: An output is refused when even compressed this many times it would not fit on its disk.
 COMPRESSION_ALLOWANCE = 4
-
-
-def format_bytes(size: float) -> str:
-    """A size in bytes as a short text in powers of 1024."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
-        size /= 1024
-    return f"{size:.3g} TiB" if size >= 1e6 else f"{size:.2f} TiB"
 
 
 def _named(target: str | os.PathLike[str]) -> str:
@@ -61,21 +53,25 @@ def check_output_size(
     size = math.prod(shape) * np.dtype(dtype).itemsize
     limit = MAX_OUTPUT_BYTES if max_bytes is None else int(max_bytes)
     where = _named(target)
-    start = f"{where}: the {what} of shape {shape} would hold {format_bytes(size)}"
+    start = f"{where}: the {what} of shape {shape} would hold {format_size(size)}"
     if size > limit:
-        raise LinumpyError(f"{start}, more than the {format_bytes(limit)} allowed; {hint}")
+        raise LinumpyError(f"{start}, more than the {format_size(limit)} allowed; {hint}")
     folder = Path(where).parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if free_bytes is None:
         try:
-            free_bytes = shutil.disk_usage(folder).free
+            usage = shutil.disk_usage(folder)
         except OSError:  # a folder that cannot be checked: the write will say what fails
             return size
+        # nor can one not writable, or a file system of no size (sysfs, some network mounts)
+        if usage.total == 0 or not os.access(folder, os.W_OK):
+            return size
+        free_bytes = usage.free
     if size > free_bytes * compression:
         times = f"{compression:g} times " if compression != 1 else ""
         raise DiskSpaceError(
-            f"{start}, more than {times}the {format_bytes(free_bytes)} free in {folder}; "
+            f"{start}, more than {times}the {format_size(free_bytes)} free in {folder}; "
             f"free space, or {hint}"
         )
     return size

@@ -23,9 +23,10 @@ from linumpy.io.dask_write import (
     space_axes,
     write_pyramid,
 )
+from linumpy.io.engine.memory import format_size
 from linumpy.io.layout import ShardsArg, inner_chunks, slab_shards, tile_shards
 from linumpy.io.levels import store_levels
-from linumpy.io.output_size import check_output_size, format_bytes
+from linumpy.io.output_size import check_output_size
 from linumpy.mosaic.attrs import stitch_coordinates, write_linumpy_attrs
 from linumpy.mosaic.out_of_core import plan_stitch_block, stitch_lazy, stitch_threads
 from linumpy.mosaic.stitch import Blending, parse_blending, stitch_dtype
@@ -174,7 +175,7 @@ def stitch_omezarr(
     size = check_output_size(
         out_shape, np.float32, target, max_bytes=max_output_bytes, what="stitched image"
     )
-    logger.info("%s: stitched image %s, %s uncompressed", target, out_shape, format_bytes(size))
+    logger.info("%s: stitched image %s, %s uncompressed", target, out_shape, format_size(size))
     chunks = tuple(chunks) if chunks else inner_chunks(out_shape, dtype)
     cluster = cluster or Cluster()
     budget = shard_budget(cluster, per_byte=_bytes_per_byte(dtype, len(out_shape), n_levels))
