@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,8 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+
+from linumpy.settings import available_cpus
 
 __all__: list[str] = []
 
@@ -384,13 +385,6 @@ class DemoContent:
             out[:, part.out_y, part.out_x] = tile.astype(xp.uint16)
 
 
-def threads(xp: ModuleType) -> int:
-    """Threads generating slabs: one per core on the host; one on the GPU (it runs them)."""
-    if xp is not np:
-        return 1
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def tissue_fraction(content: DemoContent, xp: ModuleType) -> np.ndarray:
     """``(rows, cols)`` fraction of each tile's field of view that holds tissue."""
     _, h, w = content.tile_shape
@@ -426,9 +420,9 @@ def generate(
     xp: ModuleType,
     slab_bytes: int,
 ) -> Iterator[tuple[tuple[slice, ...], Any]]:
-    """Each block of the grid and its uint16 data, generated a slab of planes at a time on the
-    threads of :func:`threads` (their temporaries within half of ``slab_bytes``)."""
-    workers = threads(xp)
+    """Each block of the grid and its uint16 data, generated a slab of planes at a time by a
+    thread per CPU, or one for the GPU (their temporaries within half of ``slab_bytes``)."""
+    workers = available_cpus() if xp is np else 1
     with ThreadPoolExecutor(workers) as pool:
         for z, y, x in blocks:
             parts = content.parts(y, x)
