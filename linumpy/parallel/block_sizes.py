@@ -8,8 +8,6 @@ from dask.utils import parse_bytes
 
 from linumpy.errors import LinumpyError
 
-# The policy's figures below are public too, and documented with linumpy.parallel, which
-# exports them.
 __all__ = ["parse_size"]
 
 #: Working set of one task when no memory limit is given.
