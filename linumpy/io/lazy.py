@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     import dask.array as da
     import xarray as xr
 
-# the block helpers, re-exported for the mosaic modules that import them from here
 __all__ = ["open_volume"]
 
 

@@ -53,6 +53,16 @@ def _bytes_per_byte(dtype: np.dtype, ndim: int, n_levels: int) -> float:
     return max(level0, 10 * ratio)
 
 
+def _plan_block(
+    array: zarr.Array, transform: TileTransform, unit: Sequence[int], cluster: Cluster, gpu: bool
+) -> tuple[int, ...]:
+    """:func:`plan_stitch_block` for the grid ``array``, with its chunks and shards."""
+    itemsize, chunks, shards = np.dtype(array.dtype).itemsize, array.chunks, array.shards
+    return plan_stitch_block(
+        array.shape, itemsize, transform, unit, cluster, chunks, gpu=gpu, source_shards=shards
+    )
+
+
 def _stitch_shards(
     array: zarr.Array,
     transform: TileTransform,
@@ -70,16 +80,7 @@ def _stitch_shards(
         return "auto"
 
     def whole_depth(unit: Sequence[int]) -> bool:
-        depth = plan_stitch_block(
-            array.shape,
-            np.dtype(array.dtype).itemsize,
-            transform,
-            unit,
-            cluster,
-            source_chunks=array.chunks,
-            gpu=gpu,
-            source_shards=array.shards,
-        )[0]
+        depth = _plan_block(array, transform, unit, cluster, gpu)[0]
         return depth % int(array.chunks[0]) == 0 or depth >= out_shape[0]
 
     slabs = slab_shards(out_shape, chunks, dtype, shard_bytes=shard_bytes) or chunks
@@ -196,16 +197,7 @@ def stitch_omezarr(
         zstd_level=zstd_level,
         overwrite=overwrite,
     )
-    block = plan_stitch_block(
-        array.shape,
-        np.dtype(array.dtype).itemsize,
-        transform,
-        storage_unit(writer.array),
-        cluster,
-        source_chunks=array.chunks,
-        gpu=gpu,
-        source_shards=array.shards,
-    )
+    block = _plan_block(array, transform, storage_unit(writer.array), cluster, gpu)
     threads = stitch_threads(out_shape, block, cluster)
     start = time.perf_counter()
     with committed(writer):
