@@ -28,6 +28,7 @@ from linumpy.cli import (
 from linumpy.cli.options import positive_int
 from linumpy.cli.parser import gpu_reason
 from linumpy.io import open_array
+from linumpy.io.engine.memory import available_memory, format_size
 
 
 def _build_arg_parser() -> argparse.ArgumentParser:
@@ -84,18 +85,12 @@ _VOLUMES_IN_MEMORY = 3.5
 
 
 def _check_memory(parser: argparse.ArgumentParser, nbytes: int, option: str) -> None:
-    """Refuse a volume that would not fit in the memory available (Linux's MemAvailable)."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            fields = dict(line.split(":", 1) for line in meminfo)
-        available = int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return
-    needed = _VOLUMES_IN_MEMORY * nbytes
+    """Refuse a volume that would not fit in the memory available."""
+    available, needed = available_memory(), _VOLUMES_IN_MEMORY * nbytes
     if needed > available:
         parser.error(
-            f"argument {option}: a volume of {nbytes / 2**30:.1f} GiB needs about "
-            f"{needed / 2**30:.1f} GiB of memory; {available / 2**30:.1f} GiB is available"
+            f"argument {option}: a volume of {format_size(nbytes)} needs about "
+            f"{format_size(needed)} of memory; {format_size(available)} is available"
         )
 
 
