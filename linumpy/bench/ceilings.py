@@ -13,15 +13,6 @@ from linumpy.bench.files import ALIGN, StoredFiles, in_threads, read_files
 from linumpy.bench.timing import Row, Timer
 
 
-def host_buffer(nbytes: int, *, pinned: bool) -> np.ndarray:
-    """A uint8 host buffer of ``nbytes``, page-locked (through cupy) when ``pinned``."""
-    if not pinned:
-        return np.empty(nbytes, np.uint8)
-    import cupy
-
-    return np.frombuffer(cupy.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes)
-
-
 def _compressed_note(row: Row, files: StoredFiles) -> None:
     if row.runs:
         row.note = f"{files.stored_bytes / 1e9 / row.seconds:.1f} GB/s of compressed bytes"

@@ -12,12 +12,7 @@ import numpy as np
 import zarr
 
 from linumpy import settings
-from linumpy.bench.ceilings import (
-    cpu_decode_ceiling,
-    file_read_ceiling,
-    gpu_ceilings,
-    host_buffer,
-)
+from linumpy.bench.ceilings import cpu_decode_ceiling, file_read_ceiling, gpu_ceilings
 from linumpy.bench.files import array_directory, stored_files
 from linumpy.bench.report import fractions, machine_info, write_json
 from linumpy.bench.rows import Layout, cpu_read_rows, gpu_read_rows, write_rows
@@ -65,7 +60,12 @@ def _ceilings(timer: Timer, config: BenchConfig, layout: str, path: Path, nbytes
     except LinumpyError as exc:
         timer.skip(layout, "ceilings", "ceiling", "none", f"skipped: {exc}")
         return 0
-    buffer = host_buffer(files.nbytes, pinned=config.gpu)
+    if config.gpu:  # page-locked: the host->device copy ceiling reads it
+        from linumpy.gpu.pinned_buffers import pinned_empty
+
+        buffer = pinned_empty(files.nbytes)
+    else:
+        buffer = np.empty(files.nbytes, np.uint8)
     read = file_read_ceiling(
         timer, layout, files, buffer, nbytes=nbytes, threads=threads, pinned=config.gpu
     )
